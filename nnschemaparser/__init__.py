@@ -1,0 +1,61 @@
+"""nnschemaparser: a PyTorch module's forward as a readable, runnable schema.
+
+The package root only re-exports. Pipeline: source -> lowering -> schema -> engine/interpreter ->
+listeners (traces, stepping, comparison) -> views (dump, DataFrames, plots, widget, CLI).
+"""
+
+from .capture import CaptureLimits, ModelCapture, TensorSnapshot, capture_model
+from .dump import dump_schema, format_schema
+from .errors import (
+    EditError,
+    NNSchemaError,
+    ParseError,
+    SchemaFormatError,
+    SchemaRunError,
+    SourceUnavailableError,
+    UnsupportedSyntaxError,
+)
+from .interpreter import SchemaInterpreter, StepInfo
+from .listeners import BlockEvent, InstructionEvent, TraceListener
+from .metadata import ModelMetadata, ModuleMetadata, inspect_model
+from .parser import NNParser
+from .schema import (
+    BlockInstruction,
+    BlockRef,
+    BreakInstruction,
+    Const,
+    ContinueInstruction,
+    ControlInstruction,
+    DeleteInstruction,
+    FunctionInstruction,
+    FunctionSchema,
+    Instruction,
+    ModelBlockSchema,
+    OpInstruction,
+    RaiseInstruction,
+    ReturnInstruction,
+    SliceOf,
+    SourceLocation,
+    TensorContainer,
+    TensorRepr,
+    TensorReprWithValue,
+    TryInstruction,
+    VarRef,
+    WithInstruction,
+)
+from .text_trace import TraceRecorder
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "NNParser", "SchemaInterpreter", "StepInfo", "TraceRecorder", "TraceListener", "BlockEvent",
+    "InstructionEvent", "dump_schema", "format_schema",
+    "ModelBlockSchema", "FunctionSchema", "TensorRepr", "TensorReprWithValue", "TensorContainer", "VarRef",
+    "BlockRef", "Const", "SliceOf", "SourceLocation", "Instruction", "OpInstruction", "BlockInstruction",
+    "ControlInstruction", "TryInstruction", "WithInstruction", "FunctionInstruction", "RaiseInstruction",
+    "DeleteInstruction", "ReturnInstruction", "ContinueInstruction", "BreakInstruction",
+    "NNSchemaError", "UnsupportedSyntaxError", "SourceUnavailableError", "ParseError", "SchemaRunError",
+    "EditError", "SchemaFormatError",
+    "CaptureLimits", "ModelCapture", "TensorSnapshot", "capture_model", "ModelMetadata", "ModuleMetadata",
+    "inspect_model",
+]

@@ -1,0 +1,1 @@
+"""Bundled example models (used by `make demo`, the notebooks and the docs)."""

@@ -1,0 +1,164 @@
+"""Small runtime functions the lowering emits for Python constructs that are not a single call.
+
+Each one does exactly what the CPython bytecode for the construct does, with the same exceptions
+and messages, so an interpreted run raises what the eager forward raises. This module depends on
+the standard library only; the save/load allowlist names these functions one by one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "assign",
+    "build_tuple",
+    "build_list",
+    "build_set",
+    "build_dict",
+    "merge_kwargs",
+    "unpack",
+    "unpack_starred",
+    "fstring",
+    "not_in",
+    "contains",
+    "raise_name_error",
+    "make_slice",
+    "truth",
+    "iterate",
+    "spread",
+]
+
+
+def assign(value: Any) -> Any:
+    """`name = value`: binds the value itself (no copy)."""
+    return value
+
+
+def build_tuple(*items: Any) -> tuple:
+    """`(a, *b, c)`"""
+    return items
+
+
+def build_list(*items: Any) -> list:
+    """`[a, *b, c]`"""
+    return list(items)
+
+
+def build_set(*items: Any) -> set:
+    """`{a, *b, c}`"""
+    return set(items)
+
+
+def build_dict(*pairs_or_maps: Any) -> dict:
+    """`{k: v, **m}`: each argument is a (key, value) pair or, marked by `_Spread`, a mapping to merge."""
+    result: dict = {}
+    for item in pairs_or_maps:
+        if isinstance(item, _Spread):
+            result.update(item.mapping)
+        else:
+            key, value = item
+            result[key] = value
+    return result
+
+
+class _Spread:
+    """Marks a `**mapping` entry of a dict display."""
+
+    __slots__ = ("mapping",)
+
+    def __init__(self, mapping: Any):
+        if not hasattr(mapping, "keys"):
+            raise TypeError(f"'{type(mapping).__name__}' object is not a mapping")
+        self.mapping = mapping
+
+
+def spread(mapping: Any) -> _Spread:
+    return _Spread(mapping)
+
+
+def merge_kwargs(*mappings: Any) -> dict:
+    """`f(**a, **b)`: merges keyword mappings, refusing a repeated key as CPython does."""
+    result: dict = {}
+    for mapping in mappings:
+        if not hasattr(mapping, "keys"):
+            raise TypeError(f"argument after ** must be a mapping, not {type(mapping).__name__}")
+        for key in mapping.keys():
+            if key in result:
+                raise TypeError(f"got multiple values for keyword argument '{key}'")
+            result[key] = mapping[key]
+    return result
+
+
+def unpack(value: Any, count: int) -> tuple:
+    """`a, b = value`: iterate and check the length, with CPython's messages."""
+    try:
+        iterator = iter(value)
+    except TypeError:
+        raise TypeError(f"cannot unpack non-iterable {type(value).__name__} object") from None
+    items = []
+    for item in iterator:
+        items.append(item)
+        if len(items) > count:
+            raise ValueError(f"too many values to unpack (expected {count})")
+    if len(items) < count:
+        raise ValueError(f"not enough values to unpack (expected {count}, got {len(items)})")
+    return tuple(items)
+
+
+def unpack_starred(value: Any, before: int, after: int) -> tuple:
+    """`a, *rest, z = value`: the starred target receives a list."""
+    try:
+        items = list(value)
+    except TypeError:
+        raise TypeError(f"cannot unpack non-iterable {type(value).__name__} object") from None
+    if len(items) < before + after:
+        raise ValueError(f"not enough values to unpack (expected at least {before + after}, got {len(items)})")
+    middle = items[before:len(items) - after]
+    return tuple(items[:before]) + (middle,) + tuple(items[len(items) - after:])
+
+
+def fstring(*pieces: Any) -> str:
+    """An f-string: each piece is a literal str or a (value, conversion, format_spec) triple."""
+    out = []
+    for piece in pieces:
+        if isinstance(piece, str):
+            out.append(piece)
+            continue
+        value, conversion, spec = piece
+        if conversion == "r":
+            value = repr(value)
+        elif conversion == "s":
+            value = str(value)
+        elif conversion == "a":
+            value = ascii(value)
+        out.append(format(value, spec))
+    return "".join(out)
+
+
+def contains(item: Any, container: Any) -> bool:
+    """`item in container`"""
+    return item in container
+
+
+def not_in(item: Any, container: Any) -> bool:
+    """`item not in container`"""
+    return item not in container
+
+
+def raise_name_error(name: str) -> None:
+    """A name the lowering could not resolve: raise what CPython raises when the line runs."""
+    raise NameError(f"name '{name}' is not defined")
+
+
+def make_slice(lower: Any, upper: Any, step: Any) -> slice:
+    return slice(lower, upper, step)
+
+
+def truth(value: Any) -> bool:
+    """`bool(value)` as an `if` or `while` tests it."""
+    return bool(value)
+
+
+def iterate(value: Any):
+    """`iter(value)` as a `for` loop starts it."""
+    return iter(value)

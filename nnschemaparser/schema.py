@@ -1,0 +1,367 @@
+"""The schema data model: plain dataclasses describing a parsed module and its lowered forward.
+
+This module is the bottom of the package. It imports nothing from nnschemaparser and never knows how a
+schema is produced (lowering, parser), executed (engine, interpreter) or shown (dump, traces, widget).
+
+A parsed model is a tree of `ModelBlockSchema`, one per `nn.Module` instance. A block's `body` is a
+list of instructions drawn from a closed set:
+
+    OpInstruction        call a function, method or operator      out = f(args, kwargs)
+    BlockInstruction     call a sub-block (or a method schema)     out = CALL child(args)
+    ControlInstruction   if / for / while with nested bodies
+    TryInstruction       try / except / else / finally
+    WithInstruction      with <context> as <name>: body
+    FunctionInstruction  def / lambda / comprehension helper: binds a closure
+    RaiseInstruction     raise <exc> [from <cause>]
+    DeleteInstruction    del name, ...
+    ReturnInstruction, ContinueInstruction, BreakInstruction
+
+Operands inside `args` / `kwargs` are `VarRef`s, literals, or lists/tuples/dicts/slices of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+__all__ = [
+    "TensorRepr",
+    "TensorReprWithValue",
+    "TensorContainer",
+    "VarRef",
+    "BlockRef",
+    "SliceOf",
+    "Const",
+    "SourceLocation",
+    "Instruction",
+    "OpInstruction",
+    "BlockInstruction",
+    "ControlInstruction",
+    "TryInstruction",
+    "WithInstruction",
+    "FunctionInstruction",
+    "RaiseInstruction",
+    "DeleteInstruction",
+    "ReturnInstruction",
+    "ContinueInstruction",
+    "BreakInstruction",
+    "ModelBlockSchema",
+    "FunctionSchema",
+]
+
+
+# --- values -----------------------------------------------------------------------------------
+
+
+@dataclass
+class TensorRepr:
+    """A value flowing through the graph, described by shape and dtype.
+
+    A non-tensor value has `shape=()` and `dtype` set to its type name ("bool", "tuple", ...).
+    """
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    def describe(self) -> str:
+        if self.dtype.startswith("torch."):
+            return f"{self.dtype}[{', '.join(str(d) for d in self.shape)}]"
+        return self.dtype
+
+
+@dataclass
+class TensorReprWithValue(TensorRepr):
+    """A TensorRepr holding a detached snapshot of the value it describes."""
+
+    value: Any = None
+
+
+@dataclass
+class TensorContainer(TensorReprWithValue):
+    """A captured tensor with a stable id ("input_0001", "fc1_0002") and its role ("slot_type")."""
+
+    container_id: str = ""
+    slot_type: str = "activation"
+
+
+# --- operands ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VarRef:
+    """The value bound to `name` in the current block scope."""
+
+    name: str
+
+    def __repr__(self) -> str:
+        return f"VarRef({self.name!r})"
+
+
+@dataclass(frozen=True, eq=False)
+class Const:
+    """An object resolved at lowering time (a module-level constant, a class, a dtype), passed as is.
+
+    `text` is how the source spelled it ("MAX_LEN", "torch.float32"), used for display.
+    """
+
+    value: Any
+    text: str = ""
+
+    def __repr__(self) -> str:
+        return f"Const({self.text or self.value!r})"
+
+
+@dataclass(frozen=True)
+class SliceOf:
+    """A slice operand `lower:upper:step` whose parts are operands (VarRef, literal or None)."""
+
+    lower: Any = None
+    upper: Any = None
+    step: Any = None
+
+
+@dataclass(frozen=True)
+class BlockRef:
+    """A reference to a sub-block by attribute path ("fc1", "layers.0").
+
+    `index_var` names the scope variable holding the container index or key for dynamic dispatch.
+    `method` names a method schema of the referenced module (None: its forward). `path == ""` refers
+    to the block itself (a call to one of its own methods).
+    """
+
+    path: str
+    index_var: Optional[str] = None
+    method: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    """Where an instruction comes from: file, 1-based line, and the source text of that line."""
+
+    filename: str
+    lineno: int
+    code: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.lineno}"
+
+
+# --- instructions -----------------------------------------------------------------------------
+
+
+@dataclass
+class Instruction:
+    """Fields shared by every instruction."""
+
+    out_var: str = ""
+    resolved: Union[TensorRepr, TensorReprWithValue, None] = None
+    location: Optional[SourceLocation] = None
+
+
+@dataclass
+class OpInstruction(Instruction):
+    """A call to a function, method or operator.
+
+    `target` is the callable resolved at lowering time, or a VarRef when the callee is a value of the
+    scope (a bound method fetched by a previous `getattr`, a lambda, a local function).
+    `qualified_name` is the importable name ("torch.nn.functional.linear", "operator.add");
+    `display_name` is how the source spelled it ("F.linear", "hidden.relu").
+    `args_var` / `kwargs_var` name scope variables unpacked as *args / **kwargs, appended after the
+    explicit arguments. `star_args` marks positions in `args` that are unpacked in place (f(*a, b)).
+    """
+
+    target: Any = None
+    qualified_name: str = ""
+    display_name: str = ""
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    args_var: Optional[str] = None
+    kwargs_var: Optional[str] = None
+    star_args: tuple[int, ...] = ()
+    mutates: bool = False
+    style: str = "call"
+
+
+@dataclass
+class BlockInstruction(Instruction):
+    """A call to a sub-block (or a method schema when `block_ref.method` is set)."""
+
+    block_ref: BlockRef = field(default_factory=lambda: BlockRef(""))
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    splat_args: bool = False
+    callee_var: Optional[str] = None
+    args_var: Optional[str] = None
+    kwargs_var: Optional[str] = None
+    star_args: tuple[int, ...] = ()
+
+
+@dataclass
+class ControlInstruction(Instruction):
+    """An if/elif/else, for or while as a compound node.
+
+    For "if" and "while", `condition` is evaluated before each test: its `cond_var` names the scope
+    variable tested for truth, and `condition` holds the instructions computing it. For "for",
+    `condition` computes the iterable into `cond_var`; `bind_var` receives each item (a tuple target
+    is unpacked by instructions at the top of `body`); `iter_container` names the module container
+    iterated when the iterable is one (`self.layers`), and `index_var` receives the position.
+    """
+
+    kind: str = "if"
+    condition: list[Instruction] = field(default_factory=list)
+    cond_var: str = ""
+    body: list[Instruction] = field(default_factory=list)
+    else_body: list[Instruction] = field(default_factory=list)
+    bind_var: Optional[str] = None
+    iter_container: Optional[str] = None
+    index_var: Optional[str] = None
+
+
+@dataclass
+class TryInstruction(Instruction):
+    """try / except Type as name / else / finally.
+
+    `handlers[i]` is the tuple of exception classes of clause i (empty tuple: bare except),
+    `handler_names[i]` the bound name or None, `handler_bodies[i]` its instructions.
+    """
+
+    body: list[Instruction] = field(default_factory=list)
+    handlers: list[tuple[type, ...]] = field(default_factory=list)
+    handler_names: list[Optional[str]] = field(default_factory=list)
+    handler_bodies: list[list[Instruction]] = field(default_factory=list)
+    else_body: list[Instruction] = field(default_factory=list)
+    final_body: list[Instruction] = field(default_factory=list)
+
+
+@dataclass
+class WithInstruction(Instruction):
+    """with <context_var> [as bind_var]: body — the context manager was computed into `context_var`."""
+
+    context_var: str = ""
+    bind_var: Optional[str] = None
+    body: list[Instruction] = field(default_factory=list)
+
+
+@dataclass
+class FunctionInstruction(Instruction):
+    """Binds `out_var` to a closure over the current scope running `function` (def, lambda, comprehension)."""
+
+    function: Optional["FunctionSchema"] = None
+    defaults: list[Any] = field(default_factory=list)
+    kw_defaults: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RaiseInstruction(Instruction):
+    """raise <exc> [from <cause>]; `exc is None` re-raises the exception being handled."""
+
+    exc: Any = None
+    cause: Any = None
+    has_cause: bool = False
+
+
+@dataclass
+class DeleteInstruction(Instruction):
+    """del name, ... — unbinds scope variables."""
+
+    names: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ReturnInstruction(Instruction):
+    """Returns `out_vars`: one value directly, several as a tuple, none as None."""
+
+    out_vars: list[str] = field(default_factory=list)
+    as_tuple: bool = False
+
+
+@dataclass
+class ContinueInstruction(Instruction):
+    """continue: skip to the next loop iteration (finally bodies still run)."""
+
+
+@dataclass
+class BreakInstruction(Instruction):
+    """break: leave the innermost loop (finally bodies still run)."""
+
+
+# --- blocks -----------------------------------------------------------------------------------
+
+
+@dataclass
+class FunctionSchema:
+    """The signature and lowered body of a function: a forward, a method, a closure or lambda.
+
+    `params` lists positional-or-keyword parameter names (without `self` for methods),
+    `vararg` / `kwarg` the *args / **kwargs names, `kwonly` the keyword-only names.
+    `cell_vars` are names a nested function reads or writes from this function's scope
+    (`nonlocal`); `free_vars` are names this function reads from enclosing scopes.
+    """
+
+    name: str = ""
+    params: list[str] = field(default_factory=list)
+    vararg: Optional[str] = None
+    kwonly: list[str] = field(default_factory=list)
+    kwarg: Optional[str] = None
+    defaults: dict[str, Any] = field(default_factory=dict)
+    body: list[Instruction] = field(default_factory=list)
+    filename: str = ""
+    firstlineno: int = 0
+    source: str = ""
+    free_vars: tuple[str, ...] = ()
+    nonlocal_vars: tuple[str, ...] = ()
+    weight_refs: dict[str, str] = field(default_factory=dict)
+    self_name: Optional[str] = None
+
+
+@dataclass(eq=False)
+class ModelBlockSchema:
+    """One block of the tree: a module's forward (or one of its methods) lowered to instructions.
+
+    `name` is the module's class name, `path` its attribute path from the root ("" for the root),
+    `module_type` its fully qualified class. `signature` carries the parameter layout used to bind
+    calls; `skipped` lists the children that are re-dispatched to their real module, with reasons.
+    """
+
+    name: str = ""
+    path: str = ""
+    module_type: str = ""
+    inputs: dict[str, TensorRepr] = field(default_factory=dict)
+    outputs: list[TensorRepr] = field(default_factory=list)
+    weights: dict[str, TensorReprWithValue] = field(default_factory=dict)
+    sub_blocks: dict[str, "ModelBlockSchema"] = field(default_factory=dict)
+    body: list[Instruction] = field(default_factory=list)
+    module: Any = None
+    methods: dict[str, "ModelBlockSchema"] = field(default_factory=dict)
+    method_name: Optional[str] = None
+    input_defaults: dict[str, Any] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    signature: Optional[FunctionSchema] = None
+    skip_reason: Optional[str] = None
+    wrapper: Any = None
+
+    @property
+    def is_skipped(self) -> bool:
+        """True when this block is re-dispatched to its real module instead of being interpreted."""
+        return self.skip_reason is not None
+
+    def find(self, path: str) -> "ModelBlockSchema":
+        """The block at attribute `path` below this one ("encoder.layer.0"), searching nested blocks."""
+        if path == "":
+            return self
+        if path in self.sub_blocks:
+            return self.sub_blocks[path]
+        parts = path.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            head = ".".join(parts[:cut])
+            if head in self.sub_blocks:
+                return self.sub_blocks[head].find(".".join(parts[cut:]))
+        raise KeyError(f"no sub-block at path {path!r} in block {self.path or self.name!r}; "
+                       f"known: {', '.join(sorted(self.sub_blocks)) or '(none)'}")
+
+    def iter_blocks(self):
+        """This block, its method blocks and every sub-block below it, depth first."""
+        yield self
+        yield from self.methods.values()  # method blocks share this block's sub_blocks
+        for child in self.sub_blocks.values():
+            yield from child.iter_blocks()

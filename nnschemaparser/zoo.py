@@ -1,0 +1,538 @@
+"""A zoo of tiny, randomly initialised ``transformers`` models for validation sweeps.
+
+Every case is a :class:`ZooCase`: a name, a family, a ``build()`` that returns a
+small model in eval mode (fixed seed, eager attention), and a ``make_inputs(model)``
+that returns keyword inputs built from a fixed ``torch.Generator`` seed.
+
+Nothing here downloads anything: every model is built from its config class with
+tiny dimensions (hidden <= 64, 2 layers, vocab <= 128, 32x32 images, 1600-sample
+audio). ``transformers`` is imported lazily, inside the builders, so importing this
+module works without it.
+
+The cases themselves live in ``zoo_cases_text`` (encoders, decoders, kv-cache,
+MoE, SSM) and ``zoo_cases_media`` (encoder-decoder, vision, audio, multimodal).
+Cases that cannot be built or run eagerly with the pinned transformers are listed
+in :data:`REFUSED` with a reason; they stay defined (see :func:`all_cases`) but
+are left out of :func:`zoo_cases`.
+
+Self-check::
+
+    python -m nnschemaparser.zoo --check          # every case in zoo_cases()
+    python -m nnschemaparser.zoo --check --all    # refused ones too
+    python -m nnschemaparser.zoo --check --fast   # fast_subset() only
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import torch
+
+FAMILIES: tuple[str, ...] = (
+    "encoder",
+    "decoder",
+    "decoder-kv-cache",
+    "encoder-decoder",
+    "vision-vit",
+    "vision-conv",
+    "audio-encoder",
+    "audio-seq2seq",
+    "multimodal",
+    "moe",
+    "ssm",
+)
+
+
+@dataclass(frozen=True)
+class ZooCase:
+    name: str
+    family: str
+    build: Callable[[], torch.nn.Module]
+    make_inputs: Callable[[torch.nn.Module], dict[str, Any]]
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"{self.name}: unknown family {self.family!r}")
+
+
+# Cases that are defined but cannot be built / run eagerly here, with the reason.
+# They are excluded from zoo_cases(); the sweep reports them.
+REFUSED: dict[str, str] = {}
+
+SEED = 0
+BATCH = 2
+SEQ = 8
+VOCAB = 128
+IMAGE = 32
+AUDIO_SAMPLES = 1600
+
+
+# --------------------------------------------------------------------------- builders
+
+
+def _transformers():
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import transformers
+
+    return transformers
+
+
+def hf(
+    model_cls: str,
+    config_cls: str,
+    *,
+    moe: bool = False,
+    eager_attn: bool = True,
+    post: Callable[[Any], None] | None = None,
+    **config_kwargs: Any,
+) -> Callable[[], torch.nn.Module]:
+    """A build() for ``transformers.<model_cls>(transformers.<config_cls>(**config_kwargs))``.
+
+    Sets ``torch.manual_seed(0)`` first, asks for eager attention (propagated to
+    sub-configs by transformers) and, for MoE models, the eager (per-expert loop)
+    experts implementation unless ``moe="<impl>"`` names another one.
+    ``post(config)`` may tweak the config before the model is made.
+    """
+
+    def build() -> torch.nn.Module:
+        tf = _transformers()
+        torch.manual_seed(SEED)
+        config = getattr(tf, config_cls)(**config_kwargs)
+        if eager_attn:
+            config._attn_implementation = "eager"
+        if moe:
+            config._experts_implementation = "eager" if moe is True else moe
+        if post is not None:
+            post(config)
+        model = getattr(tf, model_cls)(config)
+        return model.eval()
+
+    build.__qualname__ = f"build[{model_cls}]"
+    return build
+
+
+# Common tiny config fragments.
+BERT = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=64,
+    max_position_embeddings=64,
+)
+LLAMA = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+)
+BART = dict(
+    vocab_size=VOCAB,
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+    max_position_embeddings=64,
+    pad_token_id=1,
+    bos_token_id=0,
+    eos_token_id=2,
+    decoder_start_token_id=2,
+)
+VIT = dict(
+    image_size=IMAGE,
+    patch_size=8,
+    num_channels=3,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=64,
+)
+# 3 conv feature layers: 1600 samples -> 19 frames.
+WAV2VEC2 = dict(
+    vocab_size=32,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=64,
+    conv_dim=(16, 16, 16),
+    conv_stride=(5, 4, 4),
+    conv_kernel=(10, 4, 4),
+    num_conv_pos_embeddings=16,
+    num_conv_pos_embedding_groups=4,
+    # SpecAugment draws its masks from numpy's RNG: keep train mode reproducible.
+    apply_spec_augment=False,
+    mask_time_prob=0.0,
+)
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def _gen() -> torch.Generator:
+    return torch.Generator().manual_seed(SEED)
+
+
+def _ids(g: torch.Generator, vocab: int, seq: int = SEQ, low: int = 4) -> torch.Tensor:
+    return torch.randint(low, vocab, (BATCH, seq), generator=g)
+
+
+def _mask(seq: int = SEQ, pad: int = 0) -> torch.Tensor:
+    """All ones, except the last ``pad`` positions of the second row (right padding)."""
+    m = torch.ones(BATCH, seq, dtype=torch.long)
+    if pad:
+        m[1, seq - pad :] = 0
+    return m
+
+
+def text_inputs(
+    vocab: int = VOCAB,
+    seq: int = SEQ,
+    *,
+    mask: bool = True,
+    pad: int = 0,
+    token_types: bool = False,
+    **extra: Any,
+) -> Callable[[torch.nn.Module], dict[str, Any]]:
+    def make_inputs(model: torch.nn.Module) -> dict[str, Any]:
+        g = _gen()
+        out: dict[str, Any] = {"input_ids": _ids(g, vocab, seq)}
+        if mask:
+            out["attention_mask"] = _mask(seq, pad)
+        if token_types:
+            out["token_type_ids"] = (torch.arange(seq) >= seq // 2).long().expand(BATCH, seq).clone()
+        out.update(extra)
+        return out
+
+    return make_inputs
+
+
+def seq2seq_inputs(
+    vocab: int = VOCAB, seq: int = SEQ, dec_seq: int = 6, *, pad: int = 1, **extra: Any
+) -> Callable[[torch.nn.Module], dict[str, Any]]:
+    def make_inputs(model: torch.nn.Module) -> dict[str, Any]:
+        g = _gen()
+        out = {
+            "input_ids": _ids(g, vocab, seq),
+            "attention_mask": _mask(seq, pad),
+            "decoder_input_ids": _ids(g, vocab, dec_seq),
+        }
+        out.update(extra)
+        return out
+
+    return make_inputs
+
+
+def image_inputs(size: int = IMAGE, channels: int = 3, **extra: Any) -> Callable[[torch.nn.Module], dict[str, Any]]:
+    def make_inputs(model: torch.nn.Module) -> dict[str, Any]:
+        g = _gen()
+        out = {"pixel_values": torch.randn(BATCH, channels, size, size, generator=g)}
+        out.update(extra)
+        return out
+
+    return make_inputs
+
+
+def audio_inputs(samples: int = AUDIO_SAMPLES, *, mask: bool = False, **extra: Any) -> Callable[[torch.nn.Module], dict[str, Any]]:
+    def make_inputs(model: torch.nn.Module) -> dict[str, Any]:
+        g = _gen()
+        out: dict[str, Any] = {"input_values": torch.randn(BATCH, samples, generator=g)}
+        if mask:
+            m = torch.ones(BATCH, samples, dtype=torch.long)
+            m[1, samples * 3 // 4 :] = 0
+            out["attention_mask"] = m
+        out.update(extra)
+        return out
+
+    return make_inputs
+
+
+def features_inputs(
+    shape: tuple[int, ...], *, decoder_vocab: int | None = None, dec_seq: int = 6, **extra: Any
+) -> Callable[[torch.nn.Module], dict[str, Any]]:
+    """``input_features`` of shape (BATCH, *shape) (+ ``decoder_input_ids`` for seq2seq)."""
+
+    def make_inputs(model: torch.nn.Module) -> dict[str, Any]:
+        g = _gen()
+        out: dict[str, Any] = {"input_features": torch.randn(BATCH, *shape, generator=g)}
+        if decoder_vocab is not None:
+            out["decoder_input_ids"] = _ids(g, decoder_vocab, dec_seq)
+        out.update(extra)
+        return out
+
+    return make_inputs
+
+
+def text_image_inputs(
+    vocab: int = VOCAB, seq: int = SEQ, size: int = IMAGE, *, pad: int = 1, **extra: Any
+) -> Callable[[torch.nn.Module], dict[str, Any]]:
+    def make_inputs(model: torch.nn.Module) -> dict[str, Any]:
+        g = _gen()
+        out = {
+            "input_ids": _ids(g, vocab, seq),
+            "attention_mask": _mask(seq, pad),
+            "pixel_values": torch.randn(BATCH, 3, size, size, generator=g),
+        }
+        out.update(extra)
+        return out
+
+    return make_inputs
+
+
+def image_token_inputs(
+    image_token_id: int, n_image_tokens: int, vocab: int = VOCAB, seq: int = SEQ, size: int = IMAGE, **extra: Any
+) -> Callable[[torch.nn.Module], dict[str, Any]]:
+    """LLaVA-style: ``n_image_tokens`` placeholder ids followed by ``seq`` text ids."""
+
+    def make_inputs(model: torch.nn.Module) -> dict[str, Any]:
+        g = _gen()
+        text = _ids(g, vocab, seq)
+        text[text == image_token_id] = 5
+        img = torch.full((BATCH, n_image_tokens), image_token_id, dtype=torch.long)
+        ids = torch.cat([text[:, :1], img, text[:, 1:]], dim=1)
+        out = {
+            "input_ids": ids,
+            "attention_mask": torch.ones_like(ids),
+            "pixel_values": torch.randn(BATCH, 3, size, size, generator=g),
+        }
+        out.update(extra)
+        return out
+
+    return make_inputs
+
+
+def prefilled_cache_inputs(
+    vocab: int = VOCAB, prefix: int = 6, new: int = 2, **extra: Any
+) -> Callable[[torch.nn.Module], dict[str, Any]]:
+    """A second decoding step: ``past_key_values`` from an eager, no-grad, eval-mode first step.
+
+    The returned cache is mutated in place by the forward it is given to: call
+    ``make_inputs`` afresh for every run (it is deterministic).
+    """
+
+    def make_inputs(model: torch.nn.Module) -> dict[str, Any]:
+        g = _gen()
+        ids = _ids(g, vocab, prefix + new)
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                first = model(input_ids=ids[:, :prefix], attention_mask=_mask(prefix), use_cache=True)
+        finally:
+            model.train(was_training)
+        out = {
+            "input_ids": ids[:, prefix:],
+            "attention_mask": _mask(prefix + new),
+            "past_key_values": first.past_key_values,
+            "use_cache": True,
+        }
+        out.update(extra)
+        return out
+
+    return make_inputs
+
+
+# --------------------------------------------------------------------------- registry
+
+
+def all_cases() -> list[ZooCase]:
+    """Every defined case, refused ones included."""
+    from . import zoo_cases_media, zoo_cases_text
+
+    cases = [*zoo_cases_text.CASES, *zoo_cases_media.CASES]
+    names = [c.name for c in cases]
+    dupes = {n for n in names if names.count(n) > 1}
+    if dupes:
+        raise RuntimeError(f"duplicate zoo case names: {sorted(dupes)}")
+    return cases
+
+
+def zoo_cases() -> list[ZooCase]:
+    """The cases the sweep runs: every defined case not listed in REFUSED."""
+    return [c for c in all_cases() if c.name not in REFUSED]
+
+
+FAST_SUBSET: tuple[str, ...] = (
+    "bert",
+    "gpt2",
+    "llama-kv-prefill",
+    "t5",
+    "vit",
+    "resnet",
+    "wav2vec2",
+    "whisper",
+    "clip",
+    "mixtral",
+    "mamba",
+    "qwen2-moe",
+)
+
+
+def fast_subset() -> list[ZooCase]:
+    """About a dozen quick cases, at least one per family."""
+    by_name = {c.name: c for c in zoo_cases()}
+    return [by_name[n] for n in FAST_SUBSET if n in by_name]
+
+
+def get_case(name: str) -> ZooCase:
+    for c in all_cases():
+        if c.name == name:
+            return c
+    raise KeyError(name)
+
+
+# --------------------------------------------------------------------------- output walking
+
+
+def iter_float_tensors(obj: Any, _seen: set[int] | None = None) -> Iterator[torch.Tensor]:
+    """Floating tensors inside a model output: ModelOutput / dicts / tuples / lists, and
+    cache objects (their ``layers`` and tensor attributes), depth first, in order."""
+    if _seen is None:
+        _seen = set()
+    if isinstance(obj, torch.Tensor):
+        if obj.is_floating_point() or obj.is_complex():
+            yield obj
+        return
+    if obj is None or isinstance(obj, (int, float, bool, str)):
+        return
+    if id(obj) in _seen:
+        return
+    _seen.add(id(obj))
+    if isinstance(obj, dict):  # ModelOutput is an OrderedDict
+        for v in obj.values():
+            yield from iter_float_tensors(v, _seen)
+    elif isinstance(obj, (tuple, list)):
+        for v in obj:
+            yield from iter_float_tensors(v, _seen)
+    elif hasattr(obj, "layers") and isinstance(getattr(obj, "layers"), (list, tuple)):
+        for layer in obj.layers:
+            yield from iter_float_tensors(layer, _seen)
+    elif hasattr(obj, "__dict__") and not isinstance(obj, torch.nn.Module):
+        for v in vars(obj).values():
+            if isinstance(v, (torch.Tensor, list, tuple, dict)):
+                yield from iter_float_tensors(v, _seen)
+
+
+def output_loss(output: Any) -> torch.Tensor:
+    """Sum of every floating output (the scalar the self-check backpropagates)."""
+    parts = [t.real.sum() if t.is_complex() else t.sum() for t in iter_float_tensors(output) if t.numel()]
+    if not parts:
+        raise RuntimeError("no floating outputs")
+    return torch.stack([p.to(torch.float64) for p in parts]).sum()
+
+
+# --------------------------------------------------------------------------- self-check
+
+
+def check_case(case: ZooCase, *, train: bool = True) -> dict[str, Any]:
+    """Build, eager forward (eval mode) and backward; then the same in train mode.
+
+    Returns ``{"ok": bool, "reason": str, "params": int, "seconds": float, "train": str}``.
+    """
+    import time
+
+    t0 = time.perf_counter()
+    res: dict[str, Any] = {"ok": False, "reason": "", "params": 0, "train": "-"}
+    try:
+        model = case.build()
+        res["params"] = sum(p.numel() for p in model.parameters())
+        if model.training:
+            raise RuntimeError("build() returned a model in train mode")
+        out = model(**case.make_inputs(model))
+        loss = output_loss(out)
+        if not loss.requires_grad:
+            raise RuntimeError("no floating output requires grad")
+        if not torch.isfinite(loss):
+            raise RuntimeError(f"non-finite outputs (sum={loss.item()})")
+        loss.backward()
+        if not any(p.grad is not None for p in model.parameters()):
+            raise RuntimeError("backward reached no parameter")
+        res["ok"] = True
+    except Exception as e:  # noqa: BLE001 - reported, never swallowed silently
+        res["reason"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:160]
+    if res["ok"] and train:
+        try:
+            model.zero_grad(set_to_none=True)
+            model.train()
+            torch.manual_seed(SEED)
+            out = model(**case.make_inputs(model))
+            loss = output_loss(out)
+            loss.backward()
+            res["train"] = "ok" if torch.isfinite(loss) else "non-finite"
+        except Exception as e:  # noqa: BLE001
+            res["train"] = f"FAIL {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:120]
+    res["seconds"] = time.perf_counter() - t0
+    return res
+
+
+def _main(argv: list[str] | None = None) -> int:
+    import argparse
+    import time
+    import warnings
+
+    ap = argparse.ArgumentParser(prog="python -m nnschemaparser.zoo", description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="build and run every case eagerly")
+    ap.add_argument("--all", action="store_true", help="include cases listed in REFUSED")
+    ap.add_argument("--fast", action="store_true", help="only fast_subset()")
+    ap.add_argument("--no-train", action="store_true", help="skip the train-mode forward/backward")
+    ap.add_argument("-k", default="", help="only cases whose name contains this")
+    ap.add_argument("--list", action="store_true", help="list cases and exit")
+    args = ap.parse_args(argv)
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+    cases = fast_subset() if args.fast else (all_cases() if args.all else zoo_cases())
+    if args.k:
+        cases = [c for c in cases if args.k in c.name]
+    if args.list or not args.check:
+        for c in cases:
+            flag = f"  REFUSED: {REFUSED[c.name]}" if c.name in REFUSED else ""
+            print(f"{c.name:28s} {c.family:18s}{flag}")
+        if not args.check:
+            print(f"{len(cases)} cases ({len(REFUSED)} refused); use --check to run them")
+        return 0
+
+    t_start = time.perf_counter()
+    passed: dict[str, int] = {f: 0 for f in FAMILIES}
+    total: dict[str, int] = {f: 0 for f in FAMILIES}
+    failed: list[tuple[str, str]] = []
+    for c in cases:
+        r = check_case(c, train=not args.no_train)
+        total[c.family] += 1
+        if r["ok"]:
+            passed[c.family] += 1
+            status = "ok" + ("" if r["train"] in ("ok", "-") else f" (train: {r['train']})")
+        else:
+            status = f"refused: {r['reason']}"
+            failed.append((c.name, r["reason"]))
+        print(f"{c.name:28s} {c.family:18s} {r['params']:>9,d} params {r['seconds']:6.2f}s  {status}", flush=True)
+    elapsed = time.perf_counter() - t_start
+    print("-" * 72)
+    for f in FAMILIES:
+        print(f"{f:18s} {passed[f]:3d} / {total[f]:3d} ok")
+    n_ok = sum(passed.values())
+    print(f"{'total':18s} {n_ok:3d} / {len(cases):3d} ok in {elapsed:.1f}s; {len(REFUSED)} listed in REFUSED")
+    for name, reason in failed:
+        print(f"FAILED {name}: {reason}")
+    return 0 if not failed else 1
+
+
+if __name__ == "__main__":
+    import importlib
+    import sys
+
+    # Run through the package module so case modules and REFUSED share one copy.
+    sys.exit(importlib.import_module("nnschemaparser.zoo")._main())
