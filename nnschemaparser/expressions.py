@@ -416,6 +416,9 @@ class ExpressionLowering:
         for name in helper.free_vars:
             if not self.is_local(name):
                 self.free_vars.add(name)
+        for name in helper.nonlocals:
+            if not self.is_local(name):
+                self.nonlocals.add(name)
         for name, attr in helper.weight_refs.items():
             self.weight_refs.setdefault(name, attr)
         fn_var = self.new_temp()

@@ -637,10 +637,13 @@ class FunctionLowering(ExpressionLowering):
             firstlineno=node.lineno, free_vars=tuple(sorted(inner.free_vars)),
             nonlocal_vars=tuple(sorted(inner.nonlocals)), weight_refs=dict(inner.weight_refs),
         )
-        # Names the closure reads from this function's enclosing scopes are free here too.
+        # Names the closure reads (or rebinds) from this function's enclosing scopes are free here too.
         for name in inner.free_vars:
             if not self.is_local(name):
                 self.free_vars.add(name)
+        for name in inner.nonlocals:
+            if not self.is_local(name):
+                self.nonlocals.add(name)
         for name, attr in inner.weight_refs.items():
             self.weight_refs.setdefault(name, attr)
         return FunctionInstruction(out_var=out_var, function=schema, defaults=defaults, kw_defaults=kw_defaults)

@@ -163,6 +163,7 @@ def _qwen2_vl_inputs(model: torch.nn.Module) -> dict[str, Any]:
     return {
         "input_ids": ids,
         "attention_mask": torch.ones_like(ids),
+        "mm_token_type_ids": (ids == 124).int(),  # 0 text, 1 image
         "pixel_values": torch.randn(BATCH * 16, 3 * 2 * 4 * 4, generator=g),
         "image_grid_thw": torch.tensor([[1, 4, 4]] * BATCH),
     }
@@ -363,7 +364,13 @@ CASES: list[ZooCase] = [
         image_token_inputs(127, 16),
         notes="CLIP vision tower + llama, 16 image tokens",
     ),
-    ZooCase("vilt", MM, hf("ViltModel", "ViltConfig", image_size=IMAGE, patch_size=8, max_image_length=-1, **BERT), _vilt_inputs, notes="single-stream text + patches"),
+    ZooCase(
+        "vilt",
+        MM,
+        hf("ViltModel", "ViltConfig", image_size=IMAGE, patch_size=8, max_image_length=-1, **BERT),
+        _vilt_inputs,
+        notes="single-stream text + patches; RNG IN EVAL: patches are shuffled with torch.multinomial on every forward, seed torch before each run",
+    ),
     ZooCase("vision-text-dual-encoder", MM, composite("VisionTextDualEncoderModel", _dual_encoder), text_image_inputs()),
     ZooCase("vision-encoder-decoder", MM, composite("VisionEncoderDecoderModel", _vision_enc_dec), _image_text_dec_inputs, notes="ViT encoder + GPT-2 decoder"),
     ZooCase(
@@ -411,7 +418,7 @@ CASES: list[ZooCase] = [
             "GroupViTModel",
             "GroupViTConfig",
             text_config=CLIP_TEXT,
-            vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=3, depths=[1, 1, 1], num_group_tokens=[4, 2, 0], num_output_groups=[4, 2], num_attention_heads=4, image_size=IMAGE, patch_size=8),
+            vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=3, depths=[1, 1, 1], num_group_tokens=[4, 2, 0], num_output_groups=[4, 2, 2], num_attention_heads=4, image_size=IMAGE, patch_size=8),
             projection_dim=16,
             projection_intermediate_dim=32,
         ),

@@ -371,9 +371,9 @@ CASES: list[ZooCase] = [
     ZooCase(
         "zamba",
         SSM,
-        hf("ZambaForCausalLM", "ZambaConfig", use_mamba_kernels=False, attention_hidden_size=64, attention_head_dim=16, n_mamba_heads=2, mamba_d_state=8, mamba_expand=2, attn_layer_period=2, attn_layer_offset=1, **{**LLAMA, "num_key_value_heads": 4}),
+        hf("ZambaForCausalLM", "ZambaConfig", use_mamba_kernels=False, attention_hidden_size=64, attention_head_dim=16, n_mamba_heads=2, mamba_d_state=8, mamba_expand=2, layers_block_type=["hybrid", "hybrid"], **{**LLAMA, "num_key_value_heads": 4}),
         no_cache,
-        notes="mamba + shared attention (concatenated residual)",
+        notes="mamba + shared attention; both layers hybrid (transformers ties the shared block and needs >= 2)",
     ),
     ZooCase(
         "nemotron-h",
