@@ -53,6 +53,7 @@ CONTINUE = "<continue>"
 RETURN = "<return>"
 RETURN_SLOT = "$return"
 _Module = nn.Module
+_MISSING = object()
 
 
 class StepAbandoned(BaseException):
@@ -265,6 +266,12 @@ class _Unit:
         self.simple = schema.vararg is None and schema.kwarg is None and not schema.kwonly
         self.self_name = schema.self_name if is_block else None
         self.weights = tuple(schema.weight_refs.items())
+        module = self.module
+        # Registered parameters/buffers are read from their dict directly (what Module.__getattr__
+        # would return); anything else falls back to getattr at each call.
+        self.direct_weights = all(
+            attr in getattr(module, "_parameters", {}) or attr in getattr(module, "_buffers", {})
+            for _, attr in self.weights) and not any(hasattr(type(module), attr) for _, attr in self.weights)
         self.label = f"{block.name}.{schema.name}" if is_block else schema.name
         self.body = program.compile_list(schema.body, self)
 
@@ -279,8 +286,17 @@ class _Unit:
             frame[self.self_name] = self.module
         if self.weights:
             module = self.module
-            for ref, attr in self.weights:
-                frame[ref] = getattr(module, attr)
+            if self.direct_weights:
+                params = module._parameters
+                buffers = module._buffers
+                for ref, attr in self.weights:
+                    value = params.get(attr, _MISSING)
+                    if value is _MISSING:
+                        value = buffers[attr] if attr in buffers else getattr(module, attr)
+                    frame[ref] = value
+            else:
+                for ref, attr in self.weights:
+                    frame[ref] = getattr(module, attr)
         return frame
 
     def _bind_general(self, args: tuple, kwargs: dict, defaults: dict) -> dict:
@@ -379,6 +395,8 @@ class Program:
         self.root = root
         self.observer = observer
         self.units: dict[int, _Unit] = {}
+        self.invokers: dict[int, Callable] = {}
+        self.module_invokers: dict[int, Callable] = {}
         self.by_module: dict[int, ModelBlockSchema] = {}
         for block in root.iter_blocks():
             if block.module is not None and block.method_name is None:
@@ -394,6 +412,29 @@ class Program:
             unit = _Unit(self, block, block.signature, is_block=True)
             self.units[id(block)] = unit
         return unit
+
+    def invoker(self, block: ModelBlockSchema) -> Callable[[Any, dict], Any]:
+        """A cached `invoke(args, kwargs)` running `block` with the fewest checks per call."""
+        invoke = self.invokers.get(id(block))
+        if invoke is not None:
+            return invoke
+        if block.skip_reason is not None or block.module is None or block.wrapper is not None:
+            def invoke(args: Any, kwargs: dict, _block=block) -> Any:
+                return self.call_block(_block, tuple(args), kwargs)
+        else:
+            unit = self.unit(block)
+            bind, run = unit.bind, unit.run
+            observer = self.observer
+            if observer is None:
+                def invoke(args: Any, kwargs: dict) -> Any:
+                    return run(bind(args, kwargs))
+            else:
+                observed_run = self._observed_run
+
+                def invoke(args: Any, kwargs: dict) -> Any:
+                    return observed_run(observer, block, unit, bind(args, kwargs))
+        self.invokers[id(block)] = invoke
+        return invoke
 
     def call_block(self, block: ModelBlockSchema, args: tuple, kwargs: dict) -> Any:
         """Run `block` as a call `module(*args, **kwargs)` would."""
@@ -449,9 +490,13 @@ class Program:
     def call_value(self, target: Any, args: list, kwargs: dict) -> Any:
         """Call a runtime value; a module with a block in this schema runs its block."""
         if isinstance(target, _Module):
-            block = self.by_module.get(id(target))
-            if block is not None:
-                return self.call_block(block, tuple(args), kwargs)
+            invoke = self.module_invokers.get(id(target))
+            if invoke is None:
+                block = self.by_module.get(id(target))
+                if block is None:
+                    return target(*args, **kwargs)
+                invoke = self.module_invokers[id(target)] = self.invoker(block)
+            return invoke(args, kwargs)
         return target(*args, **kwargs)
 
     def run_root(self, scope: dict) -> Any:
@@ -574,6 +619,15 @@ class Program:
             callee = instr.callee_var
             call_value = self.call_value
             method = ref.method
+            simple, _ = _args_builder(instr.args, instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var)
+            if simple is not None and method is None:
+                names = simple
+                empty: dict = {}
+
+                def run_dynamic_block_simple(f: dict, _i=instr) -> None:
+                    f[out] = call_value(f[callee], [f[n] for n in names], empty)
+
+                return run_dynamic_block_simple
 
             def run_dynamic_block(f: dict, _i=instr) -> None:
                 a, kw = build(f)
@@ -606,9 +660,11 @@ class Program:
 
             return run_live
 
+        invoker = self.invoker
+
         def run_block(f: dict, _i=instr) -> None:
             a, kw = build(f)
-            f[out] = call_block(block, a, kw)
+            f[out] = invoker(block)(a, kw)
 
         return run_block
 
