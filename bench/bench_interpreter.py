@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from models import gpt2_small, linear_stack  # noqa: E402
 
 from nnschemaparser import NNParser, SchemaInterpreter  # noqa: E402
+from nnschemaparser.equality import first_mismatch  # noqa: E402
 
 
 def timed(fn, inner: int) -> float:
@@ -32,13 +33,7 @@ def timed(fn, inner: int) -> float:
 
 
 def same(a, b) -> bool:
-    if isinstance(a, torch.Tensor):
-        return torch.equal(a, b)
-    if hasattr(a, "to_tuple"):
-        a, b = a.to_tuple(), b.to_tuple()
-    if isinstance(a, (tuple, list)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    return a == b
+    return first_mismatch(a, b) is None
 
 
 def bench(name: str, factory, rounds: int, inner: int, with_fx: bool = False) -> dict:

@@ -48,11 +48,27 @@ def _parse_cached(filename: str, firstlineno: int, text: str) -> ast.Module:
     return ast.parse(text)
 
 
+_SOURCES: dict[Any, FunctionSource] = {}
+
+
 def function_source(fn: Callable) -> FunctionSource:
     """Parse the definition of `fn` (already unwrapped) and return its FunctionDef node.
 
-    Line numbers in the returned node are absolute line numbers of `filename`.
+    Line numbers in the returned node are absolute line numbers of `filename`. Results are cached
+    per code object: the lowering reads the tree and never changes it.
     """
+    code = getattr(fn, "__code__", None)
+    cached = _SOURCES.get(code) if code is not None else None
+    if cached is not None:
+        return cached
+    result = _read_function_source(fn)
+    if len(_SOURCES) > 8192:
+        _SOURCES.clear()
+    _SOURCES[code] = result
+    return result
+
+
+def _read_function_source(fn: Callable) -> FunctionSource:
     code = getattr(fn, "__code__", None)
     if code is None:
         raise SourceUnavailableError(

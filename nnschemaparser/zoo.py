@@ -90,7 +90,7 @@ def hf(
     model_cls: str,
     config_cls: str,
     *,
-    moe: bool = False,
+    moe: bool | str = False,
     eager_attn: bool = True,
     post: Callable[[Any], None] | None = None,
     **config_kwargs: Any,
@@ -525,9 +525,15 @@ def _main(argv: list[str] | None = None) -> int:
             failed.append((c.name, r["reason"]))
         print(f"{c.name:28s} {c.family:18s} {r['params']:>9,d} params {r['seconds']:6.2f}s  {status}", flush=True)
     elapsed = time.perf_counter() - t_start
+    # Cases listed in REFUSED are not run (unless --all) but always reported.
+    refused = [] if args.all or args.fast else [c for c in all_cases() if c.name in REFUSED and args.k in c.name]
+    for c in refused:
+        print(f"{c.name:28s} {c.family:18s} {'-':>9s} params {'':7s} refused (REFUSED): {REFUSED[c.name]}")
+    n_refused = {f: sum(c.family == f for c in refused) for f in FAMILIES}
     print("-" * 72)
     for f in FAMILIES:
-        print(f"{f:18s} {passed[f]:3d} / {total[f]:3d} ok")
+        extra = f", {n_refused[f]} refused" if n_refused[f] else ""
+        print(f"{f:18s} {passed[f]:3d} / {total[f]:3d} ok{extra}")
     n_ok = sum(passed.values())
     print(f"{'total':18s} {n_ok:3d} / {len(cases):3d} ok in {elapsed:.1f}s; {len(REFUSED)} listed in REFUSED")
     for name, reason in failed:

@@ -229,7 +229,7 @@ CASES: list[ZooCase] = [
     # ------------------------------------------------------------------ vision transformers
     ZooCase("vit", VIT_, hf("ViTForImageClassification", "ViTConfig", num_labels=5, **VIT), image),
     ZooCase("deit", VIT_, hf("DeiTForImageClassificationWithTeacher", "DeiTConfig", **VIT), image, notes="cls + distillation tokens"),
-    ZooCase("beit", VIT_, hf("BeitForImageClassification", "BeitConfig", use_relative_position_bias=True, use_mean_pooling=True, layer_scale_init_value=0.1, **VIT), image),
+    ZooCase("beit", VIT_, hf("BeitForImageClassification", "BeitConfig", use_relative_position_bias=True, use_mean_pooling=True, layer_scale_init_value=0.1, vocab_size=VOCAB, **VIT), image),
     ZooCase("data2vec-vision", VIT_, hf("Data2VecVisionModel", "Data2VecVisionConfig", use_shared_relative_position_bias=True, **VIT), image),
     ZooCase("dinov2", VIT_, hf("Dinov2Model", "Dinov2Config", mlp_ratio=2, **{k: v for k, v in VIT.items() if k != "intermediate_size"}), image, notes="layer scale, interpolated pos-emb"),
     ZooCase("ijepa", VIT_, hf("IJepaModel", "IJepaConfig", **VIT), image),
@@ -418,7 +418,7 @@ CASES: list[ZooCase] = [
             "GroupViTModel",
             "GroupViTConfig",
             text_config=CLIP_TEXT,
-            vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=3, depths=[1, 1, 1], num_group_tokens=[4, 2, 0], num_output_groups=[4, 2, 2], num_attention_heads=4, image_size=IMAGE, patch_size=8),
+            vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, depths=[1, 1], num_group_tokens=[4, 0], num_output_groups=[4, 4], num_attention_heads=4, image_size=IMAGE, patch_size=8),
             projection_dim=16,
             projection_intermediate_dim=32,
         ),

@@ -15,6 +15,7 @@ E, D, KV, MOE, SSM = "encoder", "decoder", "decoder-kv-cache", "moe", "ssm"
 no_cache = text_inputs(use_cache=False)
 with_cache = text_inputs(use_cache=True)
 prefill = prefilled_cache_inputs()
+PREFILL = "second step on a cache prefilled by an eager first step; the cache is mutated in place, call make_inputs per run"
 
 GPT2 = dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=0, eos_token_id=0)
 GEMMA = dict(LLAMA, head_dim=8, num_key_value_heads=2)
@@ -186,15 +187,16 @@ CASES: list[ZooCase] = [
         notes="LSH + local attention, reversible residual layers (fixed hash_seed)",
     ),
     # ------------------------------------------------------------------ decoders with a KV cache
-    ZooCase("llama-kv-prefill", KV, hf("LlamaForCausalLM", "LlamaConfig", **LLAMA), prefill, notes="second step on a prefilled DynamicCache"),
-    ZooCase("gpt2-kv-prefill", KV, hf("GPT2LMHeadModel", "GPT2Config", **GPT2), prefill),
-    ZooCase("qwen2-kv-prefill", KV, hf("Qwen2ForCausalLM", "Qwen2Config", **LLAMA), prefill),
-    ZooCase("phi3-kv-prefill", KV, hf("Phi3ForCausalLM", "Phi3Config", pad_token_id=0, bos_token_id=1, eos_token_id=2, **LLAMA), prefill),
+    ZooCase("llama-kv-prefill", KV, hf("LlamaForCausalLM", "LlamaConfig", **LLAMA), prefill, notes=PREFILL),
+    ZooCase("gpt2-kv-prefill", KV, hf("GPT2LMHeadModel", "GPT2Config", **GPT2), prefill, notes=PREFILL),
+    ZooCase("qwen2-kv-prefill", KV, hf("Qwen2ForCausalLM", "Qwen2Config", **LLAMA), prefill, notes=PREFILL),
+    ZooCase("phi3-kv-prefill", KV, hf("Phi3ForCausalLM", "Phi3Config", pad_token_id=0, bos_token_id=1, eos_token_id=2, **LLAMA), prefill, notes=PREFILL),
     ZooCase(
         "gpt-neox-kv-prefill",
         KV,
         hf("GPTNeoXForCausalLM", "GPTNeoXConfig", bos_token_id=0, eos_token_id=0, **{k: v for k, v in LLAMA.items() if k != "num_key_value_heads"}),
         prefill,
+        notes=PREFILL,
     ),
     ZooCase("mistral-kv", KV, hf("MistralForCausalLM", "MistralConfig", sliding_window=4, **LLAMA), with_cache, notes="cache created and returned"),
     ZooCase("gemma2-kv", KV, hf("Gemma2ForCausalLM", "Gemma2Config", sliding_window=4, **GEMMA), with_cache, notes="hybrid sliding/global cache"),
@@ -204,7 +206,7 @@ CASES: list[ZooCase] = [
         hf("OPTForCausalLM", "OPTConfig", vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, ffn_dim=64, max_position_embeddings=64, word_embed_proj_dim=32, pad_token_id=1, bos_token_id=0, eos_token_id=2),
         with_cache,
     ),
-    ZooCase("bloom-kv-prefill", KV, hf("BloomForCausalLM", "BloomConfig", vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0, pad_token_id=0), prefill),
+    ZooCase("bloom-kv-prefill", KV, hf("BloomForCausalLM", "BloomConfig", vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0, pad_token_id=0), prefill, notes=PREFILL),
     ZooCase(
         "falcon-kv",
         KV,
@@ -314,7 +316,7 @@ CASES: list[ZooCase] = [
     ZooCase(
         "mamba2",
         SSM,
-        hf("Mamba2ForCausalLM", "Mamba2Config", vocab_size=VOCAB, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2, num_heads=8, head_dim=8, n_groups=1, chunk_size=4, conv_kernel=4),
+        hf("Mamba2ForCausalLM", "Mamba2Config", vocab_size=VOCAB, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2, num_heads=4, head_dim=16, n_groups=1, chunk_size=4, conv_kernel=4),
         no_cache,
         notes="chunked SSD torch path",
     ),
