@@ -202,7 +202,7 @@ class InterpretedFunction:
         if observer is not None:
             observer.enter_function(self, frame)
         try:
-            return unit.run(frame)
+            return unit.run(frame) if unit.lazy is None else unit.generate(frame, outer)
         finally:
             for name in unit.nonlocal_vars:
                 if name in frame:
@@ -274,6 +274,8 @@ class _Unit:
             for _, attr in self.weights) and not any(hasattr(type(module), attr) for _, attr in self.weights)
         self.label = f"{block.name}.{schema.name}" if is_block else schema.name
         self.body = program.compile_list(schema.body, self)
+        # A generator expression's helper runs lazily, one element per `next`, as CPython's does.
+        self.lazy = program.compile_lazy(schema.body, self) if not is_block and schema.name == "<gencomp>" else None
 
     # binding follows CPython's rules and messages
     def bind(self, args: tuple, kwargs: dict, defaults: Optional[dict] = None) -> dict:
@@ -337,6 +339,42 @@ class _Unit:
                             f"{listed}")
         return frame
 
+    def generate(self, frame: dict, outer: dict) -> Any:
+        """Start a generator expression: its first iterable is iterated now, the rest on demand."""
+        frame[".0"] = iter(frame[".0"])
+        return self._generator(frame, outer)
+
+    def _generator(self, frame: dict, outer: dict) -> Any:
+        _blk = self
+        walker = _walk_lazy(self.lazy, frame)
+        while True:
+            # Free variables are read when an element is computed (late binding), walrus targets
+            # written back at once: the cells CPython would share with the enclosing function.
+            for name in self.free_vars:
+                if name in outer:
+                    frame[name] = outer[name]
+                else:
+                    frame.pop(name, None)
+            try:
+                value = next(walker)
+            except StopIteration:
+                return
+            except KeyError as exc:
+                unbound = _unbound_error(exc, self)
+                _annotate(unbound or exc, self, sys._getframe(0))
+                if unbound is None:
+                    raise
+                raise unbound from None
+            except BaseException as exc:
+                if not isinstance(exc, StepAbandoned):
+                    _annotate(exc, self, sys._getframe(0))
+                raise
+            finally:
+                for name in self.nonlocal_vars:
+                    if name in frame:
+                        outer[name] = frame[name]
+            yield value
+
     def run(self, frame: dict) -> Any:
         """Run the body in `frame`; returns the returned value."""
         _blk = self
@@ -348,6 +386,12 @@ class _Unit:
                         return frame.pop(RETURN_SLOT)
                     raise SyntaxError(f"'{signal}' outside loop in {self.label}")
             return None
+        except KeyError as exc:
+            unbound = _unbound_error(exc, self)
+            _annotate(unbound or exc, self, sys._getframe(0))
+            if unbound is None:
+                raise
+            raise unbound from None
         except BaseException as exc:
             if not isinstance(exc, StepAbandoned):
                 _annotate(exc, self, sys._getframe(0))
@@ -380,12 +424,188 @@ def _annotate(exc: BaseException, unit: _Unit, here: Any) -> None:
         exc.__notes__ = [*getattr(exc, "__notes__", []), note]
 
 
+_INLINED_COMPREHENSIONS = ("<listcomp>", "<setcomp>", "<dictcomp>")  # PEP 709, Python 3.12+
+
+
+def _read_names(instr: Instruction) -> set:
+    """The frame variables an instruction reads itself (not those of its nested bodies)."""
+    names: set = set()
+
+    def walk(op: Any) -> None:
+        if isinstance(op, VarRef):
+            names.add(op.name)
+        elif isinstance(op, SliceOf):
+            walk(op.lower), walk(op.upper), walk(op.step)
+        elif isinstance(op, (list, tuple)):
+            for item in op:
+                walk(item)
+        elif isinstance(op, dict):
+            for key, value in op.items():
+                walk(key), walk(value)
+
+    for attr in ("target", "args", "kwargs", "exc", "cause", "defaults", "kw_defaults"):
+        walk(getattr(instr, attr, None))
+    for attr in ("args_var", "kwargs_var", "cond_var", "callee_var", "context_var"):
+        value = getattr(instr, attr, None)
+        if value:
+            names.add(value)
+    names.update(getattr(instr, "out_vars", None) or ())
+    return names
+
+
+def _unbound_error(exc: KeyError, unit: "_Unit") -> Optional[BaseException]:
+    """The error CPython raises for a read of an unbound variable, when `exc` is such a read; else None.
+
+    A frame read that misses raises KeyError(name) in an engine closure. A KeyError of the model's
+    own code (a dict lookup) is told apart by where it was raised: below the innermost instruction
+    closure there must be no frame outside this module, the name must be one the instruction reads,
+    and it must be missing from that closure's frame.
+    """
+    if len(exc.args) != 1 or not isinstance(exc.args[0], str):
+        return None
+    name = exc.args[0]
+    instr, frame = None, None
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_filename != __file__:
+            instr, frame = None, None
+        else:
+            local = tb.tb_frame.f_locals
+            candidate = local.get("_i")
+            if isinstance(candidate, Instruction) and isinstance(local.get("f"), dict):
+                instr, frame = candidate, local["f"]
+        tb = tb.tb_next
+    if instr is None or name in frame or name not in _read_names(instr):
+        return None
+    inlined = sys.version_info >= (3, 12) and unit.schema.name in _INLINED_COMPREHENSIONS
+    if name in unit.free_vars and not inlined:
+        if sys.version_info >= (3, 11):
+            error: BaseException = NameError(f"cannot access free variable '{name}' where it is not associated "
+                                             "with a value in enclosing scope")
+        else:
+            error = NameError(f"free variable '{name}' referenced before assignment in enclosing scope")
+    elif sys.version_info >= (3, 11):
+        error = UnboundLocalError(f"cannot access local variable '{name}' where it is not associated with a value")
+    else:
+        error = UnboundLocalError(f"local variable '{name}' referenced before assignment")
+    return error.with_traceback(exc.__traceback__)
+
+
+_LAZY_RUN, _LAZY_YIELD, _LAZY_FOR, _LAZY_IF = range(4)
+
+
+def _walk_lazy(steps: list, f: dict) -> Any:
+    """Run the steps of a generator expression's helper, yielding each element instead of appending it."""
+    for step in steps:
+        kind = step[0]
+        if kind == _LAZY_RUN:
+            if step[1](f) is not None:  # the helper's return: the elements are done
+                return
+        elif kind == _LAZY_YIELD:
+            args, _ = step[1](f)
+            yield args[1]
+        elif kind == _LAZY_FOR:
+            _, condition, cond_var, bind_var, body = step
+            for fn in condition:
+                fn(f)
+            for item in f[cond_var]:
+                f[bind_var] = item
+                yield from _walk_lazy(body, f)
+        else:
+            _, condition, cond_var, body, else_body = step
+            for fn in condition:
+                fn(f)
+            yield from _walk_lazy(body if f[cond_var] else else_body, f)
+
+
+def _is_element(instr: Instruction) -> bool:
+    """The `$result.append(element)` the lowering emits at the heart of a comprehension helper."""
+    return (isinstance(instr, OpInstruction) and instr.target is list.append and bool(instr.args)
+            and instr.args[0] == VarRef("$result"))
+
+
+def _holds_element(instr: Instruction) -> bool:
+    if _is_element(instr):
+        return True
+    if isinstance(instr, ControlInstruction):
+        return any(_holds_element(i) for i in instr.body) or any(_holds_element(i) for i in instr.else_body)
+    return False
+
+
 def _run_list(fns: list, f: dict) -> Any:
     for fn in fns:
         signal = fn(f)
         if signal is not None:
             return signal
     return None
+
+
+from torch.nn.modules import module as _module_impl  # noqa: E402
+
+
+def _global_hook_dicts() -> tuple:
+    names = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+             "_global_backward_pre_hooks")
+    return tuple(getattr(_module_impl, name) for name in names if hasattr(_module_impl, name))
+
+
+_GLOBAL_HOOK_DICTS = _global_hook_dicts()
+
+
+def _GLOBAL_HOOKS_ACTIVE() -> bool:
+    for hooks in _GLOBAL_HOOK_DICTS:
+        if hooks:
+            return True
+    return False
+
+
+def _call_with_hooks(module: nn.Module, args: Any, kwargs: dict, direct: Callable) -> Any:
+    """`Module._call_impl`'s forward-hook protocol around `direct` (the schema of the forward)."""
+    has_backward = (module._backward_hooks or module._backward_pre_hooks
+                    or getattr(_module_impl, "_global_backward_hooks", None)
+                    or getattr(_module_impl, "_global_backward_pre_hooks", None))
+    if has_backward:
+        return module(*args, **kwargs)  # backward hooks wrap tensors: let the real call do it exactly
+    args = tuple(args)
+    pre_kwargs = getattr(module, "_forward_pre_hooks_with_kwargs", {})
+    for hook_id, hook in (*_module_impl._global_forward_pre_hooks.items(), *module._forward_pre_hooks.items()):
+        if hook_id in pre_kwargs:
+            result = hook(module, args, kwargs)
+            if result is not None:
+                if isinstance(result, tuple) and len(result) == 2:
+                    args, kwargs = result
+                else:
+                    raise RuntimeError("forward pre-hook must return None or a tuple of (new_args, new_kwargs), "
+                                       f"but got {result}.")
+        else:
+            result = hook(module, args)
+            if result is not None:
+                args = result if isinstance(result, tuple) else (result,)
+    hook_kwargs = getattr(module, "_forward_hooks_with_kwargs", {})
+    always = getattr(module, "_forward_hooks_always_called", {})
+    global_always = getattr(_module_impl, "_global_forward_hooks_always_called", {})
+    try:
+        result = direct(args, kwargs)
+    except BaseException:
+        for hook_id, hook in (*_module_impl._global_forward_hooks.items(), *module._forward_hooks.items()):
+            if hook_id in always or hook_id in global_always:
+                try:
+                    if hook_id in hook_kwargs:
+                        hook(module, args, kwargs, None)
+                    else:
+                        hook(module, args, None)
+                except Exception:
+                    pass
+        raise
+    for hook_id, hook in (*_module_impl._global_forward_hooks.items(), *module._forward_hooks.items()):
+        if hook_id in hook_kwargs:
+            hook_result = hook(module, args, kwargs, result)
+        else:
+            hook_result = hook(module, args, result)
+        if hook_result is not None:
+            result = hook_result
+    return result
 
 
 class Program:
@@ -414,27 +634,45 @@ class Program:
         return unit
 
     def invoker(self, block: ModelBlockSchema) -> Callable[[Any, dict], Any]:
-        """A cached `invoke(args, kwargs)` running `block` with the fewest checks per call."""
+        """A cached `invoke(args, kwargs)` running `block` as `module(*args, **kwargs)` would.
+
+        A forward block runs the module's forward hooks around the schema exactly as
+        `Module._call_impl` does (transformers collects hidden states with such hooks); with backward
+        hooks registered, the call goes to the real module.
+        """
         invoke = self.invokers.get(id(block))
         if invoke is not None:
             return invoke
-        if block.skip_reason is not None or block.module is None or block.wrapper is not None:
+        if block.skip_reason is not None or block.module is None:
             def invoke(args: Any, kwargs: dict, _block=block) -> Any:
                 return self.call_block(_block, tuple(args), kwargs)
+        elif block.method_name is not None:
+            invoke = self._direct(block)
         else:
-            unit = self.unit(block)
-            bind, run = unit.bind, unit.run
-            observer = self.observer
-            if observer is None:
-                def invoke(args: Any, kwargs: dict) -> Any:
-                    return run(bind(args, kwargs))
-            else:
-                observed_run = self._observed_run
+            direct = self._direct(block)
+            module = block.module
 
-                def invoke(args: Any, kwargs: dict) -> Any:
-                    return observed_run(observer, block, unit, bind(args, kwargs))
+            def invoke(args: Any, kwargs: dict) -> Any:
+                if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                        or module._backward_pre_hooks or _GLOBAL_HOOKS_ACTIVE()):
+                    return _call_with_hooks(module, args, kwargs, direct)
+                return direct(args, kwargs)
         self.invokers[id(block)] = invoke
         return invoke
+
+    def _direct(self, block: ModelBlockSchema) -> Callable[[Any, dict], Any]:
+        """Run `block`'s schema (inside its forward's decorators, if any), without module hooks."""
+        unit = self.unit(block)
+        if block.wrapper is not None:
+            runner = self._wrapped_runner(block, unit)
+            module = block.module
+            return lambda args, kwargs: runner(module, *args, **kwargs)
+        bind, run = unit.bind, unit.run
+        observer = self.observer
+        if observer is None:
+            return lambda args, kwargs: run(bind(args, kwargs))
+        observed_run = self._observed_run
+        return lambda args, kwargs: observed_run(observer, block, unit, bind(args, kwargs))
 
     def call_block(self, block: ModelBlockSchema, args: tuple, kwargs: dict) -> Any:
         """Run `block` as a call `module(*args, **kwargs)` would."""
@@ -444,20 +682,14 @@ class Program:
                 raise SchemaRunError(f"block {block.path or block.name!r} was skipped ({block.skip_reason}) and "
                                      "has no live module to run; load the schema with model=...")
             if block.method_name is not None:
+                if block.function is not None:
+                    return block.function(module, *args, **kwargs)
                 return getattr(module, block.method_name)(*args, **kwargs)
             return module(*args, **kwargs)
         if block.module is None:
             raise SchemaRunError(f"block {block.path or block.name!r} has no live module: weights are not part of "
                                  "a saved schema; load it with load_schema(path, model=your_model) to run it")
-        unit = self.unit(block)
-        if block.wrapper is not None:
-            runner = self._wrapped_runner(block, unit)
-            return runner(block.module, *args, **kwargs)
-        frame = unit.bind(args, kwargs)
-        observer = self.observer
-        if observer is None:
-            return unit.run(frame)
-        return self._observed_run(observer, block, unit, frame)
+        return self.invoker(block)(args, kwargs)
 
     @staticmethod
     def _observed_run(observer: Observer, block: ModelBlockSchema, unit: "_Unit", frame: dict) -> Any:
@@ -521,6 +753,23 @@ class Program:
 
     def compile_list(self, instrs: list[Instruction], unit: _Unit) -> list[Callable]:
         return [self.compile(instr, unit) for instr in instrs]
+
+    def compile_lazy(self, instrs: list[Instruction], unit: _Unit) -> list[tuple]:
+        """The steps `_walk_lazy` runs: loops and ifs around the element are walked, the rest compiled."""
+        steps: list[tuple] = []
+        for instr in instrs:
+            if _is_element(instr):
+                _, build = _args_builder(instr.args, instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var)
+                steps.append((_LAZY_YIELD, build))
+            elif _holds_element(instr) and instr.kind == "for":
+                steps.append((_LAZY_FOR, self.compile_list(instr.condition, unit), instr.cond_var, instr.bind_var,
+                              self.compile_lazy(instr.body, unit)))
+            elif _holds_element(instr):
+                steps.append((_LAZY_IF, self.compile_list(instr.condition, unit), instr.cond_var,
+                              self.compile_lazy(instr.body, unit), self.compile_lazy(instr.else_body, unit)))
+            else:
+                steps.append((_LAZY_RUN, self.compile(instr, unit)))
+        return steps
 
     def compile(self, instr: Instruction, unit: _Unit) -> Callable:
         kind = type(instr).__name__
@@ -733,7 +982,13 @@ class Program:
         def run_try(f: dict, _i=instr) -> Any:
             try:
                 try:
-                    signal = _run_list(body, f)
+                    try:
+                        signal = _run_list(body, f)
+                    except KeyError as missed:  # an unbound read is a NameError for the handlers too
+                        unbound = _unbound_error(missed, unit)
+                        if unbound is None:
+                            raise
+                        raise unbound from None
                 except StepAbandoned:
                     raise
                 except BaseException as exc:

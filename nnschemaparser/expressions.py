@@ -595,8 +595,12 @@ class ExpressionLowering:
             if func.attr == "forward":
                 return BlockRef(path=path), None
             fn = inspect.getattr_static(child, func.attr, None)
-            if isinstance(fn, types.FunctionType):
+            # A container without a forward (ModuleList, ModuleDict) is no block: call its method live.
+            has_block = getattr(type(child).forward, "__name__", "") != "_forward_unimplemented"
+            if isinstance(fn, types.FunctionType) and has_block:
                 owner = self._defining_class(type(child), func.attr)
+                if self._framework_method(owner):
+                    return None
                 self.ctx.requests.append(_request(path, func.attr, fn, owner))
                 return BlockRef(path=path, method=func.attr), None
             return None
@@ -609,9 +613,16 @@ class ExpressionLowering:
             fn = inspect.getattr_static(module, func.attr, None)
             if isinstance(fn, types.FunctionType) and func.attr not in ("__call__", "_call_impl"):
                 owner = self._defining_class(type(module), func.attr)
+                if self._framework_method(owner):
+                    return None
                 self.ctx.requests.append(_request("", func.attr, fn, owner))
                 return BlockRef(path="", method=func.attr), None
         return None
+
+    @staticmethod
+    def _framework_method(owner: Optional[type]) -> bool:
+        """Methods of nn.Module itself (modules(), parameters(), _apply...) are not model code."""
+        return owner is None or owner.__module__ == "torch.nn.modules.module"
 
     @staticmethod
     def _defining_class(cls: type, attr: str) -> Optional[type]:

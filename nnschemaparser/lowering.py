@@ -652,7 +652,36 @@ class FunctionLowering(ExpressionLowering):
         for name in node.names:
             self.free_vars.add(name)
 
-    def visit_Import(self, node: ast.AST) -> None:
-        raise self.refuse(node, "an import inside forward is not supported; import at module level")
+    def visit_Import(self, node: ast.Import) -> None:
+        """`import a.b as c` binds the module, imported now: the forward would import it anyway."""
+        for alias in node.names:
+            module = self.import_module(alias.name, 0, node)
+            if alias.asname:
+                value, name = module, alias.asname
+            else:
+                name = alias.name.split(".")[0]
+                value = self.import_module(name, 0, node)
+            self.emit(op_instruction(name, intrinsics.assign, [Const(value, alias.name)], style="value"), node)
 
-    visit_ImportFrom = visit_Import
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = self.import_module(node.module or "", node.level, node)
+        for alias in node.names:
+            if alias.name == "*":
+                raise self.refuse(node, "'from ... import *' inside forward is not supported")
+            if hasattr(module, alias.name):
+                value = getattr(module, alias.name)
+            else:
+                value = self.import_module(f"{module.__name__}.{alias.name}", 0, node)
+            self.emit(op_instruction(alias.asname or alias.name, intrinsics.assign,
+                                     [Const(value, f"{node.module or ''}.{alias.name}")], style="value"), node)
+
+    def import_module(self, name: str, level: int, node: ast.AST) -> Any:
+        import importlib
+
+        package = self.ctx.globals.get("__package__") or self.ctx.globals.get("__name__", "")
+        try:
+            if level:
+                return importlib.import_module("." * level + name, package)
+            return importlib.import_module(name)
+        except Exception as exc:
+            raise self.refuse(node, f"cannot import {name!r} while lowering: {type(exc).__name__}: {exc}") from None

@@ -120,18 +120,23 @@ class _BlockBuilder:
                 continue
             method_block = ModelBlockSchema(name=target.name, path=target.path, module_type=target.module_type,
                                             module=target.module, method_name=request.key,
-                                            sub_blocks=target.sub_blocks)
+                                            sub_blocks=target.sub_blocks, methods=target.methods,
+                                            function=request.function)
             target.methods[request.key] = method_block  # placeholder first: recursion finds it
             fn = unwrap_function(request.function)
             if fn is not request.function:
-                method_block.wrapper = request.function
+                if rebindable(request.function):
+                    method_block.wrapper = request.function
+                else:
+                    method_block.skip_reason = (f"method {request.key} is wrapped by a decorator that does not "
+                                                "close over the function it wraps")
+                    continue
             more: list[MethodRequest] = []
             try:
                 signature = lower_function(fn, module=target.module, owner=request.owner, requests=more)
             except (UnsupportedSyntaxError, SourceUnavailableError) as exc:
-                if target is block:
-                    raise
-                self.skip(target, f"method {request.key}: {exc}")
+                # The method runs as the real Python method; its block stays listed as skipped.
+                method_block.skip_reason = str(exc)
                 continue
             method_block.signature = signature
             method_block.body = signature.body
@@ -141,7 +146,8 @@ class _BlockBuilder:
 
 
 def _collect_skipped(block: ModelBlockSchema) -> dict[str, str]:
-    skipped = {}
+    skipped = {f"{key}()": method.skip_reason for key, method in block.methods.items()
+               if method.skip_reason is not None}
     for key, child in block.sub_blocks.items():
         if child.skip_reason is not None:
             skipped[key] = child.skip_reason

@@ -339,6 +339,7 @@ class ModelBlockSchema:
     signature: Optional[FunctionSchema] = None
     skip_reason: Optional[str] = None
     wrapper: Any = None
+    function: Any = None
 
     @property
     def is_skipped(self) -> bool:
