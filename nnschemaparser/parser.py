@@ -12,6 +12,7 @@ Depends on schema, lowering, source, engine, notation and errors; never on liste
 from __future__ import annotations
 
 import contextlib
+import copy
 from typing import Any, Iterator, Mapping, Optional
 
 import torch
@@ -342,7 +343,20 @@ class NNParser:
 
 
 def _fresh(scope: dict) -> dict:
-    return {k: (v.detach().clone() if isinstance(v, torch.Tensor) else v) for k, v in scope.items()}
+    """A private copy of the example inputs for one run: the model may change them in place (a KV
+    cache, a list it appends to), and the caller's values must stay as they were."""
+    return {k: _private_copy(v) for k, v in scope.items()}
+
+
+def _private_copy(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone().requires_grad_(value.requires_grad)
+    if isinstance(value, (int, float, str, bool, type(None))):
+        return value
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # not copyable: used as given
+        return value
 
 
 def _eager_error(model: nn.Module, scope: dict) -> Optional[BaseException]:
