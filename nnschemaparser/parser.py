@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from .engine import Observer, Program, rebindable
+from .equality import first_mismatch
 from .errors import NNSchemaError, ParseError, SourceUnavailableError, UnsupportedSyntaxError
 from .lowering import MethodRequest, lower_function
 from .notation import value_repr
@@ -242,7 +243,11 @@ def example_inputs(shapes: Optional[Mapping[str, Any]], dtypes: Optional[Mapping
 
 
 class _Resolver(Observer):
-    """Fills `resolved` of each executed instruction and the inputs/outputs of each entered block."""
+    """Fills `resolved` of each executed instruction and the inputs/outputs of each entered block,
+    and keeps the first result of each forward block for the comparison with eager."""
+
+    def __init__(self) -> None:
+        self.results: dict[int, Any] = {}
 
     def enter_block(self, block: ModelBlockSchema, frame: dict) -> None:
         if not block.inputs and block.signature is not None:
@@ -252,6 +257,8 @@ class _Resolver(Observer):
             block.inputs = {n: value_repr(frame[n]) for n in names if n in frame}
 
     def exit_block(self, block: ModelBlockSchema, frame: dict, result: Any) -> None:
+        if block.method_name is None and id(block) not in self.results:
+            self.results[id(block)] = result
         if not block.outputs:
             values = result if isinstance(result, tuple) else (result,)
             block.outputs = [value_repr(v) for v in values]
@@ -282,7 +289,7 @@ class NNParser:
     def parse_model(model: nn.Module, inputs_tensors_shapes: Optional[Mapping[str, Any]] = None,
                     inputs_tensors_dtypes: Optional[Mapping[str, Any]] = None,
                     inputs_tensors_values: Optional[Mapping[str, Any]] = None, *,
-                    resolve: bool = True) -> ModelBlockSchema:
+                    resolve: bool = True, verify: bool = True) -> ModelBlockSchema:
         """Lower `model` into a schema and resolve shapes/dtypes with one protected run.
 
         Inputs are given by name (the forward's parameter names): shapes and dtypes are enough
@@ -304,18 +311,29 @@ class NNParser:
                              "or pass resolve=False to skip resolution")
         device = next((p.device for p in model.parameters()), None)
         scope = example_inputs(inputs_tensors_shapes, inputs_tensors_dtypes, inputs_tensors_values, device)
-        NNParser._resolve(model, root, scope)
+        NNParser._resolve(model, root, scope, verify)
         _collect_skipped(root)
         return root
 
     @staticmethod
-    def _resolve(model: nn.Module, root: ModelBlockSchema, scope: dict) -> None:
+    def _resolve(model: nn.Module, root: ModelBlockSchema, scope: dict, verify: bool = True) -> None:
         for _ in range(_MAX_SKIP_RETRIES):
-            program = Program(root, _Resolver())
+            resolver = _Resolver()
+            program = Program(root, resolver)
             try:
                 with preserved_state(model), torch.no_grad():
-                    program.run_root(_fresh(scope))
-                return
+                    rng = torch.get_rng_state()
+                    result = program.run_root(_fresh(scope))
+                if not verify:
+                    return
+                suspects = _verify(model, root, scope, rng, result, resolver.results)
+                if not suspects:
+                    return
+                for block in suspects:
+                    _BlockBuilder.skip(block, "its schema gave a result different from eager on the example "
+                                              "inputs, so it runs as the real module")
+                if root in suspects:
+                    return
             except NNSchemaError as exc:
                 if isinstance(exc, ParseError):
                     raise
@@ -340,6 +358,47 @@ class NNParser:
             for block in root.iter_blocks():
                 block.inputs, block.outputs = {}, []
         raise ParseError(f"gave up resolving {root.name} after {_MAX_SKIP_RETRIES} skipped children")
+
+
+def _verify(model: nn.Module, root: ModelBlockSchema, scope: dict, rng: torch.Tensor, result: Any,
+            block_results: dict[int, Any]) -> list[ModelBlockSchema]:
+    """Run eager from the same state and RNG; return the innermost blocks whose result differs.
+
+    Empty when the schema's result equals eager's exactly. Each module's first output is recorded
+    with a forward hook; a block is a suspect when its first result differs from its module's while
+    none of its interpreted sub-blocks differs (the error is in its own body).
+    """
+    eager_outputs: dict[int, Any] = {}
+
+    def record(module: nn.Module, args: Any, output: Any) -> None:
+        eager_outputs.setdefault(id(module), output)
+
+    handles = [m.register_forward_hook(record) for m in model.modules()]
+    try:
+        with preserved_state(model), torch.no_grad():
+            torch.set_rng_state(rng)
+            expected = model(**_fresh(scope))
+    except Exception:  # eager fails where the schema ran: nothing to compare against
+        return []
+    finally:
+        for handle in handles:
+            handle.remove()
+    if first_mismatch(expected, result) is None:
+        return []
+    differing: set[int] = set()
+    blocks = [b for b in root.iter_blocks() if b.method_name is None and b.skip_reason is None]
+    for block in blocks:
+        if id(block) in block_results and id(block.module) in eager_outputs:
+            if first_mismatch(eager_outputs[id(block.module)], block_results[id(block)]) is not None:
+                differing.add(id(block))
+    suspects = []
+    for block in blocks:
+        if id(block) not in differing:
+            continue
+        inner = [b for b in block.iter_blocks() if b is not block and id(b) in differing]
+        if not inner:
+            suspects.append(block)
+    return suspects or [root]
 
 
 def _fresh(scope: dict) -> dict:

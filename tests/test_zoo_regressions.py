@@ -130,3 +130,30 @@ def test_mutable_inputs_given_to_parse_are_not_changed_by_resolution():
     cache = [torch.ones(1, 4)]
     NNParser.parse_model(model=TakesCache(), inputs_tensors_values={"x": torch.randn(1, 4), "cache": cache})
     assert len(cache) == 1
+
+
+class CallerSensitive(nn.Module):
+    """Reads the Python stack: the one thing an interpreter cannot reproduce."""
+
+    def forward(self, x):
+        import sys
+
+        caller = sys._getframe(1).f_code.co_filename
+        return x * 3 if "nnschemaparser" in caller else x * 2
+
+
+class HoldsCallerSensitive(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+        self.odd = CallerSensitive()
+
+    def forward(self, x):
+        return self.odd(self.fc(x)).sum(-1)
+
+
+def test_child_whose_schema_differs_from_eager_is_found_and_skipped_at_parse_time():
+    schema = assert_schema_matches_eager(HoldsCallerSensitive(), {"x": torch.randn(2, 3)})
+    assert schema.sub_blocks["odd"].skip_reason is not None
+    assert "different from eager" in schema.skipped["odd"]
+    assert schema.skip_reason is None and schema.sub_blocks["fc"].skip_reason is None
