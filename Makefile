@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test sweep fuzz bench clean
+.PHONY: setup demo test sweep fuzz bench browser-deps clean
 
 setup: $(STAMP)
 
@@ -20,11 +20,24 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(PY) -m nnschemaparser.demo --out out
 
-test: setup
+# Chromium for the browser tests (Debian's package; Playwright drives it, it downloads nothing).
+browser-deps:
+	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
+		|| echo 'chromium could not be installed (needs root): the browser tests will be skipped'
+
+test: setup browser-deps
 	$(PY) -m pytest -q
 
+sweep: setup
+	HF_HUB_OFFLINE=1 $(PY) -m nnschemaparser.sweep --subset all --csv docs/sweep.csv --markdown docs/sweep-table.md
+
+fuzz: setup
+	$(PY) -m tests.fuzz.run_fuzz --programs 10000 --seed 0
+
 bench: setup
+	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/bench_interpreter.py
+	$(PY) bench/bench_capture.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

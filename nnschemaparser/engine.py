@@ -189,7 +189,7 @@ class InterpretedFunction:
         self.outer = outer
         self.defaults = defaults
         self.__name__ = schema.name
-        self.__qualname__ = schema.name
+        self.__qualname__ = unit.qualname
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         unit = self.unit
@@ -273,6 +273,7 @@ class _Unit:
             attr in getattr(module, "_parameters", {}) or attr in getattr(module, "_buffers", {})
             for _, attr in self.weights) and not any(hasattr(type(module), attr) for _, attr in self.weights)
         self.label = f"{block.name}.{schema.name}" if is_block else schema.name
+        self.qualname = _block_qualname(block, self.label) if is_block else schema.name  # closures: set by caller
         self.body = program.compile_list(schema.body, self)
         # A generator expression's helper runs lazily, one element per `next`, as CPython's does.
         self.lazy = program.compile_lazy(schema.body, self) if not is_block and schema.name == "<gencomp>" else None
@@ -302,18 +303,13 @@ class _Unit:
         return frame
 
     def _bind_general(self, args: tuple, kwargs: dict, defaults: dict) -> dict:
+        """Bind as CPython calls a function: same checks, same order, same messages."""
         schema = self.schema
         params = self.params
-        name = self.label
-        frame: dict[str, Any] = {}
-        if len(args) > len(params):
-            if schema.vararg is None:
-                raise TypeError(f"{name}() takes {len(params)} positional arguments but {len(args)} were given")
+        name = self.qualname
+        frame: dict[str, Any] = dict(zip(params, args))
+        if schema.vararg is not None:
             frame[schema.vararg] = tuple(args[len(params):])
-        elif schema.vararg is not None:
-            frame[schema.vararg] = ()
-        for pname, value in zip(params, args):
-            frame[pname] = value
         extra = {}
         for key, value in kwargs.items():
             if key in params or key in schema.kwonly:
@@ -326,18 +322,33 @@ class _Unit:
                 raise TypeError(f"{name}() got an unexpected keyword argument '{key}'")
         if schema.kwarg is not None:
             frame[schema.kwarg] = extra
-        missing = []
-        for pname in list(params) + list(schema.kwonly):
+        if len(args) > len(params) and schema.vararg is None:
+            raise TypeError(self._too_many_positional(len(args), defaults, frame))
+        required = [p for p in params if p not in defaults]
+        for kind, names in (("positional", required), ("keyword-only", [p for p in schema.kwonly if p not in defaults])):
+            missing = [p for p in names if p not in frame]
+            if missing:
+                raise TypeError(_missing_message(name, kind, missing))
+        for pname in params + tuple(schema.kwonly):
             if pname not in frame:
-                if pname in defaults:
-                    frame[pname] = defaults[pname]
-                else:
-                    missing.append(pname)
-        if missing:
-            listed = ", ".join(repr(m) for m in missing)
-            raise TypeError(f"{name}() missing {len(missing)} required argument{'s' if len(missing) > 1 else ''}: "
-                            f"{listed}")
+                frame[pname] = defaults[pname]
         return frame
+
+    def _too_many_positional(self, given: int, defaults: dict, frame: dict) -> str:
+        offset = 1 if self.self_name is not None else 0  # a bound method counts `self`
+        count, given = len(self.params) + offset, given + offset
+        with_default = sum(1 for p in self.params if p in defaults)
+        if with_default:
+            sig, plural = f"from {count - with_default} to {count}", True
+        else:
+            sig, plural = str(count), count != 1
+        kwonly_given = sum(1 for p in self.schema.kwonly if p in frame)
+        kwonly = ""
+        if kwonly_given:
+            kwonly = (f" positional argument{'s' if given != 1 else ''} (and {kwonly_given} keyword-only "
+                      f"argument{'s' if kwonly_given != 1 else ''})")
+        verb = "was" if given == 1 and not kwonly_given else "were"
+        return f"{self.qualname}() takes {sig} positional argument{'s' if plural else ''} but {given}{kwonly} {verb} given"
 
     def generate(self, frame: dict, outer: dict) -> Any:
         """Start a generator expression: its first iterable is iterated now, the rest on demand."""
@@ -396,6 +407,30 @@ class _Unit:
             if not isinstance(exc, StepAbandoned):
                 _annotate(exc, self, sys._getframe(0))
             raise
+
+
+def _block_qualname(block: ModelBlockSchema, fallback: str) -> str:
+    """The `__qualname__` of the function a block runs, as CPython names it in call errors."""
+    key = block.method_name or "forward"
+    if "." in key:  # a super() call: the key is already "Class.method"
+        return key
+    fn = getattr(type(block.module), key, None)
+    fn = getattr(fn, "__func__", fn)
+    while getattr(fn, "__wrapped__", None) is not None:
+        fn = fn.__wrapped__
+    return getattr(fn, "__qualname__", None) or fallback
+
+
+def _missing_message(name: str, kind: str, missing: list) -> str:
+    """CPython's "f() missing 2 required positional arguments: 'a' and 'b'"."""
+    names = [repr(m) for m in missing]
+    if len(names) == 1:
+        listed = names[0]
+    elif len(names) == 2:
+        listed = f"{names[0]} and {names[1]}"
+    else:
+        listed = ", ".join(names[:-2]) + f", {names[-2]}, and {names[-1]}"
+    return f"{name}() missing {len(names)} required {kind} argument{'s' if len(names) > 1 else ''}: {listed}"
 
 
 def _annotate(exc: BaseException, unit: _Unit, here: Any) -> None:
@@ -531,6 +566,29 @@ def _holds_element(instr: Instruction) -> bool:
     if isinstance(instr, ControlInstruction):
         return any(_holds_element(i) for i in instr.body) or any(_holds_element(i) for i in instr.else_body)
     return False
+
+
+def _fusable_method_call(first: Instruction, second: Instruction) -> bool:
+    return (type(first) is OpInstruction and first.target is getattr and len(first.args) == 2
+            and isinstance(first.args[1], str) and not first.kwargs and not first.star_args
+            and first.out_var.startswith("$") and type(second) is OpInstruction
+            and isinstance(second.target, VarRef) and second.target.name == first.out_var
+            and not _mentions(second, first.out_var))
+
+
+def _mentions(instr: OpInstruction, name: str) -> bool:
+    def walk(op: Any) -> bool:
+        if isinstance(op, VarRef):
+            return op.name == name
+        if isinstance(op, (list, tuple)):
+            return any(walk(o) for o in op)
+        if isinstance(op, dict):
+            return any(walk(k) or walk(v) for k, v in op.items())
+        if isinstance(op, SliceOf):
+            return walk(op.lower) or walk(op.upper) or walk(op.step)
+        return False
+
+    return walk(instr.args) or walk(instr.kwargs) or name in (instr.args_var, instr.kwargs_var)
 
 
 def _run_list(fns: list, f: dict) -> Any:
@@ -752,7 +810,44 @@ class Program:
     # -- compilation ------------------------------------------------------------------------
 
     def compile_list(self, instrs: list[Instruction], unit: _Unit) -> list[Callable]:
-        return [self.compile(instr, unit) for instr in instrs]
+        if self.observer is not None:
+            return [self.compile(instr, unit) for instr in instrs]
+        # Plain runs fuse `$t = getattr(obj, 'm')` + `out = obj.m(...)` into one closure: nobody
+        # observes the bound method, and half the dispatches of method-heavy code disappear.
+        compiled = []
+        index = 0
+        while index < len(instrs):
+            instr = instrs[index]
+            if index + 1 < len(instrs) and _fusable_method_call(instr, instrs[index + 1]):
+                compiled.append(self.compile_method_call(instr, instrs[index + 1], unit))
+                index += 2
+                continue
+            compiled.append(self.compile(instr, unit))
+            index += 1
+        return compiled
+
+    def compile_method_call(self, fetch: OpInstruction, call: OpInstruction, unit: _Unit) -> Callable:
+        kind, receiver = _operand(fetch.args[0])
+        get_receiver = _getter(kind, receiver)
+        attr = fetch.args[1]
+        out = call.out_var
+        simple, build = _args_builder(call.args, call.kwargs, call.star_args, call.args_var, call.kwargs_var)
+        call_value = self.call_value
+        empty: dict = {}
+        if simple is not None and kind == "var":
+            names = simple
+
+            def run_method_simple(f: dict, _i=call) -> None:
+                f[out] = call_value(getattr(f[receiver], attr), [f[n] for n in names], empty)
+
+            return run_method_simple
+
+        def run_method(f: dict, _i=call) -> None:
+            method = getattr(get_receiver(f), attr)
+            a, kw = build(f)
+            f[out] = call_value(method, a, kw)
+
+        return run_method
 
     def compile_lazy(self, instrs: list[Instruction], unit: _Unit) -> list[tuple]:
         """The steps `_walk_lazy` runs: loops and ifs around the element are walked, the rest compiled."""
@@ -1029,6 +1124,7 @@ class Program:
     def compile_FunctionInstruction(self, instr: FunctionInstruction, unit: _Unit) -> Callable:
         schema = instr.function
         inner = _Unit(self, unit.block, schema, is_block=False)
+        inner.qualname = f"{unit.qualname}.<locals>.{schema.name}"
         out = instr.out_var
         positional = schema.params
         default_ops = [(_getter(*_operand(d))) for d in instr.defaults]
