@@ -243,11 +243,7 @@ def example_inputs(shapes: Optional[Mapping[str, Any]], dtypes: Optional[Mapping
 
 
 class _Resolver(Observer):
-    """Fills `resolved` of each executed instruction and the inputs/outputs of each entered block,
-    and keeps the first result of each forward block for the comparison with eager."""
-
-    def __init__(self) -> None:
-        self.results: dict[int, Any] = {}
+    """Fills `resolved` of each executed instruction and the inputs/outputs of each entered block."""
 
     def enter_block(self, block: ModelBlockSchema, frame: dict) -> None:
         if not block.inputs and block.signature is not None:
@@ -257,8 +253,6 @@ class _Resolver(Observer):
             block.inputs = {n: value_repr(frame[n]) for n in names if n in frame}
 
     def exit_block(self, block: ModelBlockSchema, frame: dict, result: Any) -> None:
-        if block.method_name is None and id(block) not in self.results:
-            self.results[id(block)] = result
         if not block.outputs:
             values = result if isinstance(result, tuple) else (result,)
             block.outputs = [value_repr(v) for v in values]
@@ -326,7 +320,7 @@ class NNParser:
                     result = program.run_root(_fresh(scope))
                 if not verify:
                     return
-                suspects = _verify(model, root, scope, rng, result, resolver.results)
+                suspects = _verify(model, root, scope, rng, result)
                 if not suspects:
                     return
                 for block in suspects:
@@ -360,44 +354,49 @@ class NNParser:
         raise ParseError(f"gave up resolving {root.name} after {_MAX_SKIP_RETRIES} skipped children")
 
 
-def _verify(model: nn.Module, root: ModelBlockSchema, scope: dict, rng: torch.Tensor, result: Any,
-            block_results: dict[int, Any]) -> list[ModelBlockSchema]:
+def _verify(model: nn.Module, root: ModelBlockSchema, scope: dict, rng: torch.Tensor,
+            result: Any) -> list[ModelBlockSchema]:
     """Run eager from the same state and RNG; return the innermost blocks whose result differs.
 
-    Empty when the schema's result equals eager's exactly. Each module's first output is recorded
-    with a forward hook; a block is a suspect when its first result differs from its module's while
-    none of its interpreted sub-blocks differs (the error is in its own body).
+    Empty when the schema's result equals eager's exactly. Otherwise both are run again with a
+    recording forward hook on every module (the engine runs module hooks as `_call_impl` does, so
+    both runs see the same hooks), and a block is a suspect when its module's first output differs
+    while none of its interpreted sub-blocks' does (the error is in its own body).
     """
-    eager_outputs: dict[int, Any] = {}
-
-    def record(module: nn.Module, args: Any, output: Any) -> None:
-        eager_outputs.setdefault(id(module), output)
-
-    handles = [m.register_forward_hook(record) for m in model.modules()]
     try:
         with preserved_state(model), torch.no_grad():
             torch.set_rng_state(rng)
             expected = model(**_fresh(scope))
     except Exception:  # eager fails where the schema ran: nothing to compare against
         return []
+    if first_mismatch(expected, result) is None:
+        return []
+    recorded: dict[int, Any] = {}
+
+    def record(module: nn.Module, args: Any, output: Any) -> None:
+        recorded.setdefault(id(module), output)
+
+    handles = [m.register_forward_hook(record) for m in model.modules()]
+    try:
+        with preserved_state(model), torch.no_grad():
+            torch.set_rng_state(rng)
+            model(**_fresh(scope))
+        eager_outputs, recorded = recorded, {}
+        with preserved_state(model), torch.no_grad():
+            torch.set_rng_state(rng)
+            Program(root).run_root(_fresh(scope))
+        schema_outputs = recorded
+    except Exception:
+        return [root]
     finally:
         for handle in handles:
             handle.remove()
-    if first_mismatch(expected, result) is None:
-        return []
-    differing: set[int] = set()
     blocks = [b for b in root.iter_blocks() if b.method_name is None and b.skip_reason is None]
-    for block in blocks:
-        if id(block) in block_results and id(block.module) in eager_outputs:
-            if first_mismatch(eager_outputs[id(block.module)], block_results[id(block)]) is not None:
-                differing.add(id(block))
-    suspects = []
-    for block in blocks:
-        if id(block) not in differing:
-            continue
-        inner = [b for b in block.iter_blocks() if b is not block and id(b) in differing]
-        if not inner:
-            suspects.append(block)
+    differing = {id(b) for b in blocks
+                 if id(b.module) in eager_outputs and id(b.module) in schema_outputs
+                 and first_mismatch(eager_outputs[id(b.module)], schema_outputs[id(b.module)]) is not None}
+    suspects = [b for b in blocks if id(b) in differing
+                and not any(inner is not b and id(inner) in differing for inner in b.iter_blocks())]
     return suspects or [root]
 
 

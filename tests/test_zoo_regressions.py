@@ -157,3 +157,25 @@ def test_child_whose_schema_differs_from_eager_is_found_and_skipped_at_parse_tim
     assert schema.sub_blocks["odd"].skip_reason is not None
     assert "different from eager" in schema.skipped["odd"]
     assert schema.skip_reason is None and schema.sub_blocks["fc"].skip_reason is None
+
+
+class TorchEncoderLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, batch_first=True)
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x, mask):
+        return self.head(self.layer(x, src_key_padding_mask=mask))
+
+
+def test_verification_does_not_skip_modules_whose_fast_path_changes_under_hooks():
+    # nn.TransformerEncoderLayer takes its fused fast path only without hooks; verifying with
+    # recording hooks on one side only used to skip it and every block above it.
+    mask = torch.tensor([[False, False, True], [False, False, False]])
+    model = TorchEncoderLayer().eval()
+    schema = NNParser.parse_model(model=model, inputs_tensors_values={"x": torch.randn(2, 3, 8), "mask": mask})
+    assert schema.skipped == {} and schema.skip_reason is None
+    with torch.no_grad():
+        x = torch.randn(2, 3, 8)
+        assert torch.equal(model(x, mask), SchemaInterpreter().call(schema, x=x, mask=mask))
