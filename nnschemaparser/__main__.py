@@ -1,0 +1,5 @@
+"""`python -m nnschemaparser ...` runs the command-line tool (see cli.py)."""
+
+from .cli import main
+
+raise SystemExit(main())
