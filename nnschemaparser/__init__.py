@@ -5,6 +5,7 @@ listeners (traces, stepping, comparison) -> views (dump, DataFrames, plots, widg
 """
 
 from .capture import CaptureLimits, ModelCapture, TensorSnapshot, capture_model
+from .card import format_card
 from .dump import dump_schema, format_schema
 from .errors import (
     EditError,
@@ -15,6 +16,9 @@ from .errors import (
     SourceUnavailableError,
     UnsupportedSyntaxError,
 )
+from .flops import FlopMeter, count_forward_flops, count_parameters
+from .graph_export import build_graph, write_graph
+from .inspector import InputEdge, ModelInspector, ModuleCall, ModuleContext, ModuleInfo, OpInfo
 from .interpreter import SchemaInterpreter, StepInfo
 from .listeners import BlockEvent, InstructionEvent, TraceListener
 from .metadata import ModelMetadata, ModuleMetadata, inspect_model
@@ -43,6 +47,7 @@ from .schema import (
     VarRef,
     WithInstruction,
 )
+from .target import TargetError, load_target
 from .text_trace import TraceRecorder
 
 __version__ = "0.1.0"
@@ -58,4 +63,7 @@ __all__ = [
     "EditError", "SchemaFormatError",
     "CaptureLimits", "ModelCapture", "TensorSnapshot", "capture_model", "ModelMetadata", "ModuleMetadata",
     "inspect_model",
+    "ModelInspector", "OpInfo", "InputEdge", "ModuleContext", "ModuleInfo", "ModuleCall", "build_graph",
+    "write_graph", "format_card", "FlopMeter", "count_forward_flops", "count_parameters", "TargetError",
+    "load_target",
 ]

@@ -9,7 +9,8 @@ naming the instruction and the forward's file:line. Everything below is about ou
     ├── ParseError                    parse_model was given inputs it cannot use
     ├── SchemaRunError                the schema cannot run as given (missing input, no live module)
     ├── EditError                     a stepping edit names an unknown variable or changes shape/dtype
-    └── SchemaFormatError             a saved schema or trace file is malformed or unsafe
+    ├── SchemaFormatError             a saved schema or trace file is malformed or unsafe
+    └── TargetError (target.py)       a CLI target that cannot be loaded or built
 """
 
 from __future__ import annotations
