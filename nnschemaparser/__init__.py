@@ -16,6 +16,14 @@ from .errors import (
     SourceUnavailableError,
     UnsupportedSyntaxError,
 )
+from .file_format import (
+    FileLimitError,
+    FileLimits,
+    FormatVersionError,
+    MalformedFileError,
+    ModelMismatchError,
+    UnsafeReferenceError,
+)
 from .flops import FlopMeter, count_forward_flops, count_parameters
 from .graph_export import build_graph, write_graph
 from .inspector import InputEdge, ModelInspector, ModuleCall, ModuleContext, ModuleInfo, OpInfo
@@ -47,7 +55,10 @@ from .schema import (
     VarRef,
     WithInstruction,
 )
+from .schema_file import load_schema, save_schema
 from .target import TargetError, load_target
+from .trace_file import load_trace, save_trace
+from .value_codec import UnresolvedReference
 from .text_trace import TraceRecorder
 
 __version__ = "0.1.0"
@@ -66,4 +77,6 @@ __all__ = [
     "ModelInspector", "OpInfo", "InputEdge", "ModuleContext", "ModuleInfo", "ModuleCall", "build_graph",
     "write_graph", "format_card", "FlopMeter", "count_forward_flops", "count_parameters", "TargetError",
     "load_target",
+    "save_schema", "load_schema", "save_trace", "load_trace", "FileLimits", "MalformedFileError",
+    "FormatVersionError", "FileLimitError", "UnsafeReferenceError", "ModelMismatchError", "UnresolvedReference",
 ]
