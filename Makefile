@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test sweep fuzz bench browser-deps clean
+.PHONY: setup demo test sweep fuzz bench browser-deps widget widget-check test-browser clean
 
 setup: $(STAMP)
 
@@ -38,6 +38,17 @@ bench: setup
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/bench_interpreter.py
 	$(PY) bench/bench_capture.py
+	$(PY) bench/bench_widget.py
+	$(PY) bench/bench_schema_file.py
+
+widget: setup
+	$(PY) -m nnschemaparser.widget.build
+
+widget-check: setup
+	$(PY) -m nnschemaparser.widget.build --check
+
+test-browser: setup browser-deps
+	$(PY) -m pytest tests/browser -q
 
 clean:
 	rm -rf $(VENV) out .pytest_cache
