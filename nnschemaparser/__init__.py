@@ -6,6 +6,7 @@ listeners (traces, stepping, comparison) -> views (dump, DataFrames, plots, widg
 
 from .capture import CaptureLimits, ModelCapture, TensorSnapshot, capture_model
 from .card import format_card
+from .compare import TraceDiff, compare_traces, diff_summary, first_divergence
 from .dump import dump_schema, format_schema
 from .errors import (
     EditError,
@@ -24,13 +25,17 @@ from .file_format import (
     ModelMismatchError,
     UnsafeReferenceError,
 )
+from .frames import diffs_to_dataframe, tensor_statistics
+from .histograms import HistogramBins, histogram_bins, plot_histograms
 from .flops import FlopMeter, count_forward_flops, count_parameters
 from .graph_export import build_graph, write_graph
 from .inspector import InputEdge, ModelInspector, ModuleCall, ModuleContext, ModuleInfo, OpInfo
 from .interpreter import SchemaInterpreter, StepInfo
-from .listeners import BlockEvent, InstructionEvent, TraceListener
+from .listeners import BlockEvent, EditEvent, InstructionEvent, TraceListener
 from .metadata import ModelMetadata, ModuleMetadata, inspect_model
 from .parser import NNParser
+from .record import ExecutionRecord, capture_run
+from .recorder import ActivationRecorder
 from .schema import (
     BlockInstruction,
     BlockRef,
@@ -58,6 +63,7 @@ from .schema import (
 from .schema_file import load_schema, save_schema
 from .target import TargetError, load_target
 from .trace_file import load_trace, save_trace
+from .traces import ActivationTrace, GradientTrace, TraceStep
 from .value_codec import UnresolvedReference
 from .text_trace import TraceRecorder
 
@@ -79,4 +85,7 @@ __all__ = [
     "load_target",
     "save_schema", "load_schema", "save_trace", "load_trace", "FileLimits", "MalformedFileError",
     "FormatVersionError", "FileLimitError", "UnsafeReferenceError", "ModelMismatchError", "UnresolvedReference",
+    "ActivationRecorder", "ActivationTrace", "GradientTrace", "TraceStep", "ExecutionRecord", "capture_run",
+    "TraceDiff", "compare_traces", "diff_summary", "first_divergence", "diffs_to_dataframe", "tensor_statistics",
+    "HistogramBins", "histogram_bins", "plot_histograms", "EditEvent",
 ]

@@ -23,8 +23,10 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
+from .argument_binding import bind_arguments, block_qualname, nested_qualname
 from .errors import SchemaRunError
 from .notation import instruction_text
+from .unbound_reads import unbound_error
 from .schema import (
     BlockInstruction,
     BreakInstruction,
@@ -254,7 +256,8 @@ def rebindable(fn: Callable) -> bool:
 class _Unit:
     """One FunctionSchema compiled for one block (module) and one program mode."""
 
-    def __init__(self, program: "Program", block: ModelBlockSchema, schema: FunctionSchema, *, is_block: bool):
+    def __init__(self, program: "Program", block: ModelBlockSchema, schema: FunctionSchema, *, is_block: bool,
+                 qualname: Optional[str] = None):
         self.program = program
         self.block = block
         self.schema = schema
@@ -273,7 +276,7 @@ class _Unit:
             attr in getattr(module, "_parameters", {}) or attr in getattr(module, "_buffers", {})
             for _, attr in self.weights) and not any(hasattr(type(module), attr) for _, attr in self.weights)
         self.label = f"{block.name}.{schema.name}" if is_block else schema.name
-        self.qualname = _block_qualname(block, self.label) if is_block else schema.name  # closures: set by caller
+        self.qualname = qualname or (block_qualname(block, self.label) if is_block else schema.name)
         self.body = program.compile_list(schema.body, self)
         # A generator expression's helper runs lazily, one element per `next`, as CPython's does.
         self.lazy = program.compile_lazy(schema.body, self) if not is_block and schema.name == "<gencomp>" else None
@@ -303,52 +306,8 @@ class _Unit:
         return frame
 
     def _bind_general(self, args: tuple, kwargs: dict, defaults: dict) -> dict:
-        """Bind as CPython calls a function: same checks, same order, same messages."""
-        schema = self.schema
-        params = self.params
-        name = self.qualname
-        frame: dict[str, Any] = dict(zip(params, args))
-        if schema.vararg is not None:
-            frame[schema.vararg] = tuple(args[len(params):])
-        extra = {}
-        for key, value in kwargs.items():
-            if key in params or key in schema.kwonly:
-                if key in frame:
-                    raise TypeError(f"{name}() got multiple values for argument '{key}'")
-                frame[key] = value
-            elif schema.kwarg is not None:
-                extra[key] = value
-            else:
-                raise TypeError(f"{name}() got an unexpected keyword argument '{key}'")
-        if schema.kwarg is not None:
-            frame[schema.kwarg] = extra
-        if len(args) > len(params) and schema.vararg is None:
-            raise TypeError(self._too_many_positional(len(args), defaults, frame))
-        required = [p for p in params if p not in defaults]
-        for kind, names in (("positional", required), ("keyword-only", [p for p in schema.kwonly if p not in defaults])):
-            missing = [p for p in names if p not in frame]
-            if missing:
-                raise TypeError(_missing_message(name, kind, missing))
-        for pname in params + tuple(schema.kwonly):
-            if pname not in frame:
-                frame[pname] = defaults[pname]
-        return frame
-
-    def _too_many_positional(self, given: int, defaults: dict, frame: dict) -> str:
-        offset = 1 if self.self_name is not None else 0  # a bound method counts `self`
-        count, given = len(self.params) + offset, given + offset
-        with_default = sum(1 for p in self.params if p in defaults)
-        if with_default:
-            sig, plural = f"from {count - with_default} to {count}", True
-        else:
-            sig, plural = str(count), count != 1
-        kwonly_given = sum(1 for p in self.schema.kwonly if p in frame)
-        kwonly = ""
-        if kwonly_given:
-            kwonly = (f" positional argument{'s' if given != 1 else ''} (and {kwonly_given} keyword-only "
-                      f"argument{'s' if kwonly_given != 1 else ''})")
-        verb = "was" if given == 1 and not kwonly_given else "were"
-        return f"{self.qualname}() takes {sig} positional argument{'s' if plural else ''} but {given}{kwonly} {verb} given"
+        return bind_arguments(self.qualname, self.schema, self.params, self.self_name is not None, args, kwargs,
+                              defaults)
 
     def generate(self, frame: dict, outer: dict) -> Any:
         """Start a generator expression: its first iterable is iterated now, the rest on demand."""
@@ -409,30 +368,6 @@ class _Unit:
             raise
 
 
-def _block_qualname(block: ModelBlockSchema, fallback: str) -> str:
-    """The `__qualname__` of the function a block runs, as CPython names it in call errors."""
-    key = block.method_name or "forward"
-    if "." in key:  # a super() call: the key is already "Class.method"
-        return key
-    fn = getattr(type(block.module), key, None)
-    fn = getattr(fn, "__func__", fn)
-    while getattr(fn, "__wrapped__", None) is not None:
-        fn = fn.__wrapped__
-    return getattr(fn, "__qualname__", None) or fallback
-
-
-def _missing_message(name: str, kind: str, missing: list) -> str:
-    """CPython's "f() missing 2 required positional arguments: 'a' and 'b'"."""
-    names = [repr(m) for m in missing]
-    if len(names) == 1:
-        listed = names[0]
-    elif len(names) == 2:
-        listed = f"{names[0]} and {names[1]}"
-    else:
-        listed = ", ".join(names[:-2]) + f", {names[-2]}, and {names[-1]}"
-    return f"{name}() missing {len(names)} required {kind} argument{'s' if len(names) > 1 else ''}: {listed}"
-
-
 def _annotate(exc: BaseException, unit: _Unit, here: Any) -> None:
     """Add one note naming the instruction of `unit` that was running when `exc` passed through."""
     tb = exc.__traceback__
@@ -459,72 +394,8 @@ def _annotate(exc: BaseException, unit: _Unit, here: Any) -> None:
         exc.__notes__ = [*getattr(exc, "__notes__", []), note]
 
 
-_INLINED_COMPREHENSIONS = ("<listcomp>", "<setcomp>", "<dictcomp>")  # PEP 709, Python 3.12+
-
-
-def _read_names(instr: Instruction) -> set:
-    """The frame variables an instruction reads itself (not those of its nested bodies)."""
-    names: set = set()
-
-    def walk(op: Any) -> None:
-        if isinstance(op, VarRef):
-            names.add(op.name)
-        elif isinstance(op, SliceOf):
-            walk(op.lower), walk(op.upper), walk(op.step)
-        elif isinstance(op, (list, tuple)):
-            for item in op:
-                walk(item)
-        elif isinstance(op, dict):
-            for key, value in op.items():
-                walk(key), walk(value)
-
-    for attr in ("target", "args", "kwargs", "exc", "cause", "defaults", "kw_defaults"):
-        walk(getattr(instr, attr, None))
-    for attr in ("args_var", "kwargs_var", "cond_var", "callee_var", "context_var"):
-        value = getattr(instr, attr, None)
-        if value:
-            names.add(value)
-    names.update(getattr(instr, "out_vars", None) or ())
-    return names
-
-
-def _unbound_error(exc: KeyError, unit: "_Unit") -> Optional[BaseException]:
-    """The error CPython raises for a read of an unbound variable, when `exc` is such a read; else None.
-
-    A frame read that misses raises KeyError(name) in an engine closure. A KeyError of the model's
-    own code (a dict lookup) is told apart by where it was raised: below the innermost instruction
-    closure there must be no frame outside this module, the name must be one the instruction reads,
-    and it must be missing from that closure's frame.
-    """
-    if len(exc.args) != 1 or not isinstance(exc.args[0], str):
-        return None
-    name = exc.args[0]
-    instr, frame = None, None
-    tb = exc.__traceback__
-    while tb is not None:
-        code = tb.tb_frame.f_code
-        if code.co_filename != __file__:
-            instr, frame = None, None
-        else:
-            local = tb.tb_frame.f_locals
-            candidate = local.get("_i")
-            if isinstance(candidate, Instruction) and isinstance(local.get("f"), dict):
-                instr, frame = candidate, local["f"]
-        tb = tb.tb_next
-    if instr is None or name in frame or name not in _read_names(instr):
-        return None
-    inlined = sys.version_info >= (3, 12) and unit.schema.name in _INLINED_COMPREHENSIONS
-    if name in unit.free_vars and not inlined:
-        if sys.version_info >= (3, 11):
-            error: BaseException = NameError(f"cannot access free variable '{name}' where it is not associated "
-                                             "with a value in enclosing scope")
-        else:
-            error = NameError(f"free variable '{name}' referenced before assignment in enclosing scope")
-    elif sys.version_info >= (3, 11):
-        error = UnboundLocalError(f"cannot access local variable '{name}' where it is not associated with a value")
-    else:
-        error = UnboundLocalError(f"local variable '{name}' referenced before assignment")
-    return error.with_traceback(exc.__traceback__)
+def _unbound_error(exc: KeyError, unit: _Unit) -> Optional[BaseException]:
+    return unbound_error(exc, __file__, unit.free_vars, unit.schema.name)
 
 
 _LAZY_RUN, _LAZY_YIELD, _LAZY_FOR, _LAZY_IF = range(4)
@@ -837,12 +708,12 @@ class Program:
         if simple is not None and kind == "var":
             names = simple
 
-            def run_method_simple(f: dict, _i=call) -> None:
+            def run_method_simple(f: dict, _i=call, _r=fetch) -> None:
                 f[out] = call_value(getattr(f[receiver], attr), [f[n] for n in names], empty)
 
             return run_method_simple
 
-        def run_method(f: dict, _i=call) -> None:
+        def run_method(f: dict, _i=call, _r=fetch) -> None:  # _r: the fused getattr, for error reports
             method = getattr(get_receiver(f), attr)
             a, kw = build(f)
             f[out] = call_value(method, a, kw)
@@ -1123,8 +994,7 @@ class Program:
 
     def compile_FunctionInstruction(self, instr: FunctionInstruction, unit: _Unit) -> Callable:
         schema = instr.function
-        inner = _Unit(self, unit.block, schema, is_block=False)
-        inner.qualname = f"{unit.qualname}.<locals>.{schema.name}"
+        inner = _Unit(self, unit.block, schema, is_block=False, qualname=nested_qualname(unit.qualname, unit.schema.name, unit.is_block, schema.name))
         out = instr.out_var
         positional = schema.params
         default_ops = [(_getter(*_operand(d))) for d in instr.defaults]

@@ -109,6 +109,49 @@ class ExpressionLowering:
     def target_var(self, dest: Optional[str]) -> str:
         return dest if dest is not None else self.new_temp()
 
+    def in_order(self, nodes: list, lower: Any = None, initial: tuple = ()) -> list:
+        """Lower sibling operands left to right, reading variables when CPython reads them.
+
+        An operand that is a variable is read by the instruction that consumes it, after the
+        later siblings ran. For a fragile name (one that may be unbound, or rebound by a walrus or
+        a closure; see definite_assignment) the read is copied into a temporary first.
+        """
+        lower = lower or self.expr_operand
+        operands: list = list(initial)  # operands lowered before (a callee), read first
+        for node in nodes:
+            start = len(self.current)
+            operand = lower(node)
+            if operands and len(self.current) > start:
+                operands = self.pin_reads(operands, start, node)
+            operands.append(operand)
+        return operands
+
+    def pin_reads(self, operands: list, start: int, node: ast.AST) -> list:
+        """Copy the fragile variable reads inside `operands` at position `start` of the current list."""
+        position = [start]
+
+        def pin(op: Any) -> Any:
+            if isinstance(op, VarRef):
+                if op.name not in self.fragile:
+                    return op
+                temp = self.new_temp()
+                copy = op_instruction(temp, intrinsics.assign, [op], style="value")
+                copy.location = self.location(node)
+                self.current.insert(position[0], copy)
+                position[0] += 1
+                return VarRef(temp)
+            if isinstance(op, SliceOf):
+                return SliceOf(pin(op.lower), pin(op.upper), pin(op.step))
+            if isinstance(op, list):
+                return [pin(item) for item in op]
+            if isinstance(op, tuple):
+                return tuple(pin(item) for item in op)
+            if isinstance(op, dict):
+                return {pin(key): pin(value) for key, value in op.items()}
+            return op
+
+        return [pin(op) for op in operands]
+
     # -- atoms ------------------------------------------------------------------------------
 
     def expr_Constant(self, node: ast.Constant, dest: Optional[str]) -> Any:
@@ -192,8 +235,7 @@ class ExpressionLowering:
 
     def expr_BinOp(self, node: ast.BinOp, dest: Optional[str]) -> Any:
         fn, symbol = self.BIN_OPS[type(node.op)]
-        left = self.expr_operand(node.left)
-        right = self.expr_operand(node.right)
+        left, right = self.in_order([node.left, node.right])
         out = self.target_var(dest)
         self.emit(op_instruction(out, fn, [left, right], style="binary", display=symbol), node)
         return VarRef(out)
@@ -207,21 +249,22 @@ class ExpressionLowering:
 
     def expr_Compare(self, node: ast.Compare, dest: Optional[str]) -> Any:
         out = self.target_var(dest)
-        left = self.expr_operand(node.left)
+        left, right = self.in_order([node.left, node.comparators[0]])
         if len(node.ops) == 1:
             fn, symbol = self.COMPARE_OPS[type(node.ops[0])]
-            right = self.expr_operand(node.comparators[0])
             self.emit(op_instruction(out, fn, [left, right], style="binary", display=symbol), node)
             return VarRef(out)
         # a < b < c: each middle operand evaluated once, later comparisons only if earlier ones hold.
-        self.compare_chain(node, left, list(zip(node.ops, node.comparators)), out)
+        self.compare_chain(node, left, list(zip(node.ops, node.comparators)), out, right)
         return VarRef(out)
 
-    def compare_chain(self, node: ast.Compare, left: Any, rest: list, out: str) -> None:
+    def compare_chain(self, node: ast.Compare, left: Any, rest: list, out: str, right: Any = None) -> None:
         op, comparator = rest[0]
         fn, symbol = self.COMPARE_OPS[type(op)]
-        right = self.expr_operand(comparator)
-        if len(rest) > 1 and not isinstance(right, VarRef):
+        if right is None:
+            right = self.expr_operand(comparator)
+        # The middle operand is read once: a fragile variable is copied before the next operand runs.
+        if len(rest) > 1 and not (isinstance(right, VarRef) and right.name not in self.fragile):
             right_var = self.new_temp()
             self.emit(op_instruction(right_var, intrinsics.assign, [right], style="value"), comparator)
             right = VarRef(right_var)
@@ -281,15 +324,17 @@ class ExpressionLowering:
 
     def subscript_index(self, node: ast.expr) -> Any:
         if isinstance(node, ast.Slice):
-            parts = [None if p is None else self.expr_operand(p) for p in (node.lower, node.upper, node.step)]
+            parts = self.in_order([node.lower, node.upper, node.step],
+                                  lambda p: None if p is None else self.expr_operand(p))
             return SliceOf(*parts)
         if isinstance(node, ast.Tuple) and not any(isinstance(e, ast.Starred) for e in node.elts):
-            return tuple(self.subscript_index(e) for e in node.elts)
+            return tuple(self.in_order(node.elts, self.subscript_index))
         return self.expr_operand(node)
 
     def expr_Subscript(self, node: ast.Subscript, dest: Optional[str]) -> Any:
-        value = self.expr_operand(node.value)
-        index = self.subscript_index(node.slice)
+        value, index = self.in_order([node.value, node.slice],
+                                     lambda part: self.subscript_index(part) if part is node.slice else
+                                     self.expr_operand(part))
         out = self.target_var(dest)
         self.emit(op_instruction(out, operator.getitem, [value, index], style="subscript"), node)
         return VarRef(out)
@@ -299,18 +344,13 @@ class ExpressionLowering:
 
     def _display(self, node: Any, dest: Optional[str], kind: type, builder: Any) -> Any:
         if any(isinstance(e, ast.Starred) for e in node.elts):
-            args, stars = [], []
-            for index, elt in enumerate(node.elts):
-                if isinstance(elt, ast.Starred):
-                    stars.append(index)
-                    args.append(self.expr_operand(elt.value))
-                else:
-                    args.append(self.expr_operand(elt))
+            stars = [index for index, elt in enumerate(node.elts) if isinstance(elt, ast.Starred)]
+            args = self.in_order(node.elts, lambda e: self.expr_operand(e.value if isinstance(e, ast.Starred) else e))
             out = self.target_var(dest)
             self.emit(op_instruction(out, builder, args, star_args=tuple(stars),
                                      display=builder.__name__), node)
             return VarRef(out)
-        items = [self.expr_operand(e) for e in node.elts]
+        items = self.in_order(node.elts)
         if kind is set:
             out = self.target_var(dest)
             self.emit(op_instruction(out, intrinsics.build_set, items, display="set"), node)
@@ -332,19 +372,21 @@ class ExpressionLowering:
 
     def expr_Dict(self, node: ast.Dict, dest: Optional[str]) -> Any:
         if any(k is None for k in node.keys):
-            args = []
-            for key, value in zip(node.keys, node.values):
-                if key is None:
-                    temp = self.new_temp()
-                    self.emit(op_instruction(temp, intrinsics.spread, [self.expr_operand(value)],
-                                             display="spread"), node)
-                    args.append(VarRef(temp))
-                else:
-                    args.append((self.expr_operand(key), self.expr_operand(value)))
+            def lower_item(item: tuple) -> Any:
+                key, value = item
+                if key is not None:
+                    return self.in_order([key, value])
+                temp = self.new_temp()
+                self.emit(op_instruction(temp, intrinsics.spread, [self.expr_operand(value)], display="spread"), node)
+                return VarRef(temp)
+
+            items = self.in_order(list(zip(node.keys, node.values)), lower_item)
+            args = [tuple(item) if isinstance(item, list) else item for item in items]
             out = self.target_var(dest)
             self.emit(op_instruction(out, intrinsics.build_dict, args, display="dict"), node)
             return VarRef(out)
-        pairs = [(self.expr_operand(k), self.expr_operand(v)) for k, v in zip(node.keys, node.values)]
+        flat = self.in_order([part for pair in zip(node.keys, node.values) for part in pair])
+        pairs = list(zip(flat[0::2], flat[1::2]))
         if any(not isinstance(k, (VarRef, *_PRIMITIVES)) for k, _ in pairs) or len({
                 k.name if isinstance(k, VarRef) else ("lit", k) for k, _ in pairs}) != len(pairs):
             out = self.target_var(dest)
@@ -357,14 +399,15 @@ class ExpressionLowering:
         return operand
 
     def expr_JoinedStr(self, node: ast.JoinedStr, dest: Optional[str]) -> Any:
-        pieces = []
-        for value in node.values:
+        def lower_piece(value: ast.expr) -> Any:
             if isinstance(value, ast.Constant):
-                pieces.append(value.value)
-            else:
-                conversion = chr(value.conversion) if value.conversion != -1 else ""
-                spec = self.expr_operand(value.format_spec) if value.format_spec is not None else ""
-                pieces.append((self.expr_operand(value.value), conversion, spec))
+                return value.value
+            conversion = chr(value.conversion) if value.conversion != -1 else ""
+            parts = [value.value] + ([value.format_spec] if value.format_spec is not None else [])
+            operands = self.in_order(parts)
+            return (operands[0], conversion, operands[1] if len(operands) > 1 else "")
+
+        pieces = self.in_order(node.values, lower_piece)
         out = self.target_var(dest)
         self.emit(op_instruction(out, intrinsics.fstring, pieces, display="f-string"), node)
         return VarRef(out)
@@ -496,21 +539,23 @@ class ExpressionLowering:
 
     # -- calls ------------------------------------------------------------------------------
 
-    def call_arguments(self, node: ast.Call) -> tuple[list, dict, tuple, Optional[str]]:
-        args, stars = [], []
-        for index, arg in enumerate(node.args):
-            if isinstance(arg, ast.Starred):
-                stars.append(index)
-                args.append(self.expr_operand(arg.value))
-            else:
-                args.append(self.expr_operand(arg))
+    def call_arguments(self, node: ast.Call, head: Optional[list] = None) -> tuple[list, dict, tuple, Optional[str]]:
+        """The arguments in CPython's order (positional, then keywords); `head` (the callee) is read first."""
+        head = head if head is not None else []
+        operands = self.in_order(list(node.args) + list(node.keywords),
+                                 lambda entry: self.expr_operand(entry.value if isinstance(entry, (ast.keyword, ast.Starred))
+                                                                 else entry), initial=tuple(head))
+        head[:] = operands[:len(head)]
+        operands = operands[len(head):]
+        args = operands[:len(node.args)]
+        stars = [index for index, arg in enumerate(node.args) if isinstance(arg, ast.Starred)]
         kwargs: dict[str, Any] = {}
         spreads = []
-        for keyword in node.keywords:
+        for keyword, operand in zip(node.keywords, operands[len(node.args):]):
             if keyword.arg is None:
-                spreads.append(self.expr_operand(keyword.value))
+                spreads.append(operand)
             else:
-                kwargs[keyword.arg] = self.expr_operand(keyword.value)
+                kwargs[keyword.arg] = operand
         kwargs_var = None
         if spreads:
             kwargs_var = self.new_temp()
@@ -561,8 +606,9 @@ class ExpressionLowering:
                                               kwargs_var=kwargs_var, mutates=mutates)
                 self.emit(instr, node)
                 return VarRef(out)
-        callee = self.expr_operand(func)
-        args, kwargs, stars, kwargs_var = self.call_arguments(node)
+        head = [self.expr_operand(func)]
+        args, kwargs, stars, kwargs_var = self.call_arguments(node, head)
+        callee = head[0]
         display = ast.unparse(func) if isinstance(func, (ast.Name, ast.Attribute)) else ""
         self.emit(self.call_instruction(out, callee, args, kwargs, display=display, stars=stars,
                                         kwargs_var=kwargs_var), node)

@@ -2,42 +2,56 @@
 
 `run` and `call` execute a schema with the plain compiled program when there is nothing to observe,
 and with an observed program otherwise. `step_run` runs the observed program inside a greenlet and
-pauses it after each leaf instruction, yielding a `StepInfo`; edits apply to the paused frames. The
-execution rules are the engine's, written once; this module only drives them.
+pauses it after each leaf instruction, yielding a `StepInfo`; edits apply to the paused frames and
+are reported to the listeners (`TraceListener.on_edit`). The execution rules are the engine's,
+written once; this module only drives them.
+
+Observed programs are compiled once per schema and lent to one run at a time, with that run's
+listeners plugged into their observer; a one-call capture therefore costs no compilation.
 
 Depends on engine, listeners, schema and errors.
 """
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
-from typing import Any, Generator, Optional, Sequence
+from typing import Any, Callable, Generator, Optional, Sequence
 
 import greenlet
 import torch
 
 from .engine import Program, StepAbandoned
 from .errors import EditError, SchemaRunError
-from .listeners import EventObserver, InstructionEvent, TraceListener, instruction_kind
+from .listeners import EditEvent, EventObserver, InstructionEvent, TraceListener, instruction_kind
 from .schema import Instruction, ModelBlockSchema, SourceLocation
 
 __all__ = ["SchemaInterpreter", "StepInfo", "outputs_list"]
 
-_PLAIN: "weakref.WeakKeyDictionary[ModelBlockSchema, Program]" = weakref.WeakKeyDictionary()
+def _programs(block: ModelBlockSchema) -> dict:
+    """The compiled programs cached on the schema itself: they live and die with it (a cache keyed
+    weakly by the block would never free it, since each Program refers to its block)."""
+    cache = block.__dict__.get("_compiled_programs")
+    if cache is None:
+        cache = block.__dict__["_compiled_programs"] = {"plain": None, "idle": []}
+    return cache
 
 
 def _plain_program(block: ModelBlockSchema) -> Program:
-    program = _PLAIN.get(block)
+    cache = _programs(block)
+    program = cache["plain"]
     if program is None:
-        program = Program(block)
-        _PLAIN[block] = program
+        program = cache["plain"] = Program(block)
     return program
 
 
 def outputs_list(result: Any) -> list:
     """The spec's `outputs`: a tuple result as a list of its items, anything else as a one-item list."""
     return list(result) if isinstance(result, tuple) else [result]
+
+
+def _check_scope(scope: Any) -> None:
+    if not isinstance(scope, dict):
+        raise SchemaRunError(f"scope must be a dict of input name -> value, got {type(scope).__name__}")
 
 
 def _check_block(block: Any) -> None:
@@ -58,7 +72,7 @@ class StepInfo:
     instruction: Instruction
     block_path: str
     location: Optional[SourceLocation]
-    _pending: list = field(default_factory=list, repr=False)
+    _notify: Optional[Callable[[EditEvent], None]] = field(default=None, repr=False, compare=False)
 
     @property
     def source(self) -> str:
@@ -76,15 +90,19 @@ class StepInfo:
         variable's current shape and dtype, unless `shape` / `dtype` say which new ones are intended.
         On any error nothing is changed.
         """
-        apply_edit(self.scope_frames, self.frame_depth if frame_depth is None else frame_depth,
-                   out_var or self.out_var, values, shape, dtype, self.step_index)
+        depth = self.frame_depth if frame_depth is None else frame_depth
+        name = out_var or self.out_var
+        old = apply_edit(self.scope_frames, depth, name, values, shape, dtype, self.step_index)
+        if self._notify is not None:
+            self._notify(EditEvent(self.step_index, depth, name, old, values))
         if self.value is not None and (out_var is None or out_var == self.out_var) and \
                 (frame_depth is None or frame_depth == self.frame_depth):
             self.value = self.scope_frames[self.frame_depth][self.out_var]
 
 
 def apply_edit(frames: Sequence[dict], depth: int, name: str, values: Any, shape: Any, dtype: Any,
-               step_index: int) -> None:
+               step_index: int) -> Any:
+    """Validate, then bind `values` to `name` in `frames[depth]`; returns the replaced value."""
     if not frames:
         raise EditError("there is no live frame to edit")
     if not isinstance(depth, int) or not 0 <= depth < len(frames):
@@ -104,31 +122,47 @@ def apply_edit(frames: Sequence[dict], depth: int, name: str, values: Any, shape
         want_dtype = dtype if dtype is not None else current.dtype
         if isinstance(want_dtype, str):
             want_dtype = getattr(torch, want_dtype.replace("torch.", ""), None)
+        if not isinstance(want_dtype, torch.dtype):
+            raise EditError(f"step {step_index}: dtype={dtype!r} is not a torch dtype; pass e.g. torch.float16 "
+                            "or 'torch.float16'")
         if tuple(values.shape) != want_shape:
+            if shape is not None:
+                raise EditError(f"step {step_index}: the edit of {name!r} gives shape {tuple(values.shape)} but "
+                                f"declares shape={want_shape}; make them agree")
             raise EditError(f"step {step_index}: {name!r} has shape {tuple(current.shape)}; the edit gives "
                             f"{tuple(values.shape)} (pass shape=... to change the shape on purpose)")
         if values.dtype != want_dtype:
+            if dtype is not None:
+                raise EditError(f"step {step_index}: the edit of {name!r} gives dtype {values.dtype} but declares "
+                                f"dtype={want_dtype}; make them agree")
             raise EditError(f"step {step_index}: {name!r} has dtype {current.dtype}; the edit gives {values.dtype} "
                             f"(pass dtype=... to change the dtype on purpose)")
         if values.device != current.device:
             raise EditError(f"step {step_index}: {name!r} lives on {current.device}; the edit is on {values.device}")
     frame[name] = values
+    return current
 
 
 class _Stepper(TraceListener):
     """Pauses the run after each instruction by switching to the consumer's greenlet."""
 
-    def __init__(self, edits: Optional[dict[int, list[dict]]]):
+    def __init__(self, edits: Optional[dict[int, list[dict]]], listeners: Sequence[TraceListener] = ()):
         self.index = 0
         self.edits = edits or {}
         self.consumer: Optional[greenlet.greenlet] = None
+        self.listeners = [l for l in listeners if type(l).on_edit is not TraceListener.on_edit]
+
+    def notify(self, event: EditEvent) -> None:
+        for listener in self.listeners:
+            listener.on_edit(event)
 
     def on_instruction(self, event: InstructionEvent) -> None:
         self.index += 1
         step = StepInfo(step_index=self.index, kind=instruction_kind(event.instruction),
                         out_var=event.instruction.out_var, frame_depth=event.depth, value=event.value,
                         scope_frames=event.frames, instruction=event.instruction, block_path=event.path,
-                        location=event.instruction.location)
+                        location=event.instruction.location,
+                        _notify=self.notify if self.listeners else None)
         for edit in self.edits.get(self.index, ()):
             step.edit(**edit)
         self.consumer.switch(step)
@@ -145,33 +179,21 @@ class SchemaInterpreter:
         self.capture_values = capture_values
         self.listeners = list(listeners or [])
         self.step_outputs: Optional[list] = None
-        self._observed: "weakref.WeakKeyDictionary[ModelBlockSchema, tuple[Program, EventObserver]]" = \
-            weakref.WeakKeyDictionary()
-
-    def _observed_program(self, block: ModelBlockSchema, extra: Sequence[TraceListener] = ()) -> tuple[Program, EventObserver]:
-        if extra:
-            observer = EventObserver([*self.listeners, *extra], self.capture_values)
-            return Program(block, observer), observer
-        cached = self._observed.get(block)
-        if cached is None:
-            observer = EventObserver(self.listeners, self.capture_values)
-            cached = (Program(block, observer), observer)
-            self._observed[block] = cached
-        cached[1].reset()
-        return cached
 
     def _execute(self, block: ModelBlockSchema, scope: dict) -> Any:
         _check_block(block)
-        if not isinstance(scope, dict):
-            raise SchemaRunError(f"scope must be a dict of input name -> value, got {type(scope).__name__}")
+        _check_scope(scope)
         if not self.listeners and not self.capture_values:
             return _plain_program(block).run_root(scope)
-        program, observer = self._observed_program(block)
-        for listener in self.listeners:
-            listener.on_run_start(block, scope)
-        result = program.run_root(scope)
-        for listener in self.listeners:
-            listener.on_run_end(result)
+        program, observer = _borrow(block, self.listeners, self.capture_values)
+        try:
+            for listener in self.listeners:
+                listener.on_run_start(block, scope)
+            result = program.run_root(scope)
+            for listener in self.listeners:
+                listener.on_run_end(result)
+        finally:
+            _give_back(block, program, observer)
         return result
 
     def run(self, block: ModelBlockSchema, scope: dict) -> list:
@@ -198,17 +220,28 @@ class SchemaInterpreter:
         """Yield one StepInfo per executed instruction; return (and store in step_outputs) the outputs.
 
         `edits` maps a step_index to edit keyword dicts applied when that step is reached, so a run
-        can be forked from a previous one at a given step.
+        can be forked from a previous one at a given step. Bad arguments raise here, before the
+        first step. Closing or dropping the generator early unwinds the paused run.
         """
         _check_block(block)
+        _check_scope(scope)
+        if edits is not None:
+            if not isinstance(edits, dict) or not all(isinstance(k, int) for k in edits):
+                raise SchemaRunError("edits must map step_index (int) -> list of edit dicts, e.g. "
+                                     "{5: [{'values': torch.zeros(2, 32)}]}")
+            edits = {k: [v] if isinstance(v, dict) else list(v) for k, v in edits.items()}
         self.step_outputs = None
-        stepper = _Stepper(edits)
-        program, observer = self._observed_program(block, extra=[stepper])
-        for listener in self.listeners:
-            listener.on_run_start(block, scope)
+        return self._steps(block, scope, edits)
+
+    def _steps(self, block: ModelBlockSchema, scope: dict,
+               edits: Optional[dict[int, list[dict]]]) -> Generator[StepInfo, None, list]:
+        stepper = _Stepper(edits, self.listeners)
+        program, observer = _borrow(block, [*self.listeners, stepper], self.capture_values)
         runner = greenlet.greenlet(lambda: program.run_root(scope))
         finished = False
         try:
+            for listener in self.listeners:
+                listener.on_run_start(block, scope)
             stepper.consumer = greenlet.getcurrent()
             item = runner.switch()
             while not runner.dead:
@@ -222,7 +255,35 @@ class SchemaInterpreter:
                     runner.throw(StepAbandoned())
                 except StepAbandoned:
                     pass
+            if runner.dead:
+                _give_back(block, program, observer)
         for listener in self.listeners:
             listener.on_run_end(item)
         self.step_outputs = outputs_list(item)
         return self.step_outputs
+
+
+# Observed programs, compiled once per block and lent to one run at a time. A run that is still in
+# progress (a paused step_run, a run nested in another) simply gets a freshly compiled one.
+def _borrow(block: ModelBlockSchema, listeners: Sequence[TraceListener],
+            capture_values: bool) -> tuple[Program, EventObserver]:
+    idle = _programs(block)["idle"]
+    try:
+        program, observer = idle.pop() if idle else _compile_observed(block)
+    except IndexError:  # another thread took the last one
+        program, observer = _compile_observed(block)
+    observer.configure(listeners, capture_values)
+    return program, observer
+
+
+def _compile_observed(block: ModelBlockSchema) -> tuple[Program, EventObserver]:
+    observer = EventObserver()
+    return Program(block, observer), observer
+
+
+def _give_back(block: ModelBlockSchema, program: Program, observer: EventObserver) -> None:
+    observer.reset()
+    observer.configure(())
+    idle = _programs(block)["idle"]
+    if len(idle) < 4:
+        idle.append((program, observer))

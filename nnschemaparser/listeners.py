@@ -3,7 +3,8 @@
 `TraceListener` documents each hook as a no-op; subclasses override what they need. `EventObserver`
 is the engine-side adapter: it keeps the stack of live frames (so every event knows its frame depth
 and block path), optionally snapshots values into `instruction.resolved` (capture_values), and fans
-each event out to the listeners in order.
+each event out, in order, to the listeners that override its hook; an event nobody listens to is
+never built. One observer serves many runs: `configure` swaps its listeners between runs.
 
 Depends on schema, engine (the Observer interface) and notation; never on views.
 """
@@ -29,10 +30,15 @@ from .schema import (
     TensorReprWithValue,
 )
 
-__all__ = ["TraceListener", "BlockEvent", "InstructionEvent", "EventObserver", "instruction_kind", "snapshot"]
+__all__ = ["TraceListener", "BlockEvent", "InstructionEvent", "EditEvent", "EventObserver", "instruction_kind",
+           "snapshot"]
 
 
-@dataclass(frozen=True)
+# Event records are slotted, not frozen: a frozen dataclass costs several times more to build, and
+# one event is built per executed instruction. Treat them as read-only all the same.
+
+
+@dataclass(slots=True)
 class BlockEvent:
     """A block was entered or left. `result` is set on exit; `frame` is the block's live scope."""
 
@@ -43,7 +49,7 @@ class BlockEvent:
     result: Any = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class InstructionEvent:
     """A leaf instruction ran in `block` (at `path`); `value` is what it bound (None if nothing)."""
 
@@ -55,6 +61,17 @@ class InstructionEvent:
     value: Any
     has_value: bool
     frames: tuple
+
+
+@dataclass(frozen=True)
+class EditEvent:
+    """`name` in frame `depth` went from `old` to `new` by an edit made at step `step_index`."""
+
+    step_index: int
+    depth: int
+    name: str
+    old: Any
+    new: Any
 
 
 class TraceListener:
@@ -74,6 +91,9 @@ class TraceListener:
 
     def on_before_mutation(self, instruction: Instruction, frame: dict) -> None:
         """An instruction that may change its operands in place is about to run."""
+
+    def on_edit(self, event: "EditEvent") -> None:
+        """A stepped run's edit replaced a variable of a live frame (see SchemaInterpreter.step_run)."""
 
     def on_run_end(self, outputs: Any) -> None:
         """The run returned `outputs` (what forward returns)."""
@@ -103,14 +123,22 @@ def snapshot(value: Any) -> Any:
 class EventObserver(Observer):
     """Turns engine callbacks into events for `listeners`, tracking frames and block paths."""
 
-    def __init__(self, listeners: Sequence[TraceListener], capture_values: bool = False):
-        self.listeners = list(listeners)
-        self.capture_values = capture_values
+    def __init__(self, listeners: Sequence[TraceListener] = (), capture_values: bool = False):
         self.frames: list[dict] = []
         self.paths: list[str] = []
         self.blocks: list[ModelBlockSchema] = []
-        self._mutation_listeners = [l for l in self.listeners
-                                    if type(l).on_before_mutation is not TraceListener.on_before_mutation]
+        self.configure(listeners, capture_values)
+
+    def configure(self, listeners: Sequence[TraceListener], capture_values: bool = False) -> None:
+        """Point this observer (and the program compiled around it) at other listeners, between runs."""
+        self.listeners = list(listeners)
+        self.capture_values = capture_values
+        # Only listeners that override a hook are called for it, and no event is built for a hook
+        # nobody listens to: block events and instruction events are the per-step cost.
+        self._mutation_listeners = _overriding(self.listeners, "on_before_mutation")
+        self._enter_listeners = _overriding(self.listeners, "on_block_enter")
+        self._exit_listeners = _overriding(self.listeners, "on_block_exit")
+        self._instruction_listeners = _overriding(self.listeners, "on_instruction")
 
     def reset(self) -> None:
         self.frames.clear()
@@ -126,14 +154,16 @@ class EventObserver(Observer):
         path = self.block_path(block)
         self.paths.append(path)
         self.blocks.append(block)
-        event = BlockEvent(block, frame, len(self.frames) - 1, path)
-        for listener in self.listeners:
-            listener.on_block_enter(event)
+        if self._enter_listeners:
+            event = BlockEvent(block, frame, len(self.frames) - 1, path)
+            for listener in self._enter_listeners:
+                listener.on_block_enter(event)
 
     def exit_block(self, block: ModelBlockSchema, frame: dict, result: Any) -> None:
-        event = BlockEvent(block, frame, len(self.frames) - 1, self.paths[-1], result)
-        for listener in self.listeners:
-            listener.on_block_exit(event)
+        if self._exit_listeners:
+            event = BlockEvent(block, frame, len(self.frames) - 1, self.paths[-1], result)
+            for listener in self._exit_listeners:
+                listener.on_block_exit(event)
         self._pop()
 
     def fail_block(self, block: ModelBlockSchema, frame: dict, exc: BaseException) -> None:
@@ -166,12 +196,18 @@ class EventObserver(Observer):
         if self.capture_values and has_value and instr.out_var:
             repr_ = value_repr(value)
             instr.resolved = TensorReprWithValue(shape=repr_.shape, dtype=repr_.dtype, value=snapshot(value))
-        if not self.listeners:
+        listeners = self._instruction_listeners
+        if not listeners:
             return
         event = InstructionEvent(instr, frame, len(self.frames) - 1, self.blocks[-1], self.paths[-1], value,
                                  has_value, tuple(self.frames))
-        for listener in self.listeners:
+        for listener in listeners:
             listener.on_instruction(event)
+
+
+def _overriding(listeners: Sequence[TraceListener], hook: str) -> list[TraceListener]:
+    base = getattr(TraceListener, hook)
+    return [listener for listener in listeners if getattr(type(listener), hook, base) is not base]
 
 
 def block_label(block: Optional[ModelBlockSchema]) -> str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from . import intrinsics
+from .definite_assignment import fragile_names
 from .errors import UnsupportedSyntaxError
 from .expressions import ExpressionLowering, op_instruction
 from .schema import (
@@ -89,10 +90,27 @@ def _closure_values(fn: Callable) -> dict[str, Any]:
 def lower_function(fn: Callable, *, module: Any = None, owner: Optional[type] = None,
                    requests: Optional[list[MethodRequest]] = None) -> FunctionSchema:
     """Lower `fn` (a forward or method; unwrapped) to a FunctionSchema."""
-    src = function_source(fn)
+    try:
+        src = function_source(fn)
+    except RecursionError:  # reading the source copies its tree, recursively
+        code = fn.__code__
+        raise UnsupportedSyntaxError(
+            f"{fn.__qualname__} nests expressions or statements too deeply to lower; bind the inner parts to "
+            "variables first", code.co_filename, code.co_firstlineno) from None
     ctx = LoweringContext(globals=fn.__globals__, closure=_closure_values(fn), module=module, owner=owner,
                           requests=requests if requests is not None else [])
-    return FunctionLowering(ctx, src, src.node, enclosing=None, is_method=module is not None).lower()
+    return _lower_bounded(lambda: FunctionLowering(ctx, src, src.node, enclosing=None, is_method=module is not None),
+                          src)
+
+
+def _lower_bounded(make: Callable[[], "FunctionLowering"], src: FunctionSource) -> FunctionSchema:
+    """Lower, refusing code nested deeper than the lowering's recursion can follow."""
+    try:
+        return make().lower()
+    except RecursionError:
+        raise UnsupportedSyntaxError(
+            "the function nests expressions or statements too deeply to lower; bind the inner parts to "
+            "variables first", src.filename, src.node.lineno) from None
 
 
 def lower_source(source: str, *, filename: str = "<lowering>", namespace: Optional[dict] = None) -> FunctionSchema:
@@ -101,13 +119,17 @@ def lower_source(source: str, *, filename: str = "<lowering>", namespace: Option
     Raises UnsupportedSyntaxError for what the lowering does not support; never another error for
     valid Python.
     """
-    tree = ast.parse(source)
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise UnsupportedSyntaxError(f"cannot parse the source: {type(exc).__name__}: {exc}", filename,
+                                     getattr(exc, "lineno", None) or 1) from None
     node = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
     if node is None:
         raise UnsupportedSyntaxError("no function definition to lower", filename, 1)
     src = FunctionSource(node=node, filename=filename, firstlineno=1, lines=tuple(source.splitlines()))
     ctx = LoweringContext(globals=namespace if namespace is not None else {"__builtins__": builtins})
-    return FunctionLowering(ctx, src, node, enclosing=None, is_method=False).lower()
+    return _lower_bounded(lambda: FunctionLowering(ctx, src, node, enclosing=None, is_method=False), src)
 
 
 # --- scope analysis ---------------------------------------------------------------------------
@@ -216,8 +238,10 @@ class FunctionLowering(ExpressionLowering):
                 raise self.refuse(node, "a 'global' statement cannot be lowered")
             self.nonlocals = collector.nonlocals
             local_names = (collector.bound | set(_arg_names(node.args))) - collector.nonlocals
+            self.fragile = fragile_names(node)
         else:
             self.nonlocals = set()
+            self.fragile = enclosing.fragile if enclosing is not None else set()  # a comprehension's
         self.locals = local_names
 
     # -- helpers ----------------------------------------------------------------------------
@@ -348,8 +372,8 @@ class FunctionLowering(ExpressionLowering):
         fn = self.INPLACE_OPS[type(node.op)]
         target = node.target
         if isinstance(target, ast.Name):
-            current = self.name_operand(target.id, target)
-            value = self.expr_operand(node.value)
+            current, value = self.in_order([target, node.value], lambda part: self.name_operand(target.id, target)
+                                           if part is target else self.expr_operand(part))
             self.emit(op_instruction(target.id, fn, [current, value], style="binary",
                                      display=self.OP_SYMBOLS[type(node.op)] + "=", mutates=True), node)
             return
@@ -501,7 +525,7 @@ class FunctionLowering(ExpressionLowering):
             self.emit(ReturnInstruction(out_vars=[]), node)
             return
         if isinstance(value, ast.Tuple) and not any(isinstance(e, ast.Starred) for e in value.elts):
-            names = [self.operand_var(self.expr_operand(e), e) for e in value.elts]
+            names = [self.operand_var(operand, e) for operand, e in zip(self.in_order(value.elts), value.elts)]
             self.emit(ReturnInstruction(out_vars=names, as_tuple=True), node)
             return
         self.emit(ReturnInstruction(out_vars=[self.operand_var(self.expr_operand(value), value)]), node)

@@ -1,0 +1,165 @@
+"""The inspector widget's two budgets, measured: initial state size, and the step round trip.
+
+    python bench/bench_widget.py [--steps N] [--browser]
+
+1. Initial widget state: a schema of at least 5,000 instructions (a stack of small cells) gets an
+   InspectorWidget; everything the front end receives when the view opens (`get_state()`, browser
+   code included) is serialized as Jupyter does. Budget: 200 KB.
+2. Step round trip, kernel side, on the quick start's MLP: the Step message handled, the changed
+   traits serialized, the reply built — timed per step over N steps, next to the MLP's own eager
+   forward timed in the same run (the ratio says how many forwards one step costs).
+3. With --browser (needs /usr/bin/chromium, jupyterlab and playwright): the real click-to-view time
+   in JupyterLab, from the click on Step to the updated tree, step card, source and histograms, as
+   the widget itself measures it (`data-round-trip-ms`), one click every `--pause` seconds as a
+   person clicks (back-to-back clicks measure the machine's throughput instead). Budget: 100 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "browser"))
+
+from widget_models import mlp_case, stack_case  # noqa: E402
+
+from nnschemaparser.widget import InspectorWidget  # noqa: E402
+from nnschemaparser.widget.tree import BlockTree  # noqa: E402
+
+INSTRUCTION_KINDS = "ocifwtWdrkx"
+
+
+def _size(value) -> int:
+    return len(json.dumps(value, ensure_ascii=False))
+
+
+def initial_state() -> dict:
+    depth = 640
+    _, x, schema = stack_case(depth=depth)
+    instructions = BlockTree(schema).count(INSTRUCTION_KINDS)
+    widget = InspectorWidget(schema, scope={"x": x})
+    state = widget.get_state()
+    sizes = {key: _size(value) for key, value in state.items()}
+    widget.close()
+    return {"instructions": instructions, "total": sum(sizes.values()), "tree": sizes["tree"],
+            "code": sizes["_esm"] + sizes["_css"], "tree_rows": len(state["tree"]["rows"])}
+
+
+def kernel_round_trip(steps: int) -> dict:
+    model, x, schema = mlp_case()
+    widget = InspectorWidget(schema, scope={"x": x})
+    sent: list[int] = []
+    original_send = widget.send
+
+    def record_send(content, buffers=None):  # the reply, as it would go out
+        sent.append(_size(content))
+        return original_send(content, buffers)
+
+    widget.send = record_send
+    times = []
+    for index in range(steps):
+        before = widget.get_state()
+        start = time.perf_counter()
+        widget._on_message(widget, {"type": "step", "id": index}, [])
+        after = widget.get_state()  # what hold_sync sends: the changed traits, serialized
+        changed = {k: v for k, v in after.items() if before.get(k) != v}
+        json.dumps(changed, ensure_ascii=False)
+        times.append(time.perf_counter() - start)
+        if widget.status == "finished":
+            widget.reset()
+    eager = []
+    with torch.no_grad():
+        for _ in range(max(50, steps)):
+            start = time.perf_counter()
+            model(x)
+            eager.append(time.perf_counter() - start)
+    widget.close()
+    median = statistics.median(times)
+    return {"steps": steps, "median_ms": median * 1e3, "p95_ms": sorted(times)[int(0.95 * (len(times) - 1))] * 1e3,
+            "eager_forward_ms": statistics.median(eager) * 1e3, "ratio": median / statistics.median(eager),
+            "reply_bytes": statistics.median(sent) if sent else 0}
+
+
+def browser_round_trip(clicks: int, pause: float) -> dict:
+    import re
+    import tempfile
+
+    from lab_server import CHROMIUM, LabServer, launch_chromium
+    from playwright.sync_api import expect, sync_playwright
+
+    if not CHROMIUM.exists():
+        return {"skipped": f"{CHROMIUM} is not installed"}
+    home = Path(tempfile.mkdtemp(prefix="nnsp-bench-"))
+    server = LabServer(home / "root", [ROOT / "tests" / "browser" / "e2e_inspector.ipynb"]).start()
+    try:
+        with sync_playwright() as playwright:
+            browser = launch_chromium(playwright)
+            page = browser.new_page(viewport={"width": 1500, "height": 1150})
+            page.goto(server.url("e2e_inspector.ipynb"))
+            page.get_by_text(re.compile(r"\| Idle")).first.wait_for(timeout=120_000)
+            page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
+            page.locator(".lm-Menu-content .lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).first.click()
+            root = page.locator(".nnsp-root")
+            root.wait_for(timeout=120_000)
+            step = root.get_by_role("button", name="Step", exact=True)
+            reset = root.get_by_role("button", name="Reset")
+            timings = []
+            done = 0
+            page.wait_for_timeout(1000)
+            while len(timings) < clicks:
+                page.wait_for_timeout(pause * 1000)
+                step.click()
+                done += 1
+                expect(root).to_have_attribute("data-commands", str(done))
+                value = float(root.get_attribute("data-round-trip-ms"))
+                timings.append(value)
+                if "finished" in root.locator(".nnsp-status").inner_text():
+                    page.wait_for_timeout(pause * 1000)
+                    reset.click()
+                    done += 1
+                    expect(root).to_have_attribute("data-commands", str(done))
+            browser.close()
+    finally:
+        server.stop()
+    return {"clicks": len(timings), "median_ms": statistics.median(timings),
+            "p95_ms": sorted(timings)[int(0.95 * (len(timings) - 1))], "max_ms": max(timings)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=300, help="steps timed on the kernel side (default 300)")
+    parser.add_argument("--browser", action="store_true", help="also time real clicks in JupyterLab")
+    parser.add_argument("--clicks", type=int, default=40, help="Step clicks timed with --browser (default 40)")
+    parser.add_argument("--pause", type=float, default=0.3, help="seconds between clicks (default 0.3)")
+    args = parser.parse_args(argv)
+
+    state = initial_state()
+    print(f"initial widget state, {state['instructions']} instructions: {state['total'] / 1e3:.1f} KB "
+          f"(tree {state['tree'] / 1e3:.1f} KB in {state['tree_rows']} rows, browser code {state['code'] / 1e3:.1f} KB)"
+          f"  budget 200 KB: {'ok' if state['total'] <= 200_000 else 'OVER'}")
+    kernel = kernel_round_trip(args.steps)
+    print(f"step round trip, kernel side, MLP: median {kernel['median_ms']:.2f} ms, p95 {kernel['p95_ms']:.2f} ms "
+          f"over {kernel['steps']} steps; eager forward {kernel['eager_forward_ms']:.3f} ms "
+          f"(one step = {kernel['ratio']:.1f} forwards); reply {kernel['reply_bytes']:.0f} B")
+    if args.browser:
+        clicks = browser_round_trip(args.clicks, args.pause)
+        if "skipped" in clicks:
+            print(f"browser round trip: skipped ({clicks['skipped']})")
+        else:
+            print(f"step round trip, click to updated view in JupyterLab: median {clicks['median_ms']:.1f} ms, "
+                  f"p95 {clicks['p95_ms']:.1f} ms, max {clicks['max_ms']:.1f} ms over {clicks['clicks']} clicks "
+                  f"{args.pause:.1f} s apart"
+                  f"  budget 100 ms: {'ok' if clicks['median_ms'] <= 100 else 'OVER'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

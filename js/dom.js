@@ -1,0 +1,43 @@
+// Small DOM helpers shared by every view: element creation, number formatting, scrolling inside a pane.
+
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === "class") el.className = value;
+    else if (key === "text") el.textContent = value;
+    else if (key.startsWith("on") && typeof value === "function") el.addEventListener(key.slice(2), value);
+    else el.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === undefined || child === null || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+export function clear(el) {
+  while (el.firstChild) el.removeChild(el.firstChild);
+  return el;
+}
+
+// 4 significant digits, exponent form for very large or small magnitudes; "nan"/"inf" pass through.
+export function fmt(value) {
+  if (value === null || value === undefined || value === "") return "";
+  if (typeof value === "string") return value;
+  if (typeof value === "boolean") return value ? "yes" : "";
+  if (!Number.isFinite(value)) return String(value);
+  if (Number.isInteger(value) && Math.abs(value) < 1e6) return String(value);
+  const magnitude = Math.abs(value);
+  if (magnitude !== 0 && (magnitude >= 1e5 || magnitude < 1e-3)) return value.toExponential(3);
+  return String(Number(value.toPrecision(4)));
+}
+
+// Scroll `container` (not the page) so that `child` is visible.
+export function scrollWithin(container, child) {
+  if (!container || !child) return;
+  const box = container.getBoundingClientRect();
+  const item = child.getBoundingClientRect();
+  if (item.top < box.top) container.scrollTop -= box.top - item.top + 8;
+  else if (item.bottom > box.bottom) container.scrollTop += item.bottom - box.bottom + 8;
+}

@@ -1,0 +1,158 @@
+// The inspector's layout and wiring: header, stepper toolbar, block tree | current step, source
+// and histograms, then the Edit / Trace / Compare tabs. The entry point anywidget calls.
+
+import { h } from "./dom.js";
+import { createChannel, createStaticModel } from "./protocol.js";
+import { TreeView } from "./tree.js";
+import { SourceView } from "./source.js";
+import { createToolbar, renderStepInfo, SHORTCUTS } from "./stepper.js";
+import { TraceTable } from "./table.js";
+import { HistogramPair } from "./histogram.js";
+import { CompareView } from "./compare.js";
+import { EditPanel } from "./edit.js";
+
+const nextFrame = () => new Promise((resolve) => requestAnimationFrame(() => resolve()));
+
+function panel(title, body, extra = {}) {
+  return h("section", { class: "nnsp-panel", "aria-label": title, ...extra }, h("h3", { class: "nnsp-panel-title" }, title), body);
+}
+
+function render({ model, el }) {
+  const isStatic = model.get("mode") === "static";
+  const channel = createChannel(model);
+  const root = h("div", { class: `nnsp-root${isStatic ? " nnsp-static" : ""}`, "data-lm-suppress-shortcuts": "true", tabindex: "0" });
+  const errorBar = h("div", { class: "nnsp-errorbar", role: "alert" });
+  const timings = [];
+  let pinned = null;
+  let viewUpdated = Promise.resolve();
+
+  const STEPPING = new Set(["step", "step_over", "continue", "run_to", "reset"]);
+  let stepping = 0;
+  async function send(command, args = {}) {
+    const started = performance.now();
+    const isStep = STEPPING.has(command);
+    if (isStep) { pinned = null; stepping += 1; }
+    try {
+      const data = await channel.request(command, isStep ? { ...args, with_hist: true } : args);
+      if (isStep && data && data.hist && !pinned) hists.render(data.hist);
+    } catch (err) {
+      errorBar.textContent = err.message;
+    } finally {
+      if (isStep) stepping -= 1;
+    }
+    await viewUpdated;  // the source and histograms the new step asked for
+    await nextFrame();
+    timings.push(performance.now() - started);
+    root.dataset.roundTripMs = timings[timings.length - 1].toFixed(1);
+    root.dataset.commands = String(timings.length);
+  }
+  root.nnspTimings = timings;
+
+  const toolbar = createToolbar(send, { isStatic });
+  const treeBox = h("div", { class: "nnsp-tree", role: "tree", "aria-label": "Block tree" });
+  const stepBox = h("div", { class: "nnsp-stepinfo" });
+  const sourceBox = h("div", { class: "nnsp-source" });
+  const histBox = h("div", { class: "nnsp-hists" });
+  const tree = new TreeView(treeBox, channel, { onSelectBlock: (block) => source.show(block, 0) });
+  const source = new SourceView(sourceBox, channel);
+  const hists = new HistogramPair(histBox, channel);
+  const select = (query) => {
+    pinned = query;
+    hists.show(query);
+  };
+
+  const tabs = {};
+  const tabBar = h("div", { class: "nnsp-tabs", role: "tablist" });
+  const tabBody = h("div", { class: "nnsp-tabpanels" });
+  const addTab = (name) => {
+    const body = h("div", { class: "nnsp-tabpanel", role: "tabpanel", "aria-label": name, hidden: true });
+    const button = h("button", { class: "nnsp-tab", type: "button", role: "tab", "aria-selected": "false", onclick: () => showTab(name) }, name);
+    tabs[name] = { body, button };
+    tabBar.append(button);
+    tabBody.append(body);
+    return body;
+  };
+  const editPanel = new EditPanel(addTab("Edit"), channel, { isStatic });
+  const table = new TraceTable(addTab("Trace"), channel, { onSelect: select });
+  const compare = new CompareView(addTab("Compare"), channel, { onSelect: select, isStatic });
+  let activeTab = "";
+  function showTab(name) {
+    activeTab = name;
+    for (const [key, tab] of Object.entries(tabs)) {
+      tab.body.hidden = key !== name;
+      tab.button.setAttribute("aria-selected", String(key === name));
+    }
+    if (name === "Trace") table.refresh();
+  }
+
+  root.append(
+    h("div", { class: "nnsp-header" }, h("span", { class: "nnsp-title" }, model.get("title") || "schema"),
+      h("span", { class: "nnsp-subtitle" }, isStatic ? "static page" : "nnschemaparser inspector")),
+    toolbar.el, errorBar,
+    h("div", { class: "nnsp-main" },
+      panel("Block tree", treeBox, { class: "nnsp-panel nnsp-panel-tree" }),
+      h("div", { class: "nnsp-side" }, panel("Current step", stepBox), panel("Source", sourceBox), panel("Histograms", histBox))),
+    tabBar, tabBody);
+  el.append(root);
+
+  function onStep() {
+    const info = model.get("step_info") || {};
+    renderStepInfo(stepBox, info, isStatic ? "static" : model.get("status"));
+    toolbar.setStatus(model.get("status"), model.get("step_index"), info.run);
+    editPanel.update(info, model.get("edit_list"));
+    if (info.index) {
+      viewUpdated = Promise.all([
+        info.node >= 0 ? tree.reveal(info.node, info.ancestors) : null,
+        source.show(info.source_block, info.line),
+        pinned || stepping ? null : hists.show(info.trace_step ? { trace_step: info.trace_step } : { step_index: info.index }),
+      ]).catch(() => undefined);
+    }
+    if (activeTab === "Trace") table.refreshSoon();
+  }
+  function onRuns() {
+    const runs = model.get("runs") || [];
+    const info = model.get("step_info") || {};
+    table.setRuns(runs, info.run);
+    compare.setRuns(runs);
+  }
+  const onError = () => { errorBar.textContent = model.get("error") || ""; };
+  const onEdits = () => editPanel.update(model.get("step_info"), model.get("edit_list"));
+  const onBlocks = () => tree.setBlocks(model.get("blocks"));
+  const onStatus = () => {
+    toolbar.setStatus(model.get("status"), model.get("step_index"), (model.get("step_info") || {}).run);
+  };
+
+  root.addEventListener("keydown", (event) => {
+    if (isStatic || event.ctrlKey || event.metaKey || event.altKey) return;
+    if (event.target.closest("input, textarea, select")) return;
+    if (event.key === "g") {
+      event.preventDefault();
+      toolbar.runToInput.focus();
+      return;
+    }
+    const command = SHORTCUTS[event.key];
+    if (!command) return;
+    event.preventDefault();
+    event.stopPropagation();
+    send(command);
+  });
+
+  tree.init(model.get("tree") || { rows: [] });
+  tree.setBlocks(model.get("blocks"));
+  onRuns();
+  onError();
+  onStep();
+  showTab("Edit");
+  if (isStatic) showTab("Trace");
+
+  const handlers = { "change:step_info": onStep, "change:runs": onRuns, "change:error": onError,
+    "change:edit_list": onEdits, "change:blocks": onBlocks, "change:status": onStatus };
+  for (const [event, handler] of Object.entries(handlers)) model.on(event, handler);
+  return () => {
+    for (const [event, handler] of Object.entries(handlers)) model.off(event, handler);
+    channel.dispose();
+  };
+}
+
+export { createStaticModel };
+export default { render };

@@ -1,0 +1,101 @@
+// The request/reply protocol over the widget's custom messages, and the stand-in model of the
+// static page (to_html), which answers the same requests from data embedded in the page.
+
+export function createChannel(model) {
+  // Every view of a widget receives every reply, so ids carry a per-view prefix.
+  const prefix = Math.random().toString(36).slice(2, 10);
+  let nextId = 1;
+  const pending = new Map();
+  const onMessage = (message) => {
+    if (!message || message.type !== "reply" || !pending.has(message.id)) return;
+    const { resolve, reject } = pending.get(message.id);
+    pending.delete(message.id);
+    if (message.ok) resolve(message.data);
+    else reject(new Error(message.error || "the kernel refused the request"));
+  };
+  model.on("msg:custom", onMessage);
+  return {
+    request(type, args = {}) {
+      const id = `${prefix}-${nextId++}`;
+      return new Promise((resolve, reject) => {
+        pending.set(id, { resolve, reject });
+        model.send({ ...args, type, id });
+      });
+    },
+    dispose() {
+      model.off("msg:custom", onMessage);
+      for (const { reject } of pending.values()) reject(new Error("the view was closed"));
+      pending.clear();
+    },
+  };
+}
+
+function sortKey(value) {
+  if (value === null || value === undefined || value === "nan") return [1, 0];
+  return [0, value];
+}
+
+// Filter (case-insensitive substring per column), sort and page rows given as objects; mirrors
+// messages.table_page on the Python side.
+export function tablePage(rows, columns, { page = 0, size = 50, sort = "", desc = false, filters = {} } = {}) {
+  let selected = rows;
+  for (const [column, needle] of Object.entries(filters || {})) {
+    if (!needle) continue;
+    const lower = String(needle).toLowerCase();
+    selected = selected.filter((row) => String(row[column] ?? "").toLowerCase().includes(lower));
+  }
+  if (sort) {
+    selected = [...selected].sort((a, b) => {
+      const [ga, va] = sortKey(a[sort]);
+      const [gb, vb] = sortKey(b[sort]);
+      if (ga !== gb) return ga - gb;
+      const order = typeof va === "number" && typeof vb === "number" ? va - vb : String(va).localeCompare(String(vb));
+      return desc ? -order : order;
+    });
+  }
+  const total = selected.length;
+  const pages = Math.max(1, Math.ceil(total / size));
+  const current = Math.max(0, Math.min(page, pages - 1));
+  const chunk = selected.slice(current * size, (current + 1) * size);
+  return { columns, rows: chunk.map((row) => columns.map((c) => row[c] ?? null)), total, page: current, pages, size };
+}
+
+function staticReply(data, message) {
+  const fail = (error) => ({ type: "reply", id: message.id, ok: false, error });
+  const ok = (payload) => ({ type: "reply", id: message.id, ok: true, data: payload });
+  switch (message.type) {
+    case "children": {
+      const wanted = new Set(message.nodes || []);
+      return ok({ rows: data.traits.tree.rows.filter((row) => wanted.has(row[1])) });
+    }
+    case "source": {
+      const source = data.sources[String(message.block)];
+      return source ? ok(source) : fail(`no source for block ${message.block} on this page`);
+    }
+    case "table": {
+      if (!data.trace) return fail("this page holds no trace");
+      const result = tablePage(data.trace.rows, data.trace.columns, message);
+      return ok({ ...result, run: data.trace.run });
+    }
+    case "hist": {
+      const hist = message.trace_step ? data.hists[String(message.trace_step)] : null;
+      return hist ? ok(hist) : fail("this page holds histograms of the trace steps only (pick a row of the trace)");
+    }
+    default:
+      return fail("this is a static page: stepping, edits and comparisons need a running kernel");
+  }
+}
+
+export function createStaticModel(data) {
+  const listeners = new Map();
+  const state = { ...data.traits, mode: "static" };
+  const emit = (event, ...args) => (listeners.get(event) || []).forEach((cb) => cb(...args));
+  return {
+    get: (key) => state[key],
+    set: (key, value) => { state[key] = value; },
+    save_changes() {},
+    on(event, callback) { listeners.set(event, [...(listeners.get(event) || []), callback]); },
+    off(event, callback) { listeners.set(event, (listeners.get(event) || []).filter((cb) => cb !== callback)); },
+    send(message) { const reply = staticReply(data, message); setTimeout(() => emit("msg:custom", reply), 0); },
+  };
+}

@@ -1,0 +1,69 @@
+// The stepper: the Step / Step over / Continue / Run to / Reset buttons with their keyboard
+// shortcuts, and the card describing the current StepInfo.
+
+import { h, clear, fmt } from "./dom.js";
+
+export const SHORTCUTS = { s: "step", o: "step_over", c: "continue", r: "reset" };
+
+export function createToolbar(send, { isStatic }) {
+  const button = (label, command, key, extra = {}) => h("button", {
+    class: "nnsp-button", type: "button", "aria-label": label, title: `${label} (${key})`,
+    "data-command": command, disabled: isStatic, onclick: () => send(command), ...extra,
+  }, label);
+  const runToInput = h("input", {
+    class: "nnsp-input nnsp-runto", type: "number", min: "1", step: "1", "aria-label": "Run to step",
+    placeholder: "step", disabled: isStatic,
+    onkeydown: (event) => { if (event.key === "Enter") { event.stopPropagation(); runTo(); } },
+  });
+  const runTo = () => {
+    const value = parseInt(runToInput.value, 10);
+    if (Number.isFinite(value) && value > 0) send("run_to", { step: value });
+  };
+  const status = h("span", { class: "nnsp-status", role: "status", "aria-live": "polite" });
+  const el = h("div", { class: "nnsp-toolbar", role: "toolbar", "aria-label": "Stepper" },
+    button("Step", "step", "s"),
+    button("Step over", "step_over", "o"),
+    button("Continue", "continue", "c"),
+    h("span", { class: "nnsp-group" }, runToInput,
+      h("button", { class: "nnsp-button", type: "button", "aria-label": "Run to", title: "Run to the step number (g to type it)",
+        disabled: isStatic, onclick: runTo }, "Run to")),
+    button("Reset", "reset", "r"),
+    status,
+  );
+  return {
+    el,
+    runToInput,
+    setStatus(state, stepIndex, run) {
+      status.textContent = `${run ? `${run} · ` : ""}${state}${stepIndex ? ` · step ${stepIndex}` : ""}`;
+      status.dataset.state = state;
+    },
+  };
+}
+
+function field(name, value, cls = "") {
+  return h("div", { class: `nnsp-field ${cls}` }, h("span", { class: "nnsp-key" }, name), h("span", { class: "nnsp-value" }, value));
+}
+
+export function renderStepInfo(container, info, status) {
+  clear(container);
+  if (!info || !info.index) {
+    container.append(h("div", { class: "nnsp-empty" },
+      status === "static" ? "static page: the tree and the last run's trace" : "Press Step (s) to run the first instruction."));
+    return;
+  }
+  const shape = info.shape ? `${info.dtype}[${info.shape.join(", ")}]` : info.value !== undefined ? `${info.type} ${info.value}` : info.type;
+  container.append(
+    h("div", { class: "nnsp-step-title" },
+      h("span", { class: "nnsp-step-index" }, `step ${info.index}`),
+      h("span", { class: `nnsp-badge nnsp-badge-${info.kind}` }, info.kind),
+      h("code", { class: "nnsp-step-text" }, info.text || ""),
+      info.edited ? h("span", { class: "nnsp-flag nnsp-flag-edited" }, "edited") : null),
+    h("div", { class: "nnsp-fields" },
+      field("var", info.var || "—"),
+      field("block", info.block || "—"),
+      field("frame", String(info.depth)),
+      field("value", shape, "nnsp-field-wide"),
+      ...(info.stats ? ["mean", "std", "min", "max"].map((k) => field(k, fmt(info.stats[k]), "nnsp-num")) : []),
+    ),
+  );
+}

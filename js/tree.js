@@ -1,0 +1,185 @@
+// The block tree: blocks, instructions and branches as a collapsible tree, built lazily from the
+// compact rows the kernel sends ([id, parent, kind, text, shape, line, nChildren, op, extra]);
+// children missing from the first payload are fetched when a node is expanded.
+
+import { h, clear, scrollWithin } from "./dom.js";
+
+const KIND_LABEL = {
+  B: "block", o: "op", c: "call", i: "if", f: "for", w: "while", t: "try", W: "with",
+  d: "def", r: "return", k: "jump", x: "stmt", b: "",
+};
+const OPEN_BY_DEFAULT = new Set(["i", "f", "w", "t", "W", "b"]);
+
+function nodeFromRow(row) {
+  const [id, parent, kind, text, shape, line, count, op, extra] = row;
+  return { id, parent, kind, text, shape, line, count, op, extra: extra || {}, children: [], el: null };
+}
+
+// "hidden = CALL fc1(x)" -> the bound variable set apart from the right-hand side.
+function textParts(text) {
+  const cut = text.indexOf(" = ");
+  if (cut <= 0 || /[\[\(]/.test(text.slice(0, cut))) return [null, text];
+  return [text.slice(0, cut), text.slice(cut + 3)];
+}
+
+export class TreeView {
+  constructor(container, channel, { onSelectBlock } = {}) {
+    this.container = container;
+    this.channel = channel;
+    this.onSelectBlock = onSelectBlock;
+    this.nodes = new Map();
+    this.open = new Set();
+    this.closed = new Set();
+    this.current = -1;
+    this.blocks = { never: [], live: [], known: false };
+  }
+
+  load(rows) {
+    for (const row of rows) {
+      if (this.nodes.has(row[0])) continue;
+      const node = nodeFromRow(row);
+      this.nodes.set(node.id, node);
+      const parent = this.nodes.get(node.parent);
+      if (parent && !parent.children.includes(node.id)) parent.children.push(node.id);
+    }
+  }
+
+  loaded(node) {
+    return node.children.length >= node.count;
+  }
+
+  init(tree) {
+    this.load(tree.rows || []);
+    this.root = tree.root ?? 0;
+    this.open.add(this.root);
+    clear(this.container);
+    const rootNode = this.nodes.get(this.root);
+    if (rootNode) this.container.append(this.renderNode(rootNode));
+  }
+
+  async fetchChildren(ids) {
+    const missing = ids.filter((id) => {
+      const node = this.nodes.get(id);
+      return node && !this.loaded(node);
+    });
+    if (!missing.length) return;
+    const data = await this.channel.request("children", { nodes: missing });
+    this.load(data.rows);
+  }
+
+  renderNode(node) {
+    const hasChildren = node.count > 0;
+    const isOpen = this.open.has(node.id) || (OPEN_BY_DEFAULT.has(node.kind) && this.loaded(node) && !this.closed.has(node.id));
+    const label = KIND_LABEL[node.kind] ?? node.kind;
+    const [bound, rhs] = node.kind === "B" || node.kind === "b" ? [null, node.text] : textParts(node.text);
+    const toggle = h("button", {
+      class: "nnsp-toggle", type: "button", tabindex: "-1",
+      "aria-label": isOpen ? "Collapse" : "Expand", disabled: !hasChildren,
+    }, hasChildren ? (isOpen ? "▾" : "▸") : "");
+    const row = h("div", { class: "nnsp-row", "data-node": node.id, title: node.op ? `${node.op}${node.line ? ` · line ${node.line}` : ""}` : "" },
+      toggle,
+      label ? h("span", { class: `nnsp-badge nnsp-badge-${label}` }, label) : null,
+      h("span", { class: "nnsp-text" }, bound ? h("span", { class: "nnsp-var" }, bound) : null, bound ? " = " : null, rhs),
+      node.shape ? h("span", { class: "nnsp-shape" }, node.shape) : null,
+      node.kind === "o" && node.op ? h("span", { class: "nnsp-op" }, node.op) : null,
+      node.extra.skip ? h("span", { class: "nnsp-flag nnsp-flag-skip", title: node.extra.skip }, "skipped") : null,
+      node.extra.skip ? h("span", { class: "nnsp-reason" }, node.extra.skip) : null,
+      h("span", { class: "nnsp-flag nnsp-flag-run", hidden: true }),
+    );
+    const children = h("div", { class: "nnsp-children", role: "group" });
+    const el = h("div", {
+      class: `nnsp-node nnsp-kind-${node.kind === "B" ? "block" : node.kind}`, role: "treeitem",
+      "data-node": node.id, "aria-expanded": hasChildren ? String(isOpen) : null,
+    }, row, children);
+    node.el = el;
+    node.open = isOpen;
+    row.addEventListener("click", (event) => {
+      event.stopPropagation();
+      if (node.kind === "B" && this.onSelectBlock) this.onSelectBlock(node.id);
+      if (node.extra.to !== undefined && event.target.classList.contains("nnsp-text")) {
+        this.reveal(node.extra.to);
+        return;
+      }
+      if (hasChildren) this.toggle(node);
+    });
+    if (isOpen) this.fillChildren(node);
+    this.markRun(node);
+    if (node.id === this.current) row.classList.add("nnsp-current");
+    return el;
+  }
+
+  fillChildren(node) {
+    const box = node.el.querySelector(":scope > .nnsp-children");
+    clear(box);
+    if (!this.loaded(node)) {
+      box.append(h("div", { class: "nnsp-loading" }, "loading…"));
+      this.fetchChildren([node.id]).then(() => this.fillChildren(node)).catch((err) => {
+        clear(box).append(h("div", { class: "nnsp-error" }, err.message));
+      });
+      return;
+    }
+    for (const id of node.children) box.append(this.renderNode(this.nodes.get(id)));
+  }
+
+  setOpen(node, open) {
+    node.open = open;
+    if (open) { this.open.add(node.id); this.closed.delete(node.id); } else { this.open.delete(node.id); this.closed.add(node.id); }
+    if (!node.el) return;
+    node.el.setAttribute("aria-expanded", String(open));
+    const toggle = node.el.querySelector(":scope > .nnsp-row > .nnsp-toggle");
+    toggle.textContent = open ? "▾" : "▸";
+    toggle.setAttribute("aria-label", open ? "Collapse" : "Expand");
+    const box = node.el.querySelector(":scope > .nnsp-children");
+    if (open) this.fillChildren(node); else clear(box);
+  }
+
+  toggle(node) {
+    this.setOpen(node, !node.open);
+  }
+
+  // Expand the ancestors of `id` (fetching what is missing), then highlight and show it.
+  async reveal(id, ancestors = null) {
+    let chain = ancestors;
+    if (!chain) {
+      chain = [];
+      let node = this.nodes.get(id);
+      while (node && node.parent >= 0) { chain.unshift(node.parent); node = this.nodes.get(node.parent); }
+    }
+    await this.fetchChildren(chain);
+    for (const ancestor of chain) {
+      const node = this.nodes.get(ancestor);
+      if (node && !node.open) {
+        if (node.el) this.setOpen(node, true);
+        else { this.open.add(node.id); this.closed.delete(node.id); }
+      }
+    }
+    this.highlight(id);
+  }
+
+  highlight(id) {
+    const previous = this.nodes.get(this.current);
+    if (previous && previous.el) previous.el.querySelector(":scope > .nnsp-row").classList.remove("nnsp-current");
+    this.current = id;
+    const node = this.nodes.get(id);
+    if (!node || !node.el) return;
+    const row = node.el.querySelector(":scope > .nnsp-row");
+    row.classList.add("nnsp-current");
+    scrollWithin(this.container, row);
+  }
+
+  markRun(node) {
+    if (node.kind !== "B" || !node.el) return;
+    const flag = node.el.querySelector(":scope > .nnsp-row > .nnsp-flag-run");
+    const never = this.blocks.never.includes(node.id);
+    const live = this.blocks.live.includes(node.id);
+    flag.hidden = !(never || live);
+    flag.textContent = never ? "never executed" : live ? "ran as module" : "";
+    flag.classList.toggle("nnsp-flag-never", never);
+    flag.title = never ? "no run so far entered this block" : live ? "called, but ran as the real module (outside the schema)" : "";
+  }
+
+  setBlocks(blocks) {
+    this.blocks = { never: [], live: [], ...(blocks || {}) };
+    for (const node of this.nodes.values()) if (node.kind === "B") this.markRun(node);
+  }
+}

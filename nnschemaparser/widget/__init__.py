@@ -1,0 +1,30 @@
+"""The notebook inspector: step, edit and compare runs of a schema inside a cell.
+
+    from nnschemaparser.widget import InspectorWidget, inspect_model_widget
+
+    widget = inspect_model_widget(model, inputs={"x": x})   # parse + inspector in one call
+    widget                                                  # displays the tree, stepper, tables...
+    widget.step(); widget.step_over(); widget.run_to(5); widget.continue_(); widget.reset()
+
+Module map (lower to higher): tree (the compact block tree), edits (edit specs), runs (one run: its
+ActivationTrace, GradientTrace and StepInfo rows), state (the state machine: stepping, edits, runs,
+comparison with compare_traces, bins with histogram_bins), messages (the browser's requests),
+static_html (the page without a kernel), inspector (the anywidget), build (js/ -> static/).
+The widget is a view: it may import any layer below it; nothing below imports it.
+"""
+
+from typing import Any
+
+from .state import InspectorError, InspectorOptions, InspectorState
+
+__all__ = ["InspectorWidget", "inspect_model_widget", "InspectorState", "InspectorOptions", "InspectorError"]
+
+
+def __getattr__(name: str) -> Any:
+    # anywidget is imported on first use only, so `python -m nnschemaparser.widget.build` and the
+    # state machine work without it (and before static/ exists).
+    if name in ("InspectorWidget", "inspect_model_widget"):
+        from . import inspector
+
+        return getattr(inspector, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

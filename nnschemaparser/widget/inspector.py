@@ -1,0 +1,259 @@
+"""InspectorWidget: the notebook front end of an inspector session, as an anywidget.
+
+Small state travels as traits: `step_index`, `step_info` (the current StepInfo in brief), `status`,
+`error`, `runs`, `edit_list`, `blocks` (never-executed blocks) — each re-sent only when it changes.
+The block tree travels once, as `tree` (the first rows under a byte budget); everything else is
+fetched by message (see messages.py): subtrees, source, trace pages, comparisons, histogram bins.
+The Python methods mirror the buttons and read the same state the browser shows.
+
+The browser code is `static/widget.js` and `static/widget.css`, built from the ESM modules in js/
+by `python -m nnschemaparser.widget.build`. Depends on the widget's state, messages and
+static_html modules, on anywidget/traitlets, and on the parser for `inspect_model_widget`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+from collections import ChainMap
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional
+
+import anywidget
+import traitlets
+
+from ..capture import CaptureLimits
+from ..interpreter import StepInfo
+from ..parser import NNParser
+from ..schema import ModelBlockSchema
+from .edits import EditSpec
+from .messages import handle_message, json_safe
+from .runs import RunRecord
+from .state import InspectorOptions, InspectorState
+
+__all__ = ["InspectorWidget", "inspect_model_widget"]
+
+_STATIC = Path(__file__).parent / "static"
+_log = logging.getLogger(__name__)
+
+
+def _notebook_namespace() -> Mapping[str, Any]:
+    """The notebook's own names, live (a name defined after the widget is still seen by edits)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return {}
+    shell = get_ipython()
+    return getattr(shell, "user_ns", None) or {} if shell is not None else {}
+
+
+class InspectorWidget(anywidget.AnyWidget):
+    """Step, edit and compare runs of `schema` on the inputs `scope`, in a notebook cell.
+
+    `InspectorWidget(schema, scope={"x": x})` displays itself when it is the last value of a cell.
+    Options: `gradients` (take gradients of `loss_fn(outputs)` after each run; default loss: the sum
+    of squares of the differentiable outputs), `namespace` (names for edit expressions; the
+    notebook's names are always there), `limits` (a CaptureLimits bounding the values each run
+    keeps; default: all, as aliases), `bins` (histogram bins), `title`.
+    """
+
+    _esm = _STATIC / "widget.js"
+    _css = _STATIC / "widget.css"
+
+    title = traitlets.Unicode("").tag(sync=True)
+    mode = traitlets.Unicode("live").tag(sync=True)
+    tree = traitlets.Dict().tag(sync=True)
+    step_index = traitlets.Int(0).tag(sync=True)
+    step_info = traitlets.Dict().tag(sync=True)
+    status = traitlets.Unicode("ready").tag(sync=True)
+    error = traitlets.Unicode("").tag(sync=True)
+    runs = traitlets.List().tag(sync=True)
+    edit_list = traitlets.List().tag(sync=True)
+    blocks = traitlets.Dict().tag(sync=True)
+
+    def __init__(self, schema: ModelBlockSchema, scope: Mapping[str, Any], *, gradients: bool = True,
+                 loss_fn: Optional[Callable[[list], Any]] = None, namespace: Optional[Mapping[str, Any]] = None,
+                 limits: Optional[CaptureLimits] = None, bins: int = 40, title: str = "") -> None:
+        extra = ChainMap(dict(namespace or {}), _notebook_namespace())
+        options = InspectorOptions(gradients=gradients, loss_fn=loss_fn, namespace=extra, limits=limits, bins=bins)
+        self._state = InspectorState(schema, scope, options)
+        # The kernel may run a cell (widget.step()) and a button's message on different threads
+        # at once; every use of the state holds this lock.
+        self._lock = threading.RLock()
+        super().__init__(title=title or schema.name, tree=self._state.tree.initial(options.tree_bytes))
+        self.on_msg(self._on_message)
+        self._sync()
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def _sync(self) -> None:
+        state = self._state
+        with self.hold_sync():
+            self.step_info = json_safe(state.view_step())
+            self.step_index = state.step_index
+            self.status = state.status
+            self.error = state.error
+            self.runs = state.view_runs()
+            self.edit_list = state.view_edits()
+            self.blocks = state.view_blocks()
+
+    def _do(self, method: Callable, *args: Any, **kwargs: Any) -> Any:
+        """Run one state operation under the lock, then sync the traits (also when it raised)."""
+        with self._lock:
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self._sync()
+
+    def _on_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        try:
+            reply = self._do(handle_message, self._state, content)
+        except Exception as exc:  # a bug of ours: the browser gets the message, the log the traceback
+            _log.error("inspector message %r failed:\n%s", content, traceback.format_exc())
+            reply = {"type": "reply", "id": content.get("id") if isinstance(content, dict) else None,
+                     "ok": False, "error": f"internal error: {type(exc).__name__}: {exc}"}
+        self.send(reply)
+
+    def close(self) -> None:
+        """Close the widget's views and stop its run thread (abandoning a paused run)."""
+        with self._lock:
+            self._state.close()
+        super().close()
+
+    def handle(self, message: dict) -> dict:
+        """Answer one browser message from Python (what the front end does; handy in tests)."""
+        return self._do(handle_message, self._state, message)
+
+    # -- the buttons ---------------------------------------------------------------------------
+
+    def step(self) -> Optional[StepInfo]:
+        """Run one instruction (into sub-blocks); the button "Step"."""
+        return self._do(self._state.step)
+
+    def step_over(self) -> Optional[StepInfo]:
+        """Run to the next instruction of this frame or an outer one; the button "Step over"."""
+        return self._do(self._state.step_over)
+
+    def continue_(self) -> Optional[StepInfo]:
+        """Run to the end; the button "Continue"."""
+        return self._do(self._state.continue_)
+
+    def run_to(self, step_index: int) -> Optional[StepInfo]:
+        """Run to step `step_index` (an earlier one replays from the start); the button "Run to"."""
+        return self._do(self._state.run_to, step_index)
+
+    def reset(self, scope: Optional[Mapping[str, Any]] = None) -> None:
+        """Start a new run (on `scope` if given) replaying the queued edits; the button "Reset"."""
+        self._do(self._state.reset, scope)
+
+    def edit(self, action: str, argument: Any = None) -> EditSpec:
+        """Edit the current step's value: "zero", "scale" (factor), "noise" (std) or "expression" (text).
+
+        A bad edit raises EditError, changes nothing, and shows its message in the widget.
+        """
+        def edit_or_report() -> EditSpec:
+            try:
+                return self._state.edit(action, argument)
+            except Exception as exc:
+                self._state.error = str(exc)
+                raise
+
+        return self._do(edit_or_report)
+
+    def remove_edit(self, index: int) -> EditSpec:
+        """Drop queued edit `index` (the next run no longer replays it)."""
+        return self._do(self._state.remove_edit, index)
+
+    def clear_edits(self) -> None:
+        self._do(self._state.clear_edits)
+
+    # -- reading the state ---------------------------------------------------------------------
+
+    @property
+    def current(self) -> Optional[StepInfo]:
+        """The current StepInfo (None before the first step)."""
+        return self._state.current
+
+    @property
+    def state(self) -> InspectorState:
+        """The state machine behind the widget."""
+        return self._state
+
+    @property
+    def edits(self) -> list[EditSpec]:
+        """The queued edits: replayed by every run started after them."""
+        return list(self._state.edits)
+
+    @property
+    def run_records(self) -> list[RunRecord]:
+        return list(self._state.runs)
+
+    @property
+    def traces(self) -> dict:
+        """The activation trace of every run so far, by run name, as DataFrames (needs pandas)."""
+        with self._lock:
+            return {run.name: run.to_dataframe() for run in self._state.runs}
+
+    def trace(self, run: Optional[str] = None) -> Any:
+        """The trace DataFrame of one run (default: the active run), with the StepInfo index of each step."""
+        with self._lock:
+            return self._state.run(run).to_dataframe()
+
+    def gradient_trace(self, run: Optional[str] = None) -> Any:
+        """The GradientTrace of a finished run (None when no gradients were taken)."""
+        return self._state.run(run).gradients
+
+    def steps(self, run: Optional[str] = None) -> Any:
+        """One row per StepInfo of a run (every leaf instruction), as a DataFrame."""
+        return self._state.run(run).steps_dataframe()
+
+    def compare(self, run_a: Optional[str] = None, run_b: Optional[str] = None) -> Any:
+        """Compare two runs' traces (default: base vs the active run); the TraceDiff DataFrame.
+
+        `frame.attrs` holds the run names, the diff_summary and the row of the first divergence.
+        """
+        from ..frames import diffs_to_dataframe
+
+        result = self._do(self._state.compare, run_a, run_b)
+        frame = diffs_to_dataframe(result["diffs"])
+        frame["step_index_a"] = [row["step_index_a"] for row in result["rows"]]
+        frame["step_index_b"] = [row["step_index_b"] for row in result["rows"]]
+        frame.attrs.update({k: result[k] for k in ("a", "b", "summary", "first_index")})
+        return frame
+
+    @property
+    def last_compare(self) -> Optional[dict]:
+        """The summary of the last comparison, from Python or from the widget's Compare tab."""
+        return self._state.last_compare
+
+    def histograms(self, step: Optional[int] = None, run: Optional[str] = None, *,
+                   trace_step: Optional[int] = None) -> dict:
+        """The activation and gradient bins of a step (StepInfo index, default current) or trace step."""
+        with self._lock:
+            return self._state.histograms(step, run, trace_step=trace_step)
+
+    @property
+    def never_run(self) -> list[str]:
+        """The paths of the interpreted blocks no finished run entered (experts never routed to...)."""
+        return self._state.never_run_paths()
+
+    def to_html(self, path: str | Path) -> Path:
+        """Write a static page (no kernel needed) with the tree and the last run's trace."""
+        from .static_html import write_static_html
+
+        with self._lock:
+            return write_static_html(self._state, path, title=self.title)
+
+
+def inspect_model_widget(model: Any, inputs: Mapping[str, Any], **options: Any) -> InspectorWidget:
+    """Parse `model` on the example `inputs` ({forward parameter name: value}) and return its inspector.
+
+    The model's parameters, buffers and training mode are left as they were. `options` go to
+    InspectorWidget (gradients, loss_fn, namespace, limits, title).
+    """
+    if not isinstance(inputs, Mapping) or not inputs:
+        raise TypeError("inspect_model_widget needs inputs={forward parameter name: example value}, "
+                        "e.g. inputs={'x': torch.randn(2, 16)}")
+    schema = NNParser.parse_model(model=model, inputs_tensors_values=dict(inputs))
+    return InspectorWidget(schema, scope=dict(inputs), **options)

@@ -1,0 +1,216 @@
+"""The inspector's request/reply protocol: one handler per message type, answering from the state.
+
+The browser sends `{"type": ..., "id": n, ...}`; `handle_message` calls `on_<type>` and returns
+`{"type": "reply", "id": n, "ok": true, "data": ...}` or `{"ok": false, "error": "..."}`. Commands
+(step, step_over, continue, run_to, reset, edit, ...) change the state and the widget then syncs
+its small traits; queries (children, source, table, compare, hist) return data that is never kept in
+a trait: the tree's subtrees, a page of a run's trace, a page of a comparison, histogram bins.
+Replies are JSON-safe: non-finite floats travel as the strings "nan", "inf", "-inf".
+
+Depends on the widget's state; knows nothing about traitlets or the browser.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from ..errors import NNSchemaError
+from .runs import TRACE_COLUMNS
+from .state import InspectorError, InspectorState
+
+__all__ = ["handle_message", "json_safe", "table_page", "MAX_PAGE_SIZE"]
+
+MAX_PAGE_SIZE = 500
+# The comparison table: the traces' diff columns plus the StepInfo index of each side.
+COMPARE_COLUMNS = ["container_id", "status", "changed", "max_abs_diff", "mean_abs_diff", "step_a", "step_b",
+                   "step_index_a", "step_index_b", "description", "out_var", "op_name", "block_path",
+                   "shape_a", "shape_b"]
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with non-finite floats as strings and tuples as lists, ready for JSON."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def _int(message: dict, key: str, default: int) -> int:
+    value = message.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        raise InspectorError(f"{key} must be a number, got {value!r}")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise InspectorError(f"{key} must be a number, got {value!r}") from None
+
+
+def _sort_key(column: str) -> Callable[[dict], tuple]:
+    def key(row: dict) -> tuple:
+        value = row.get(column)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return (1, 0)
+        if isinstance(value, (int, float)):
+            return (0, value)
+        return (0, str(value))
+
+    return key
+
+
+def table_page(rows: list[dict], columns: list[str], page: int = 0, size: int = 50, sort: str = "",
+               desc: bool = False, filters: dict | None = None) -> dict:
+    """One page of `rows` after filtering (case-insensitive substring per column) and sorting."""
+    size = max(1, min(int(size), MAX_PAGE_SIZE))
+    selected = rows
+    for column, needle in (filters or {}).items():
+        if not needle:
+            continue
+        if column not in columns:
+            raise InspectorError(f"cannot filter by {column!r}; the columns are {', '.join(columns)}")
+        needle = str(needle).lower()
+        selected = [r for r in selected if needle in str(r.get(column, "")).lower()]
+    if sort:
+        if sort not in columns:
+            raise InspectorError(f"cannot sort by {sort!r}; the columns are {', '.join(columns)}")
+        selected = sorted(selected, key=_sort_key(sort), reverse=bool(desc))
+    total = len(selected)
+    pages = max(1, math.ceil(total / size))
+    page = max(0, min(int(page), pages - 1))
+    chunk = selected[page * size:(page + 1) * size]
+    return {"columns": columns, "rows": [[r.get(c) for c in columns] for r in chunk], "total": total,
+            "page": page, "pages": pages, "size": size}
+
+
+def _after_command(state: InspectorState, message: dict) -> Any:
+    """With `with_hist`, a stepping command's reply carries the new step's histograms, so the browser
+    updates its whole view after one round trip instead of two."""
+    if not message.get("with_hist") or state.current is None:
+        return None
+    return {"hist": state.histograms()}
+
+
+class _Handlers:
+    """`on_<type>(state, message)` for each message type."""
+
+    @staticmethod
+    def on_step(state: InspectorState, message: dict) -> Any:
+        state.step()
+        return _after_command(state, message)
+
+    @staticmethod
+    def on_step_over(state: InspectorState, message: dict) -> Any:
+        state.step_over()
+        return _after_command(state, message)
+
+    @staticmethod
+    def on_continue(state: InspectorState, message: dict) -> Any:
+        state.continue_()
+        return _after_command(state, message)
+
+    @staticmethod
+    def on_run_to(state: InspectorState, message: dict) -> Any:
+        state.run_to(_int(message, "step", 0))
+        return _after_command(state, message)
+
+    @staticmethod
+    def on_reset(state: InspectorState, message: dict) -> Any:
+        state.reset()
+
+    @staticmethod
+    def on_edit(state: InspectorState, message: dict) -> Any:
+        try:
+            spec = state.edit(str(message.get("action", "")), message.get("argument"))
+        except NNSchemaError as exc:
+            state.error = str(exc)
+            raise
+        return spec.to_dict()
+
+    @staticmethod
+    def on_remove_edit(state: InspectorState, message: dict) -> Any:
+        state.remove_edit(_int(message, "index", -1))
+
+    @staticmethod
+    def on_clear_edits(state: InspectorState, message: dict) -> Any:
+        state.clear_edits()
+
+    @staticmethod
+    def on_children(state: InspectorState, message: dict) -> Any:
+        nodes = message.get("nodes")
+        if not isinstance(nodes, list) or not nodes:
+            raise InspectorError("children needs nodes=[node ids]")
+        rows = []
+        for node in nodes[:64]:
+            try:
+                rows.extend(state.tree.children_rows(int(node)))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise InspectorError(str(exc).strip('"')) from None
+        return {"rows": rows}
+
+    @staticmethod
+    def on_source(state: InspectorState, message: dict) -> Any:
+        try:
+            return state.tree.source(_int(message, "block", -1))
+        except KeyError as exc:
+            raise InspectorError(str(exc).strip('"')) from None
+
+    @staticmethod
+    def on_table(state: InspectorState, message: dict) -> Any:
+        run = state.run(message.get("run") or None)
+        filters = message.get("filters") or {}
+        if not isinstance(filters, dict):
+            raise InspectorError("filters must be an object {column: text}")
+        page = table_page(run.trace_rows(), TRACE_COLUMNS, _int(message, "page", 0), _int(message, "size", 50),
+                          str(message.get("sort") or ""), bool(message.get("desc")), filters)
+        page["run"] = run.name
+        return page
+
+    @staticmethod
+    def on_compare(state: InspectorState, message: dict) -> Any:
+        result = state.compare(message.get("a") or None, message.get("b") or None)
+        only = bool(message.get("only_changed"))
+        rows = [r for r in result["rows"] if r["status"] != "ok" or r["changed"]] if only else result["rows"]
+        first_index = result["first_index"]
+        if only and first_index is not None:
+            first_index = 0  # the filtered rows start with the first divergence
+        size = max(1, min(_int(message, "size", 50), MAX_PAGE_SIZE))
+        page = _int(message, "page", 0)
+        if message.get("jump") and first_index is not None:
+            page = first_index // size
+        out = table_page(rows, COMPARE_COLUMNS, page, size)
+        out.update({k: result[k] for k in ("a", "b", "summary", "first", "pairs")})
+        out["first_index"] = first_index
+        return out
+
+    @staticmethod
+    def on_hist(state: InspectorState, message: dict) -> Any:
+        run = message.get("run") or None
+        if message.get("trace_step") is not None:
+            return state.histograms(run=run, trace_step=_int(message, "trace_step", 0))
+        step = message.get("step_index")
+        return state.histograms(None if step is None else _int(message, "step_index", 0), run)
+
+
+def handle_message(state: InspectorState, message: Any) -> dict:
+    """The reply to one browser message (never raises for a bad request: the reply says what was wrong)."""
+    if not isinstance(message, dict):
+        return {"type": "reply", "id": None, "ok": False, "error": "a message must be a JSON object"}
+    request_id = message.get("id")
+    kind = message.get("type")
+    handler = getattr(_Handlers, f"on_{kind}", None) if isinstance(kind, str) else None
+    if handler is None:
+        known = sorted(name[3:] for name in vars(_Handlers) if name.startswith("on_"))
+        return {"type": "reply", "id": request_id, "ok": False,
+                "error": f"unknown message type {kind!r}; known: {', '.join(known)}"}
+    try:
+        data = handler(state, message)
+    except NNSchemaError as exc:
+        return {"type": "reply", "id": request_id, "ok": False, "error": str(exc)}
+    return {"type": "reply", "id": request_id, "ok": True, "data": json_safe(data)}

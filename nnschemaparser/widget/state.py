@@ -1,0 +1,503 @@
+"""The inspector's Python-side state machine: one stepped run at a time, its edits, the runs so far.
+
+`InspectorState` drives `SchemaInterpreter.step_run` one StepInfo at a time (step, step over,
+continue, run to, reset), applies and queues edits (a run with edits is a fork of the base run),
+keeps every finished run as a `RunRecord` (with its ActivationTrace and GradientTrace), compares two
+runs with `compare_traces` and bins a step's activation and gradient with `histogram_bins`. Its
+`view_*` methods give the small JSON dicts the widget syncs as traits; the browser's requests are
+answered by `messages.handle_message`. Nothing here imports traitlets or anywidget, so
+the whole state machine is testable without a kernel.
+
+Each run draws from its own copy of the CPU random generator, seeded from the state at construction,
+so runs with dropout replay the same masks and the notebook's own generator is left untouched.
+
+A paused run lives in a greenlet, and a greenlet can only be resumed from the thread that made it,
+while a kernel may deliver the widget's messages on different threads. So every run is driven on
+one worker thread owned by the state (`_RunThread`); callers on any thread wait for it, and the
+caller's grad mode is carried over to each call.
+
+Depends on interpreter, errors, schema, capture (limits), compare, histograms and the widget's
+tree/runs/edits modules.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional
+
+import torch
+
+from ..capture import CaptureLimits
+from ..compare import TraceDiff, compare_traces, diff_summary
+from ..errors import EditError, NNSchemaError
+from ..frames import diffs_to_dataframe, tensor_statistics
+from ..histograms import histogram_bins
+from ..interpreter import SchemaInterpreter, StepInfo
+from ..schema import ModelBlockSchema
+from .edits import EditSpec, apply_edit_spec, parse_edit
+from .runs import RunRecord, StepLog, default_loss, new_record
+from .tree import INITIAL_TREE_BYTES, BlockTree
+
+__all__ = ["InspectorState", "InspectorOptions", "InspectorError"]
+
+
+class InspectorError(NNSchemaError):
+    """A request the inspector cannot carry out (unknown run, step out of range, nothing to step)."""
+
+
+@dataclass(frozen=True)
+class InspectorOptions:
+    """Options of an inspector session.
+
+    `gradients`: take the gradients of `loss_fn(outputs)` at the end of each run (default loss: the
+    sum of squares of the differentiable outputs). `namespace`: extra names for edit expressions
+    (the widget adds the notebook's names). `limits`: a CaptureLimits bounding the values each
+    run's ActivationRecorder keeps (None: every value, as aliases). `bins`: histogram bins.
+    """
+
+    gradients: bool = True
+    loss_fn: Optional[Callable[[list], Any]] = None
+    namespace: Optional[Mapping[str, Any]] = None
+    limits: Optional[CaptureLimits] = None
+    tree_bytes: int = INITIAL_TREE_BYTES
+    bins: int = 40
+
+
+def _clone_scope(scope: Mapping[str, Any]) -> dict:
+    out = {}
+    for key, value in scope.items():
+        if isinstance(value, torch.Tensor):
+            out[key] = value.detach().clone().requires_grad_(value.requires_grad)
+        else:
+            out[key] = value
+    return out
+
+
+class _RunThread:
+    """The one thread on which an inspector's runs are stepped (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._ident: Optional[int] = None
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        if threading.get_ident() == self._ident:  # already on the run thread (a finalizer, a nested call)
+            return fn()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nnsp-inspector-run")
+        grad = torch.is_grad_enabled()
+
+        def job() -> Any:
+            self._ident = threading.get_ident()
+            with torch.set_grad_enabled(grad):
+                return fn()
+
+        return self._pool.submit(job).result()
+
+    def shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+class _Buffers:
+    """The model's buffers as they were when the inspector was made, put back around every run."""
+
+    def __init__(self, schema: ModelBlockSchema):
+        module = schema.module
+        self.saved = [] if module is None else [(b, b.detach().clone()) for _, b in module.named_buffers()]
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for buffer, copy in self.saved:
+                if buffer.shape == copy.shape and not buffer.is_inference():
+                    buffer.copy_(copy)
+
+
+class _RunDriver:
+    """One live stepped run: the generator, its recorder and its own random generator state."""
+
+    def __init__(self, state: "InspectorState", record: RunRecord):
+        self.record = record
+        self.thread = state.run_thread
+        log = StepLog(record, state.tree, keep_live=state.options.gradients)
+        self.interpreter = SchemaInterpreter(listeners=[record.recorder, log])
+        self.generator = self.interpreter.step_run(state.schema, _clone_scope(state.scope))
+        self.rng = state.rng_state.clone()
+        self.buffers = state.buffers
+        self.started = False
+        self.done = False
+
+    def advance(self) -> Optional[StepInfo]:
+        """The next StepInfo, or None when the run has returned (its outputs are then in the record)."""
+        return self.thread.call(self._advance)
+
+    def _advance(self) -> Optional[StepInfo]:
+        if not self.started:
+            self.buffers.restore()  # every run starts from the model's state at construction
+            self.started = True
+        user_rng = torch.get_rng_state()
+        torch.set_rng_state(self.rng)
+        try:
+            return next(self.generator)
+        except StopIteration:
+            self.done = True
+            self.record.outputs = self.interpreter.step_outputs
+            self.record.finished = True
+            return None
+        except BaseException:
+            self.done = True
+            raise
+        finally:
+            self.rng = torch.get_rng_state()
+            torch.set_rng_state(user_rng)
+            if self.done:
+                self.buffers.restore()  # and leaves it as it was (BatchNorm statistics, caches)
+
+    def close(self) -> None:
+        if not self.done:
+            self.thread.call(self.generator.close)
+            self.done = True
+            if self.started:
+                self.buffers.restore()
+
+    def __del__(self) -> None:
+        # A paused generator left to the garbage collector would be closed on whatever thread
+        # collects it, and its greenlet cannot be switched to from there.
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the run thread is gone; nothing left to unwind
+            pass
+
+
+class InspectorState:
+    """Stepping, edits, runs and comparisons of one schema on one input scope."""
+
+    def __init__(self, schema: ModelBlockSchema, scope: Mapping[str, Any], options: Optional[InspectorOptions] = None):
+        if not isinstance(schema, ModelBlockSchema):
+            raise InspectorError(f"the inspector needs a ModelBlockSchema (from NNParser.parse_model), got "
+                                 f"{type(schema).__name__}; parse the model first or use inspect_model_widget")
+        if not isinstance(scope, Mapping):
+            raise InspectorError(f"scope must be a dict of input name -> value, got {type(scope).__name__}")
+        self.schema = schema
+        self.run_thread = _RunThread()
+        self.scope = dict(scope)
+        self.options = options or InspectorOptions()
+        self.tree = BlockTree(schema)
+        self.rng_state = torch.get_rng_state()
+        self.buffers = _Buffers(schema)
+        self.runs: list[RunRecord] = []
+        self.edits: list[EditSpec] = []
+        self.current: Optional[StepInfo] = None
+        self.status = "ready"
+        self.error = ""
+        self.last_compare: Optional[dict] = None
+        self._driver: Optional[_RunDriver] = None
+        self._block_status: dict[int, str] = {}
+        self._compare_cache: Optional[tuple] = None
+        self.reset()
+
+    # -- runs ----------------------------------------------------------------------------------
+
+    @property
+    def active(self) -> RunRecord:
+        return self._driver.record
+
+    @property
+    def step_index(self) -> int:
+        return self.current.step_index if self.current is not None else 0
+
+    def _name(self, fork: bool) -> str:
+        taken = {run.name for run in self.runs}
+        stem = "fork" if fork else "base"
+        if not fork and stem not in taken:
+            return stem
+        k = 1 if fork else 2
+        while f"{stem} {k}" in taken:
+            k += 1
+        return f"{stem} {k}"
+
+    def run(self, name: Optional[str] = None) -> RunRecord:
+        """The run called `name` (default: the active one)."""
+        if name is None or name == "":
+            return self.active
+        for run in self.runs:
+            if run.name == name:
+                return run
+        known = ", ".join(repr(r.name) for r in self.runs) or "(none)"
+        raise InspectorError(f"no run named {name!r}; the runs so far are {known}")
+
+    def reset(self, scope: Optional[Mapping[str, Any]] = None) -> None:
+        """Abandon the current run and start a new one (on `scope` if given) replaying the queued edits."""
+        if scope is not None:
+            if not isinstance(scope, Mapping):
+                raise InspectorError(f"scope must be a dict of input name -> value, got {type(scope).__name__}")
+            self.scope = dict(scope)
+        if self._driver is not None:
+            self._driver.close()
+            if not self.active.finished:
+                self.runs.remove(self.active)
+        record = self._new_record(fork=bool(self.edits), edits=self.edits)
+        self.runs.append(record)
+        self._driver = _RunDriver(self, record)
+        self.current = None
+        self.status = "ready"
+        self.error = ""
+
+    def close(self) -> None:
+        """Abandon the paused run (if any) and stop the run thread; a later step starts both again."""
+        try:
+            if self.status == "paused":
+                self.reset()  # unwinds the paused greenlet on its own thread
+        except RuntimeError:  # interpreter shutdown: no thread can run it any more
+            pass
+        self.run_thread.shutdown()
+
+    def _new_record(self, fork: bool, edits: list[EditSpec]) -> RunRecord:
+        return new_record(self._name(fork), edits, self.options.gradients, self.options.limits)
+
+    def _advance(self) -> bool:
+        """One step; False when the run cannot go on (finished or failed)."""
+        if self.status in ("finished", "error"):
+            return False
+        try:
+            step = self._driver.advance()
+        except Exception as exc:
+            self.status = "error"
+            self.error = f"the run failed at step {self.step_index + 1}: {type(exc).__name__}: {exc}"
+            self.active.error = self.error
+            return False
+        if step is None:
+            self._finish()
+            return False
+        self.current = step
+        self.status = "paused"
+        for spec in self.active.edits:
+            if spec.step_index == step.step_index:
+                try:
+                    apply_edit_spec(step, spec, self._namespace())
+                except EditError as exc:
+                    self.error = f"the queued edit '{spec.describe()}' could not be replayed: {exc}"
+        return True
+
+    def _finish(self) -> None:
+        self.status = "finished"
+        record = self.active
+        if self.options.gradients:
+            record.collect_gradients(self.options.loss_fn or default_loss)
+        self._update_block_status()
+
+    def _update_block_status(self) -> None:
+        entered: set[int] = set()
+        executed: set[int] = set()
+        for run in self.runs:
+            entered |= run.entered
+            executed |= run.executed
+        self._block_status = self.tree.block_status(entered, executed)
+
+    def step(self) -> Optional[StepInfo]:
+        """Run one instruction (stepping into sub-blocks); returns the new current StepInfo."""
+        self._advance()
+        return self.current
+
+    def step_over(self) -> Optional[StepInfo]:
+        """Run until the next step in the current frame or an outer one (a sub-block call runs whole)."""
+        depth = self.current.frame_depth if self.current is not None else None
+        while self._advance():
+            if depth is None or self.current.frame_depth <= depth:
+                break
+        return self.current
+
+    def continue_(self) -> Optional[StepInfo]:
+        """Run to the end of the run."""
+        while self._advance():
+            pass
+        return self.current
+
+    def run_to(self, step_index: int) -> Optional[StepInfo]:
+        """Run until `step_index`; an earlier index replays the run from the start (same edits)."""
+        if isinstance(step_index, bool) or not isinstance(step_index, int):
+            try:
+                step_index = int(step_index)
+            except (TypeError, ValueError):
+                raise InspectorError(f"run_to needs a step number, got {step_index!r}") from None
+        if step_index < 1:
+            raise InspectorError(f"steps are numbered from 1; run_to({step_index}) has nowhere to go")
+        if step_index < self.step_index or (self.status in ("finished", "error") and step_index != self.step_index):
+            self.reset()
+        while self.step_index < step_index and self._advance():
+            pass
+        return self.current
+
+    # -- edits ---------------------------------------------------------------------------------
+
+    def _namespace(self) -> dict:
+        return dict(self.options.namespace or {})
+
+    def edit(self, action: str, argument: Any = None) -> EditSpec:
+        """Edit the current step's value now and queue the edit; the run becomes a fork of the base run."""
+        if self.current is None or self.status != "paused":
+            raise EditError("there is no paused step to edit; press Step first" if self.status == "ready" else
+                            f"the run is {self.status}; press Reset to start a new run, then step to an edit point")
+        spec = parse_edit(self.current, action, argument, seed=len(self.edits) + 1000 * self.current.step_index)
+        apply_edit_spec(self.current, spec, self._namespace())
+        record = self.active
+        record.edits.append(spec)
+        self.edits.append(spec)
+        if not record.name.startswith("fork"):
+            record.name = self._name(fork=True)
+        self.error = ""
+        return spec
+
+    def remove_edit(self, index: int) -> EditSpec:
+        """Drop queued edit `index`; the next run (after Reset) no longer replays it."""
+        if not isinstance(index, int) or not 0 <= index < len(self.edits):
+            raise InspectorError(f"there is no queued edit {index!r}; the queue has {len(self.edits)}")
+        return self.edits.pop(index)
+
+    def clear_edits(self) -> None:
+        self.edits.clear()
+
+    # -- comparison and histograms -------------------------------------------------------------
+
+    def ensure_base(self) -> RunRecord:
+        """The latest finished run without edits; one is run to the end first if there is none."""
+        for run in reversed(self.runs):
+            if run.finished and not run.edits:
+                return run
+        record = self._new_record(fork=False, edits=[])
+        driver = _RunDriver(self, record)
+        try:
+            while driver.advance() is not None:
+                pass
+        finally:
+            driver.close()
+        if self.options.gradients:
+            record.collect_gradients(self.options.loss_fn or default_loss)
+        self.runs.insert(0, record)
+        self._update_block_status()
+        return record
+
+    def compare(self, run_a: Optional[str] = None, run_b: Optional[str] = None) -> dict:
+        """Compare two runs' traces (default: the base run and the active run) with compare_traces.
+
+        Returns the summary, the first divergence and one row per TraceDiff (the traces' diff
+        DataFrame columns plus the StepInfo index of each side).
+        """
+        a = self.run(run_a) if run_a else self.ensure_base()
+        b = self.run(run_b) if run_b else self.active
+        key = (id(a), a.version, len(a.trace.steps), id(b), b.version, len(b.trace.steps))
+        if self._compare_cache is None or self._compare_cache[0] != key:
+            diffs = compare_traces(a.trace, b.trace)
+            self._compare_cache = (key, diffs, _diff_rows(diffs, a, b))
+        _, diffs, rows = self._compare_cache
+        first = next((i for i, d in enumerate(diffs) if d.changed or d.status != "ok"), None)
+        self.last_compare = {"a": a.name, "b": b.name, "pairs": len(diffs), "summary": diff_summary(diffs),
+                             "first": rows[first] if first is not None else None, "first_index": first}
+        return {**self.last_compare, "rows": rows, "diffs": diffs}
+
+    def histograms(self, step: Optional[int] = None, run: Optional[str] = None, *,
+                   trace_step: Optional[int] = None) -> dict:
+        """Activation and gradient bins of one step, by StepInfo index (default: the current step) or
+        by trace step number; computed with the traces' `histogram_bins`."""
+        record = self.run(run)
+        if trace_step is None:
+            index = self.step_index if step is None and record is self.active else step
+            if index is None:
+                index = len(record.steps)
+            row = record.step_row(int(index))
+            trace_step = row["trace_step"]
+            if trace_step is None:
+                note = {"note": f"step {row['step']} binds no tensor ({row['shape'] or 'no value'})"}
+                return {"run": record.name, "step_index": row["step"], "trace_step": None, "var": row["var"],
+                        "block": row["block"], "activation": note, "gradient": note}
+        steps = record.trace.steps
+        if not 1 <= int(trace_step) <= len(steps):
+            raise InspectorError(f"run {record.name!r} has trace steps 1..{len(steps)}, not {trace_step}")
+        traced = steps[int(trace_step) - 1]
+        activation = self._bins(traced.tensor.value, traced.omitted)
+        if record.gradients is not None:
+            try:
+                grad_step = record.gradients.for_activation(traced.container_id)
+            except KeyError:
+                gradient = {"note": "this tensor does not require grad"}
+            else:
+                gradient = self._bins(grad_step.tensor.value, grad_step.omitted)
+        elif not self.options.gradients:
+            gradient = {"note": "gradients are off for this inspector (gradients=False)"}
+        elif not record.finished:
+            gradient = {"note": "gradients come when the run has finished"}
+        else:
+            gradient = {"note": record.grad_note or "no gradients for this run"}
+        return {"run": record.name, "step_index": record.trace_index.get(traced.step), "trace_step": traced.step,
+                "container_id": traced.container_id, "var": traced.out_var, "block": traced.block_path,
+                "activation": activation, "gradient": gradient}
+
+    def _bins(self, value: Any, omitted: Optional[str]) -> dict:
+        if value is None:
+            return {"note": omitted or "no value"}
+        try:
+            return histogram_bins(value, bins=self.options.bins).to_dict()
+        except (TypeError, ValueError, RuntimeError) as exc:
+            return {"note": f"cannot bin this value: {exc}"}
+
+    # -- views (the small JSON state the widget syncs) -----------------------------------------
+
+    def view_step(self) -> dict:
+        step = self.current
+        if step is None:
+            return {"index": 0, "run": self.active.name}
+        node = self.tree.node_of_instruction(step.instruction)
+        value = step.value
+        view = {"index": step.step_index, "run": self.active.name, "kind": step.kind, "var": step.out_var,
+                "block": step.block_path, "depth": step.frame_depth, "node": node,
+                "ancestors": self.tree.ancestors(node) if node >= 0 else [],
+                "source_block": self.tree.block_of(node) if node >= 0 else -1,
+                "line": step.location.lineno if step.location is not None else 0,
+                "file": step.location.filename if step.location is not None else "",
+                "type": type(value).__name__}
+        row = self.active.step_row(step.step_index)
+        view.update(text=row["text"], edited=row["edited"], trace_step=row["trace_step"])
+        if isinstance(value, torch.Tensor):
+            view["shape"] = list(value.shape)
+            view["dtype"] = str(value.dtype).replace("torch.", "")
+            stats = tensor_statistics(value)
+            view["stats"] = {k: stats[k] for k in ("mean", "std", "min", "max", "numel")}
+        elif isinstance(value, (bool, int, float)) or value is None:
+            view["value"] = repr(value)
+        return view
+
+    def view_runs(self) -> list[dict]:
+        return [run.summary() for run in self.runs]
+
+    def view_edits(self) -> list[dict]:
+        return [spec.to_dict() for spec in self.edits]
+
+    def view_blocks(self) -> dict:
+        """Blocks no run entered so far: {"known": any run finished, "never": [...], "live": [...]}."""
+        known = any(run.finished for run in self.runs)
+        never = sorted(n for n, s in self._block_status.items() if s == "never")
+        live = sorted(n for n, s in self._block_status.items() if s == "live")
+        return {"known": known, "never": never, "live": live}
+
+    def never_run_paths(self) -> list[str]:
+        """The paths of the outermost blocks no run entered so far (never-routed experts...); their
+        own sub-blocks never ran either and are marked in the tree, not listed here."""
+        never = set(self.view_blocks()["never"])
+        return [self.tree.block_path(n) for n in sorted(never)
+                if not any(a in never for a in self.tree.ancestors(n))]
+
+
+def _diff_rows(diffs: list[TraceDiff], a: RunRecord, b: RunRecord) -> list[dict]:
+    frame = diffs_to_dataframe(diffs)
+    rows = frame.astype(object).where(frame.notna(), None).to_dict("records")
+    for row in rows:
+        for side in ("step_a", "step_b"):
+            row[side] = int(row[side]) if row[side] is not None else None
+        row["shape_a"] = list(row["shape_a"]) if row["shape_a"] is not None else None
+        row["shape_b"] = list(row["shape_b"]) if row["shape_b"] is not None else None
+        row["step_index_a"] = a.trace_index.get(row["step_a"]) if row["step_a"] is not None else None
+        row["step_index_b"] = b.trace_index.get(row["step_b"]) if row["step_b"] is not None else None
+    return rows

@@ -1,0 +1,305 @@
+"""The block tree of a schema in the compact form the inspector sends to the browser.
+
+Every block, instruction and branch of a schema gets an integer node id, depth first. A node travels
+as one short JSON row
+
+    [id, parent, kind, text, shape, line, n_children, op, extra]
+
+where `kind` is a one-letter code (see KINDS), `text` is the instruction as the dump writes it (so
+it carries the source variable names), `shape` the resolved dtype[shape], `line` the forward's line,
+`op` the qualified op name or the called block path, and `extra` a small dict only where needed
+({"skip": reason}, {"to": target block node}, {"path": block path}). The first rows, breadth first,
+fit a byte budget; the children of any other node are fetched by id when it is expanded.
+
+The tree also maps what a run reports back to nodes: an executed instruction object, an entered
+block object, a block path. Depends on schema and notation only; knows nothing about widgets.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional
+
+from ..notation import instruction_text
+from ..schema import (
+    BlockInstruction,
+    BreakInstruction,
+    ContinueInstruction,
+    ControlInstruction,
+    FunctionInstruction,
+    Instruction,
+    ModelBlockSchema,
+    OpInstruction,
+    ReturnInstruction,
+    TryInstruction,
+    WithInstruction,
+)
+
+__all__ = ["BlockTree", "KINDS", "INITIAL_TREE_BYTES"]
+
+# The one-letter kinds of a row; the browser draws a badge per kind.
+KINDS = {
+    "B": "block", "o": "op", "c": "call", "i": "if", "f": "for", "w": "while", "t": "try",
+    "W": "with", "d": "def", "r": "return", "k": "jump", "x": "other", "b": "branch",
+}
+_CONTROL_KINDS = {"if": "i", "for": "f", "while": "w"}
+
+# The initial tree stays under this many bytes of JSON (as Jupyter's json.dumps writes it: default
+# separators); the rest is fetched on expansion. With the 57 KB of browser code, the whole initial
+# widget state of any schema stays well under 200 KB.
+INITIAL_TREE_BYTES = 100_000
+
+
+def shape_text(resolved: Any) -> str:
+    """`float32[2, 256]` for a tensor, the type name for anything else, "" when unresolved."""
+    if resolved is None:
+        return ""
+    dtype = str(resolved.dtype)
+    if dtype.startswith("torch."):
+        return f"{dtype[6:]}[{', '.join(str(d) for d in resolved.shape)}]"
+    return dtype
+
+
+@dataclass
+class _Node:
+    parent: int
+    kind: str
+    text: str
+    shape: str = ""
+    line: int = 0
+    op: str = ""
+    extra: Optional[dict] = None
+    children: list[int] = field(default_factory=list)
+    block: int = 0  # the node of the block whose source holds this node
+
+
+class BlockTree:
+    """All nodes of a schema, with the maps from run events back to node ids."""
+
+    def __init__(self, schema: ModelBlockSchema):
+        if not isinstance(schema, ModelBlockSchema):
+            raise TypeError(f"BlockTree needs a ModelBlockSchema (from NNParser.parse_model), "
+                            f"got {type(schema).__name__}")
+        self.schema = schema
+        self.nodes: list[_Node] = []
+        self.instruction_nodes: dict[int, int] = {}
+        self.block_nodes: dict[int, int] = {}
+        self.blocks: dict[int, ModelBlockSchema] = {}
+        self.path_nodes: dict[str, int] = {}
+        self.call_targets: dict[int, int] = {}  # call node -> the block node it calls
+        self._pending_targets: list[tuple[int, ModelBlockSchema]] = []
+        self._add_block(schema, parent=-1, label=schema.name)
+        for node, target in self._pending_targets:  # the called blocks are built after the calls
+            target_node = self.block_nodes.get(id(target))
+            if target_node is not None:
+                self.call_targets[node] = target_node
+                self.nodes[node].extra = {"to": target_node}
+        del self._pending_targets
+
+    # -- building ------------------------------------------------------------------------------
+
+    def _new(self, node: _Node) -> int:
+        self.nodes.append(node)
+        index = len(self.nodes) - 1
+        if node.parent >= 0:
+            self.nodes[node.parent].children.append(index)
+        return index
+
+    def _add_block(self, block: ModelBlockSchema, parent: int, label: str) -> int:
+        text = label if label == block.name else f"{label} · {block.name}"
+        if block.method_name:
+            text = f"{label}.{block.method_name}()"
+        extra: dict[str, Any] = {"path": block.path}
+        if block.skip_reason is not None:
+            extra["skip"] = block.skip_reason
+        shape = ", ".join(shape_text(r) for r in block.outputs)
+        line = block.signature.firstlineno if block.signature is not None else 0
+        node = self._new(_Node(parent, "B", text, shape=shape, line=line, op=block.module_type, extra=extra))
+        self.nodes[node].block = node
+        self.block_nodes[id(block)] = node
+        self.blocks[node] = block
+        if block.method_name is None:
+            self.path_nodes.setdefault(block.path, node)
+        self._add_body(block.body, node, node, block)
+        if block.method_name is None:  # method blocks share their owner's methods and sub-blocks
+            for method in block.methods.values():
+                if id(method) not in self.block_nodes:
+                    self._add_block(method, node, block.name)
+            for key, child in block.sub_blocks.items():
+                if id(child) not in self.block_nodes:
+                    self._add_block(child, node, key)
+        return node
+
+    def _add_branch(self, label: str, body: list[Instruction], parent: int, owner: int,
+                    block: ModelBlockSchema) -> None:
+        if not body:
+            return
+        node = self._new(_Node(parent, "b", label, block=owner))
+        self._add_body(body, node, owner, block)
+
+    def _add_body(self, body: Iterable[Instruction], parent: int, owner: int, block: ModelBlockSchema) -> None:
+        for instr in body:
+            self._add_instruction(instr, parent, owner, block)
+
+    def _add_instruction(self, instr: Instruction, parent: int, owner: int, block: ModelBlockSchema) -> None:
+        kind, op = _kind_and_op(instr)
+        line = instr.location.lineno if instr.location is not None else 0
+        shape = shape_text(instr.resolved) if not isinstance(instr, ReturnInstruction) else ""
+        node = self._new(_Node(parent, kind, instruction_text(instr), shape=shape, line=line, op=op, block=owner))
+        self.instruction_nodes[id(instr)] = node
+        if isinstance(instr, BlockInstruction) and not instr.callee_var and instr.block_ref.path:
+            try:
+                target = block.find(instr.block_ref.path)
+            except KeyError:
+                target = None
+            if target is not None:
+                if instr.block_ref.method and instr.block_ref.method in target.methods:
+                    target = target.methods[instr.block_ref.method]
+                self._pending_targets.append((node, target))
+        if isinstance(instr, ControlInstruction):
+            self._add_branch("iterable" if instr.kind == "for" else "condition", instr.condition, node, owner, block)
+            self._add_branch("body" if instr.kind != "if" else "then", instr.body, node, owner, block)
+            self._add_branch("else", instr.else_body, node, owner, block)
+        elif isinstance(instr, TryInstruction):
+            self._add_branch("try", instr.body, node, owner, block)
+            for classes, name, hbody in zip(instr.handlers, instr.handler_names, instr.handler_bodies):
+                label = "except " + (", ".join(c.__name__ for c in classes) or "BaseException")
+                self._add_branch(label + (f" as {name}" if name else ""), hbody, node, owner, block)
+            self._add_branch("else", instr.else_body, node, owner, block)
+            self._add_branch("finally", instr.final_body, node, owner, block)
+        elif isinstance(instr, WithInstruction):
+            self._add_body(instr.body, node, owner, block)
+        elif isinstance(instr, FunctionInstruction) and instr.function is not None:
+            self._add_body(instr.function.body, node, owner, block)
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def count(self, kinds: Optional[str] = None) -> int:
+        """How many nodes there are (of the given kind codes, e.g. "ocifwtWdrkx" = instructions)."""
+        if kinds is None:
+            return len(self.nodes)
+        return sum(1 for node in self.nodes if node.kind in kinds)
+
+    def row(self, index: int) -> list:
+        node = self.nodes[index]
+        row = [index, node.parent, node.kind, node.text, node.shape, node.line, len(node.children), node.op]
+        if node.extra:
+            row.append(node.extra)
+        return row
+
+    def rows(self, indices: Iterable[int]) -> list[list]:
+        return [self.row(i) for i in indices]
+
+    def children_rows(self, index: int) -> list[list]:
+        """The rows of the direct children of node `index`."""
+        if not 0 <= index < len(self.nodes):
+            raise KeyError(f"no tree node {index}; the tree has nodes 0..{len(self.nodes) - 1}")
+        return self.rows(self.nodes[index].children)
+
+    def initial(self, max_bytes: int = INITIAL_TREE_BYTES) -> dict:
+        """The first rows, breadth first, a node's children all or none, under `max_bytes` of JSON."""
+        rows = [self.row(0)]
+        size = len(json.dumps(rows[0], ensure_ascii=False)) + 40  # the envelope: keys, total, root
+        queue = deque([0])
+        while queue:
+            index = queue.popleft()
+            children = self.nodes[index].children
+            if not children:
+                continue
+            chunk = self.rows(children)
+            chunk_size = sum(len(json.dumps(r, ensure_ascii=False)) + 2 for r in chunk)
+            if size + chunk_size > max_bytes:
+                continue  # a later, smaller sibling may still fit; this one is fetched on expansion
+            rows.extend(chunk)
+            size += chunk_size
+            queue.extend(children)
+        return {"rows": rows, "total": len(self.nodes), "root": 0}
+
+    def ancestors(self, index: int) -> list[int]:
+        """The node ids from the root down to the parent of `index`."""
+        chain = []
+        parent = self.nodes[index].parent if 0 <= index < len(self.nodes) else -1
+        while parent >= 0:
+            chain.append(parent)
+            parent = self.nodes[parent].parent
+        return chain[::-1]
+
+    def node_of_instruction(self, instr: Instruction) -> int:
+        return self.instruction_nodes.get(id(instr), -1)
+
+    def node_of_block(self, block: ModelBlockSchema) -> int:
+        return self.block_nodes.get(id(block), -1)
+
+    def block_of(self, index: int) -> int:
+        """The block node whose source holds node `index`."""
+        return self.nodes[index].block if 0 <= index < len(self.nodes) else -1
+
+    def block_path(self, index: int) -> str:
+        block = self.blocks.get(index)
+        return block.path if block is not None else ""
+
+    def source(self, index: int) -> dict:
+        """The forward source of the block holding node `index`: file, first line number and text."""
+        block = self.blocks.get(self.block_of(index))
+        if block is None:
+            raise KeyError(f"no block holds tree node {index}")
+        sig = block.signature
+        if sig is None or not sig.source:
+            reason = block.skip_reason or "the block has no lowered source"
+            return {"block": self.block_of(index), "file": "", "first": 0, "text": "", "note": reason}
+        return {"block": self.block_of(index), "file": sig.filename, "first": sig.firstlineno, "text": sig.source}
+
+    def block_status(self, entered: set[int], executed: set[int]) -> dict[int, str]:
+        """For every interpreted block not entered by any run: "live" when a call to it ran (so it ran
+        as the real module, outside the schema), else "never". Skipped blocks and the blocks inside a
+        skipped or live one are left out: they run as real modules, where the schema cannot see."""
+        called = {target for call, target in self.call_targets.items() if call in executed}
+        status: dict[int, str] = {}
+        opaque: set[int] = set()  # skipped or live blocks: what is below them is not observed
+        for index in sorted(self.blocks):  # depth-first ids: a parent comes before its children
+            block = self.blocks[index]
+            if self._inside(index, opaque):
+                continue
+            if block.skip_reason is not None:
+                opaque.add(index)
+            elif index not in entered:
+                status[index] = "live" if index in called else "never"
+                if index in called:
+                    opaque.add(index)
+        return status
+
+    def _inside(self, index: int, blocks: set[int]) -> bool:
+        parent = self.nodes[index].parent
+        while parent >= 0:
+            if parent in blocks:
+                return True
+            parent = self.nodes[parent].parent
+        return False
+
+
+def _kind_and_op(instr: Instruction) -> tuple[str, str]:
+    if isinstance(instr, OpInstruction):
+        name = instr.qualified_name
+        return "o", instr.display_name if not name or name.startswith("$") else name
+    if isinstance(instr, BlockInstruction):
+        ref = instr.block_ref
+        callee = instr.callee_var or ref.path or "self"
+        return "c", f"{callee}.{ref.method}" if ref.method else callee
+    if isinstance(instr, ControlInstruction):
+        return _CONTROL_KINDS.get(instr.kind, "x"), ""
+    if isinstance(instr, TryInstruction):
+        return "t", ""
+    if isinstance(instr, WithInstruction):
+        return "W", ""
+    if isinstance(instr, FunctionInstruction):
+        return "d", ""
+    if isinstance(instr, ReturnInstruction):
+        return "r", ""
+    if isinstance(instr, (BreakInstruction, ContinueInstruction)):
+        return "k", ""
+    return "x", ""

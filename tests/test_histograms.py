@@ -1,0 +1,72 @@
+"""histogram_bins (the widget's binning) and plot_histograms (activation and gradient side by side)."""
+
+import numpy
+import pytest
+import torch
+from matplotlib.figure import Figure
+
+from nnschemaparser.histograms import HistogramBins, histogram_bins, plot_histograms
+from nnschemaparser.record import capture_run
+from trace_models import spec_mlp
+
+
+def test_bins_match_numpy_on_the_finite_values_and_count_nan_and_inf_apart():
+    torch.manual_seed(0)
+    values = torch.randn(1000)
+    values[:3] = float("nan")
+    values[3:5] = float("inf")
+    hist = histogram_bins(values, bins=17)
+    finite = values[torch.isfinite(values)].double().numpy()
+    counts, edges = numpy.histogram(finite, bins=17, range=(finite.min(), finite.max()))
+    assert isinstance(hist, HistogramBins)
+    assert list(hist.counts) == counts.tolist()
+    assert hist.edges == pytest.approx(edges.tolist(), rel=1e-12)
+    assert hist.n_nan == 3 and hist.n_inf == 2 and hist.total == 995
+
+
+def test_constant_boolean_and_empty_tensors_still_bin():
+    constant = histogram_bins(torch.full((4, 4), 2.0), bins=4)
+    assert constant.edges[0] == 1.5 and constant.edges[-1] == 2.5 and constant.total == 16
+    flags = histogram_bins(torch.tensor([True, False, True]), bins=2)
+    assert flags.counts == (1, 2)
+    empty = histogram_bins(torch.zeros(0), bins=3)
+    assert empty.counts == (0, 0, 0)
+    fixed = histogram_bins(torch.tensor([0.0, 5.0, 10.0]), bins=2, value_range=(0.0, 4.0))
+    assert fixed.counts == (1, 0)
+    assert histogram_bins(torch.arange(4.0), bins=2).to_dict()["counts"] == [2, 2]
+
+
+def test_bad_bins_and_ranges_are_refused():
+    with pytest.raises(ValueError, match="bins"):
+        histogram_bins(torch.ones(3), bins=0)
+    with pytest.raises(ValueError, match="value_range"):
+        histogram_bins(torch.ones(3), value_range=(1.0, 1.0))
+    with pytest.raises(TypeError, match="tensor"):
+        histogram_bins([1.0, 2.0])
+
+
+def test_plot_shows_activation_and_gradient_side_by_side():
+    _, x, schema = spec_mlp()
+    record = capture_run(schema, {"x": x.clone().requires_grad_(True)}, capture_grads=True)
+    record.outputs[0].pow(2).sum().backward()
+    ids = ["MLP_0003", "MLP_0004"]
+    figure = plot_histograms(record.trace, ids, gradients=record.gradients, bins=8)
+    assert isinstance(figure, Figure)
+    axes = figure.axes
+    assert len(axes) == 4
+    assert [a.get_title().split("\n")[0] for a in axes] == ["MLP_0003", "grad_MLP_0003", "MLP_0004", "grad_MLP_0004"]
+    heights = [int(p.get_height()) for p in axes[2].patches]
+    assert heights == list(histogram_bins(record.trace.by_container("MLP_0004").value, 8).counts)
+    grad_heights = [int(p.get_height()) for p in axes[3].patches]
+    assert grad_heights == list(histogram_bins(record.gradients.by_container("grad_MLP_0004").value, 8).counts)
+
+
+def test_plot_without_gradients_has_one_column_and_refuses_unknown_ids():
+    _, x, schema = spec_mlp()
+    trace = capture_run(schema, {"x": x}).trace
+    figure = plot_histograms(trace, "fc1_0002")
+    assert len(figure.axes) == 1
+    with pytest.raises(KeyError, match="fc1_0002"):
+        plot_histograms(trace, ["fc1_002"])
+    with pytest.raises(ValueError, match="at least one"):
+        plot_histograms(trace, [])

@@ -1,0 +1,166 @@
+"""The widget's block tree encoding, its budget, the static page and the built browser bundle."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+from fixture_models import make_moe
+from nnschemaparser import NNParser
+from nnschemaparser.widget import InspectorState
+from nnschemaparser.widget import build as widget_build
+from nnschemaparser.widget.tree import BlockTree
+from widget_models import Branchy, WithSkippedChild, mlp_case, stack_case
+
+INSTRUCTION_KINDS = "ocifwtWdrkx"
+
+
+def _rows_by_text(rows):
+    return {row[3]: row for row in rows}
+
+
+def test_rows_carry_source_names_op_names_and_resolved_shapes():
+    _, _, schema = mlp_case()
+    tree = BlockTree(schema)
+    rows = _rows_by_text(tree.rows(range(len(tree))))
+    call = rows["hidden = CALL fc1(x)"]
+    assert call[2] == "c" and call[4] == "float32[2, 256]" and call[7] == "fc1"
+    assert rows["activated = hidden.relu()"][4] == "float32[2, 256]"
+    linear = next(r for r in rows.values() if r[3].startswith("$t1 = F.linear"))
+    assert "linear" in linear[7]
+    fc1 = rows["fc1 · Linear"]
+    assert fc1[2] == "B" and fc1[8]["path"] == "fc1"
+    assert call[8]["to"] == fc1[0], "a call row points at the block it calls"
+
+
+def test_if_for_and_try_are_compound_nodes_with_their_branches():
+    torch.manual_seed(0)
+    schema = NNParser.parse_model(Branchy(), inputs_tensors_values={"x": torch.randn(2, 4)})
+    tree = BlockTree(schema)
+    kinds = {row[2] for row in tree.rows(range(len(tree)))}
+    assert {"i", "t", "b"} <= kinds
+    if_node = next(i for i, n in enumerate(tree.nodes) if n.kind == "i")
+    branches = [row[3] for row in tree.children_rows(if_node)]
+    assert branches == ["condition", "then", "else"]
+    try_node = next(i for i, n in enumerate(tree.nodes) if n.kind == "t")
+    assert [row[3] for row in tree.children_rows(try_node)] == ["try", "except RuntimeError"]
+
+    model, inputs = make_moe()
+    tree = BlockTree(NNParser.parse_model(model, inputs_tensors_values=inputs))
+    for_node = next(i for i, n in enumerate(tree.nodes) if n.kind == "f")
+    assert [row[3] for row in tree.children_rows(for_node)] == ["iterable", "body"]
+
+
+def test_skipped_children_are_marked_with_their_reason():
+    torch.manual_seed(0)
+    schema = NNParser.parse_model(WithSkippedChild(), inputs_tensors_values={"x": torch.randn(2, 4)})
+    tree = BlockTree(schema)
+    inner = next(row for row in tree.rows(range(len(tree))) if row[3].startswith("inner"))
+    assert "cannot read the source" in inner[8]["skip"]
+
+
+def test_never_routed_experts_are_reported_and_called_blocks_are_not():
+    model, inputs = make_moe()  # the router never picks experts 5, 6, 7
+    schema = NNParser.parse_model(model, inputs_tensors_values=inputs)
+    state = InspectorState(schema, inputs)
+    assert state.view_blocks() == {"known": False, "never": [], "live": []}
+    state.continue_()
+    assert state.never_run_paths() == ["experts.5", "experts.6", "experts.7"]
+    never = state.view_blocks()["never"]
+    assert all(state.tree.nodes[n].kind == "B" for n in never)
+    marked = {state.tree.block_path(n) for n in never}
+    assert {"experts.5.fc1", "experts.7.fc2"} <= marked, "the sub-blocks of a never-run expert never ran either"
+    assert not any(path.startswith(("experts.0", "router")) for path in marked)
+
+
+def test_initial_tree_fits_its_byte_budget_and_the_rest_is_fetched_by_node():
+    _, _, schema = stack_case(depth=60)
+    tree = BlockTree(schema)
+    initial = tree.initial(max_bytes=6_000)
+    assert len(json.dumps(initial)) <= 6_000
+    sent = {row[0] for row in initial["rows"]}
+    assert initial["total"] == len(tree) > len(sent)
+    unsent_parent = next(row for row in initial["rows"] if row[6] and not any(r[1] == row[0] for r in initial["rows"]))
+    children = tree.children_rows(unsent_parent[0])
+    assert len(children) == unsent_parent[6] and all(r[1] == unsent_parent[0] for r in children)
+    with pytest.raises(KeyError, match="no tree node"):
+        tree.children_rows(len(tree) + 5)
+
+
+def test_initial_widget_state_of_a_5000_instruction_schema_is_under_200_kb():
+    pytest.importorskip("anywidget")
+    from nnschemaparser.widget import InspectorWidget
+
+    _, x, schema = stack_case(depth=640)
+    tree = BlockTree(schema)
+    assert tree.count(INSTRUCTION_KINDS) >= 5000
+    widget = InspectorWidget(schema, scope={"x": x})
+    state = widget.get_state()  # everything the front end receives on open, the browser code included
+    size = len(json.dumps(state, ensure_ascii=False))
+    assert size <= 200_000, f"initial widget state is {size} bytes"
+    assert len(state["tree"]["rows"]) < len(tree)
+
+
+def test_static_page_holds_the_tree_the_sources_and_the_last_trace(tmp_path):
+    _, x, schema = mlp_case()
+    state = InspectorState(schema, {"x": x})
+    state.continue_()
+    from nnschemaparser.widget.static_html import static_payload, write_static_html
+
+    payload = static_payload(state)
+    texts = [row[3] for row in payload["traits"]["tree"]["rows"]]
+    assert "hidden = CALL fc1(x)" in texts and len(texts) == len(state.tree)
+    assert [row["out_var"] for row in payload["trace"]["rows"]] == ["x", "$t1", "hidden", "activated", "$t1", "$t2",
+                                                                   "$t2"]
+    assert payload["hists"]["3"]["activation"]["counts"]
+    assert "self.fc1(x)" in payload["sources"]["0"]["text"]
+    page = write_static_html(state, tmp_path / "mlp.html").read_text()
+    assert page.count("<script") == 2 and "createStaticModel" in page and "nnsp-data" in page
+
+
+def test_built_browser_files_match_a_fresh_build_of_js():
+    stale = widget_build.stale()
+    assert not stale, f"{stale} are stale: run python -m nnschemaparser.widget.build"
+
+
+def test_build_refuses_import_forms_it_cannot_rewrite(tmp_path):
+    (tmp_path / "index.js").write_text('import * as everything from "./other.js";\nexport default {};\n')
+    with pytest.raises(widget_build.BuildError, match="cannot rewrite"):
+        widget_build.build_bundle(tmp_path)
+    (tmp_path / "index.js").write_text('import { a } from "./missing.js";\nexport default { a };\n')
+    with pytest.raises(widget_build.BuildError, match="does not exist"):
+        widget_build.build_bundle(tmp_path)
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed; the bundle syntax check needs it")
+def test_built_bundle_loads_as_an_es_module_with_render(tmp_path):
+    bundle = tmp_path / "widget.mjs"
+    bundle.write_text((widget_build.STATIC_DIR / "widget.js").read_text())
+    script = (f"import('{bundle.as_posix()}').then(m => {{ if (typeof m.default.render !== 'function' || "
+              "typeof m.createStaticModel !== 'function') process.exit(3); })")
+    done = subprocess.run(["node", "-e", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_block_called_but_run_as_its_real_module_is_not_reported_as_never_run():
+    transformers = pytest.importorskip("transformers")
+    # Mixtral's fused experts module dispatches to an experts kernel chosen by the config, not to its
+    # own forward: the call runs, the block's schema body does not
+    config = transformers.MixtralConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                        num_attention_heads=2, num_key_value_heads=1, num_local_experts=4,
+                                        num_experts_per_tok=1, max_position_embeddings=16,
+                                        attn_implementation="eager")
+    torch.manual_seed(0)
+    model = transformers.MixtralForCausalLM(config).eval()
+    ids = torch.randint(0, 32, (1, 4))
+    schema = NNParser.parse_model(model, inputs_tensors_values={"input_ids": ids})
+    state = InspectorState(schema, {"input_ids": ids})
+    state.continue_()
+    assert state.status == "finished"
+    blocks = state.view_blocks()
+    assert [state.tree.block_path(n) for n in blocks["live"]] == ["model.layers.0.mlp.experts"]
+    assert blocks["never"] == [] and state.never_run_paths() == []
