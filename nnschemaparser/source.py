@@ -98,6 +98,11 @@ def _read_function_source(fn: Callable) -> FunctionSource:
     if node is None:
         raise SourceUnavailableError(f"the source of {fn.__qualname__} is not a function definition "
                                      "(a lambda or an assignment); it will run as an opaque call")
+    if node.name != code.co_name:
+        raise SourceUnavailableError(
+            f"the source at {filename}:{firstlineno} defines {node.name!r}, not {code.co_name!r}: the file "
+            "changed since the code was loaded, or the code was made by exec() with a borrowed filename; "
+            "it will run as an opaque call")
     # Shift line numbers to absolute positions of the file, on a copy so the cache stays intact.
     node = _shifted_copy(node, firstlineno - 1)
     return FunctionSource(node=node, filename=filename, firstlineno=firstlineno,

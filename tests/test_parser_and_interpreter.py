@@ -201,3 +201,16 @@ def test_random_inputs_from_shapes_and_dtypes_alone_are_enough():
                                   inputs_tensors_dtypes={"ids": "torch.int64", "mask": "torch.bool"})
     assert schema.inputs["ids"].dtype == "torch.int64" and schema.inputs["mask"].dtype == "torch.bool"
     assert schema.outputs[0].shape == (2, 3, 4)
+
+
+def test_source_that_no_longer_matches_the_code_is_refused_not_misread(tmp_path):
+    namespace: dict = {}
+    source = "import torch\nfrom torch import nn\n\nclass Borrowed(nn.Module):\n    def forward(self, x):\n        return x * 3\n"
+    decoy = tmp_path / "decoy.py"
+    decoy.write_text("\n" * 4 + "def something_else(self, x):\n    return x * 5\n")
+    exec(compile(source, str(decoy), "exec"), namespace)  # code whose filename points at other text
+    model = namespace["Borrowed"]()
+    schema = NNParser.parse_model(model=model, inputs_tensors_shapes={"x": (2,)})
+    assert schema.skip_reason is not None and "not 'forward'" in schema.skip_reason
+    x = torch.randn(2)
+    assert torch.equal(SchemaInterpreter().call(schema, x=x), x * 3)

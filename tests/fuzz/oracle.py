@@ -110,7 +110,7 @@ def check_source(source: str, directory: Path) -> Outcome:
     try:
         return check_model(model, inputs)
     finally:
-        linecache.checkcache(getattr(module, "__file__", None))
+        linecache.cache.pop(getattr(module, "__file__", None), None)  # the file is temporary
 
 
 # --- the comparison -----------------------------------------------------------------------------

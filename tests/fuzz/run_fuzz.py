@@ -59,12 +59,13 @@ def check_seeds(seeds: range) -> list[tuple[int, str, str, bool, bool]]:
 
 
 def run_programs(count: int, seed: int, jobs: int, report_every: int = 1000) -> dict:
-    chunk = 50
+    chunk = 100
     ranges = [range(start, min(start + chunk, seed + count)) for start in range(seed, seed + count, chunk)]
     counts: collections.Counter = collections.Counter()
     findings: dict[str, list[int]] = collections.defaultdict(list)
     started = time.perf_counter()
-    pool = multiprocessing.get_context("spawn").Pool(jobs) if jobs > 1 else None
+    # A fresh worker every 5 chunks: the parser's source caches keep every program's tree otherwise.
+    pool = multiprocessing.get_context("spawn").Pool(jobs, maxtasksperchild=5) if jobs > 1 else None
     try:
         batches = pool.imap(check_seeds, ranges) if pool else map(check_seeds, ranges)
         for batch in batches:
