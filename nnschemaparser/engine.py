@@ -971,6 +971,11 @@ class Program:
                 if signal is not None:
                     return signal
                 return _run_list(else_body, f) if else_body else None
+            except KeyError as missed:  # from a handler or the else body: before `finally` rebinds the name
+                unbound = _unbound_error(missed, unit)
+                if unbound is None:
+                    raise
+                raise unbound from None
             finally:
                 if final_body:
                     final_signal = _run_list(final_body, f)
@@ -994,7 +999,8 @@ class Program:
 
     def compile_FunctionInstruction(self, instr: FunctionInstruction, unit: _Unit) -> Callable:
         schema = instr.function
-        inner = _Unit(self, unit.block, schema, is_block=False, qualname=nested_qualname(unit.qualname, unit.schema.name, unit.is_block, schema.name))
+        qualname = nested_qualname(unit.qualname, unit.schema.name, unit.is_block, schema.name)
+        inner = _Unit(self, unit.block, schema, is_block=False, qualname=qualname)
         out = instr.out_var
         positional = schema.params
         default_ops = [(_getter(*_operand(d))) for d in instr.defaults]

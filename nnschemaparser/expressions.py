@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import inspect
 import operator
+import sys
 import types
 from typing import Any, Optional
 
@@ -542,9 +543,10 @@ class ExpressionLowering:
     def call_arguments(self, node: ast.Call, head: Optional[list] = None) -> tuple[list, dict, tuple, Optional[str]]:
         """The arguments in CPython's order (positional, then keywords); `head` (the callee) is read first."""
         head = head if head is not None else []
-        operands = self.in_order(list(node.args) + list(node.keywords),
-                                 lambda entry: self.expr_operand(entry.value if isinstance(entry, (ast.keyword, ast.Starred))
-                                                                 else entry), initial=tuple(head))
+        def lower(entry: Any) -> Any:
+            return self.expr_operand(entry.value if isinstance(entry, (ast.keyword, ast.Starred)) else entry)
+
+        operands = self.in_order(list(node.args) + list(node.keywords), lower, initial=tuple(head))
         head[:] = operands[:len(head)]
         operands = operands[len(head):]
         args = operands[:len(node.args)]
@@ -582,8 +584,29 @@ class ExpressionLowering:
         name = getattr(fn, "__name__", "") or ""
         return name.endswith("_") and not name.startswith("__")
 
+    def in_nested_scope(self) -> bool:
+        """True inside a closure, lambda or comprehension (one Python 3.12+ does not inline)."""
+        if self.enclosing is None:
+            return False
+        inlined = sys.version_info >= (3, 12) and isinstance(self.node, (ast.ListComp, ast.SetComp, ast.DictComp))
+        return not inlined or self.enclosing.in_nested_scope()
+
+    def zero_argument_super(self, node: ast.Call, dest: Optional[str]) -> Any:
+        """`super()` is `super(<class defining the method>, <its first argument>)`: only the method has both."""
+        if self.in_nested_scope() or self.ctx.owner is None or self.self_name is None:
+            raise self.refuse(node, "a zero-argument super() outside the method's own body cannot be lowered; "
+                                    "write super(ClassName, self)")
+        out = self.target_var(dest)
+        owner = Const(self.ctx.owner, self.ctx.owner.__name__)
+        self.emit(op_instruction(out, super, [owner, VarRef(self.self_name)], display="super"), node)
+        return VarRef(out)
+
     def expr_Call(self, node: ast.Call, dest: Optional[str]) -> Any:
         func = node.func
+        if isinstance(func, ast.Name) and func.id == "super" and not node.args and not node.keywords:
+            found, value = self.static_value(func)
+            if found and value is super:
+                return self.zero_argument_super(node, dest)
         out = self.target_var(dest)
         block = self.block_call(node, func)
         if block is not None:
@@ -688,8 +711,8 @@ class ExpressionLowering:
                 return None
         else:
             start = self.ctx.owner
-            if start is None:
-                return None
+            if start is None or self.in_nested_scope():
+                return None  # expr_Call refuses a zero-argument super() it cannot resolve
         mro = type(module).__mro__
         if start not in mro:
             return None

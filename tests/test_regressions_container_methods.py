@@ -3,6 +3,7 @@
 `self.blocks.values()` on an nn.ModuleDict was lowered as a call into a sub-block `blocks`, which
 does not exist (containers without a forward are flattened into their children); the plain run
 fell back to the live method but an observed run with a TraceRecorder failed (seeds 90, 371).
+(Seed numbers name programs of the fuzz generator as it was when each bug was found.)
 """
 
 import torch

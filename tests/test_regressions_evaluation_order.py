@@ -5,6 +5,7 @@ were computed. So `k + bump()` saw the value `bump()` wrote through `nonlocal`, 
 the walrus's value, and `h * x[5]` with `h` unbound reported the IndexError instead of CPython's
 UnboundLocalError (seed 150). Now a fragile variable read is copied first; ordinary reads keep the
 plain schema.
+(Seed numbers name programs of the fuzz generator as it was when each bug was found.)
 """
 
 import pytest
@@ -83,5 +84,6 @@ class Residual(nn.Module):
 
 def test_ordinary_reads_are_not_copied():
     schema = NNParser.parse_model(Residual(), resolve=False)
-    copies = [i for i in schema.body if isinstance(i, OpInstruction) and i.style == "value" and i.out_var.startswith("$")]
+    copies = [i for i in schema.body
+              if isinstance(i, OpInstruction) and i.style == "value" and i.out_var.startswith("$")]
     assert copies == []

@@ -3,6 +3,7 @@
 CPython raises UnboundLocalError for a local and NameError for a free variable of a closure or
 comprehension; the schema used to leak the KeyError of its frame dict, which an `except KeyError`
 in the model would even catch. Each model is a minimized fuzz program (seed in the docstring).
+(Seed numbers name programs of the fuzz generator as it was when each bug was found.)
 """
 
 import pytest
@@ -71,6 +72,28 @@ class ComprehensionReadsUnboundLocal(nn.Module):
         return [v * scale for v in x]
 
 
+class FinallyRebindsAfterUnboundRead(nn.Module):
+    """Seed 6097: the read fails in an `else` body, then the outer `finally` binds the name again."""
+
+    def forward(self, x):
+        try:
+            pass
+        except LookupError:
+            pass
+        else:
+            try:
+                x = x * 2
+            except ZeroDivisionError:
+                pass
+            else:
+                del x
+            finally:
+                y = x > 0
+        finally:
+            x = 1
+        return y
+
+
 class DictLookupKeyErrorStaysKeyError(nn.Module):
     """A KeyError of the model's own dict, named like a local, is not mistaken for an unbound read."""
 
@@ -84,7 +107,8 @@ class DictLookupKeyErrorStaysKeyError(nn.Module):
 
 @pytest.mark.parametrize("model_class", [
     ReadAfterUntakenBranch, InPlaceMethodOnUnbound, ReadAfterDelete, CaughtAsNameError,
-    ClosureReadsUnboundFreeVariable, ComprehensionReadsUnboundLocal, DictLookupKeyErrorStaysKeyError,
+    ClosureReadsUnboundFreeVariable, ComprehensionReadsUnboundLocal, FinallyRebindsAfterUnboundRead,
+    DictLookupKeyErrorStaysKeyError,
 ], ids=lambda cls: cls.__name__)
 def test_unbound_variable_raises_what_cpython_raises(model_class):
     assert_schema_matches_eager_or_raises_alike(model_class(), {"x": torch.ones(2, 4)})

@@ -135,7 +135,8 @@ class CompoundGrammar(ExpressionGrammar):
             self.emit(indent, f"for {u}, {i} in zip({lst}, {self.pick(s, 'list')}):")
             inner.bind(u, "tensor"), inner.bind(i, "tensor"), inner.frozen.update(s.names("list"))
         elif choice == 5 and s.has_containers:
-            container = self.c.choice(["self.layers", "self.seq", "self.blocks.values()"])
+            container = self.c.choice(["self.layers", "self.seq", "self.blocks.values()", "self.layers[:2]",
+                                       "self.layers[::-1]"])
             self.emit(indent, f"for {u} in {container}:")
             inner.bind(u, "module")
             target = self.tensor_target(inner, indent + 1)
@@ -161,7 +162,8 @@ class CompoundGrammar(ExpressionGrammar):
             inner.bind(i, "int"), inner.bind(u, "tensor"), inner.frozen.add(lst)
         else:
             stop = self.c.integer(0, 4)
-            self.emit(indent, f"for {i} in {self.c.choice([f'range({stop})', f'reversed(range({stop}))', f'range(1, {stop}, 2)'])}:")
+            ranges = [f"range({stop})", f"reversed(range({stop}))", f"range(1, {stop}, 2)"]
+            self.emit(indent, f"for {i} in {self.c.choice(ranges)}:")
             inner.bind(i, "int")
         self.body(inner, indent + 1, self.c.integer(1, 3), depth - 1)
         inner.loop = s.loop

@@ -159,7 +159,12 @@ class ExpressionGrammar:
                 (2, lambda: f"self.child({t()})"),
                 (1, lambda: f"self.child.forward({t()})"),
                 (4, lambda: self.helper_call(s, d - 1)),
+                (1, lambda: f"self.seq[1:]({t()})"),
+                (1, lambda: f"self.base_helper({t()})"),
+                (1, lambda: f"self.scale_by({t()})" if self.c.chance(50) else f"self.scale_by({t()}, k={i()})"),
             ]
+            if s.owner == "forward":
+                table.append((1, lambda: f"super().scale_by({t()})"))
         for kind, weight, make in self._container_tensor_forms(s, d):
             if s.names(kind):
                 table.append((weight, make))

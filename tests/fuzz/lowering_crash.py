@@ -16,7 +16,6 @@ import traceback
 import warnings
 from typing import Optional
 
-import hypothesmith
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
@@ -28,6 +27,8 @@ __all__ = ["python_sources", "forward_source", "lower_outcome", "crash_fuzz"]
 
 def python_sources() -> st.SearchStrategy[str]:
     """Valid Python modules: from the grammar (odd layouts) and from libcst nodes (plausible code)."""
+    import hypothesmith  # the `test` extra; only the crash fuzzing needs it
+
     return st.one_of(hypothesmith.from_grammar(), hypothesmith.from_node())
 
 

@@ -11,9 +11,10 @@ observed with a trace listener, stepped). Each must give what eager gives:
 * or the same exception: same type, same `str()`;
 * the same buffers, parameters and plain attributes afterwards, and the same (mutated) inputs.
 
-When eager succeeds, `parse_model` with example values must also resolve without skipping any
-block. Parsing must leave the model's parameters, buffers and training flags as they were. An
-error of nnschemaparser itself (anything but the lowering's documented refusal) is an internal error.
+When eager succeeds (with and without grad: the resolution run is under no_grad), `parse_model`
+with example values must also resolve without skipping a block the lowering accepted. Parsing must
+leave the model's parameters, buffers and training flags as they were. An error of nnschemaparser
+itself (anything but the lowering's documented refusal) is an internal error.
 
 Depends on nnschemaparser's public API, torch, and the suite's `exactness` comparison helper.
 """
@@ -43,7 +44,6 @@ except ImportError:  # run as `python -m tests.fuzz.run_fuzz` from the repositor
 
 __all__ = ["Outcome", "check_source", "check_model", "assert_schema_matches_eager_or_raises_alike"]
 
-MODES = ("plain", "observed", "stepped")
 _SEED = 1234  # every run starts from this RNG state: dropout and rand_like draw the same numbers
 
 

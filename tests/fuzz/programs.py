@@ -55,7 +55,18 @@ class Child(nn.Module):
 
 _MODEL = '''
 
-class Model(nn.Module):
+class Base(nn.Module):
+    def base_helper(self, t):
+        return self.lin(t) * 0.5
+
+    def scale_by(self, t, k=2):
+        return t * k
+
+
+class Model(Base):
+    def scale_by(self, t, k=3):
+        return super().scale_by(t, k=k) + t
+
     def __init__(self):
         super().__init__()
         self.lin = nn.Linear(4, 4)

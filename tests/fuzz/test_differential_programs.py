@@ -7,9 +7,7 @@ own ability to fail is checked on a model whose schema really does differ from e
 
 from __future__ import annotations
 
-import tempfile
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,9 +20,6 @@ from .programs import program_for_seed, programs
 SEEDED_PROGRAMS = 200
 SEED_CHUNK = 50
 
-_DIRECTORY = Path(tempfile.mkdtemp(prefix="nnschema_fuzz_ci_"))
-
-
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
     # Tiny tensors: one intra-op thread is much faster on small machines; eager and schema share it.
@@ -36,19 +31,25 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(scope="module")
+def program_dir(tmp_path_factory):
+    """Where the programs are written: the parser reads their source from real files."""
+    return tmp_path_factory.mktemp("fuzz_programs")
+
+
 @settings(max_examples=120, derandomize=True, database=None, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(programs())
-def test_drawn_programs_match_eager_or_raise_alike(program):
-    outcome = check_source(program.source, _DIRECTORY)
+def test_drawn_programs_match_eager_or_raise_alike(program_dir, program):
+    outcome = check_source(program.source, program_dir)
     assert outcome.ok, f"{outcome.describe()}\n\n{program.source}"
 
 
 @pytest.mark.parametrize("first", range(0, SEEDED_PROGRAMS, SEED_CHUNK))
-def test_seeded_programs_match_eager_or_raise_alike(first):
+def test_seeded_programs_match_eager_or_raise_alike(program_dir, first):
     failing = []
     for seed in range(first, first + SEED_CHUNK):
-        outcome = check_source(program_for_seed(seed).source, _DIRECTORY)
+        outcome = check_source(program_for_seed(seed).source, program_dir)
         if not outcome.ok:
             failing.append(f"seed {seed}: {outcome.describe()}")
     assert not failing, ("reproduce with `python -m tests.fuzz.run_fuzz --programs 1 --seed N --minimize`:\n"
@@ -86,22 +87,22 @@ def make_inputs():
 '''
 
 
-def test_oracle_reports_a_schema_that_differs_from_eager():
+def test_oracle_reports_a_schema_that_differs_from_eager(program_dir):
     # The module-level counter makes the second run (the schema's) return twice eager's result.
-    outcome = check_source(_DIVERGING, _DIRECTORY)
+    outcome = check_source(_DIVERGING, program_dir)
     assert outcome.verdict == "divergence"
     assert outcome.category == "plain: different outputs"
 
 
-def test_oracle_reports_a_different_exception():
+def test_oracle_reports_a_different_exception(program_dir):
     source = _DIVERGING.replace("return x * len(CALLS)", "return [x][len(CALLS) - 1]")
-    outcome = check_source(source, _DIRECTORY)
+    outcome = check_source(source, program_dir)
     assert outcome.verdict == "divergence"
     assert outcome.category == "plain: the schema raised where eager returned"
 
 
-def test_minimizer_keeps_only_what_the_divergence_needs():
-    source, outcome = minimize(_DIVERGING, _DIRECTORY)
+def test_minimizer_keeps_only_what_the_divergence_needs(program_dir):
+    source, outcome = minimize(_DIVERGING, program_dir)
     assert outcome.category == "plain: different outputs"
     assert "CALLS.append(1)" in source
     assert "y = x + 1" not in source and "z = y * 2" not in source

@@ -6,6 +6,7 @@ import warnings
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from nnschemaparser.errors import UnsupportedSyntaxError
 from nnschemaparser.lowering import lower_source
@@ -13,11 +14,17 @@ from nnschemaparser.schema import FunctionSchema
 
 from .lowering_crash import forward_source, lower_outcome, python_sources
 
+try:
+    import hypothesmith  # noqa: F401
+except ImportError:  # the `test` extra is not installed
+    hypothesmith = None
 
+
+@pytest.mark.skipif(hypothesmith is None, reason="crash fuzzing needs hypothesmith (the `test` extra)")
 @pytest.mark.filterwarnings("ignore::SyntaxWarning")
 @settings(max_examples=60, derandomize=True, database=None, deadline=None,
           suppress_health_check=list(HealthCheck))
-@given(python_sources())
+@given(python_sources() if hypothesmith is not None else st.nothing())
 def test_arbitrary_python_lowers_or_is_refused(module_source):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
