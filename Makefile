@@ -32,7 +32,7 @@ sweep: setup
 	HF_HUB_OFFLINE=1 $(PY) -m nnschemaparser.sweep --subset all --csv docs/sweep.csv --markdown docs/sweep-table.md
 
 fuzz: setup
-	$(PY) -m tests.fuzz.run_fuzz --programs 10000 --seed 0
+	$(PY) -m tests.fuzz.run_fuzz --programs 10000 --seed 0 --lowering 300
 
 bench: setup
 	$(PY) -m pip install -q -e '.[bench]'
