@@ -42,7 +42,7 @@ sys.path.insert(0, str(HERE.parent))
 from models import gpt2_small, linear_stack  # noqa: E402
 
 from nnschemaparser import NNParser  # noqa: E402
-from nnschemaparser.record import capture_run  # noqa: E402
+from nnschemaparser.traces.record import capture_run  # noqa: E402
 
 MODELS = {"mlp": ("64 x Linear(64,64)+relu, batch 1", linear_stack, 50),
           "gpt2": ("GPT-2 small (12x768), 64 tokens", gpt2_small, 1)}

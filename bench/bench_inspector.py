@@ -23,10 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from nnschemaparser import NNParser, SchemaInterpreter  # noqa: E402
-from nnschemaparser.equality import first_mismatch  # noqa: E402
-from nnschemaparser.flops import count_forward_flops  # noqa: E402
-from nnschemaparser.inspector import ModelInspector  # noqa: E402
-from nnschemaparser.target import load_target  # noqa: E402
+from nnschemaparser.parser.equality import first_mismatch  # noqa: E402
+from nnschemaparser.inspection.flops import count_forward_flops  # noqa: E402
+from nnschemaparser.inspection.inspector import ModelInspector  # noqa: E402
+from nnschemaparser.inspection.target import load_target  # noqa: E402
 from tests.fixture_models import FIXTURES  # noqa: E402
 
 

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from models import gpt2_small, linear_stack  # noqa: E402
 
 from nnschemaparser import NNParser, SchemaInterpreter  # noqa: E402
-from nnschemaparser.equality import first_mismatch  # noqa: E402
+from nnschemaparser.parser.equality import first_mismatch  # noqa: E402
 
 
 def timed(fn, inner: int) -> float:

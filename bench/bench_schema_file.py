@@ -23,10 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from fixture_models import FIXTURES  # noqa: E402
 
 from nnschemaparser import NNParser, SchemaInterpreter  # noqa: E402
-from nnschemaparser.equality import first_mismatch  # noqa: E402
-from nnschemaparser.record import capture_run  # noqa: E402
-from nnschemaparser.schema_file import load_schema, save_schema  # noqa: E402
-from nnschemaparser.trace_file import load_trace, save_trace  # noqa: E402
+from nnschemaparser.parser.equality import first_mismatch  # noqa: E402
+from nnschemaparser.traces.record import capture_run  # noqa: E402
+from nnschemaparser.files.schema_file import load_schema, save_schema  # noqa: E402
+from nnschemaparser.files.trace_file import load_trace, save_trace  # noqa: E402
 
 
 def _clock(fn) -> float:
@@ -82,7 +82,7 @@ def main() -> int:
         model.eval()
         cases.append((name, model, lambda i=inputs: {k: v.detach().clone() for k, v in i.items()}))
     if args.zoo:
-        from nnschemaparser.zoo import get_case
+        from nnschemaparser.validation.zoo import get_case
 
         for name in args.zoo.split(","):
             case = get_case(name)

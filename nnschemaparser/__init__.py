@@ -2,13 +2,20 @@
 
 The package root only re-exports. Pipeline: source -> lowering -> schema -> engine/interpreter ->
 listeners (traces, stepping, comparison) -> views (dump, DataFrames, plots, widget, CLI).
+The stages are subpackages (schema, lowering, runtime, parser, traces, inspection, files, widget,
+validation; docs/ARCHITECTURE.md); `compat` keeps the old top-level module paths importable.
 """
 
-from .capture import CaptureLimits, ModelCapture, TensorSnapshot, capture_model
-from .card import format_card
-from .compare import TraceDiff, compare_traces, diff_summary, first_divergence
-from .dump import dump_schema, format_schema
-from .errors import (
+from . import compat as _compat
+
+_compat.install()
+
+from .inspection.capture import ModelCapture, capture_model
+from .traces.sampling import CaptureLimits, TensorSnapshot
+from .inspection.card import format_card
+from .traces.compare import TraceDiff, compare_traces, diff_summary, first_divergence
+from .schema.dump import dump_schema, format_schema
+from .schema.errors import (
     EditError,
     NNSchemaError,
     ParseError,
@@ -17,7 +24,7 @@ from .errors import (
     SourceUnavailableError,
     UnsupportedSyntaxError,
 )
-from .file_format import (
+from .files.file_format import (
     FileLimitError,
     FileLimits,
     FormatVersionError,
@@ -25,18 +32,18 @@ from .file_format import (
     ModelMismatchError,
     UnsafeReferenceError,
 )
-from .frames import diffs_to_dataframe, tensor_statistics
-from .histograms import HistogramBins, histogram_bins, plot_histograms
-from .flops import FlopMeter, count_forward_flops, count_parameters
-from .graph_export import build_graph, write_graph
-from .inspector import InputEdge, ModelInspector, ModuleCall, ModuleContext, ModuleInfo, OpInfo
-from .interpreter import SchemaInterpreter, StepInfo
-from .listeners import BlockEvent, EditEvent, InstructionEvent, TraceListener
-from .metadata import ModelMetadata, ModuleMetadata, inspect_model
-from .parser import NNParser
-from .record import ExecutionRecord, capture_run
-from .recorder import ActivationRecorder
-from .schema import (
+from .traces.frames import diffs_to_dataframe, tensor_statistics
+from .traces.histograms import HistogramBins, histogram_bins, plot_histograms
+from .inspection.flops import FlopMeter, count_forward_flops, count_parameters
+from .inspection.graph_export import build_graph, write_graph
+from .inspection.inspector import InputEdge, ModelInspector, ModuleCall, ModuleContext, ModuleInfo, OpInfo
+from .runtime.interpreter import SchemaInterpreter, StepInfo
+from .runtime.listeners import BlockEvent, EditEvent, InstructionEvent, TraceListener
+from .inspection.metadata import ModelMetadata, ModuleMetadata, inspect_model
+from .parser.model_parser import NNParser
+from .traces.record import ExecutionRecord, capture_run
+from .traces.recorder import ActivationRecorder
+from .schema.model import (
     BlockInstruction,
     BlockRef,
     BreakInstruction,
@@ -60,12 +67,12 @@ from .schema import (
     VarRef,
     WithInstruction,
 )
-from .schema_file import load_schema, save_schema
-from .target import TargetError, load_target
-from .trace_file import load_trace, save_trace
-from .traces import ActivationTrace, GradientTrace, TraceStep
-from .value_codec import UnresolvedReference
-from .text_trace import TraceRecorder
+from .files.schema_file import load_schema, save_schema
+from .inspection.target import TargetError, load_target
+from .files.trace_file import load_trace, save_trace
+from .traces.trace import ActivationTrace, GradientTrace, TraceStep
+from .files.value_codec import UnresolvedReference
+from .traces.text_trace import TraceRecorder
 
 __version__ = "0.1.0"
 

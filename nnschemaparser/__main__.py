@@ -1,5 +1,5 @@
 """`python -m nnschemaparser ...` runs the command-line tool (see cli.py)."""
 
-from .cli import main
+from .inspection.cli import main
 
 raise SystemExit(main())

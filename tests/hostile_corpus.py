@@ -28,8 +28,8 @@ import torch
 from torch import nn
 
 from nnschemaparser import NNParser
-from nnschemaparser.errors import SchemaFormatError
-from nnschemaparser.file_format import (
+from nnschemaparser.schema.errors import SchemaFormatError
+from nnschemaparser.files.file_format import (
     FileLimitError,
     FileLimits,
     FormatVersionError,
@@ -37,9 +37,9 @@ from nnschemaparser.file_format import (
     ModelMismatchError,
     UnsafeReferenceError,
 )
-from nnschemaparser.record import capture_run
-from nnschemaparser.schema_file import schema_to_json
-from nnschemaparser.trace_file import save_trace
+from nnschemaparser.traces.record import capture_run
+from nnschemaparser.files.schema_file import schema_to_json
+from nnschemaparser.files.trace_file import save_trace
 
 from hostile_traces import trace_mutations
 
@@ -116,7 +116,7 @@ def _inputs() -> dict:
 
 def base_files() -> dict[str, bytes]:
     """The valid files every mutation starts from (fixed seed)."""
-    from nnschemaparser.file_format import dump_json
+    from nnschemaparser.files.file_format import dump_json
 
     torch.manual_seed(0)
     model = CanaryModel().eval()

@@ -15,8 +15,8 @@ import random
 import struct
 from typing import Any, Callable, Optional
 
-from nnschemaparser.errors import SchemaFormatError
-from nnschemaparser.file_format import FileLimitError, FileLimits, FormatVersionError, MalformedFileError
+from nnschemaparser.schema.errors import SchemaFormatError
+from nnschemaparser.files.file_format import FileLimitError, FileLimits, FormatVersionError, MalformedFileError
 
 __all__ = ["trace_mutations"]
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from nnschemaparser.capture import CaptureLimits, ModelCapture, TensorSnapshot, capture_model, sample_tensor
+from nnschemaparser.inspection.capture import CaptureLimits, ModelCapture, TensorSnapshot, capture_model, sample_tensor
 
 
 class Identity(nn.Module):

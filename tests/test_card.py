@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from nnschemaparser.card import format_bytes, format_card
-from nnschemaparser.inspector import ModelInspector
+from nnschemaparser.inspection.card import format_bytes, format_card
+from nnschemaparser.inspection.inspector import ModelInspector
 from tests.inspection_models import WithSkippedChild
 
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from nnschemaparser.cli import main, make_inputs, parse_input_spec
-from nnschemaparser.target import TargetError, load_target
+from nnschemaparser.inspection.cli import main, make_inputs, parse_input_spec
+from nnschemaparser.inspection.target import TargetError, load_target
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from nnschemaparser.compare import TraceDiff, compare_traces, diff_summary, first_divergence
-from nnschemaparser.record import capture_run
-from nnschemaparser.traces import ActivationTrace, TraceStep
-from nnschemaparser.schema import TensorContainer
+from nnschemaparser.traces.compare import TraceDiff, compare_traces, diff_summary, first_divergence
+from nnschemaparser.traces.record import capture_run
+from nnschemaparser.traces.trace import ActivationTrace, TraceStep
+from nnschemaparser.schema.model import TensorContainer
 from trace_models import Gate, parse, spec_mlp
 
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from nnschemaparser.descriptions import OP_DESCRIPTIONS, describe_block_call, describe_op
-from nnschemaparser.schema import ModelBlockSchema
+from nnschemaparser.traces.descriptions import OP_DESCRIPTIONS, describe_block_call, describe_op
+from nnschemaparser.schema.model import ModelBlockSchema
 
 
 @pytest.mark.parametrize("name, text", [

@@ -7,14 +7,14 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from nnschemaparser.flops import (
+from nnschemaparser.inspection.flops import (
     FlopMeter,
     block_parameter_counts,
     count_forward_flops,
     count_parameters,
     format_count,
 )
-from nnschemaparser.inspector import ModelInspector
+from nnschemaparser.inspection.inspector import ModelInspector
 from tests.fixture_models import FIXTURES
 from tests.inspection_models import WithSkippedChild
 
@@ -76,7 +76,7 @@ def test_flops_of_a_skipped_child_are_charged_to_its_module_op():
 
 
 def test_trace_listener_work_is_not_charged_to_ops():
-    from nnschemaparser.text_trace import TraceRecorder
+    from nnschemaparser.traces.text_trace import TraceRecorder
 
     tracer = TraceRecorder()
     plain = ModelInspector(TwoLinear(), example_inputs=(torch.randn(3, 10),))

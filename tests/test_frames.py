@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from nnschemaparser import CaptureLimits
-from nnschemaparser.compare import compare_traces
-from nnschemaparser.frames import DIFF_COLUMNS, STEP_COLUMNS, diffs_to_dataframe, tensor_statistics
-from nnschemaparser.record import capture_run
+from nnschemaparser.traces.compare import compare_traces
+from nnschemaparser.traces.frames import DIFF_COLUMNS, STEP_COLUMNS, diffs_to_dataframe, tensor_statistics
+from nnschemaparser.traces.record import capture_run
 from trace_models import NanInf, parse, spec_mlp
 
 EXPECTED_COLUMNS = ["step", "container_id", "slot_type", "description", "out_var", "op_name", "block_path",

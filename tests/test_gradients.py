@@ -5,9 +5,9 @@ import torch
 
 from fixture_models import FIXTURES
 from nnschemaparser import SchemaInterpreter
-from nnschemaparser.record import capture_run
-from nnschemaparser.recorder import ActivationRecorder
-from nnschemaparser.traces import GradientTrace
+from nnschemaparser.traces.record import capture_run
+from nnschemaparser.traces.recorder import ActivationRecorder
+from nnschemaparser.traces.trace import GradientTrace
 from trace_models import InPlace, parse, spec_mlp
 
 

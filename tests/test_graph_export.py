@@ -9,8 +9,8 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from nnschemaparser.graph_export import GRAPH_FORMAT, build_graph, write_graph
-from nnschemaparser.inspector import ModelInspector
+from nnschemaparser.inspection.graph_export import GRAPH_FORMAT, build_graph, write_graph
+from nnschemaparser.inspection.inspector import ModelInspector
 from tests.fixture_models import FIXTURES
 from tests.inspection_models import WithSkippedChild, make_encoder
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from nnschemaparser.histograms import HistogramBins, histogram_bins, plot_histograms
-from nnschemaparser.record import capture_run
+from nnschemaparser.traces.histograms import HistogramBins, histogram_bins, plot_histograms
+from nnschemaparser.traces.record import capture_run
 from trace_models import spec_mlp
 
 

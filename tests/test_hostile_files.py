@@ -18,10 +18,10 @@ import safetensors.torch
 from hostile_corpus import CanaryModel, build_corpus, model_factory, touch_canary
 
 from nnschemaparser import SchemaInterpreter
-from nnschemaparser.errors import SchemaFormatError
-from nnschemaparser.file_format import FileLimitError, FormatVersionError, MalformedFileError, UnsafeReferenceError
-from nnschemaparser.schema_file import load_schema
-from nnschemaparser.trace_file import load_trace
+from nnschemaparser.schema.errors import SchemaFormatError
+from nnschemaparser.files.file_format import FileLimitError, FormatVersionError, MalformedFileError, UnsafeReferenceError
+from nnschemaparser.files.schema_file import load_schema
+from nnschemaparser.files.trace_file import load_trace
 
 CANARY = Path(tempfile.gettempdir()) / f"nnschemaparser-canary-{os.getpid()}"
 CORPUS = build_corpus(str(CANARY))

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nnschemaparser.inspector import ModuleContext
-from nnschemaparser.inspector import ModelInspector
+from nnschemaparser.inspection.inspector import ModuleContext
+from nnschemaparser.inspection.inspector import ModelInspector
 from tests.exactness import assert_same_structure
 from tests.fixture_models import FIXTURES
 from tests.inspection_models import WithSkippedChild, make_encoder

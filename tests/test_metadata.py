@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from nnschemaparser.metadata import ModelMetadata, ModuleMetadata, inspect_model
+from nnschemaparser.inspection.metadata import ModelMetadata, ModuleMetadata, inspect_model
 
 
 class Block(nn.Module):

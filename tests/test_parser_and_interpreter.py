@@ -22,7 +22,7 @@ from nnschemaparser import (
     dump_schema,
 )
 from nnschemaparser.examples.mlp import MLP
-from nnschemaparser.lowering import lower_source
+from nnschemaparser.lowering.statements import lower_source
 
 
 class UsesMatch(nn.Module):
@@ -180,7 +180,7 @@ def test_dump_and_trace_follow_the_documented_format(tmp_path):
 
 
 def test_make_demo_entry_point_writes_both_files_and_reports_exactness(tmp_path, capsys):
-    from nnschemaparser.demo import main
+    from nnschemaparser.examples.demo import main
 
     assert main(["--out", str(tmp_path)]) == 0
     assert (tmp_path / "schema.txt").read_text().startswith("=== BLOCK MLP ===")

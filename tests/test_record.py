@@ -5,8 +5,8 @@ import torch
 from fixture_models import FIXTURES
 from exactness import assert_same_structure
 from nnschemaparser import CaptureLimits
-from nnschemaparser.record import ExecutionRecord, capture_run
-from nnschemaparser.traces import ActivationTrace, GradientTrace
+from nnschemaparser.traces.record import ExecutionRecord, capture_run
+from nnschemaparser.traces.trace import ActivationTrace, GradientTrace
 from trace_models import parse, spec_mlp
 
 

@@ -13,7 +13,7 @@ import torch
 
 from exactness import assert_same_structure
 from nnschemaparser import NNParser, SchemaInterpreter, UnsupportedSyntaxError
-from nnschemaparser.lowering import lower_source
+from nnschemaparser.lowering.statements import lower_source
 
 TERMS = 600
 

@@ -20,11 +20,11 @@ from fixture_models import DROPOUT_FIXTURES, FIXTURES
 from schema_file_models import make_featureful
 
 from nnschemaparser import NNParser, SchemaInterpreter, dump_schema
-from nnschemaparser.errors import SchemaFormatError, SchemaRunError
-from nnschemaparser.file_format import FileLimits, ModelMismatchError, UnsafeReferenceError
-from nnschemaparser.schema import Const, OpInstruction, VarRef
-from nnschemaparser.schema_file import load_schema, save_schema, schema_to_json
-from nnschemaparser.value_codec import UnresolvedReference, ValueDecoder, ValueEncoder, Resolver
+from nnschemaparser.schema.errors import SchemaFormatError, SchemaRunError
+from nnschemaparser.files.file_format import FileLimits, ModelMismatchError, UnsafeReferenceError
+from nnschemaparser.schema.model import Const, OpInstruction, VarRef
+from nnschemaparser.files.schema_file import load_schema, save_schema, schema_to_json
+from nnschemaparser.files.value_codec import UnresolvedReference, ValueDecoder, ValueEncoder, Resolver
 
 NAMES = sorted(FIXTURES)
 
@@ -156,7 +156,7 @@ def test_bound_weights_are_the_live_parameters(tmp_path):
 
 @pytest.mark.parametrize("case_name", ["gpt2", "bert", "llama-kv-prefill"])
 def test_zoo_model_round_trip_runs_bit_identical_to_eager(case_name, tmp_path):
-    from nnschemaparser.zoo import get_case, iter_float_tensors
+    from nnschemaparser.validation.zoo import get_case, iter_float_tensors
 
     case = get_case(case_name)
     model = case.build()
@@ -228,7 +228,7 @@ def test_save_needs_a_schema(tmp_path):
 
 
 def test_a_computed_getattr_name_is_checked_when_it_runs(tmp_path):
-    from nnschemaparser.allowlist import checked_getattr
+    from nnschemaparser.files.allowlist import checked_getattr
 
     model, inputs = make_featureful()
     path = save_schema(_parse(model.eval(), inputs), tmp_path / "schema.json")

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from nnschemaparser import EditError, SchemaInterpreter, SchemaRunError, StepInfo
-from nnschemaparser.compare import compare_traces, first_divergence
-from nnschemaparser.listeners import EventObserver
-from nnschemaparser.record import capture_run
-from nnschemaparser.recorder import ActivationRecorder
+from nnschemaparser.traces.compare import compare_traces, first_divergence
+from nnschemaparser.runtime.listeners import EventObserver
+from nnschemaparser.traces.record import capture_run
+from nnschemaparser.traces.recorder import ActivationRecorder
 from trace_models import spec_mlp
 
 # (kind, out_var, frame_depth, block_path) of every instruction the spec MLP executes, in order.

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("transformers")
 
 from nnschemaparser import zoo  # noqa: E402
-from nnschemaparser.sweep import markdown_table, run_case, summary  # noqa: E402
+from nnschemaparser.validation.sweep import markdown_table, run_case, summary  # noqa: E402
 
 FAST = zoo.fast_subset()
 
@@ -53,7 +53,7 @@ def test_sweep_flags_a_schema_result_that_differs_from_eager(monkeypatch):
     import torch
     from torch import nn
 
-    import nnschemaparser.sweep as sweep
+    import nnschemaparser.validation.sweep as sweep
 
     class Tiny(nn.Module):
         def __init__(self):

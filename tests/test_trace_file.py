@@ -11,12 +11,12 @@ import torch
 from fixture_models import FIXTURES
 
 from nnschemaparser import NNParser, TensorContainer
-from nnschemaparser.capture import CaptureLimits
-from nnschemaparser.errors import SchemaFormatError
-from nnschemaparser.file_format import FormatVersionError
-from nnschemaparser.record import capture_run
-from nnschemaparser.trace_file import load_trace, save_trace
-from nnschemaparser.traces import ActivationTrace, GradientTrace, TraceStep
+from nnschemaparser.inspection.capture import CaptureLimits
+from nnschemaparser.schema.errors import SchemaFormatError
+from nnschemaparser.files.file_format import FormatVersionError
+from nnschemaparser.traces.record import capture_run
+from nnschemaparser.files.trace_file import load_trace, save_trace
+from nnschemaparser.traces.trace import ActivationTrace, GradientTrace, TraceStep
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 

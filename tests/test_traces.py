@@ -8,9 +8,9 @@ import torch.nn.functional as F
 
 from fixture_models import FIXTURES
 from nnschemaparser import CaptureLimits, SchemaInterpreter, TensorContainer
-from nnschemaparser.recorder import ActivationRecorder
-from nnschemaparser.record import capture_run
-from nnschemaparser.traces import ActivationTrace
+from nnschemaparser.traces.recorder import ActivationRecorder
+from nnschemaparser.traces.record import capture_run
+from nnschemaparser.traces.trace import ActivationTrace
 from trace_models import InPlace, MutatesInput, PositionalInplace, Structured, ViewMutation, parse, spec_mlp
 
 SPEC_LINES = [

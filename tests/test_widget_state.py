@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from nnschemaparser import SchemaInterpreter
-from nnschemaparser.errors import EditError
+from nnschemaparser.schema.errors import EditError
 from nnschemaparser.widget import InspectorError, InspectorOptions, InspectorState
 from nnschemaparser.widget.messages import handle_message
 from widget_models import DropoutNet, NormNet, mlp_case

@@ -1,1 +1,4 @@
-"""Bundled example models (used by `make demo`, the notebooks and the docs)."""
+"""Bundled example models and the quick start `make demo` runs (`python -m nnschemaparser.examples.demo`).
+
+Stage 10, the last. May import: every earlier stage.
+"""

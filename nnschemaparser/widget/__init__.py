@@ -10,7 +10,9 @@ Module map (lower to higher): tree (the compact block tree), edits (edit specs),
 ActivationTrace, GradientTrace and StepInfo rows), state (the state machine: stepping, edits, runs,
 comparison with compare_traces, bins with histogram_bins), messages (the browser's requests),
 static_html (the page without a kernel), inspector (the anywidget), build (js/ -> static/).
-The widget is a view: it may import any layer below it; nothing below imports it.
+The widget is a view: nothing below imports it.
+
+Stage 8. May import: `schema`, `runtime`, `parser`, `traces`, `inspection`, `files`.
 """
 
 from typing import Any

@@ -16,8 +16,8 @@ from typing import Any, Mapping, Optional
 
 import torch
 
-from ..errors import EditError
-from ..interpreter import StepInfo
+from ..schema.errors import EditError
+from ..runtime.interpreter import StepInfo
 
 __all__ = ["EditSpec", "EDIT_ACTIONS", "apply_edit_spec", "parse_edit"]
 

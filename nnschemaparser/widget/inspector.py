@@ -23,10 +23,10 @@ from typing import Any, Callable, Mapping, Optional
 import anywidget
 import traitlets
 
-from ..capture import CaptureLimits
-from ..interpreter import StepInfo
-from ..parser import NNParser
-from ..schema import ModelBlockSchema
+from ..traces.sampling import CaptureLimits
+from ..runtime.interpreter import StepInfo
+from ..parser.model_parser import NNParser
+from ..schema.model import ModelBlockSchema
 from .edits import EditSpec
 from .messages import handle_message, json_safe
 from .runs import RunRecord
@@ -213,7 +213,7 @@ class InspectorWidget(anywidget.AnyWidget):
 
         `frame.attrs` holds the run names, the diff_summary and the row of the first divergence.
         """
-        from ..frames import diffs_to_dataframe
+        from ..traces.frames import diffs_to_dataframe
 
         result = self._do(self._state.compare, run_a, run_b)
         frame = diffs_to_dataframe(result["diffs"])

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from ..errors import NNSchemaError
+from ..schema.errors import NNSchemaError
 from .runs import TRACE_COLUMNS
 from .state import InspectorError, InspectorState
 

@@ -21,13 +21,13 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..capture import CaptureLimits
-from ..frames import STEP_COLUMNS
-from ..listeners import BlockEvent, EditEvent, InstructionEvent, TraceListener, instruction_kind
-from ..notation import instruction_text, value_repr
-from ..recorder import ActivationRecorder, tensors_in
-from ..schema import BlockInstruction, ModelBlockSchema, OpInstruction, ReturnInstruction
-from ..traces import ActivationTrace, GradientTrace
+from ..traces.sampling import CaptureLimits
+from ..traces.frames import STEP_COLUMNS
+from ..runtime.listeners import BlockEvent, EditEvent, InstructionEvent, TraceListener, instruction_kind
+from ..schema.notation import instruction_text, value_repr
+from ..traces.recorder import ActivationRecorder, tensors_in
+from ..schema.model import BlockInstruction, ModelBlockSchema, OpInstruction, ReturnInstruction
+from ..traces.trace import ActivationTrace, GradientTrace
 from .edits import EditSpec
 from .tree import BlockTree, shape_text
 

@@ -29,13 +29,13 @@ from typing import Any, Callable, Mapping, Optional
 
 import torch
 
-from ..capture import CaptureLimits
-from ..compare import TraceDiff, compare_traces, diff_summary
-from ..errors import EditError, NNSchemaError
-from ..frames import diffs_to_dataframe, tensor_statistics
-from ..histograms import histogram_bins
-from ..interpreter import SchemaInterpreter, StepInfo
-from ..schema import ModelBlockSchema
+from ..traces.sampling import CaptureLimits
+from ..traces.compare import TraceDiff, compare_traces, diff_summary
+from ..schema.errors import EditError, NNSchemaError
+from ..traces.frames import diffs_to_dataframe, tensor_statistics
+from ..traces.histograms import histogram_bins
+from ..runtime.interpreter import SchemaInterpreter, StepInfo
+from ..schema.model import ModelBlockSchema
 from .edits import EditSpec, apply_edit_spec, parse_edit
 from .runs import RunRecord, StepLog, default_loss, new_record
 from .tree import INITIAL_TREE_BYTES, BlockTree

@@ -22,8 +22,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from ..notation import instruction_text
-from ..schema import (
+from ..schema.notation import instruction_text
+from ..schema.model import (
     BlockInstruction,
     BreakInstruction,
     ContinueInstruction,

@@ -19,8 +19,8 @@ from typing import Optional
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from nnschemaparser.errors import UnsupportedSyntaxError
-from nnschemaparser.lowering import lower_source
+from nnschemaparser.schema.errors import UnsupportedSyntaxError
+from nnschemaparser.lowering.statements import lower_source
 
 __all__ = ["python_sources", "forward_source", "lower_outcome", "crash_fuzz"]
 

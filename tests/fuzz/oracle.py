@@ -34,8 +34,8 @@ import torch
 from torch import nn
 
 from nnschemaparser import NNParser, NNSchemaError, SchemaInterpreter, TraceRecorder, UnsupportedSyntaxError
-from nnschemaparser.interpreter import outputs_list
-from nnschemaparser.parser import preserved_state
+from nnschemaparser.runtime.interpreter import outputs_list
+from nnschemaparser.parser.model_parser import preserved_state
 
 try:
     from exactness import assert_same_structure

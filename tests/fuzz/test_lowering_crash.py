@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nnschemaparser.errors import UnsupportedSyntaxError
-from nnschemaparser.lowering import lower_source
-from nnschemaparser.schema import FunctionSchema
+from nnschemaparser.schema.errors import UnsupportedSyntaxError
+from nnschemaparser.lowering.statements import lower_source
+from nnschemaparser.schema.model import FunctionSchema
 
 from .lowering_crash import forward_source, lower_outcome, python_sources
 

@@ -1,0 +1,228 @@
+"""The `nnschemaparser` command: inspect a model from the shell and export what the run saw.
+
+    nnschemaparser TARGET --input 2,16 [--input 2,8:long ...] [-o graph.json] [--dump schema.txt]
+                   [--trace trace.txt] [--summary] [--card] [--depth N] [--verbose]
+
+TARGET is `path/to/file.py:Name`, `package.module:Name` or `hf:<model_type>` (see target.py). Each
+--input is one positional input of forward: its shape, and optionally `:dtype`. The model is put in
+eval mode, random inputs are drawn from a fixed seed, and everything runs locally on CPU.
+
+stdout carries only what was asked for (the summary, `-o -`, the card; the card alone when nothing
+is asked); progress and notices go to stderr. Exit status: 0 on success, 1 on any failure (one line
+on stderr; the traceback with --verbose; a model whose forward fails still gets its card, saying
+so), 2 on bad usage.
+
+Depends on target, inspector, graph_export, card, flops, equality, dump and text_trace; nothing
+depends on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import Optional, Sequence, TextIO
+
+import torch
+from torch import nn
+
+from .card import format_card, format_failure_card
+from ..schema.dump import dump_schema
+from ..parser.equality import first_mismatch
+from .flops import count_forward_flops
+from .graph_export import build_graph, write_graph
+from .inspector import ModelInspector
+from .target import LoadedTarget, load_target
+from ..traces.text_trace import TraceRecorder
+
+__all__ = ["main", "InputSpec", "parse_input_spec", "make_inputs"]
+
+_DTYPES = {
+    "float": torch.float32, "float32": torch.float32, "fp32": torch.float32,
+    "double": torch.float64, "float64": torch.float64,
+    "half": torch.float16, "float16": torch.float16, "fp16": torch.float16,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "long": torch.int64, "int64": torch.int64,
+    "int": torch.int32, "int32": torch.int32,
+    "short": torch.int16, "int16": torch.int16,
+    "int8": torch.int8, "uint8": torch.uint8,
+    "bool": torch.bool,
+}
+_DEFAULT_TOKEN_RANGE = 1000
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One --input: a shape and, when given with `:dtype`, its dtype (else the --dtype default)."""
+
+    shape: tuple[int, ...]
+    dtype: Optional[torch.dtype]
+    text: str
+
+
+def _dtype(name: str) -> torch.dtype:
+    key = name.strip().lower().replace("torch.", "")
+    if key not in _DTYPES:
+        raise argparse.ArgumentTypeError(f"unknown dtype {name!r}; use one of {', '.join(sorted(set(_DTYPES)))}")
+    return _DTYPES[key]
+
+
+def parse_input_spec(text: str) -> InputSpec:
+    """`2,16` -> shape (2, 16); `2,8:long` -> shape (2, 8) of int64."""
+    shape_text, sep, dtype_text = text.partition(":")
+    try:
+        shape = tuple(int(part) for part in shape_text.split(",") if part.strip() != "")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--input {text!r}: the shape must be comma-separated whole numbers, "
+                                         "e.g. 2,16 or 2,8:long") from None
+    if not shape or any(d < 0 for d in shape):
+        raise argparse.ArgumentTypeError(f"--input {text!r}: give at least one dimension, none negative, "
+                                         "e.g. 2,16")
+    return InputSpec(shape=shape, dtype=_dtype(dtype_text) if sep else None, text=text)
+
+
+def _token_range(target: LoadedTarget, override: Optional[int]) -> int:
+    if override is not None:
+        return override
+    if target.token_range is not None:
+        return target.token_range
+    # An integer input usually indexes an embedding: stay inside the smallest one.
+    sizes = [m.num_embeddings for m in target.model.modules() if isinstance(m, nn.Embedding)]
+    return min([_DEFAULT_TOKEN_RANGE, *sizes])
+
+
+def make_inputs(specs: Sequence[InputSpec], default_dtype: torch.dtype, token_range: int,
+                seed: int = 0) -> list[torch.Tensor]:
+    """Random tensors for the specs: randn for floats, randint(0, token_range) for integers."""
+    generator = torch.Generator().manual_seed(seed)
+    tensors = []
+    for spec in specs:
+        dtype = spec.dtype or default_dtype
+        if dtype == torch.bool:
+            tensor = torch.randint(0, 2, spec.shape, generator=generator).bool()
+        elif dtype.is_floating_point:
+            tensor = torch.randn(spec.shape, generator=generator).to(dtype)
+        else:
+            tensor = torch.randint(0, max(1, token_range), spec.shape, generator=generator).to(dtype)
+        tensors.append(tensor)
+    return tensors
+
+
+def _argument_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nnschemaparser",
+        description="Parse a PyTorch model into its schema, run it once on random inputs and report what ran.",
+        epilog="Examples: nnschemaparser models.py:MLP --input 2,16 --card ; "
+               "nnschemaparser hf:bert --summary -o bert.json")
+    parser.add_argument("target", metavar="TARGET",
+                        help="path/to/file.py:Name, package.module:Name or hf:<model_type>")
+    parser.add_argument("--input", action="append", type=parse_input_spec, metavar="SHAPE[:DTYPE]",
+                        help="shape of one positional forward input, e.g. 2,16 or 2,8:long (repeat per input; "
+                             "hf: targets default to 1,16:long)")
+    parser.add_argument("--dtype", type=_dtype, default=None, metavar="DTYPE",
+                        help="dtype of inputs given without :dtype (default float32)")
+    parser.add_argument("--token-range", type=int, default=None, metavar="N",
+                        help="integer inputs are drawn from [0, N) (default: the vocabulary size of hf: "
+                             "targets, else the smallest nn.Embedding, at most 1000)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    parser.add_argument("-o", "--output", metavar="GRAPH.json", help="write the JSON graph there ('-': stdout)")
+    parser.add_argument("--dump", metavar="SCHEMA.txt", help="write the schema dump there")
+    parser.add_argument("--trace", metavar="TRACE.txt", help="write the text trace of the run there")
+    parser.add_argument("--summary", action="store_true", help="print the module tree with every op")
+    parser.add_argument("--card", action="store_true", help="print the boxed card (the default output)")
+    parser.add_argument("--depth", type=int, default=None, metavar="N",
+                        help="in the JSON graph, merge every module N levels below the root into one node")
+    parser.add_argument("--name", default=None, help="the model's name in the graph and the card")
+    parser.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                        help="ANSI colours in the summary (default: when stdout is a terminal)")
+    parser.add_argument("--verbose", action="store_true", help="show the traceback on a failure")
+    return parser
+
+
+class _Usage(Exception):
+    """Bad usage found after argparse: reported with the usage line and exit status 2."""
+
+
+def _note(stderr: TextIO, text: str) -> None:
+    print(f"nnschemaparser: {text}", file=stderr)
+
+
+def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    if args.depth is not None and args.depth < 0:
+        raise _Usage("--depth must be 0 or more")
+    if args.token_range is not None and args.token_range < 1:
+        raise _Usage("--token-range must be 1 or more")
+    if not args.input and not args.target.startswith("hf:"):
+        raise _Usage(f"{args.target} needs its inputs: add --input SHAPE[:DTYPE] once per positional input, "
+                     "e.g. --input 2,16")
+    _note(stderr, f"loading {args.target}")
+    target = load_target(args.target)
+    model = target.model.eval()
+    specs = list(args.input or [parse_input_spec(text) for text in target.default_inputs])
+    inputs = make_inputs(specs, args.dtype or torch.float32, _token_range(target, args.token_range), args.seed)
+    name = args.name or target.name
+    _note(stderr, f"parsing and running {name} on " + ", ".join(
+        f"{'x'.join(map(str, t.shape))} {str(t.dtype).replace('torch.', '')}" for t in inputs))
+    tracer = TraceRecorder() if args.trace else None
+    wants_card = args.card or not (args.summary or args.output or args.dump or args.trace)
+    try:
+        inspector = ModelInspector(model, example_inputs=tuple(inputs), listeners=[tracer] if tracer else ())
+    except Exception as exc:
+        if wants_card:  # the card says the model does not run; the failure line still goes to stderr
+            stdout.write(format_failure_card(model, exc, name=name, source=target.source,
+                                             inputs=", ".join(spec.text for spec in specs)))
+        raise
+    for path, reason in inspector.schema.skipped.items():
+        _note(stderr, f"notice: {path} runs eagerly as one piece ({reason.splitlines()[0]})")
+
+    if args.dump:
+        dump_schema(inspector.schema, args.dump)
+        _note(stderr, f"wrote {args.dump}")
+    if tracer is not None:
+        tracer.save(args.trace)
+        _note(stderr, f"wrote {args.trace}")
+    if args.summary:
+        colorize = args.color == "always" or (args.color == "auto" and stdout.isatty())
+        stdout.write(inspector.format_summary(colorize=colorize))
+    if args.output:
+        graph = build_graph(inspector, name=name, target=args.target, depth=args.depth,
+                            inputs=[spec.text for spec in specs])
+        if args.output == "-":
+            stdout.write(json.dumps(graph, indent=1) + "\n")
+        else:
+            write_graph(graph, args.output)
+            _note(stderr, f"wrote {args.output} ({len(graph['nodes'])} nodes, {len(graph['edges'])} edges)")
+    if wants_card:
+        _, eager = count_forward_flops(model, [t.clone() for t in inputs])
+        stdout.write(format_card(inspector, name=name, source=target.source,
+                                 matches_eager=first_mismatch(eager, inspector.result) is None))
+    return 0
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    message = text[0] if text else ""
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command with `argv` (default: sys.argv[1:]); returns the exit status."""
+    parser = _argument_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help (0) or bad usage (2)
+        return exc.code if isinstance(exc.code, int) else 2
+    stdout, stderr = sys.stdout, sys.stderr
+    try:
+        return _run(args, stdout, stderr)
+    except _Usage as exc:
+        parser.print_usage(stderr)
+        print(f"nnschemaparser: error: {exc}", file=stderr)
+        return 2
+    except (Exception, KeyboardInterrupt) as exc:
+        if args.verbose:
+            traceback.print_exc(file=stderr)
+        print(f"nnschemaparser: error: {_one_line(exc)}", file=stderr)
+        return 1

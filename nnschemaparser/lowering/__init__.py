@@ -1,0 +1,15 @@
+"""Stage 2, lowering: a Python function's source read with `ast` and turned into schema instructions.
+
+`source` reads a function's text (notebook cells too) and refuses text that no longer matches the
+code; `context` holds what one lowering may look at; `expressions` lowers expressions (one
+`expr_<Node>` each), `statements` lowers statements (one `visit_<Stmt>` each) and is the entry point
+(`lower_function`, `lower_source`); `definite_assignment` finds locals that may be unbound;
+`intrinsics` are the small runtime helpers the lowering emits into instructions.
+
+May import: `schema` only (plus torch and the standard library).
+"""
+
+from .context import LoweringContext, MethodRequest
+from .statements import lower_function, lower_source  # the old `nnschemaparser.lowering` names
+
+__all__ = ["MethodRequest", "LoweringContext", "lower_function", "lower_source"]

@@ -1,0 +1,47 @@
+"""What one lowering may look at (`LoweringContext`) and the method schemas it asks for (`MethodRequest`).
+
+Shared by `expressions` and `statements`, so neither imports the other for these. Depends on the
+standard library only.
+"""
+
+from __future__ import annotations
+
+import builtins
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+__all__ = ["MethodRequest", "LoweringContext"]
+
+
+@dataclass(frozen=True)
+class MethodRequest:
+    """A method schema the lowered code calls: `key` in the block at `path` runs `function`."""
+
+    path: str
+    key: str
+    function: Callable
+    owner: Optional[type]
+
+
+@dataclass
+class LoweringContext:
+    """What the lowering may look at: the function's globals and closure, and the live module."""
+
+    globals: dict[str, Any]
+    closure: dict[str, Any] = field(default_factory=dict)
+    module: Any = None
+    owner: Optional[type] = None
+    requests: list[MethodRequest] = field(default_factory=list)
+
+    def resolve_global(self, name: str) -> tuple[bool, Any]:
+        if name in self.closure:
+            return True, self.closure[name]
+        if name in self.globals:
+            return True, self.globals[name]
+        builtin_ns = self.globals.get("__builtins__", builtins)
+        if isinstance(builtin_ns, dict):
+            if name in builtin_ns:
+                return True, builtin_ns[name]
+        elif hasattr(builtin_ns, name):
+            return True, getattr(builtin_ns, name)
+        return False, None

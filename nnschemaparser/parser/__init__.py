@@ -1,0 +1,13 @@
+"""Stage 4, parsing a live model: one block per module, lowered, resolved by a run, verified against eager.
+
+`model_parser` walks the module tree (`NNParser.parse_model`), lowers each forward and the methods
+it calls, runs the schema once on the example inputs under a protected state to fill shapes, and
+skips (re-dispatches to the real module) any child whose schema cannot be lowered or differs from
+eager; `equality` is the exact structural comparison of results that verification uses.
+
+May import: `schema`, `lowering`, `runtime`.
+"""
+
+from .model_parser import NNParser, example_inputs, preserved_state  # the old `nnschemaparser.parser` names
+
+__all__ = ["NNParser", "preserved_state", "example_inputs"]

@@ -1,0 +1,427 @@
+"""The parser: builds the block tree of a live model and resolves shapes with one protected run.
+
+`NNParser.parse_model` lowers every module's forward (and the methods it calls) into a block, keeps
+every sub-module even if no run visits it, then runs the schema once on example inputs to fill
+`resolved` shapes and dtypes. A child whose source cannot be lowered, or whose schema fails where the
+eager module does not, is re-dispatched to the real module and listed in `skipped`. The model's
+parameters, buffers, plain attributes, training flags and the RNG are restored after that run.
+
+Depends on schema, lowering, source, engine, notation and errors; never on listeners or views.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from typing import Any, Iterator, Mapping, Optional
+
+import torch
+from torch import nn
+
+from ..runtime.program import Observer, Program, rebindable
+from .equality import first_mismatch
+from ..schema.errors import NNSchemaError, ParseError, SourceUnavailableError, UnsupportedSyntaxError
+from ..lowering.statements import MethodRequest, lower_function
+from ..schema.notation import value_repr
+from ..schema.model import ModelBlockSchema, TensorReprWithValue
+from ..lowering.source import unwrap_function
+
+__all__ = ["NNParser", "preserved_state", "example_inputs"]
+
+_MAX_SKIP_RETRIES = 64
+
+
+def _qualified_type(obj: Any) -> str:
+    cls = obj if isinstance(obj, type) else type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _has_forward(module: nn.Module) -> bool:
+    forward = type(module).forward
+    return getattr(forward, "__name__", "") != "_forward_unimplemented"
+
+
+def _defining_class(cls: type, attr: str) -> Optional[type]:
+    for klass in cls.__mro__:
+        if attr in klass.__dict__:
+            return klass
+    return None
+
+
+def _children(module: nn.Module, prefix: str = "") -> Iterator[tuple[str, nn.Module]]:
+    """Direct child blocks; containers without a forward (ModuleList, ModuleDict) are flattened."""
+    for name, child in module._modules.items():
+        if child is None:
+            continue
+        key = f"{prefix}{name}"
+        if _has_forward(child):
+            yield key, child
+        else:
+            yield from _children(child, key + ".")
+
+
+class _BlockBuilder:
+    """Builds one ModelBlockSchema per module instance, lowering forwards and requested methods."""
+
+    def __init__(self) -> None:
+        self.built: dict[int, ModelBlockSchema] = {}
+
+    def build(self, module: nn.Module, path: str) -> ModelBlockSchema:
+        cls = type(module)
+        block = ModelBlockSchema(name=cls.__name__, path=path, module_type=_qualified_type(cls), module=module)
+        for name, value in list(module._parameters.items()) + list(module._buffers.items()):
+            if value is not None:
+                block.weights[name] = TensorReprWithValue(shape=tuple(value.shape), dtype=str(value.dtype),
+                                                          value=value.detach())
+        for key, child in _children(module):
+            child_path = f"{path}.{key}" if path else key
+            block.sub_blocks[key] = self.build(child, child_path)
+        if not _has_forward(module):
+            block.skip_reason = f"{cls.__name__} has no forward of its own"
+            return block
+        try:
+            self.lower_forward(block)
+        except (UnsupportedSyntaxError, SourceUnavailableError) as exc:
+            self.skip(block, str(exc))
+        return block
+
+    @staticmethod
+    def skip(block: ModelBlockSchema, reason: str) -> None:
+        block.skip_reason = reason
+        block.body = []
+        block.signature = None
+        block.methods = {}
+
+    def lower_forward(self, block: ModelBlockSchema) -> None:
+        module = block.module
+        forward = type(module).forward
+        fn = unwrap_function(forward)
+        if fn is not forward:
+            if not rebindable(forward):
+                raise UnsupportedSyntaxError(
+                    f"{block.name}.forward is wrapped by a decorator that does not close over the function it "
+                    "wraps, so the schema cannot run inside it")
+            block.wrapper = forward
+        requests: list[MethodRequest] = []
+        signature = lower_function(fn, module=module, owner=_defining_class(type(module), "forward"),
+                                   requests=requests)
+        block.signature = signature
+        block.body = signature.body
+        block.input_defaults = dict(signature.defaults)
+        self.lower_requests(block, requests)
+
+    def lower_requests(self, block: ModelBlockSchema, requests: list[MethodRequest]) -> None:
+        pending = list(requests)
+        while pending:
+            request = pending.pop(0)
+            try:
+                target = block.find(request.path)
+            except KeyError:
+                continue  # the engine calls the live method when the block is absent
+            if target.skip_reason is not None or request.key in target.methods:
+                continue
+            method_block = ModelBlockSchema(name=target.name, path=target.path, module_type=target.module_type,
+                                            module=target.module, method_name=request.key,
+                                            sub_blocks=target.sub_blocks, methods=target.methods,
+                                            function=request.function)
+            target.methods[request.key] = method_block  # placeholder first: recursion finds it
+            fn = unwrap_function(request.function)
+            if fn is not request.function:
+                if rebindable(request.function):
+                    method_block.wrapper = request.function
+                else:
+                    method_block.skip_reason = (f"method {request.key} is wrapped by a decorator that does not "
+                                                "close over the function it wraps")
+                    continue
+            more: list[MethodRequest] = []
+            try:
+                signature = lower_function(fn, module=target.module, owner=request.owner, requests=more)
+            except (UnsupportedSyntaxError, SourceUnavailableError) as exc:
+                # The method runs as the real Python method; its block stays listed as skipped.
+                method_block.skip_reason = str(exc)
+                continue
+            method_block.signature = signature
+            method_block.body = signature.body
+            method_block.input_defaults = dict(signature.defaults)
+            pending.extend(MethodRequest(path=f"{request.path}.{r.path}".strip(".") if request.path else r.path,
+                                         key=r.key, function=r.function, owner=r.owner) for r in more)
+
+
+def _collect_skipped(block: ModelBlockSchema) -> dict[str, str]:
+    skipped = {f"{key}()": method.skip_reason for key, method in block.methods.items()
+               if method.skip_reason is not None}
+    for key, child in block.sub_blocks.items():
+        if child.skip_reason is not None:
+            skipped[key] = child.skip_reason
+        for sub_key, reason in _collect_skipped(child).items():
+            skipped[f"{key}.{sub_key}"] = reason
+    block.skipped = skipped
+    return skipped
+
+
+# --- protected runs ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def preserved_state(model: nn.Module) -> Iterator[None]:
+    """Run something on `model` and put back its parameters, buffers, attributes, modes and RNG."""
+    saved = []
+    for module in model.modules():
+        tensors = {}
+        for store in ("_parameters", "_buffers"):
+            for name, value in getattr(module, store).items():
+                tensors[(store, name)] = (value, value.detach().clone() if value is not None else None)
+        attrs = {k: v for k, v in module.__dict__.items() if not k.startswith("_")}
+        saved.append((module, module.training, tensors, attrs))
+    devices = []
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        devices = list(range(torch.cuda.device_count()))
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        with torch.no_grad():
+            for module, training, tensors, attrs in saved:
+                for (store, name), (value, copy) in tensors.items():
+                    getattr(module, store)[name] = value
+                    if value is not None and copy is not None:
+                        if value.shape == copy.shape:
+                            value.copy_(copy)
+                        else:
+                            value.data = copy
+                for key in [k for k in module.__dict__ if not k.startswith("_") and k not in attrs]:
+                    del module.__dict__[key]
+                module.__dict__.update(attrs)
+                module.training = training
+
+
+def _dtype(value: Any) -> torch.dtype:
+    if isinstance(value, torch.dtype):
+        return value
+    text = str(value).replace("torch.", "")
+    dtype = getattr(torch, text, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ParseError(f"unknown dtype {value!r}; use a torch dtype or its name, e.g. 'torch.float32' or 'int64'")
+    return dtype
+
+
+def example_inputs(shapes: Optional[Mapping[str, Any]], dtypes: Optional[Mapping[str, Any]],
+                   values: Optional[Mapping[str, Any]], device: Optional[torch.device] = None) -> dict[str, Any]:
+    """Inputs for the resolution run: given values (cloned), else random tensors of the given shape/dtype."""
+    shapes = dict(shapes or {})
+    dtypes = dict(dtypes or {})
+    values = dict(values or {})
+    for name in dtypes:
+        if name not in shapes and name not in values:
+            raise ParseError(f"inputs_tensors_dtypes names {name!r} but no shape or value is given for it; "
+                             f"add inputs_tensors_shapes={{{name!r}: (...)}}")
+    scope: dict[str, Any] = {}
+    generator = torch.Generator().manual_seed(0)
+    for name, shape in shapes.items():
+        if name in values:
+            continue
+        try:
+            shape = tuple(int(d) for d in shape)
+        except (TypeError, ValueError):
+            raise ParseError(f"the shape of input {name!r} must be a tuple of ints, got {shape!r}") from None
+        dtype = _dtype(dtypes.get(name, torch.float32))
+        if dtype.is_floating_point or dtype.is_complex:
+            tensor = torch.randn(shape, generator=generator).to(dtype)
+        elif dtype == torch.bool:
+            tensor = torch.randint(0, 2, shape, generator=generator).bool()
+        else:
+            tensor = torch.randint(0, 8, shape, generator=generator).to(dtype)
+        scope[name] = tensor.to(device) if device is not None else tensor
+    for name, value in values.items():
+        if isinstance(value, torch.Tensor):
+            if name in shapes and tuple(value.shape) != tuple(shapes[name]):
+                raise ParseError(f"input {name!r}: the value has shape {tuple(value.shape)} but "
+                                 f"inputs_tensors_shapes says {tuple(shapes[name])}; make them agree")
+            value = value.detach().clone().requires_grad_(value.requires_grad)
+        scope[name] = value
+    return scope
+
+
+class _Resolver(Observer):
+    """Fills `resolved` of each executed instruction and the inputs/outputs of each entered block."""
+
+    def enter_block(self, block: ModelBlockSchema, frame: dict) -> None:
+        if not block.inputs and block.signature is not None:
+            sig = block.signature
+            names = list(sig.params) + ([sig.vararg] if sig.vararg else []) + list(sig.kwonly) + \
+                ([sig.kwarg] if sig.kwarg else [])
+            block.inputs = {n: value_repr(frame[n]) for n in names if n in frame}
+
+    def exit_block(self, block: ModelBlockSchema, frame: dict, result: Any) -> None:
+        if not block.outputs:
+            values = result if isinstance(result, tuple) else (result,)
+            block.outputs = [value_repr(v) for v in values]
+
+    def after(self, instr, frame: dict) -> None:
+        if instr.out_var and instr.out_var in frame:
+            instr.resolved = value_repr(frame[instr.out_var])
+
+
+def _failing_block(exc: BaseException, program: Program) -> Optional[ModelBlockSchema]:
+    """The innermost forward block running when `exc` was raised (from the engine's frames)."""
+    tb = exc.__traceback__
+    found = None
+    while tb is not None:
+        unit = tb.tb_frame.f_locals.get("_blk")
+        if unit is not None and getattr(unit, "block", None) is not None:
+            found = unit.block
+        tb = tb.tb_next
+    if found is not None and found.method_name is not None:
+        found = program.by_module.get(id(found.module), found)
+    return found
+
+
+class NNParser:
+    """Parses a live `nn.Module` into a ModelBlockSchema tree."""
+
+    @staticmethod
+    def parse_model(model: nn.Module, inputs_tensors_shapes: Optional[Mapping[str, Any]] = None,
+                    inputs_tensors_dtypes: Optional[Mapping[str, Any]] = None,
+                    inputs_tensors_values: Optional[Mapping[str, Any]] = None, *,
+                    resolve: bool = True, verify: bool = True) -> ModelBlockSchema:
+        """Lower `model` into a schema and resolve shapes/dtypes with one protected run.
+
+        Inputs are given by name (the forward's parameter names): shapes and dtypes are enough
+        (random values are made); values, where given, are used as they are (cloned first).
+        """
+        if not isinstance(model, nn.Module):
+            if isinstance(model, type) and issubclass(model, nn.Module):
+                raise ParseError(f"parse_model needs a module instance, got the class {model.__name__}; "
+                                 f"construct it first: model={model.__name__}(...)")
+            raise ParseError(f"parse_model needs an nn.Module instance, got {type(model).__name__}")
+        root = _BlockBuilder().build(model, "")
+        root.name = type(model).__name__
+        _collect_skipped(root)
+        if not resolve:
+            return root
+        if not (inputs_tensors_shapes or inputs_tensors_values):
+            raise ParseError("parse_model needs example inputs to resolve shapes: pass inputs_tensors_shapes="
+                             "{'x': (2, 16)} (and inputs_tensors_dtypes) or inputs_tensors_values={'x': tensor}; "
+                             "or pass resolve=False to skip resolution")
+        device = next((p.device for p in model.parameters()), None)
+        scope = example_inputs(inputs_tensors_shapes, inputs_tensors_dtypes, inputs_tensors_values, device)
+        NNParser._resolve(model, root, scope, verify)
+        _collect_skipped(root)
+        return root
+
+    @staticmethod
+    def _resolve(model: nn.Module, root: ModelBlockSchema, scope: dict, verify: bool = True) -> None:
+        for _ in range(_MAX_SKIP_RETRIES):
+            resolver = _Resolver()
+            program = Program(root, resolver)
+            try:
+                with preserved_state(model), torch.no_grad():
+                    rng = torch.get_rng_state()
+                    result = program.run_root(_fresh(scope))
+                if not verify:
+                    return
+                suspects = _verify(model, root, scope, rng, result)
+                if not suspects:
+                    return
+                for block in suspects:
+                    _BlockBuilder.skip(block, "its schema gave a result different from eager on the example "
+                                              "inputs, so it runs as the real module")
+                if root in suspects:
+                    return
+            except NNSchemaError as exc:
+                if isinstance(exc, ParseError):
+                    raise
+                failing = _failing_block(exc, program)
+                if failing is None or failing is root:
+                    raise ParseError(f"the schema of {root.name} cannot run on the example inputs: {exc}") from exc
+                _BlockBuilder.skip(failing, f"interpreting failed: {type(exc).__name__}: {exc}")
+            except Exception as exc:
+                eager_error = _eager_error(model, scope)
+                if eager_error is not None:
+                    raise ParseError(
+                        f"{root.name} raises {type(eager_error).__name__} on the example inputs in eager mode too "
+                        f"({eager_error}); check the input names, shapes and dtypes") from eager_error
+                failing = _failing_block(exc, program)
+                if failing is None:
+                    failing = root
+                _BlockBuilder.skip(failing, f"interpreting failed where eager does not: {type(exc).__name__}: {exc}")
+                if failing is root:
+                    for block in root.iter_blocks():
+                        block.inputs, block.outputs = {}, []
+                    return
+            for block in root.iter_blocks():
+                block.inputs, block.outputs = {}, []
+        raise ParseError(f"gave up resolving {root.name} after {_MAX_SKIP_RETRIES} skipped children")
+
+
+def _verify(model: nn.Module, root: ModelBlockSchema, scope: dict, rng: torch.Tensor,
+            result: Any) -> list[ModelBlockSchema]:
+    """Run eager from the same state and RNG; return the innermost blocks whose result differs.
+
+    Empty when the schema's result equals eager's exactly. Otherwise both are run again with a
+    recording forward hook on every module (the engine runs module hooks as `_call_impl` does, so
+    both runs see the same hooks), and a block is a suspect when its module's first output differs
+    while none of its interpreted sub-blocks' does (the error is in its own body).
+    """
+    try:
+        with preserved_state(model), torch.no_grad():
+            torch.set_rng_state(rng)
+            expected = model(**_fresh(scope))
+    except Exception:  # eager fails where the schema ran: nothing to compare against
+        return []
+    if first_mismatch(expected, result) is None:
+        return []
+    recorded: dict[int, Any] = {}
+
+    def record(module: nn.Module, args: Any, output: Any) -> None:
+        recorded.setdefault(id(module), output)
+
+    handles = [m.register_forward_hook(record) for m in model.modules()]
+    try:
+        with preserved_state(model), torch.no_grad():
+            torch.set_rng_state(rng)
+            model(**_fresh(scope))
+        eager_outputs, recorded = recorded, {}
+        with preserved_state(model), torch.no_grad():
+            torch.set_rng_state(rng)
+            Program(root).run_root(_fresh(scope))
+        schema_outputs = recorded
+    except Exception:
+        return [root]
+    finally:
+        for handle in handles:
+            handle.remove()
+    blocks = [b for b in root.iter_blocks() if b.method_name is None and b.skip_reason is None]
+    differing = {id(b) for b in blocks
+                 if id(b.module) in eager_outputs and id(b.module) in schema_outputs
+                 and first_mismatch(eager_outputs[id(b.module)], schema_outputs[id(b.module)]) is not None}
+    suspects = [b for b in blocks if id(b) in differing
+                and not any(inner is not b and id(inner) in differing for inner in b.iter_blocks())]
+    return suspects or [root]
+
+
+def _fresh(scope: dict) -> dict:
+    """A private copy of the example inputs for one run: the model may change them in place (a KV
+    cache, a list it appends to), and the caller's values must stay as they were."""
+    return {k: _private_copy(v) for k, v in scope.items()}
+
+
+def _private_copy(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone().requires_grad_(value.requires_grad)
+    if isinstance(value, (int, float, str, bool, type(None))):
+        return value
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # not copyable: used as given
+        return value
+
+
+def _eager_error(model: nn.Module, scope: dict) -> Optional[BaseException]:
+    try:
+        with preserved_state(model), torch.no_grad():
+            model(**_fresh(scope))
+    except Exception as exc:  # the user's own failure, reported as such
+        return exc
+    return None
+

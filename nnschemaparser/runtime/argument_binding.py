@@ -1,0 +1,107 @@
+"""Binding call arguments to parameters as CPython does, with CPython's TypeError messages.
+
+The engine binds the arguments of every interpreted forward, method, closure and lambda itself, so
+a call with wrong arguments must fail exactly as the eager call would: the same checks in the same
+order (keywords first, then too many positionals, then missing positionals, then missing keyword-
+only arguments), and the same text, which names the function by its `__qualname__`
+("Model.forward.<locals>.inner") and counts `self` for methods.
+
+Depends on schema only.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from ..schema.model import FunctionSchema, ModelBlockSchema
+
+__all__ = ["bind_arguments", "block_qualname", "nested_qualname", "INLINED_COMPREHENSIONS"]
+
+INLINED_COMPREHENSIONS = ("<listcomp>", "<setcomp>", "<dictcomp>")  # no scope of their own since 3.12 (PEP 709)
+_COMPREHENSION_NAMES = {"<listcomp>": "<listcomp>", "<setcomp>": "<setcomp>", "<dictcomp>": "<dictcomp>",
+                        "<gencomp>": "<genexpr>"}
+
+
+def bind_arguments(qualname: str, schema: FunctionSchema, params: tuple, counts_self: bool, args: tuple,
+                   kwargs: dict, defaults: dict) -> dict:
+    """The frame of a call of `schema` with `args` / `kwargs`; raises CPython's TypeError on a mismatch."""
+    frame: dict[str, Any] = dict(zip(params, args))
+    if schema.vararg is not None:
+        frame[schema.vararg] = tuple(args[len(params):])
+    extra = {}
+    for key, value in kwargs.items():
+        if key in params or key in schema.kwonly:
+            if key in frame:
+                raise TypeError(f"{qualname}() got multiple values for argument '{key}'")
+            frame[key] = value
+        elif schema.kwarg is not None:
+            extra[key] = value
+        else:
+            raise TypeError(f"{qualname}() got an unexpected keyword argument '{key}'")
+    if schema.kwarg is not None:
+        frame[schema.kwarg] = extra
+    if len(args) > len(params) and schema.vararg is None:
+        raise TypeError(_too_many_positional(qualname, schema, params, counts_self, len(args), defaults, frame))
+    required = [p for p in params if p not in defaults]
+    required_kwonly = [p for p in schema.kwonly if p not in defaults]
+    for kind, names in (("positional", required), ("keyword-only", required_kwonly)):
+        missing = [p for p in names if p not in frame]
+        if missing:
+            raise TypeError(_missing_message(qualname, kind, missing))
+    for name in tuple(params) + tuple(schema.kwonly):
+        if name not in frame:
+            frame[name] = defaults[name]
+    return frame
+
+
+def _too_many_positional(qualname: str, schema: FunctionSchema, params: tuple, counts_self: bool, given: int,
+                         defaults: dict, frame: dict) -> str:
+    offset = 1 if counts_self else 0  # a bound method counts `self`
+    count, given = len(params) + offset, given + offset
+    with_default = sum(1 for p in params if p in defaults)
+    if with_default:
+        sig, plural = f"from {count - with_default} to {count}", True
+    else:
+        sig, plural = str(count), count != 1
+    kwonly_given = sum(1 for p in schema.kwonly if p in frame)
+    kwonly = ""
+    if kwonly_given:
+        kwonly = (f" positional argument{'s' if given != 1 else ''} (and {kwonly_given} keyword-only "
+                  f"argument{'s' if kwonly_given != 1 else ''})")
+    verb = "was" if given == 1 and not kwonly_given else "were"
+    return f"{qualname}() takes {sig} positional argument{'s' if plural else ''} but {given}{kwonly} {verb} given"
+
+
+def _missing_message(qualname: str, kind: str, missing: list) -> str:
+    """CPython's "f() missing 3 required positional arguments: 'a', 'b', and 'c'"."""
+    names = [repr(m) for m in missing]
+    if len(names) == 1:
+        listed = names[0]
+    elif len(names) == 2:
+        listed = f"{names[0]} and {names[1]}"
+    else:
+        listed = ", ".join(names[:-2]) + f", {names[-2]}, and {names[-1]}"
+    return f"{qualname}() missing {len(names)} required {kind} argument{'s' if len(names) > 1 else ''}: {listed}"
+
+
+def block_qualname(block: ModelBlockSchema, fallback: str) -> str:
+    """The `__qualname__` of the function a block runs ("Linear.forward", "Base.helper")."""
+    key = block.method_name or "forward"
+    if "." in key:  # a super() call: the key is already "Class.method"
+        return key
+    fn = getattr(type(block.module), key, None)
+    fn = getattr(fn, "__func__", fn)
+    while getattr(fn, "__wrapped__", None) is not None:
+        fn = fn.__wrapped__
+    return getattr(fn, "__qualname__", None) or fallback
+
+
+def nested_qualname(outer_qualname: str, outer_name: str, outer_is_block: bool, name: str) -> str:
+    """CPython's `__qualname__` of a closure, lambda or comprehension defined in function `outer_name`."""
+    name = _COMPREHENSION_NAMES.get(name, name)
+    if outer_is_block or outer_name not in _COMPREHENSION_NAMES:
+        return f"{outer_qualname}.<locals>.{name}"
+    if sys.version_info >= (3, 12) and outer_name in INLINED_COMPREHENSIONS:
+        return f"{outer_qualname.rsplit('.', 1)[0]}.{name}"  # inlined: the enclosing function's scope
+    return f"{outer_qualname}.{name}"  # a comprehension scope adds no `<locals>`

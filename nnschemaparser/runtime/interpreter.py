@@ -1,0 +1,290 @@
+"""SchemaInterpreter: the public drivers of the engine — plain runs, observed runs and stepping.
+
+`run` and `call` execute a schema with the plain compiled program when there is nothing to observe,
+and with an observed program otherwise. `step_run` runs the observed program inside a greenlet and
+pauses it after each leaf instruction, yielding a `StepInfo`; edits apply to the paused frames and
+are reported to the listeners (`TraceListener.on_edit`). The execution rules are the engine's,
+written once; this module only drives them.
+
+Observed programs are compiled once per schema and lent to one run at a time, with that run's
+listeners plugged into their observer; a one-call capture therefore costs no compilation.
+
+Depends on engine, listeners, schema and errors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generator, Optional, Sequence
+
+import greenlet
+import torch
+
+from .observer import StepAbandoned
+from .program import Program
+from ..schema.errors import EditError, SchemaRunError
+from .listeners import EditEvent, EventObserver, InstructionEvent, TraceListener, instruction_kind
+from ..schema.model import Instruction, ModelBlockSchema, SourceLocation
+
+__all__ = ["SchemaInterpreter", "StepInfo", "outputs_list"]
+
+def _programs(block: ModelBlockSchema) -> dict:
+    """The compiled programs cached on the schema itself: they live and die with it (a cache keyed
+    weakly by the block would never free it, since each Program refers to its block)."""
+    cache = block.__dict__.get("_compiled_programs")
+    if cache is None:
+        cache = block.__dict__["_compiled_programs"] = {"plain": None, "idle": []}
+    return cache
+
+
+def _plain_program(block: ModelBlockSchema) -> Program:
+    cache = _programs(block)
+    program = cache["plain"]
+    if program is None:
+        program = cache["plain"] = Program(block)
+    return program
+
+
+def outputs_list(result: Any) -> list:
+    """The spec's `outputs`: a tuple result as a list of its items, anything else as a one-item list."""
+    return list(result) if isinstance(result, tuple) else [result]
+
+
+def _check_scope(scope: Any) -> None:
+    if not isinstance(scope, dict):
+        raise SchemaRunError(f"scope must be a dict of input name -> value, got {type(scope).__name__}")
+
+
+def _check_block(block: Any) -> None:
+    if not isinstance(block, ModelBlockSchema):
+        raise SchemaRunError(f"block must be a ModelBlockSchema (from NNParser.parse_model), got {type(block).__name__}")
+
+
+@dataclass
+class StepInfo:
+    """One executed instruction of a stepped run, with the live frames it can edit."""
+
+    step_index: int
+    kind: str
+    out_var: str
+    frame_depth: int
+    value: Any
+    scope_frames: tuple
+    instruction: Instruction
+    block_path: str
+    location: Optional[SourceLocation]
+    _notify: Optional[Callable[[EditEvent], None]] = field(default=None, repr=False, compare=False)
+
+    @property
+    def source(self) -> str:
+        return str(self.location) if self.location is not None else ""
+
+    def visible_names(self, frame_depth: Optional[int] = None) -> list[str]:
+        depth = self.frame_depth if frame_depth is None else frame_depth
+        return sorted(self.scope_frames[depth])
+
+    def edit(self, values: Any = None, shape: Any = None, dtype: Any = None, frame_depth: Optional[int] = None,
+             out_var: Optional[str] = None) -> None:
+        """Replace a visible variable before the next instruction runs.
+
+        Defaults: the variable this step bound, in its own frame. The new value must have the
+        variable's current shape and dtype, unless `shape` / `dtype` say which new ones are intended.
+        On any error nothing is changed.
+        """
+        depth = self.frame_depth if frame_depth is None else frame_depth
+        name = out_var or self.out_var
+        old = apply_edit(self.scope_frames, depth, name, values, shape, dtype, self.step_index)
+        if self._notify is not None:
+            self._notify(EditEvent(self.step_index, depth, name, old, values))
+        if self.value is not None and (out_var is None or out_var == self.out_var) and \
+                (frame_depth is None or frame_depth == self.frame_depth):
+            self.value = self.scope_frames[self.frame_depth][self.out_var]
+
+
+def apply_edit(frames: Sequence[dict], depth: int, name: str, values: Any, shape: Any, dtype: Any,
+               step_index: int) -> Any:
+    """Validate, then bind `values` to `name` in `frames[depth]`; returns the replaced value."""
+    if not frames:
+        raise EditError("there is no live frame to edit")
+    if not isinstance(depth, int) or not 0 <= depth < len(frames):
+        raise EditError(f"step {step_index}: frame_depth {depth} is not visible; frames 0..{len(frames) - 1} are")
+    frame = frames[depth]
+    if not name or name not in frame:
+        visible = ", ".join(sorted(k for k in frame if not k.startswith("$return"))) or "(none)"
+        raise EditError(f"step {step_index}: no variable {name!r} in frame {depth}; visible there: {visible}")
+    if values is None:
+        raise EditError(f"step {step_index}: edit needs values=... (the new value of {name!r})")
+    current = frame[name]
+    if isinstance(current, torch.Tensor):
+        if not isinstance(values, torch.Tensor):
+            raise EditError(f"step {step_index}: {name!r} is a tensor; the edit must give a tensor, "
+                            f"got {type(values).__name__}")
+        want_shape = tuple(shape) if shape is not None else tuple(current.shape)
+        want_dtype = dtype if dtype is not None else current.dtype
+        if isinstance(want_dtype, str):
+            want_dtype = getattr(torch, want_dtype.replace("torch.", ""), None)
+        if not isinstance(want_dtype, torch.dtype):
+            raise EditError(f"step {step_index}: dtype={dtype!r} is not a torch dtype; pass e.g. torch.float16 "
+                            "or 'torch.float16'")
+        if tuple(values.shape) != want_shape:
+            if shape is not None:
+                raise EditError(f"step {step_index}: the edit of {name!r} gives shape {tuple(values.shape)} but "
+                                f"declares shape={want_shape}; make them agree")
+            raise EditError(f"step {step_index}: {name!r} has shape {tuple(current.shape)}; the edit gives "
+                            f"{tuple(values.shape)} (pass shape=... to change the shape on purpose)")
+        if values.dtype != want_dtype:
+            if dtype is not None:
+                raise EditError(f"step {step_index}: the edit of {name!r} gives dtype {values.dtype} but declares "
+                                f"dtype={want_dtype}; make them agree")
+            raise EditError(f"step {step_index}: {name!r} has dtype {current.dtype}; the edit gives {values.dtype} "
+                            f"(pass dtype=... to change the dtype on purpose)")
+        if values.device != current.device:
+            raise EditError(f"step {step_index}: {name!r} lives on {current.device}; the edit is on {values.device}")
+    frame[name] = values
+    return current
+
+
+class _Stepper(TraceListener):
+    """Pauses the run after each instruction by switching to the consumer's greenlet."""
+
+    def __init__(self, edits: Optional[dict[int, list[dict]]], listeners: Sequence[TraceListener] = ()):
+        self.index = 0
+        self.edits = edits or {}
+        self.consumer: Optional[greenlet.greenlet] = None
+        self.listeners = [l for l in listeners if type(l).on_edit is not TraceListener.on_edit]
+
+    def notify(self, event: EditEvent) -> None:
+        for listener in self.listeners:
+            listener.on_edit(event)
+
+    def on_instruction(self, event: InstructionEvent) -> None:
+        self.index += 1
+        step = StepInfo(step_index=self.index, kind=instruction_kind(event.instruction),
+                        out_var=event.instruction.out_var, frame_depth=event.depth, value=event.value,
+                        scope_frames=event.frames, instruction=event.instruction, block_path=event.path,
+                        location=event.instruction.location,
+                        _notify=self.notify if self.listeners else None)
+        for edit in self.edits.get(self.index, ()):
+            step.edit(**edit)
+        self.consumer.switch(step)
+
+
+class SchemaInterpreter:
+    """Runs a schema by re-dispatching every instruction to the real torch callables.
+
+    `capture_values=True` fills each executed instruction's `resolved` with a detached snapshot;
+    `listeners` receive events (TraceRecorder, ActivationRecorder, your own TraceListener).
+    """
+
+    def __init__(self, capture_values: bool = False, listeners: Optional[Sequence[TraceListener]] = None):
+        self.capture_values = capture_values
+        self.listeners = list(listeners or [])
+        self.step_outputs: Optional[list] = None
+
+    def _execute(self, block: ModelBlockSchema, scope: dict) -> Any:
+        _check_block(block)
+        _check_scope(scope)
+        if not self.listeners and not self.capture_values:
+            return _plain_program(block).run_root(scope)
+        program, observer = _borrow(block, self.listeners, self.capture_values)
+        try:
+            for listener in self.listeners:
+                listener.on_run_start(block, scope)
+            result = program.run_root(scope)
+            for listener in self.listeners:
+                listener.on_run_end(result)
+        finally:
+            _give_back(block, program, observer)
+        return result
+
+    def run(self, block: ModelBlockSchema, scope: dict) -> list:
+        """Run `block` with inputs `scope` ({name: value}); returns the outputs as a list."""
+        return outputs_list(self._execute(block, scope))
+
+    def call(self, block: ModelBlockSchema, *args: Any, **kwargs: Any) -> Any:
+        """Run `block` like `module(*args, **kwargs)`; returns exactly what forward returns."""
+        _check_block(block)
+        if args:
+            sig = block.signature
+            if sig is None:
+                return block.module(*args, **kwargs)
+            names = list(sig.params)
+            if len(args) > len(names) and sig.vararg is None:
+                raise SchemaRunError(f"{block.name}.forward takes {len(names)} positional inputs, got {len(args)}")
+            kwargs = {**dict(zip(names, args)), **kwargs}
+            if len(args) > len(names):
+                raise SchemaRunError("extra positional inputs for *args are not supported by call(); use run()")
+        return self._execute(block, kwargs)
+
+    def step_run(self, block: ModelBlockSchema, scope: dict,
+                 edits: Optional[dict[int, list[dict]]] = None) -> Generator[StepInfo, None, list]:
+        """Yield one StepInfo per executed instruction; return (and store in step_outputs) the outputs.
+
+        `edits` maps a step_index to edit keyword dicts applied when that step is reached, so a run
+        can be forked from a previous one at a given step. Bad arguments raise here, before the
+        first step. Closing or dropping the generator early unwinds the paused run.
+        """
+        _check_block(block)
+        _check_scope(scope)
+        if edits is not None:
+            if not isinstance(edits, dict) or not all(isinstance(k, int) for k in edits):
+                raise SchemaRunError("edits must map step_index (int) -> list of edit dicts, e.g. "
+                                     "{5: [{'values': torch.zeros(2, 32)}]}")
+            edits = {k: [v] if isinstance(v, dict) else list(v) for k, v in edits.items()}
+        self.step_outputs = None
+        return self._steps(block, scope, edits)
+
+    def _steps(self, block: ModelBlockSchema, scope: dict,
+               edits: Optional[dict[int, list[dict]]]) -> Generator[StepInfo, None, list]:
+        stepper = _Stepper(edits, self.listeners)
+        program, observer = _borrow(block, [*self.listeners, stepper], self.capture_values)
+        runner = greenlet.greenlet(lambda: program.run_root(scope))
+        finished = False
+        try:
+            for listener in self.listeners:
+                listener.on_run_start(block, scope)
+            stepper.consumer = greenlet.getcurrent()
+            item = runner.switch()
+            while not runner.dead:
+                yield item
+                stepper.consumer = greenlet.getcurrent()
+                item = runner.switch()
+            finished = True
+        finally:
+            if not finished and not runner.dead:
+                try:
+                    runner.throw(StepAbandoned())
+                except StepAbandoned:
+                    pass
+            if runner.dead:
+                _give_back(block, program, observer)
+        for listener in self.listeners:
+            listener.on_run_end(item)
+        self.step_outputs = outputs_list(item)
+        return self.step_outputs
+
+
+# Observed programs, compiled once per block and lent to one run at a time. A run that is still in
+# progress (a paused step_run, a run nested in another) simply gets a freshly compiled one.
+def _borrow(block: ModelBlockSchema, listeners: Sequence[TraceListener],
+            capture_values: bool) -> tuple[Program, EventObserver]:
+    idle = _programs(block)["idle"]
+    try:
+        program, observer = idle.pop() if idle else _compile_observed(block)
+    except IndexError:  # another thread took the last one
+        program, observer = _compile_observed(block)
+    observer.configure(listeners, capture_values)
+    return program, observer
+
+
+def _compile_observed(block: ModelBlockSchema) -> tuple[Program, EventObserver]:
+    observer = EventObserver()
+    return Program(block, observer), observer
+
+
+def _give_back(block: ModelBlockSchema, program: Program, observer: EventObserver) -> None:
+    observer.reset()
+    observer.configure(())
+    idle = _programs(block)["idle"]
+    if len(idle) < 4:
+        idle.append((program, observer))

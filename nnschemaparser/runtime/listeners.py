@@ -1,0 +1,217 @@
+"""The listener layer: engine callbacks become small event records for recorders, steppers and views.
+
+`TraceListener` documents each hook as a no-op; subclasses override what they need. `EventObserver`
+is the engine-side adapter: it keeps the stack of live frames (so every event knows its frame depth
+and block path), optionally snapshots values into `instruction.resolved` (capture_values), and fans
+each event out, in order, to the listeners that override its hook; an event nobody listens to is
+never built. One observer serves many runs: `configure` swaps its listeners between runs.
+
+Depends on schema, engine (the Observer interface) and notation; never on views.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import torch
+
+from .functions import InterpretedFunction
+from .observer import RETURN_SLOT, Observer
+from ..schema.notation import value_repr
+from ..schema.model import (
+    BlockInstruction,
+    DeleteInstruction,
+    FunctionInstruction,
+    Instruction,
+    ModelBlockSchema,
+    OpInstruction,
+    RaiseInstruction,
+    ReturnInstruction,
+    TensorReprWithValue,
+)
+
+__all__ = ["TraceListener", "BlockEvent", "InstructionEvent", "EditEvent", "EventObserver", "instruction_kind",
+           "snapshot"]
+
+
+# Event records are slotted, not frozen: a frozen dataclass costs several times more to build, and
+# one event is built per executed instruction. Treat them as read-only all the same.
+
+
+@dataclass(slots=True)
+class BlockEvent:
+    """A block was entered or left. `result` is set on exit; `frame` is the block's live scope."""
+
+    block: ModelBlockSchema
+    frame: dict
+    depth: int
+    path: str
+    result: Any = None
+
+
+@dataclass(slots=True)
+class InstructionEvent:
+    """A leaf instruction ran in `block` (at `path`); `value` is what it bound (None if nothing)."""
+
+    instruction: Instruction
+    frame: dict
+    depth: int
+    block: ModelBlockSchema
+    path: str
+    value: Any
+    has_value: bool
+    frames: tuple
+
+
+@dataclass(frozen=True)
+class EditEvent:
+    """`name` in frame `depth` went from `old` to `new` by an edit made at step `step_index`."""
+
+    step_index: int
+    depth: int
+    name: str
+    old: Any
+    new: Any
+
+
+class TraceListener:
+    """Base class of listeners: every hook does nothing."""
+
+    def on_run_start(self, root: ModelBlockSchema, scope: dict) -> None:
+        """A run of `root` starts with the given input scope."""
+
+    def on_block_enter(self, event: BlockEvent) -> None:
+        """A block's frame has been bound and its body is about to run."""
+
+    def on_block_exit(self, event: BlockEvent) -> None:
+        """A block returned `event.result`."""
+
+    def on_instruction(self, event: InstructionEvent) -> None:
+        """A leaf instruction ran; its bound value is `event.value`."""
+
+    def on_before_mutation(self, instruction: Instruction, frame: dict) -> None:
+        """An instruction that may change its operands in place is about to run."""
+
+    def on_edit(self, event: "EditEvent") -> None:
+        """A stepped run's edit replaced a variable of a live frame (see SchemaInterpreter.step_run)."""
+
+    def on_run_end(self, outputs: Any) -> None:
+        """The run returned `outputs` (what forward returns)."""
+
+
+_KINDS = {
+    OpInstruction: "op",
+    BlockInstruction: "block",
+    ReturnInstruction: "return",
+    FunctionInstruction: "function",
+    DeleteInstruction: "delete",
+    RaiseInstruction: "raise",
+}
+
+
+def instruction_kind(instr: Instruction) -> str:
+    return _KINDS.get(type(instr), type(instr).__name__.replace("Instruction", "").lower())
+
+
+def snapshot(value: Any) -> Any:
+    """A detached view of a tensor (shares storage), or the value itself."""
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    return value
+
+
+class EventObserver(Observer):
+    """Turns engine callbacks into events for `listeners`, tracking frames and block paths."""
+
+    def __init__(self, listeners: Sequence[TraceListener] = (), capture_values: bool = False):
+        self.frames: list[dict] = []
+        self.paths: list[str] = []
+        self.blocks: list[ModelBlockSchema] = []
+        self.configure(listeners, capture_values)
+
+    def configure(self, listeners: Sequence[TraceListener], capture_values: bool = False) -> None:
+        """Point this observer (and the program compiled around it) at other listeners, between runs."""
+        self.listeners = list(listeners)
+        self.capture_values = capture_values
+        # Only listeners that override a hook are called for it, and no event is built for a hook
+        # nobody listens to: block events and instruction events are the per-step cost.
+        self._mutation_listeners = _overriding(self.listeners, "on_before_mutation")
+        self._enter_listeners = _overriding(self.listeners, "on_block_enter")
+        self._exit_listeners = _overriding(self.listeners, "on_block_exit")
+        self._instruction_listeners = _overriding(self.listeners, "on_instruction")
+
+    def reset(self) -> None:
+        self.frames.clear()
+        self.paths.clear()
+        self.blocks.clear()
+
+    @staticmethod
+    def block_path(block: ModelBlockSchema) -> str:
+        return block.path or block.name
+
+    def enter_block(self, block: ModelBlockSchema, frame: dict) -> None:
+        self.frames.append(frame)
+        path = self.block_path(block)
+        self.paths.append(path)
+        self.blocks.append(block)
+        if self._enter_listeners:
+            event = BlockEvent(block, frame, len(self.frames) - 1, path)
+            for listener in self._enter_listeners:
+                listener.on_block_enter(event)
+
+    def exit_block(self, block: ModelBlockSchema, frame: dict, result: Any) -> None:
+        if self._exit_listeners:
+            event = BlockEvent(block, frame, len(self.frames) - 1, self.paths[-1], result)
+            for listener in self._exit_listeners:
+                listener.on_block_exit(event)
+        self._pop()
+
+    def fail_block(self, block: ModelBlockSchema, frame: dict, exc: BaseException) -> None:
+        self._pop()
+
+    def _pop(self) -> None:
+        self.frames.pop()
+        self.paths.pop()
+        self.blocks.pop()
+
+    def enter_function(self, fn: InterpretedFunction, frame: dict) -> None:
+        self.frames.append(frame)
+        self.paths.append(self.paths[-1] if self.paths else "")
+        self.blocks.append(self.blocks[-1] if self.blocks else fn.unit.block)
+
+    def exit_function(self, fn: InterpretedFunction, frame: dict) -> None:
+        self._pop()
+
+    def before(self, instr: Instruction, frame: dict) -> None:
+        for listener in self._mutation_listeners:
+            listener.on_before_mutation(instr, frame)
+
+    def after(self, instr: Instruction, frame: dict) -> None:
+        if isinstance(instr, ReturnInstruction):
+            value, has_value = frame.get(RETURN_SLOT), True
+        elif instr.out_var and instr.out_var in frame:
+            value, has_value = frame[instr.out_var], True
+        else:
+            value, has_value = None, False
+        if self.capture_values and has_value and instr.out_var:
+            repr_ = value_repr(value)
+            instr.resolved = TensorReprWithValue(shape=repr_.shape, dtype=repr_.dtype, value=snapshot(value))
+        listeners = self._instruction_listeners
+        if not listeners:
+            return
+        event = InstructionEvent(instr, frame, len(self.frames) - 1, self.blocks[-1], self.paths[-1], value,
+                                 has_value, tuple(self.frames))
+        for listener in listeners:
+            listener.on_instruction(event)
+
+
+def _overriding(listeners: Sequence[TraceListener], hook: str) -> list[TraceListener]:
+    base = getattr(TraceListener, hook)
+    return [listener for listener in listeners if getattr(type(listener), hook, base) is not base]
+
+
+def block_label(block: Optional[ModelBlockSchema]) -> str:
+    if block is None:
+        return ""
+    return block.name if not block.method_name else f"{block.name}.{block.method_name}"

@@ -1,0 +1,82 @@
+"""Module forward hooks around an interpreted forward, as `Module._call_impl` runs them.
+
+`call_with_hooks(module, args, kwargs, direct)` runs global and module forward pre-hooks (with and
+without kwargs), then `direct` (the schema of the forward), then forward hooks, honouring
+"always call" hooks on failure; with backward hooks registered the call goes to the real module,
+which wraps tensors exactly. `global_hooks_active()` is the cheap check the invokers make per call.
+
+Depends on torch only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from torch import nn
+from torch.nn.modules import module as _module_impl
+
+__all__ = ['call_with_hooks', 'global_hooks_active']
+
+
+def global_hook_dicts() -> tuple:
+    names = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+             "_global_backward_pre_hooks")
+    return tuple(getattr(_module_impl, name) for name in names if hasattr(_module_impl, name))
+
+
+GLOBAL_HOOK_DICTS = global_hook_dicts()
+
+
+def global_hooks_active() -> bool:
+    for hooks in GLOBAL_HOOK_DICTS:
+        if hooks:
+            return True
+    return False
+
+
+def call_with_hooks(module: nn.Module, args: Any, kwargs: dict, direct: Callable) -> Any:
+    """`Module._call_impl`'s forward-hook protocol around `direct` (the schema of the forward)."""
+    has_backward = (module._backward_hooks or module._backward_pre_hooks
+                    or getattr(_module_impl, "_global_backward_hooks", None)
+                    or getattr(_module_impl, "_global_backward_pre_hooks", None))
+    if has_backward:
+        return module(*args, **kwargs)  # backward hooks wrap tensors: let the real call do it exactly
+    args = tuple(args)
+    pre_kwargs = getattr(module, "_forward_pre_hooks_with_kwargs", {})
+    for hook_id, hook in (*_module_impl._global_forward_pre_hooks.items(), *module._forward_pre_hooks.items()):
+        if hook_id in pre_kwargs:
+            result = hook(module, args, kwargs)
+            if result is not None:
+                if isinstance(result, tuple) and len(result) == 2:
+                    args, kwargs = result
+                else:
+                    raise RuntimeError("forward pre-hook must return None or a tuple of (new_args, new_kwargs), "
+                                       f"but got {result}.")
+        else:
+            result = hook(module, args)
+            if result is not None:
+                args = result if isinstance(result, tuple) else (result,)
+    hook_kwargs = getattr(module, "_forward_hooks_with_kwargs", {})
+    always = getattr(module, "_forward_hooks_always_called", {})
+    global_always = getattr(_module_impl, "_global_forward_hooks_always_called", {})
+    try:
+        result = direct(args, kwargs)
+    except BaseException:
+        for hook_id, hook in (*_module_impl._global_forward_hooks.items(), *module._forward_hooks.items()):
+            if hook_id in always or hook_id in global_always:
+                try:
+                    if hook_id in hook_kwargs:
+                        hook(module, args, kwargs, None)
+                    else:
+                        hook(module, args, None)
+                except Exception:
+                    pass
+        raise
+    for hook_id, hook in (*_module_impl._global_forward_hooks.items(), *module._forward_hooks.items()):
+        if hook_id in hook_kwargs:
+            hook_result = hook(module, args, kwargs, result)
+        else:
+            hook_result = hook(module, args, result)
+        if hook_result is not None:
+            result = hook_result
+    return result

@@ -1,0 +1,231 @@
+"""The execution core: `Program` compiles a schema tree once into closures over a frame dict, then runs it.
+
+One set of execution rules serves every driver. `Program(root)` compiles the plain form: each
+instruction becomes a small closure that reads operands from the frame, calls the real torch
+callable and binds the result; nothing else runs. `Program(root, observer)` compiles the same rules
+wrapped with calls to an `Observer` (block enter/exit, after each leaf instruction, before a mutating
+one): listeners, captures and stepping are all observers, and a plain run pays for none of them.
+
+This module holds what ties the parts together: the cached invokers that run a block as
+`module(*args, **kwargs)` would (hooks from `module_hooks`, decorators re-bound by `functions`),
+dispatch of module values by identity, the root's input checks, and `compile`, which picks the
+`compile_<Instruction>` of the mixins `compile_calls.CallCompiler` and
+`compile_control.ControlCompiler` and wraps it for the observer. User exceptions propagate
+unchanged, with one note per block naming the instruction and the forward's file:line.
+
+Depends on the schema, `errors` and the other runtime modules of the execution core; knows nothing
+about listeners' formats or views.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from torch import nn
+
+from ..schema.errors import SchemaRunError
+from .compile_calls import CallCompiler
+from .compile_control import ControlCompiler
+from .functions import InterpretedFunction, Unit, rebind_wrapper, rebindable
+from .module_hooks import call_with_hooks, global_hooks_active
+from .observer import BREAK, CONTINUE, RETURN, RETURN_SLOT, Observer, StepAbandoned
+from .operands import fusable_method_call
+
+_Module = nn.Module
+from ..schema.model import ControlInstruction, Instruction, ModelBlockSchema, ReturnInstruction, TryInstruction, WithInstruction
+
+__all__ = ['Program', 'Observer', 'InterpretedFunction', 'BREAK', 'CONTINUE', 'RETURN', 'RETURN_SLOT', 'StepAbandoned', 'rebindable']
+
+
+class Program(CallCompiler, ControlCompiler):
+    """A schema tree compiled for one mode: plain (`observer=None`) or observed."""
+
+    def __init__(self, root: ModelBlockSchema, observer: Optional[Observer] = None):
+        self.root = root
+        self.observer = observer
+        self.units: dict[int, Unit] = {}
+        self.invokers: dict[int, Callable] = {}
+        self.module_invokers: dict[int, Callable] = {}
+        self.by_module: dict[int, ModelBlockSchema] = {}
+        for block in root.iter_blocks():
+            if block.module is not None and block.method_name is None:
+                self.by_module.setdefault(id(block.module), block)
+
+    # -- running blocks ---------------------------------------------------------------------
+
+    def unit(self, block: ModelBlockSchema) -> Unit:
+        unit = self.units.get(id(block))
+        if unit is None:
+            if block.signature is None:
+                raise SchemaRunError(f"block {block.path or block.name!r} has no lowered forward to run")
+            unit = Unit(self, block, block.signature, is_block=True)
+            self.units[id(block)] = unit
+        return unit
+
+    def invoker(self, block: ModelBlockSchema) -> Callable[[Any, dict], Any]:
+        """A cached `invoke(args, kwargs)` running `block` as `module(*args, **kwargs)` would.
+
+        A forward block runs the module's forward hooks around the schema exactly as
+        `Module._call_impl` does (transformers collects hidden states with such hooks); with backward
+        hooks registered, the call goes to the real module.
+        """
+        invoke = self.invokers.get(id(block))
+        if invoke is not None:
+            return invoke
+        if block.skip_reason is not None or block.module is None:
+            def invoke(args: Any, kwargs: dict, _block=block) -> Any:
+                return self.call_block(_block, tuple(args), kwargs)
+        elif block.method_name is not None:
+            invoke = self._direct(block)
+        else:
+            direct = self._direct(block)
+            module = block.module
+
+            def invoke(args: Any, kwargs: dict) -> Any:
+                if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                        or module._backward_pre_hooks or global_hooks_active()):
+                    return call_with_hooks(module, args, kwargs, direct)
+                return direct(args, kwargs)
+        self.invokers[id(block)] = invoke
+        return invoke
+
+    def _direct(self, block: ModelBlockSchema) -> Callable[[Any, dict], Any]:
+        """Run `block`'s schema (inside its forward's decorators, if any), without module hooks."""
+        unit = self.unit(block)
+        if block.wrapper is not None:
+            runner = self._wrapped_runner(block, unit)
+            module = block.module
+            return lambda args, kwargs: runner(module, *args, **kwargs)
+        bind, run = unit.bind, unit.run
+        observer = self.observer
+        if observer is None:
+            return lambda args, kwargs: run(bind(args, kwargs))
+        observed_run = self._observed_run
+        return lambda args, kwargs: observed_run(observer, block, unit, bind(args, kwargs))
+
+    def call_block(self, block: ModelBlockSchema, args: tuple, kwargs: dict) -> Any:
+        """Run `block` as a call `module(*args, **kwargs)` would."""
+        if block.skip_reason is not None:
+            module = block.module
+            if module is None:
+                raise SchemaRunError(f"block {block.path or block.name!r} was skipped ({block.skip_reason}) and "
+                                     "has no live module to run; load the schema with model=...")
+            if block.method_name is not None:
+                if block.function is not None:
+                    return block.function(module, *args, **kwargs)
+                return getattr(module, block.method_name)(*args, **kwargs)
+            return module(*args, **kwargs)
+        if block.module is None:
+            raise SchemaRunError(f"block {block.path or block.name!r} has no live module: weights are not part of "
+                                 "a saved schema; load it with load_schema(path, model=your_model) to run it")
+        return self.invoker(block)(args, kwargs)
+
+    @staticmethod
+    def _observed_run(observer: Observer, block: ModelBlockSchema, unit: "Unit", frame: dict) -> Any:
+        observer.enter_block(block, frame)
+        try:
+            result = unit.run(frame)
+        except BaseException as exc:
+            observer.fail_block(block, frame, exc)
+            raise
+        observer.exit_block(block, frame, result)
+        return result
+
+    def _wrapped_runner(self, block: ModelBlockSchema, unit: Unit) -> Callable:
+        runner = getattr(unit, "wrapped_runner", None)
+        if runner is None:
+            observer = self.observer
+
+            def inner(module: Any, *args: Any, **kwargs: Any) -> Any:
+                frame = unit.bind(args, kwargs)
+                if observer is None:
+                    return unit.run(frame)
+                return Program._observed_run(observer, block, unit, frame)
+
+            runner = rebind_wrapper(block.wrapper, inner)
+            if runner is None:
+                raise SchemaRunError(f"the decorator of {block.name}.forward cannot be re-applied around the schema")
+            unit.wrapped_runner = runner
+        return runner
+
+    def call_value(self, target: Any, args: list, kwargs: dict) -> Any:
+        """Call a runtime value; a module with a block in this schema runs its block."""
+        if isinstance(target, _Module):
+            invoke = self.module_invokers.get(id(target))
+            if invoke is None:
+                block = self.by_module.get(id(target))
+                if block is None:
+                    return target(*args, **kwargs)
+                invoke = self.module_invokers[id(target)] = self.invoker(block)
+            return invoke(args, kwargs)
+        return target(*args, **kwargs)
+
+    def run_root(self, scope: dict) -> Any:
+        """Run the root block with `scope` mapping input names to values; returns what forward returns."""
+        root = self.root
+        sig = root.signature
+        if root.skip_reason is not None or sig is None:
+            return self.call_block(root, (), dict(scope))
+        known = set(sig.params) | set(sig.kwonly)
+        unknown = [k for k in scope if k not in known and sig.kwarg is None]
+        if unknown:
+            raise SchemaRunError(f"scope has {', '.join(map(repr, unknown))}, which {root.name}.forward does not take; "
+                                 f"its inputs are: {', '.join(sig.params + sig.kwonly) or '(none)'}")
+        missing = [p for p in sig.params if p not in scope and p not in sig.defaults]
+        if missing:
+            raise SchemaRunError(f"scope is missing the input{'s' if len(missing) > 1 else ''} "
+                                 f"{', '.join(map(repr, missing))} of {root.name}.forward; pass them as "
+                                 f"scope={{{', '.join(repr(m) + ': ...' for m in missing)}}}")
+        return self.call_block(root, (), dict(scope))
+
+    # -- compilation ------------------------------------------------------------------------
+
+    def compile_list(self, instrs: list[Instruction], unit: Unit) -> list[Callable]:
+        if self.observer is not None:
+            return [self.compile(instr, unit) for instr in instrs]
+        # Plain runs fuse `$t = getattr(obj, 'm')` + `out = obj.m(...)` into one closure: nobody
+        # observes the bound method, and half the dispatches of method-heavy code disappear.
+        compiled = []
+        index = 0
+        while index < len(instrs):
+            instr = instrs[index]
+            if index + 1 < len(instrs) and fusable_method_call(instr, instrs[index + 1]):
+                compiled.append(self.compile_method_call(instr, instrs[index + 1], unit))
+                index += 2
+                continue
+            compiled.append(self.compile(instr, unit))
+            index += 1
+        return compiled
+
+    def compile(self, instr: Instruction, unit: Unit) -> Callable:
+        kind = type(instr).__name__
+        fn = getattr(self, "compile_" + kind)(instr, unit)
+        observer = self.observer
+        if observer is None or isinstance(instr, (ControlInstruction, TryInstruction, WithInstruction)):
+            return fn
+        after = observer.after
+        if getattr(instr, "mutates", False):
+            before = observer.before
+
+            def observed_mutating(f: dict, _fn=fn, _i=instr) -> Any:
+                before(_i, f)
+                signal = _fn(f)
+                after(_i, f)
+                return signal
+
+            return observed_mutating
+
+        if isinstance(instr, ReturnInstruction):
+            def observed_return(f: dict, _fn=fn, _i=instr) -> Any:
+                signal = _fn(f)
+                after(_i, f)
+                return signal
+
+            return observed_return
+
+        def observed(f: dict, _fn=fn, _i=instr) -> Any:
+            signal = _fn(f)
+            after(_i, f)
+            return signal
+
+        return observed

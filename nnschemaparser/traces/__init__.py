@@ -1,0 +1,14 @@
+"""Stage 5, runs as data: listeners that record what a run computed, and views of those records.
+
+`text_trace` (the chronological text trace), `sampling` (bounded samples of tensors:
+`CaptureLimits`, `TensorSnapshot`), `descriptions` (a phrase per op), `tables` (per-step statistics,
+pandas), `trace` (`ActivationTrace`, `GradientTrace`, `TraceStep`), `recorder` (`ActivationRecorder`:
+values at capture time, gradient hooks), `record` (`capture_run`), `compare` (`compare_traces`),
+`frames` (diff DataFrames), `histograms` (bins and figures).
+
+May import: `schema`, `runtime` (listener interface, interpreter), `parser`.
+"""
+
+from .trace import ActivationTrace, GradientTrace, TraceStep, container_id  # the old `nnschemaparser.traces` names
+
+__all__ = ["TraceStep", "ActivationTrace", "GradientTrace", "container_id"]

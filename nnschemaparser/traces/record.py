@@ -1,0 +1,64 @@
+"""capture_run: one call that runs a schema with an ActivationRecorder and bundles what came out.
+
+`ExecutionRecord` holds the outputs, the `ActivationTrace`, the root block's variables as they
+were when it returned (`scope`), and, after the caller's backward pass, the `GradientTrace`.
+
+Depends on interpreter, recorder and traces; never on views.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from .sampling import CaptureLimits
+from ..runtime.observer import RETURN_SLOT
+from ..schema.errors import SchemaRunError
+from ..runtime.interpreter import SchemaInterpreter
+from .recorder import ActivationRecorder
+from ..schema.model import ModelBlockSchema
+from .trace import ActivationTrace, GradientTrace
+
+__all__ = ["ExecutionRecord", "capture_run"]
+
+
+@dataclass
+class ExecutionRecord:
+    """What `capture_run` returns: outputs, trace, root scope, and gradients once backward ran."""
+
+    outputs: list
+    trace: ActivationTrace
+    scope: dict
+    recorder: ActivationRecorder = field(repr=False)
+
+    @property
+    def gradients(self) -> GradientTrace:
+        """The GradientTrace of this run; call backward() on something computed from `outputs` first."""
+        if not self.recorder.capture_grads:
+            raise SchemaRunError("this record has no gradients; run capture_run(..., capture_grads=True)")
+        return self.recorder.collect_gradients()
+
+
+def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = False,
+                limits: Optional[CaptureLimits] = None) -> ExecutionRecord:
+    """Run `block` on `scope` ({input name: value}), capturing every intermediate tensor.
+
+    The run goes through the same engine as `SchemaInterpreter.run`, so outputs equal eager ones
+    bit for bit; the schema itself is not modified. With `capture_grads=True`, call backward() on
+    a loss built from `record.outputs`, then read `record.gradients`.
+    """
+    recorder = ActivationRecorder(capture_grads=capture_grads, limits=limits)
+    outputs = SchemaInterpreter(listeners=[recorder]).run(block=block, scope=scope)
+    return ExecutionRecord(outputs=outputs, trace=recorder.trace, scope=_root_scope(block, scope, recorder.root_frame),
+                           recorder=recorder)
+
+
+def _root_scope(block: ModelBlockSchema, scope: dict, frame: Optional[dict]) -> dict:
+    """The root block's variables when it returned, without its `self` and weights."""
+    if frame is None:
+        return dict(scope)
+    sig = block.signature
+    hidden = set(sig.weight_refs) if sig is not None else set()
+    if sig is not None and sig.self_name:
+        hidden.add(sig.self_name)
+    return {k: v for k, v in frame.items() if k not in hidden and k != RETURN_SLOT}

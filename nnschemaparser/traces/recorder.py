@@ -1,0 +1,456 @@
+"""ActivationRecorder: a listener that turns a run into an `ActivationTrace` (and a `GradientTrace`).
+
+Which results become steps: the root's tensor inputs ("input"), every tensor bound by an op or a
+sub-block call anywhere in the tree ("activation"; a bound method fetched by `getattr` is not a
+tensor, so it is not a step), and the root's tensor outputs ("output").
+
+Values are kept as detached aliases, not copies. What makes them "the value at capture time" is
+the engine's `before` event: right before an instruction flagged `mutates` runs (`x.add_()`,
+`y[0] = ...`, `F.relu(x, inplace=True)`), the recorder clones the kept values whose storage is the
+storage of the operand about to change. Storages are indexed lazily, on the first mutation, so a
+run without in-place ops pays nothing for this. In-place changes made where the schema cannot see
+them (inside a skipped child, inside a torch function) are not detected.
+
+Gradients use tensor hooks registered at capture time: a hook receives the gradient with respect to
+the value the step recorded, even when the tensor is changed in place later, and leaves `.grad`
+of the user's tensors alone.
+
+Depends on schema, listeners, traces, descriptions and sampling (for `CaptureLimits` and
+`sample_tensor`); never on the interpreter or any view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Iterator, Optional
+
+import torch
+
+from .sampling import CaptureLimits, sample_tensor
+from .descriptions import callee_name, describe_block_call, describe_op, op_name_of
+from ..runtime.listeners import EditEvent, InstructionEvent, TraceListener
+from ..schema.model import (
+    BlockInstruction,
+    Const,
+    Instruction,
+    ModelBlockSchema,
+    OpInstruction,
+    ReturnInstruction,
+    TensorContainer,
+    VarRef,
+)
+from .trace import ActivationTrace, GradientTrace, TraceStep
+
+__all__ = ["ActivationRecorder", "tensors_in", "mutated_tensors"]
+
+_Tensor = torch.Tensor
+_UNBOUNDED_DEPTH = 32
+_NUMBERS = [f"{n:04d}" for n in range(10000)]
+_DTYPE_TEXT: dict[torch.dtype, str] = {}
+
+
+def tensors_in(value: Any, limits: Optional[CaptureLimits] = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """(`[0]['key']`-style path, tensor) for each tensor in nested tuples, lists and mappings."""
+    max_nodes = limits.max_traversal_nodes if limits is not None else None
+    max_depth = limits.max_container_depth if limits is not None else _UNBOUNDED_DEPTH
+    stack: list[tuple[str, Any, int]] = [("", value, 0)]
+    visited = 0
+    while stack:
+        path, item, depth = stack.pop()
+        visited += 1
+        if max_nodes is not None and visited > max_nodes:
+            return
+        if isinstance(item, _Tensor):
+            yield path, item
+            continue
+        if depth >= max_depth:
+            continue
+        if isinstance(item, (tuple, list)):
+            children = [(f"{path}[{i}]", child) for i, child in enumerate(item)]
+        elif isinstance(item, Mapping):
+            children = [(f"{path}[{key!r}]", child) for key, child in item.items()]
+        else:
+            continue
+        stack.extend((p, c, depth + 1) for p, c in reversed(children))
+
+
+def _operand_value(operand: Any, frame: dict) -> Any:
+    if isinstance(operand, VarRef):
+        return frame.get(operand.name)
+    if isinstance(operand, Const):
+        return operand.value
+    return operand
+
+
+def mutated_tensors(instr: Instruction, frame: dict) -> list[torch.Tensor]:
+    """The tensors a mutating instruction may change: its receiver or first argument, and `out=`."""
+    if not isinstance(instr, OpInstruction):
+        return []
+    found: list[torch.Tensor] = []
+    receiver = None
+    if isinstance(instr.target, VarRef):
+        receiver = getattr(frame.get(instr.target.name), "__self__", None)
+    if isinstance(receiver, _Tensor):
+        found.append(receiver)
+    else:
+        first: Any = None
+        if instr.args:
+            first = _operand_value(instr.args[0], frame)
+            if 0 in instr.star_args and isinstance(first, (tuple, list)) and first:
+                first = first[0]
+        elif instr.args_var is not None:
+            spread = frame.get(instr.args_var) or ()
+            first = spread[0] if spread else None
+        found.extend(t for _, t in tensors_in(first))
+    if "out" in instr.kwargs:
+        found.extend(t for _, t in tensors_in(_operand_value(instr.kwargs["out"], frame)))
+    return found
+
+
+def _storage_ptr(tensor: torch.Tensor) -> int:
+    try:
+        return tensor.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return 0  # sparse, meta or otherwise storage-less: nothing to alias
+
+
+def _shape(tensor: torch.Tensor) -> tuple:
+    try:
+        return tuple(tensor.shape)
+    except (RuntimeError, TypeError):  # a nested tensor has no single shape
+        return ()
+
+
+def _version(tensor: torch.Tensor) -> int:
+    try:
+        return tensor._version
+    except (RuntimeError, AttributeError):  # tensors without a version counter cannot change in place
+        return -1
+
+
+def _lower_first(text: str) -> str:
+    """`Linear projection` -> `linear projection`; acronyms such as `ReLU` or `GELU` stay."""
+    word = text.split(" ", 1)[0]
+    if word[:1].isupper() and not any(c.isupper() for c in word[1:]):
+        return text[0].lower() + text[1:]
+    return text
+
+
+class ActivationRecorder(TraceListener):
+    """Records every tensor of a run into `trace` (an ActivationTrace), one step each.
+
+    `capture_grads=True` also hooks every captured tensor that requires grad; after your backward
+    pass, `collect_gradients()` returns the GradientTrace. `limits` (a CaptureLimits) bounds what is
+    kept: once `max_tensors` values are kept, or a value would take the kept bytes past `max_bytes`,
+    that step and every later one keep only their metadata: value None, `omitted` says which quota
+    ran out and `sample` holds up to `max_samples_per_tensor` leading elements.
+    `max_traversal_nodes` and `max_container_depth` bound the walk through structured root inputs
+    and outputs.
+
+    Reusable: each run starts a fresh trace, so traces of earlier runs stay intact.
+    """
+
+    def __init__(self, capture_grads: bool = False, limits: Optional[CaptureLimits] = None):
+        if limits is not None and not isinstance(limits, CaptureLimits):
+            raise TypeError(f"limits must be a nnschemaparser.CaptureLimits or None, got {type(limits).__name__}; "
+                            "build one with CaptureLimits(max_tensors=..., max_bytes=...)")
+        self.capture_grads = bool(capture_grads)
+        self.limits = limits
+        self.trace = ActivationTrace()
+        self.root_frame: Optional[dict] = None
+        # Descriptions by instruction (ops with a fixed callee, blocks by path) or by called module.
+        self._ops: dict[int, tuple] = {}
+        self._calls: dict[tuple[int, int], tuple] = {}
+        self._prefixes: dict[str, str] = {}
+        self._start_state(None)
+
+    # -- run lifecycle ----------------------------------------------------------------------
+
+    def _start_state(self, root: Optional[ModelBlockSchema]) -> None:
+        self._root = root
+        self._root_path = (root.path or root.name) if root is not None else ""
+        self._module_blocks: Optional[dict[int, ModelBlockSchema]] = None
+        self._kept = 0
+        self._kept_bytes = 0
+        self._exhausted: Optional[str] = None
+        self._storages: dict[int, list[TraceStep]] = {}
+        self._versions: list[int] = []  # version counter of each kept value, as captured
+        self._indexed = 0
+        self._grads: dict[int, torch.Tensor] = {}
+        self._tracked: set[int] = set()
+        self._hooked: dict[tuple[int, int], tuple[torch.Tensor, list[int]]] = {}
+        self._return_vars: Optional[tuple[list[str], bool]] = None
+        self.root_frame = None
+
+    def on_run_start(self, root: ModelBlockSchema, scope: dict) -> None:
+        self._start_state(root)
+        self.trace = ActivationTrace(root=root.name)
+        sig = root.signature
+        order = list(sig.params) + ([sig.vararg] if sig.vararg else []) + list(sig.kwonly) + \
+            ([sig.kwarg] if sig.kwarg else []) if sig is not None else []
+        names = [n for n in order if n in scope] + [n for n in scope if n not in order]
+        for name in names:
+            for suffix, tensor in tensors_in(scope[name], self.limits):
+                self._add(tensor, "input", "Initial input tensor", name + suffix, "", "", 0)
+
+    def on_instruction(self, event: InstructionEvent) -> None:
+        instr = event.instruction
+        cls = instr.__class__
+        if cls is ReturnInstruction:
+            if event.depth == 0:
+                self._return_vars = (list(instr.out_vars), instr.as_tuple)
+                self.root_frame = event.frame
+            return
+        value = event.value
+        if not isinstance(value, _Tensor):
+            return
+        # One lookup per step on the hot path: ops with a fixed callee are described once.
+        if self.root_frame is None:
+            self.root_frame = event.frames[0]
+        described = self._ops.get(id(instr))
+        if described is None or described[2] is not instr:
+            if cls is OpInstruction or isinstance(instr, OpInstruction):
+                described = self._describe_op(instr, event.frame)
+            elif isinstance(instr, BlockInstruction):
+                described = self._describe_block(instr, event)
+            else:
+                return
+        self._add(value, "activation", described[0], instr.out_var, described[1], event.path, event.depth)
+
+    def on_before_mutation(self, instruction: Instruction, frame: dict) -> None:
+        targets = mutated_tensors(instruction, frame)
+        if not targets:
+            return
+        self._index_storages()
+        for tensor in targets:
+            ptr = _storage_ptr(tensor)
+            steps = self._storages.pop(ptr, None) if ptr else None
+            for step in steps or ():
+                if step.tensor.value is not None:
+                    step.tensor.value = step.tensor.value.detach().clone()
+                    self._versions[step.step - 1] = step.tensor.value._version
+
+    def on_edit(self, event: EditEvent) -> None:
+        """An edit of the variable the last step bound replaces that step's value (later edits do not)."""
+        steps = self.trace.steps
+        if not steps or not isinstance(event.new, _Tensor):
+            return
+        step = steps[-1]
+        if step.slot_type != "activation" or step.out_var != event.name or step.frame_depth != event.depth:
+            return
+        old = event.old
+        if not isinstance(old, _Tensor) or step.tensor.value is None or (
+                step.tensor.value is not old and _storage_ptr(step.tensor.value) != _storage_ptr(old)):
+            return
+        new = event.new
+        if self._indexed >= len(steps):  # re-index the step under the new value's storage
+            for ptr, indexed in list(self._storages.items()):
+                self._storages[ptr] = [s for s in indexed if s is not step]
+            self._indexed = len(steps) - 1
+        step.tensor.value = new.detach() if new.requires_grad else new
+        self._versions[step.step - 1] = _version(new)
+        step.tensor.shape = _shape(new)
+        step.tensor.dtype = str(new.dtype)
+        step.edited = True
+        if self.capture_grads:
+            for entry in self._hooked.values():
+                if entry[0] is old and step.step in entry[1]:
+                    entry[1].remove(step.step)
+            self._tracked.discard(step.step)
+            if new.requires_grad:
+                self._tracked.add(step.step)
+                self._hook(new, step.step)
+
+    def on_run_end(self, outputs: Any) -> None:
+        self._drop_changed_values()
+        names, as_tuple = self._return_vars or ([], False)
+        if as_tuple and isinstance(outputs, tuple) and len(names) == len(outputs):
+            items = [(name, item) for name, item in zip(names, outputs)]
+        else:
+            items = [(names[0] if len(names) == 1 else "output", outputs)]
+        for name, item in items:
+            for suffix, tensor in tensors_in(item, self.limits):
+                self._add(tensor, "output", "Model output tensor", name + suffix, "", self._root_path, 0)
+        self._hooked = {}  # the hooks stay on the tensors; only the identity map is dropped
+
+    # -- steps ------------------------------------------------------------------------------
+
+    def _add(self, tensor: torch.Tensor, slot_type: str, description: str, out_var: str, op_name: str,
+             block_path: str, depth: int) -> TraceStep:
+        steps = self.trace.steps
+        number = len(steps) + 1
+        key = slot_type if slot_type != "activation" else block_path
+        prefix = self._prefixes.get(key)
+        if prefix is None:
+            prefix = self._prefixes[key] = key.replace(".", "_") + "_"
+        cid = prefix + _NUMBERS[number] if number < 10000 else f"{prefix}{number:04d}"
+        requires_grad = tensor.requires_grad
+        if self.limits is None:
+            value, omitted, sample = (tensor.detach() if requires_grad else tensor), None, ()
+        else:
+            value, omitted, sample = self._bounded(tensor)
+        try:
+            shape = tuple(tensor.shape)
+        except (RuntimeError, TypeError):  # a nested tensor has no single shape
+            shape = ()
+        dtype = _DTYPE_TEXT.get(tensor.dtype)
+        if dtype is None:
+            dtype = _DTYPE_TEXT[tensor.dtype] = str(tensor.dtype)
+        container = TensorContainer(shape, dtype, value, cid, slot_type)
+        step = TraceStep(number, cid, description, slot_type, out_var, op_name, block_path, container, None, depth,
+                         omitted, sample)
+        steps.append(step)
+        self._versions.append(_version(value) if value is not None else -1)
+        if requires_grad and self.capture_grads:
+            self._tracked.add(number)
+            if value is not None:
+                self._hook(tensor, number)
+        return step
+
+    def _drop_changed_values(self) -> None:
+        """Values changed in place by an instruction not flagged `mutates` cannot be trusted: drop them.
+
+        Every in-place op bumps the version counter that a kept alias shares with its tensor, so a
+        version that moved since capture means the kept value is no longer the captured one.
+        """
+        versions = self._versions
+        for index, step in enumerate(self.trace.steps):
+            value = step.tensor.value
+            if value is not None and _version(value) != versions[index]:
+                step.tensor.value = None
+                step.omitted = ("changed in place after capture by an op the schema does not flag as mutating "
+                                "(e.g. inplace passed positionally); the value at capture time was not kept")
+
+    def _bounded(self, tensor: torch.Tensor) -> tuple[Any, Optional[str], tuple]:
+        limits = self.limits
+        nbytes = tensor.numel() * tensor.element_size()
+        reason = self._exhausted
+        if reason is None:
+            if self._kept >= limits.max_tensors:
+                reason = f"max_tensors quota reached ({limits.max_tensors} values kept)"
+            elif self._kept_bytes + nbytes > limits.max_bytes:
+                reason = (f"max_bytes quota reached ({self._kept_bytes} of {limits.max_bytes} bytes kept when a "
+                          f"tensor of {nbytes} bytes came)")
+            else:
+                self._kept += 1
+                self._kept_bytes += nbytes
+                return (tensor.detach() if tensor.requires_grad else tensor), None, ()
+            self._exhausted = reason  # like ModelCapture: once a quota runs out, no later value is kept
+        per_sample = limits.max_samples_per_tensor
+        values, _, why = sample_tensor(tensor, per_sample, per_sample * tensor.element_size())
+        if why:
+            reason += f"; no sample: {why}"
+        return None, reason, values
+
+    def _index_storages(self) -> None:
+        steps = self.trace.steps
+        storages = self._storages
+        for step in steps[self._indexed:]:
+            value = step.tensor.value
+            if value is not None:
+                ptr = _storage_ptr(value)
+                if ptr:
+                    storages.setdefault(ptr, []).append(step)
+        self._indexed = len(steps)
+
+    # -- descriptions -----------------------------------------------------------------------
+
+    def _describe_op(self, instr: OpInstruction, frame: dict) -> tuple:
+        if isinstance(instr.target, VarRef):  # a callee fetched at run time may differ next time
+            callee = frame.get(instr.target.name)
+            if isinstance(callee, torch.nn.Module):  # `for layer in self: x = layer(x)` runs its block
+                key = (id(instr), id(callee))
+                cached = self._calls.get(key)
+                if cached is None or cached[2] is not instr or cached[3] is not callee:
+                    block = self._blocks_by_module().get(id(callee))
+                    path = block.path if block is not None else type(callee).__name__
+                    text = describe_block_call(path, block) if block is not None else \
+                        f"Call to module {type(callee).__name__}"
+                    cached = self._calls[key] = (text, path, instr, callee)
+                return cached
+            return describe_op(callee_name(instr, frame)), op_name_of(instr, frame), instr
+        described = self._ops[id(instr)] = (describe_op(callee_name(instr, frame)), op_name_of(instr, frame), instr)
+        return described
+
+    def _describe_block(self, instr: BlockInstruction, event: InstructionEvent) -> tuple:
+        ref = instr.block_ref
+        if instr.callee_var is not None:
+            target = event.frame.get(instr.callee_var)
+            key = (id(instr), id(target))
+            cached = self._calls.get(key)
+            if cached is None or cached[2] is not instr or cached[3] is not target:
+                block = self._blocks_by_module().get(id(target))
+                path = block.path if block is not None else ref.path
+                cached = self._calls[key] = (describe_block_call(path, block, ref.method), path, instr, target)
+            return cached
+        key = (id(instr), id(event.block))
+        cached = self._calls.get(key)
+        if cached is None or cached[2] is not instr or cached[3] is not event.block:
+            try:
+                block: Optional[ModelBlockSchema] = event.block.find(ref.path)
+            except KeyError:
+                block = None
+            path = block.path if block is not None else ref.path
+            cached = (describe_block_call(path, block, ref.method), path, instr, event.block)
+            self._calls[key] = cached
+        return cached
+
+    def _blocks_by_module(self) -> dict[int, ModelBlockSchema]:
+        if self._module_blocks is None:
+            self._module_blocks = {}
+            if self._root is not None:
+                for block in self._root.iter_blocks():
+                    if block.module is not None and block.method_name is None:
+                        self._module_blocks.setdefault(id(block.module), block)
+        return self._module_blocks
+
+    # -- gradients --------------------------------------------------------------------------
+
+    def _hook(self, tensor: torch.Tensor, number: int) -> None:
+        # One hook per tensor version: after an in-place change the same object is another autograd
+        # value, whose gradient differs from the one of the value captured before the change.
+        key = (id(tensor), tensor._version)
+        entry = self._hooked.get(key)
+        if entry is not None and entry[0] is tensor:
+            entry[1].append(number)
+            return
+        numbers = [number]
+        store = self._grads
+
+        def keep_gradient(grad: torch.Tensor, _numbers=numbers, _store=store) -> None:
+            grad = grad.detach()
+            for n in _numbers:
+                previous = _store.get(n)
+                # A first gradient is copied: autograd may reuse the buffer it hands to hooks.
+                _store[n] = grad.clone() if previous is None else previous + grad
+
+        tensor.register_hook(keep_gradient)
+        self._hooked[key] = (tensor, numbers)
+
+    def collect_gradients(self) -> GradientTrace:
+        """The gradients of the last run's captured tensors, after your backward pass.
+
+        One step per captured tensor that required grad, in activation order, with id `grad_<id>`
+        and `source_container_id` pointing back. A tensor no gradient reached (backward not called
+        yet, or not part of what was differentiated) has value None and says so in `omitted`.
+        """
+        if not self.capture_grads:
+            raise RuntimeError("this ActivationRecorder does not capture gradients; create it with "
+                               "ActivationRecorder(capture_grads=True) before the run")
+        gradients = GradientTrace(root=self.trace.root)
+        for step in self.trace.steps:
+            if step.step not in self._tracked:
+                continue
+            grad = self._grads.get(step.step)
+            omitted = None
+            if grad is None:
+                omitted = ("the activation value was not kept (capture limits)" if step.omitted else
+                           "no gradient reached this tensor: call backward() on a result that depends on it")
+            cid = "grad_" + step.container_id
+            shape = _shape(grad) if grad is not None else step.tensor.shape
+            dtype = str(grad.dtype) if grad is not None else step.tensor.dtype
+            container = TensorContainer(shape=shape, dtype=dtype, value=grad, container_id=cid, slot_type="gradient")
+            gradients.append(TraceStep(step.step, cid, f"Gradient of {_lower_first(step.description)}", "gradient",
+                                       step.out_var, step.op_name, step.block_path, container, step.container_id,
+                                       step.frame_depth, omitted))
+        return gradients

@@ -1,0 +1,201 @@
+"""The package's layout rule, checked from the code's own imports.
+
+Each stage subpackage states in its docstring which stages it may import ("May import: ..."); a
+stage may name only earlier stages there. These tests fail when a module imports a stage its
+docstring does not allow, when a docstring allows a later stage, when the package has an import
+circle (module-level or inside functions), when a stage imports the package root, or when a module
+grows past the size limit without saying why.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+import nnschemaparser
+
+PACKAGE = Path(nnschemaparser.__file__).parent
+STAGES = ("schema", "lowering", "runtime", "parser", "traces", "inspection", "files", "widget", "validation",
+          "examples")
+ROOT_MODULES = {"__init__", "__main__", "compat"}
+MAX_LINES = 600
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in PACKAGE.rglob("*.py") if "static" not in p.parts}
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for child in node.body for n in ast.walk(child))
+    return skip
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package modules `name` imports, anywhere in its code (not under `if TYPE_CHECKING`)."""
+    tree = ast.parse(path.read_text())
+    skip = _type_checking_nodes(tree)
+    is_package = path.name == "__init__.py"
+    here = name if is_package else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        targets = []
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            targets.append(module)
+            targets.extend(f"{module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            targets.extend(alias.name for alias in node.names)
+        for target in targets:
+            if target in modules and target != name:
+                found.add(target)
+    return found
+
+
+def stage_of(module: str) -> str | None:
+    parts = module.split(".")
+    if len(parts) == 1 or (len(parts) == 2 and parts[1] in ROOT_MODULES):
+        return None  # the root facade
+    return parts[1]
+
+
+def allowed_stages(stage: str) -> set[str]:
+    doc = importlib.import_module(f"nnschemaparser.{stage}").__doc__ or ""
+    match = re.search(r"May import:\s*(.+?)(?:\n\n|$)", doc, re.S)
+    assert match, f"nnschemaparser/{stage}/__init__.py must say which stages it may import ('May import: ...')"
+    text = match.group(1)
+    earlier = set(STAGES[:STAGES.index(stage)])
+    if "every earlier stage" in text:
+        return earlier | {stage}
+    named = set(re.findall(r"`(\w+)`", text)) & set(STAGES)
+    assert named <= earlier, f"{stage} says it may import the later stage(s) {sorted(named - earlier)}"
+    return named | {stage}
+
+
+def test_every_package_module_is_in_a_stage_subpackage():
+    top = {p.stem for p in PACKAGE.glob("*.py")} - ROOT_MODULES
+    assert not top, f"modules at the package root besides the facade: {sorted(top)}; move them into a stage"
+    assert {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()} == set(STAGES)
+
+
+def test_each_stage_imports_only_the_stages_its_docstring_allows():
+    modules = _modules()
+    wrong = []
+    for name, path in sorted(modules.items()):
+        stage = stage_of(name)
+        if stage is None:
+            continue
+        allowed = allowed_stages(stage)
+        for target in imports_of(name, path, modules):
+            target_stage = stage_of(target)
+            if target_stage is None:
+                wrong.append(f"{name} imports the package root {target} (import the stage module instead)")
+            elif target_stage not in allowed:
+                wrong.append(f"{name} ({stage}) imports {target} ({target_stage})")
+    assert not wrong, "import rule broken:\n" + "\n".join(wrong)
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on_stack, cycles, counter = {}, {}, [], set(), [], [0]
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                item = stack.pop()
+                on_stack.discard(item)
+                component.append(item)
+                if item == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_the_package_has_no_import_circles():
+    modules = _modules()
+    graph = {}
+    for name, path in modules.items():
+        edges = imports_of(name, path, modules)
+        # a package's __init__ is imported with each of its modules: an edge to it is not a circle of
+        # the code (re-exports are checked by the stage rule above)
+        graph[name] = {t for t in edges if not (name.startswith(t + ".") and modules[t].name == "__init__.py")}
+    assert not find_cycles(graph), f"import circles: {find_cycles(graph)}"
+
+
+def test_the_cycle_finder_finds_a_circle():
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_is_past_the_size_limit_without_a_stated_reason():
+    long = []
+    for name, path in _modules().items():
+        lines = len(path.read_text().splitlines())
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        if lines > MAX_LINES and "Longer than" not in doc:
+            long.append(f"{name}: {lines} lines")
+    assert not long, f"split these or say why in the docstring ('Longer than {MAX_LINES} lines because ...'): {long}"
+
+
+@pytest.mark.parametrize("old, new", [("errors", "schema.errors"), ("histograms", "traces.histograms"),
+                                      ("engine", "runtime.program"), ("zoo", "validation.zoo"),
+                                      ("inspector", "inspection.inspector")])
+def test_old_module_paths_import_the_same_module(old, new):
+    assert importlib.import_module(f"nnschemaparser.{old}") is importlib.import_module(f"nnschemaparser.{new}")
+
+
+def test_every_old_module_path_still_imports():
+    from nnschemaparser.compat import MOVED
+
+    for old, new in MOVED.items():
+        module = importlib.import_module(f"nnschemaparser.{old}")
+        assert module.__name__ == f"nnschemaparser.{new}" and module.__spec__.name == module.__name__
+    from nnschemaparser.lowering import lower_source  # old modules that are subpackages now
+    from nnschemaparser.parser import NNParser, preserved_state
+    from nnschemaparser.schema import ModelBlockSchema, OpInstruction
+    from nnschemaparser.traces import ActivationTrace, container_id
+
+    assert all((lower_source, NNParser, preserved_state, ModelBlockSchema, OpInstruction, ActivationTrace,
+                container_id))
+
+
+def test_the_import_reader_sees_relative_absolute_and_lazy_imports():
+    modules = _modules()
+    program = imports_of("nnschemaparser.runtime.program", modules["nnschemaparser.runtime.program"], modules)
+    assert {"nnschemaparser.schema.model", "nnschemaparser.runtime.compile_calls"} <= program
+    widget = imports_of("nnschemaparser.widget.inspector", modules["nnschemaparser.widget.inspector"], modules)
+    assert "nnschemaparser.widget.static_html" in widget  # imported inside a method
