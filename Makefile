@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test sweep fuzz bench browser-deps widget widget-check test-browser clean
+.PHONY: setup demo test sweep fuzz bench browser-deps js-deps widget widget-check test-browser clean
 
 setup: $(STAMP)
 
@@ -18,18 +18,26 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: setup
-	$(PY) -m nnschemaparser.demo --out out
+	$(PY) -m nnschemaparser.examples.demo --out out
 
 # Chromium for the browser tests (Debian's package; Playwright drives it, it downloads nothing).
 browser-deps:
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
 		|| echo 'chromium could not be installed (needs root): the browser tests will be skipped'
 
-test: setup browser-deps
+# Node.js and npm for the front end build and its tests (Debian's packages), then js/node_modules
+# from js/package-lock.json.
+js-deps:
+	@(command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1) || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm) \
+		|| echo 'nodejs and npm could not be installed (needs root): the front end tests will be skipped'
+	@test -d js/node_modules || ! command -v npm >/dev/null 2>&1 || npm ci --prefix js --silent --no-audit --no-fund \
+		|| echo 'npm ci --prefix js failed: the front end tests need js/node_modules'
+
+test: setup browser-deps js-deps
 	$(PY) -m pytest -q
 
 sweep: setup
-	HF_HUB_OFFLINE=1 $(PY) -m nnschemaparser.sweep --subset all --csv docs/sweep.csv --markdown docs/sweep-table.md
+	HF_HUB_OFFLINE=1 $(PY) -m nnschemaparser.validation.sweep --subset all --csv docs/sweep.csv --markdown docs/sweep-table.md
 
 fuzz: setup
 	$(PY) -m tests.fuzz.run_fuzz --programs 10000 --seed 0 --lowering 300
@@ -41,10 +49,10 @@ bench: setup
 	$(PY) bench/bench_widget.py
 	$(PY) bench/bench_schema_file.py
 
-widget: setup
+widget: setup js-deps
 	$(PY) -m nnschemaparser.widget.build
 
-widget-check: setup
+widget-check: setup js-deps
 	$(PY) -m nnschemaparser.widget.build --check
 
 test-browser: setup browser-deps

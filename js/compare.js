@@ -8,6 +8,11 @@ const COLUMNS = [["step_index_a", "step A"], ["step_index_b", "step B"], ["block
   ["description", "description"], ["status", "status"], ["max_abs_diff", "max |Δ|"], ["mean_abs_diff", "mean |Δ|"]];
 
 export class CompareView {
+  /**
+   * @param {HTMLElement} container
+   * @param {import("./types").Channel} channel
+   * @param {{ onSelect?: (query: { run: string, trace_step: number }) => void, pageSize?: number, isStatic?: boolean }} [options]
+   */
   constructor(container, channel, { onSelect, pageSize = 25, isStatic = false } = {}) {
     this.channel = channel;
     this.onSelect = onSelect;
@@ -15,7 +20,7 @@ export class CompareView {
     this.selectA = h("select", { class: "nnsp-input", "aria-label": "Run A" });
     this.selectB = h("select", { class: "nnsp-input", "aria-label": "Run B" });
     const only = h("input", { type: "checkbox", "aria-label": "Only differences",
-      onchange: (event) => { this.query.only_changed = event.target.checked; this.query.page = 0; this.run(); } });
+      onchange: (/** @type {Event} */ event) => { this.query.only_changed = /** @type {HTMLInputElement} */ (event.target).checked; this.query.page = 0; this.run(); } });
     this.summary = h("div", { class: "nnsp-summary", role: "status" }, isStatic ? "comparisons need a running kernel" : "pick two runs and press Compare");
     this.table = h("table", { class: "nnsp-table" });
     this.pageLabel = h("span", { class: "nnsp-page" });
@@ -33,7 +38,9 @@ export class CompareView {
       this.summary, h("div", { class: "nnsp-table-wrap" }, this.table));
   }
 
+  /** @param {{ name: string }[]} runs */
   setRuns(runs) {
+    /** @param {HTMLSelectElement} select @param {string} fallback */
     const fill = (select, fallback) => {
       const keep = select.value;
       clear(select).append(h("option", { value: "" }, fallback), ...runs.map((r) => h("option", { value: r.name }, r.name)));
@@ -43,6 +50,7 @@ export class CompareView {
     fill(this.selectB, "active run (default)");
   }
 
+  /** @param {number} delta */
   go(delta) {
     this.query.page = Math.max(0, this.query.page + delta);
     this.run();
@@ -55,7 +63,7 @@ export class CompareView {
     try {
       data = await this.channel.request("compare", { ...this.query, jump });
     } catch (err) {
-      this.summary.textContent = err.message;
+      this.summary.textContent = /** @type {Error} */ (err).message;
       this.summary.classList.add("nnsp-error");
       return;
     }
@@ -77,10 +85,15 @@ export class CompareView {
     }
   }
 
+  /**
+   * @param {import("./types").TablePage & Record<string, any>} data
+   * @param {boolean} jump
+   */
   render(data, jump) {
+    /** @type {Record<string, number>} */
     const index = Object.fromEntries(data.columns.map((c, i) => [c, i]));
     const firstKey = data.first ? `${data.first.container_id}/${data.first.step_a}/${data.first.step_b}` : "";
-    const rows = data.rows.map((row) => {
+    const rows = data.rows.map((/** @type {any[]} */ row) => {
       const status = row[index.status];
       const changed = row[index.changed];
       const label = status === "ok" ? (changed ? "changed" : "same") : status.replaceAll("_", " ");

@@ -1,5 +1,16 @@
 // Small DOM helpers shared by every view: element creation, number formatting, scrolling inside a pane.
 
+/** @typedef {Node | string | number | boolean | null | undefined} Child */
+
+/**
+ * An element with attributes ("class", "text", on<event> handlers, others as attributes; null,
+ * undefined and false are left out) and children (strings become text nodes).
+ * @template {keyof HTMLElementTagNameMap} K
+ * @param {K} tag
+ * @param {Record<string, any> | null} [attrs]
+ * @param {...(Child | Child[])} children
+ * @returns {HTMLElementTagNameMap[K]}
+ */
 export function h(tag, attrs = {}, ...children) {
   const el = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs || {})) {
@@ -16,24 +27,38 @@ export function h(tag, attrs = {}, ...children) {
   return el;
 }
 
+/**
+ * @template {Element} E
+ * @param {E} el
+ * @returns {E}
+ */
 export function clear(el) {
   while (el.firstChild) el.removeChild(el.firstChild);
   return el;
 }
 
 // 4 significant digits, exponent form for very large or small magnitudes; "nan"/"inf" pass through.
+/**
+ * @param {unknown} value
+ * @returns {string}
+ */
 export function fmt(value) {
   if (value === null || value === undefined || value === "") return "";
   if (typeof value === "string") return value;
   if (typeof value === "boolean") return value ? "yes" : "";
-  if (!Number.isFinite(value)) return String(value);
-  if (Number.isInteger(value) && Math.abs(value) < 1e6) return String(value);
-  const magnitude = Math.abs(value);
-  if (magnitude !== 0 && (magnitude >= 1e5 || magnitude < 1e-3)) return value.toExponential(3);
-  return String(Number(value.toPrecision(4)));
+  const number = /** @type {number} */ (value);
+  if (!Number.isFinite(number)) return String(number);
+  if (Number.isInteger(number) && Math.abs(number) < 1e6) return String(number);
+  const magnitude = Math.abs(number);
+  if (magnitude !== 0 && (magnitude >= 1e5 || magnitude < 1e-3)) return number.toExponential(3);
+  return String(Number(number.toPrecision(4)));
 }
 
 // Scroll `container` (not the page) so that `child` is visible.
+/**
+ * @param {Element | null | undefined} container
+ * @param {Element | null | undefined} child
+ */
 export function scrollWithin(container, child) {
   if (!container || !child) return;
   const box = container.getBoundingClientRect();

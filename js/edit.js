@@ -4,9 +4,15 @@
 
 import { h, clear } from "./dom.js";
 
+/** @type {Record<string, string>} */
 const PLACEHOLDER = { zero: "", scale: "factor, e.g. 0.5", noise: "standard deviation, e.g. 0.1", expression: "Python, e.g. value.clamp(min=0)" };
 
 export class EditPanel {
+  /**
+   * @param {HTMLElement} container
+   * @param {import("./types").Channel} channel
+   * @param {{ isStatic?: boolean }} [options]
+   */
   constructor(container, channel, { isStatic = false } = {}) {
     this.channel = channel;
     this.target = h("div", { class: "nnsp-edit-target" }, "no step to edit yet");
@@ -14,7 +20,7 @@ export class EditPanel {
       onchange: () => this.syncArgument() },
       ...Object.keys(PLACEHOLDER).map((a) => h("option", { value: a }, a)));
     this.argument = h("input", { class: "nnsp-input nnsp-edit-argument", type: "text", "aria-label": "Edit argument",
-      disabled: isStatic, onkeydown: (event) => { if (event.key === "Enter") { event.stopPropagation(); this.apply(); } } });
+      disabled: isStatic, onkeydown: (/** @type {KeyboardEvent} */ event) => { if (event.key === "Enter") { event.stopPropagation(); this.apply(); } } });
     this.applyButton = h("button", { class: "nnsp-button nnsp-primary", type: "button", "aria-label": "Apply edit",
       disabled: isStatic, onclick: () => this.apply() }, "Apply");
     this.error = h("div", { class: "nnsp-error", role: "alert" });
@@ -36,12 +42,16 @@ export class EditPanel {
     this.argument.disabled = action === "zero" || this.action.disabled;
   }
 
+  /**
+   * @param {string} type
+   * @param {Record<string, unknown>} [args]
+   */
   async send(type, args = {}) {
     try {
       await this.channel.request(type, args);
       this.error.textContent = "";
     } catch (err) {
-      this.error.textContent = err.message;
+      this.error.textContent = /** @type {Error} */ (err).message;
     }
   }
 
@@ -49,6 +59,11 @@ export class EditPanel {
     await this.send("edit", { action: this.action.value, argument: this.argument.value });
   }
 
+  /**
+   * @param {Record<string, any> | null | undefined} info the StepInfo
+   * @param {{ text: string }[] | null | undefined} edits
+   * @param {string} [error]
+   */
   update(info, edits, error) {
     if (info && info.index) {
       const shape = info.shape ? `${info.dtype}[${info.shape.join(", ")}]` : info.type;

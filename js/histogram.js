@@ -5,12 +5,54 @@ import { h, clear, fmt } from "./dom.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 
+/**
+ * @param {string} tag
+ * @param {Record<string, unknown>} [attrs]
+ * @returns {SVGElement}
+ */
 function svg(tag, attrs = {}) {
-  const el = document.createElementNS(SVG, tag);
+  const el = /** @type {SVGElement} */ (document.createElementNS(SVG, tag));
   for (const [key, value] of Object.entries(attrs)) el.setAttribute(key, String(value));
   return el;
 }
 
+/**
+ * @typedef {{ i: number, count: number, x: number, y: number, width: number, height: number,
+ *   from: number, to: number }} Bar
+ * @typedef {{ lo: number, hi: number, n: number, nonfinite: number, peak: number, bars: Bar[] }} HistogramLayout
+ */
+
+/**
+ * Where the bars of `bins` go in a `width` x `height` chart: bars are scaled to the tallest bin
+ * (at least 1 value), an empty bin draws no bar, a non-empty one is at least 1 unit tall and wide.
+ * @param {import("./types").Bins} bins
+ * @param {number} width
+ * @param {number} height
+ * @returns {HistogramLayout}
+ */
+export function histogramLayout(bins, width, height) {
+  const lo = bins.edges[0];
+  const hi = bins.edges[bins.edges.length - 1];
+  const nonfinite = (bins.n_nan || 0) + (bins.n_inf || 0);
+  const n = bins.counts.reduce((a, b) => a + b, 0) + nonfinite;
+  const peak = Math.max(1, ...bins.counts);
+  const barWidth = width / bins.counts.length;
+  /** @type {Bar[]} */
+  const bars = [];
+  bins.counts.forEach((count, i) => {
+    if (!count) return;
+    const barHeight = Math.max(1, (count / peak) * (height - 4));
+    bars.push({ i, count, x: i * barWidth + 0.5, y: height - barHeight, width: Math.max(1, barWidth - 1), height: barHeight,
+      from: bins.edges[i], to: bins.edges[i + 1] });
+  });
+  return { lo, hi, n, nonfinite, peak, bars };
+}
+
+/**
+ * @param {HTMLElement} container
+ * @param {import("./types").Bins | null | undefined} bins
+ * @param {string} title
+ */
 export function drawHistogram(container, bins, title) {
   clear(container);
   container.append(h("div", { class: "nnsp-hist-title" }, title));
@@ -18,30 +60,27 @@ export function drawHistogram(container, bins, title) {
     container.append(h("div", { class: "nnsp-note" }, bins && bins.note ? bins.note : "no data"));
     return;
   }
-  const lo = bins.edges[0];
-  const hi = bins.edges[bins.edges.length - 1];
-  const nonfinite = (bins.n_nan || 0) + (bins.n_inf || 0);
-  const n = bins.counts.reduce((a, b) => a + b, 0) + nonfinite;
   const width = 260;
   const height = 90;
-  const peak = Math.max(1, ...bins.counts);
-  const barWidth = width / bins.counts.length;
+  const { lo, hi, n, nonfinite, bars } = histogramLayout(bins, width, height);
   const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, class: "nnsp-hist-svg", role: "img",
     "aria-label": `${title}: ${n} values from ${fmt(lo)} to ${fmt(hi)}` });
-  bins.counts.forEach((count, i) => {
-    if (!count) return;
-    const barHeight = Math.max(1, (count / peak) * (height - 4));
-    const bar = svg("rect", { x: i * barWidth + 0.5, y: height - barHeight, width: Math.max(1, barWidth - 1), height: barHeight, class: "nnsp-bar" });
+  for (const { x, y, width: barWidth, height: barHeight, from, to, count } of bars) {
+    const bar = svg("rect", { x, y, width: barWidth, height: barHeight, class: "nnsp-bar" });
     const tip = svg("title");
-    tip.textContent = `[${fmt(bins.edges[i])}, ${fmt(bins.edges[i + 1])}): ${count}`;
+    tip.textContent = `[${fmt(from)}, ${fmt(to)}): ${count}`;
     bar.append(tip);
     chart.append(bar);
-  });
+  }
   container.append(chart, h("div", { class: "nnsp-hist-axis" },
     h("span", {}, fmt(lo)), h("span", {}, `n=${n}${nonfinite ? ` · ${bins.n_nan} NaN, ${bins.n_inf} inf` : ""}`), h("span", {}, fmt(hi))));
 }
 
 export class HistogramPair {
+  /**
+   * @param {HTMLElement} container
+   * @param {import("./types").Channel} channel
+   */
   constructor(container, channel) {
     this.channel = channel;
     this.caption = h("div", { class: "nnsp-hist-caption" }, "histograms of the selected step");
@@ -52,6 +91,7 @@ export class HistogramPair {
   }
 
   // query: {run, trace_step} (a trace row) or {run, step_index} (a StepInfo).
+  /** @param {Record<string, unknown>} query */
   async show(query) {
     const serial = ++this.serial;
     let data;
@@ -59,7 +99,7 @@ export class HistogramPair {
       data = await this.channel.request("hist", query);
     } catch (err) {
       if (serial !== this.serial) return;
-      this.caption.textContent = err.message;
+      this.caption.textContent = /** @type {Error} */ (err).message;
       clear(this.activation);
       clear(this.gradient);
       return;
@@ -69,6 +109,7 @@ export class HistogramPair {
   }
 
   // Draw bins the kernel already sent (a stepping command's reply carries them).
+  /** @param {Record<string, any>} data */
   render(data) {
     ++this.serial;
     const where = data.step_index ? `step ${data.step_index}` : "input";

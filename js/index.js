@@ -11,23 +11,36 @@ import { HistogramPair } from "./histogram.js";
 import { CompareView } from "./compare.js";
 import { EditPanel } from "./edit.js";
 
-const nextFrame = () => new Promise((resolve) => requestAnimationFrame(() => resolve()));
+const nextFrame = () => new Promise((/** @type {(value?: unknown) => void} */ resolve) => requestAnimationFrame(() => resolve()));
 
+/** @param {string} title @param {HTMLElement} body @param {Record<string, unknown>} [extra] */
 function panel(title, body, extra = {}) {
   return h("section", { class: "nnsp-panel", "aria-label": title, ...extra }, h("h3", { class: "nnsp-panel-title" }, title), body);
 }
 
+/**
+ * The entry point anywidget calls; returns the clean-up.
+ * @param {{ model: import("./types").Model, el: HTMLElement }} props
+ * @returns {() => void}
+ */
 function render({ model, el }) {
   const isStatic = model.get("mode") === "static";
   const channel = createChannel(model);
   const root = h("div", { class: `nnsp-root${isStatic ? " nnsp-static" : ""}`, "data-lm-suppress-shortcuts": "true", tabindex: "0" });
   const errorBar = h("div", { class: "nnsp-errorbar", role: "alert" });
+  /** @type {number[]} */
   const timings = [];
+  /** @type {Record<string, unknown> | null} */
   let pinned = null;
+  /** @type {Promise<unknown>} */
   let viewUpdated = Promise.resolve();
 
   const STEPPING = new Set(["step", "step_over", "continue", "run_to", "reset"]);
   let stepping = 0;
+  /**
+   * @param {string} command
+   * @param {Record<string, unknown>} [args]
+   */
   async function send(command, args = {}) {
     const started = performance.now();
     const isStep = STEPPING.has(command);
@@ -36,7 +49,7 @@ function render({ model, el }) {
       const data = await channel.request(command, isStep ? { ...args, with_hist: true } : args);
       if (isStep && data && data.hist && !pinned) hists.render(data.hist);
     } catch (err) {
-      errorBar.textContent = err.message;
+      errorBar.textContent = /** @type {Error} */ (err).message;
     } finally {
       if (isStep) stepping -= 1;
     }
@@ -46,7 +59,7 @@ function render({ model, el }) {
     root.dataset.roundTripMs = timings[timings.length - 1].toFixed(1);
     root.dataset.commands = String(timings.length);
   }
-  root.nnspTimings = timings;
+  /** @type {HTMLElement & { nnspTimings?: number[] }} */ (root).nnspTimings = timings;
 
   const toolbar = createToolbar(send, { isStatic });
   const treeBox = h("div", { class: "nnsp-tree", role: "tree", "aria-label": "Block tree" });
@@ -56,14 +69,17 @@ function render({ model, el }) {
   const tree = new TreeView(treeBox, channel, { onSelectBlock: (block) => source.show(block, 0) });
   const source = new SourceView(sourceBox, channel);
   const hists = new HistogramPair(histBox, channel);
+  /** @param {Record<string, unknown>} query */
   const select = (query) => {
     pinned = query;
     hists.show(query);
   };
 
+  /** @type {Record<string, { body: HTMLElement, button: HTMLElement }>} */
   const tabs = {};
   const tabBar = h("div", { class: "nnsp-tabs", role: "tablist" });
   const tabBody = h("div", { class: "nnsp-tabpanels" });
+  /** @param {string} name */
   const addTab = (name) => {
     const body = h("div", { class: "nnsp-tabpanel", role: "tabpanel", "aria-label": name, hidden: true });
     const button = h("button", { class: "nnsp-tab", type: "button", role: "tab", "aria-selected": "false", onclick: () => showTab(name) }, name);
@@ -76,6 +92,7 @@ function render({ model, el }) {
   const table = new TraceTable(addTab("Trace"), channel, { onSelect: select });
   const compare = new CompareView(addTab("Compare"), channel, { onSelect: select, isStatic });
   let activeTab = "";
+  /** @param {string} name */
   function showTab(name) {
     activeTab = name;
     for (const [key, tab] of Object.entries(tabs)) {
@@ -124,7 +141,7 @@ function render({ model, el }) {
 
   root.addEventListener("keydown", (event) => {
     if (isStatic || event.ctrlKey || event.metaKey || event.altKey) return;
-    if (event.target.closest("input, textarea, select")) return;
+    if (/** @type {Element} */ (event.target).closest("input, textarea, select")) return;
     if (event.key === "g") {
       event.preventDefault();
       toolbar.runToInput.focus();
@@ -154,5 +171,12 @@ function render({ model, el }) {
   };
 }
 
+const widget = { render };
+
+// The static page inlines the bundle in its own <script type="module"> and calls
+// __nnsp.index.default.render(...) and __nnsp.index.createStaticModel(...); the bundle's banner
+// declares __nnsp (see build.mjs). Loaded unbundled, there is no __nnsp and nothing happens.
+if (typeof __nnsp !== "undefined") __nnsp.index = { default: widget, createStaticModel };
+
 export { createStaticModel };
-export default { render };
+export default widget;

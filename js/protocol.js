@@ -1,14 +1,20 @@
 // The request/reply protocol over the widget's custom messages, and the stand-in model of the
 // static page (to_html), which answers the same requests from data embedded in the page.
 
+/**
+ * @param {import("./types").Model} model
+ * @returns {import("./types").Channel}
+ */
 export function createChannel(model) {
   // Every view of a widget receives every reply, so ids carry a per-view prefix.
   const prefix = Math.random().toString(36).slice(2, 10);
   let nextId = 1;
+  /** @type {Map<string, { resolve: (data: any) => void, reject: (err: Error) => void }>} */
   const pending = new Map();
+  /** @param {import("./types").Reply} message */
   const onMessage = (message) => {
     if (!message || message.type !== "reply" || !pending.has(message.id)) return;
-    const { resolve, reject } = pending.get(message.id);
+    const { resolve, reject } = /** @type {{ resolve: (data: any) => void, reject: (err: Error) => void }} */ (pending.get(message.id));
     pending.delete(message.id);
     if (message.ok) resolve(message.data);
     else reject(new Error(message.error || "the kernel refused the request"));
@@ -30,6 +36,10 @@ export function createChannel(model) {
   };
 }
 
+/**
+ * @param {unknown} value
+ * @returns {[number, any]}
+ */
 function sortKey(value) {
   if (value === null || value === undefined || value === "nan") return [1, 0];
   return [0, value];
@@ -37,6 +47,12 @@ function sortKey(value) {
 
 // Filter (case-insensitive substring per column), sort and page rows given as objects; mirrors
 // messages.table_page on the Python side.
+/**
+ * @param {Record<string, any>[]} rows
+ * @param {string[]} columns
+ * @param {import("./types").TableQuery} [query]
+ * @returns {import("./types").TablePage}
+ */
 export function tablePage(rows, columns, { page = 0, size = 50, sort = "", desc = false, filters = {} } = {}) {
   let selected = rows;
   for (const [column, needle] of Object.entries(filters || {})) {
@@ -60,8 +76,16 @@ export function tablePage(rows, columns, { page = 0, size = 50, sort = "", desc 
   return { columns, rows: chunk.map((row) => columns.map((c) => row[c] ?? null)), total, page: current, pages, size };
 }
 
-function staticReply(data, message) {
+/**
+ * The reply the static page gives to a request, from the data embedded in the page.
+ * @param {import("./types").StaticData} data
+ * @param {Record<string, any>} message
+ * @returns {import("./types").Reply}
+ */
+export function staticReply(data, message) {
+  /** @param {string} error @returns {import("./types").Reply} */
   const fail = (error) => ({ type: "reply", id: message.id, ok: false, error });
+  /** @param {unknown} payload @returns {import("./types").Reply} */
   const ok = (payload) => ({ type: "reply", id: message.id, ok: true, data: payload });
   switch (message.type) {
     case "children": {
@@ -86,9 +110,16 @@ function staticReply(data, message) {
   }
 }
 
+/**
+ * @param {import("./types").StaticData} data
+ * @returns {import("./types").Model}
+ */
 export function createStaticModel(data) {
+  /** @type {Map<string, ((...args: any[]) => void)[]>} */
   const listeners = new Map();
+  /** @type {Record<string, any>} */
   const state = { ...data.traits, mode: "static" };
+  /** @param {string} event @param {...unknown} args */
   const emit = (event, ...args) => (listeners.get(event) || []).forEach((cb) => cb(...args));
   return {
     get: (key) => state[key],

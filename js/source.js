@@ -4,10 +4,16 @@
 import { h, clear, scrollWithin } from "./dom.js";
 
 export class SourceView {
+  /**
+   * @param {HTMLElement} container
+   * @param {import("./types").Channel} channel
+   */
   constructor(container, channel) {
     this.container = container;
     this.channel = channel;
+    /** @type {Map<number, Promise<any>>} */
     this.cache = new Map();
+    /** @type {number | null} */
     this.block = null;
     this.line = 0;
     this.header = h("div", { class: "nnsp-source-file" }, "no step yet");
@@ -15,11 +21,16 @@ export class SourceView {
     container.append(this.header, this.body);
   }
 
+  /** @param {number} block */
   async source(block) {
     if (!this.cache.has(block)) this.cache.set(block, this.channel.request("source", { block }));
     return this.cache.get(block);
   }
 
+  /**
+   * @param {number | null | undefined} block
+   * @param {number} line
+   */
   async show(block, line) {
     if (block === null || block === undefined || block < 0) return;
     if (block !== this.block) {
@@ -28,7 +39,7 @@ export class SourceView {
         source = await this.source(block);
       } catch (err) {
         this.cache.delete(block);
-        clear(this.body).append(h("span", { class: "nnsp-error" }, err.message));
+        clear(this.body).append(h("span", { class: "nnsp-error" }, /** @type {Error} */ (err).message));
         return;
       }
       this.block = block;
@@ -37,6 +48,7 @@ export class SourceView {
     this.mark(line);
   }
 
+  /** @param {{ file?: string, first: number, text?: string, note?: string }} source */
   render(source) {
     const file = source.file ? source.file.split(/[\\/]/).slice(-2).join("/") : "";
     this.header.textContent = file ? `${file}:${source.first}` : source.note || "no source";
@@ -51,6 +63,7 @@ export class SourceView {
     this.line = 0;
   }
 
+  /** @param {number} line */
   mark(line) {
     const old = this.body.querySelector(".nnsp-line-current");
     if (old) old.classList.remove("nnsp-line-current");

@@ -3,9 +3,15 @@
 
 import { h, clear, fmt } from "./dom.js";
 
+/** @type {Record<string, string>} */
 export const SHORTCUTS = { s: "step", o: "step_over", c: "continue", r: "reset" };
 
+/**
+ * @param {(command: string, args?: Record<string, unknown>) => unknown} send
+ * @param {{ isStatic: boolean }} options
+ */
 export function createToolbar(send, { isStatic }) {
+  /** @param {string} label @param {string} command @param {string} key @param {Record<string, unknown>} [extra] */
   const button = (label, command, key, extra = {}) => h("button", {
     class: "nnsp-button", type: "button", "aria-label": label, title: `${label} (${key})`,
     "data-command": command, disabled: isStatic, onclick: () => send(command), ...extra,
@@ -13,7 +19,7 @@ export function createToolbar(send, { isStatic }) {
   const runToInput = h("input", {
     class: "nnsp-input nnsp-runto", type: "number", min: "1", step: "1", "aria-label": "Run to step",
     placeholder: "step", disabled: isStatic,
-    onkeydown: (event) => { if (event.key === "Enter") { event.stopPropagation(); runTo(); } },
+    onkeydown: (/** @type {KeyboardEvent} */ event) => { if (event.key === "Enter") { event.stopPropagation(); runTo(); } },
   });
   const runTo = () => {
     const value = parseInt(runToInput.value, 10);
@@ -33,6 +39,7 @@ export function createToolbar(send, { isStatic }) {
   return {
     el,
     runToInput,
+    /** @param {string} state @param {number} [stepIndex] @param {string} [run] */
     setStatus(state, stepIndex, run) {
       status.textContent = `${run ? `${run} · ` : ""}${state}${stepIndex ? ` · step ${stepIndex}` : ""}`;
       status.dataset.state = state;
@@ -40,10 +47,16 @@ export function createToolbar(send, { isStatic }) {
   };
 }
 
+/** @param {string} name @param {string} value @param {string} [cls] */
 function field(name, value, cls = "") {
   return h("div", { class: `nnsp-field ${cls}` }, h("span", { class: "nnsp-key" }, name), h("span", { class: "nnsp-value" }, value));
 }
 
+/**
+ * @param {HTMLElement} container
+ * @param {Record<string, any> | null | undefined} info the StepInfo
+ * @param {string} status
+ */
 export function renderStepInfo(container, info, status) {
   clear(container);
   if (!info || !info.index) {

@@ -10,22 +10,72 @@ const SHOWN = [["step", "#"], ["step_index", "step"], ["block_path", "block"], [
   ["mean", "mean"], ["std", "std"], ["min", "min"], ["max", "max"]];
 const NUMERIC = new Set(["step", "step_index", "mean", "std", "min", "max"]);
 
-function cell(column, value) {
+/**
+ * The text of a trace cell.
+ * @param {string} column
+ * @param {unknown} value
+ * @returns {string}
+ */
+export function cell(column, value) {
   if (NUMERIC.has(column)) return fmt(value);
   if (column === "shape") return Array.isArray(value) ? `[${value.join(", ")}]` : String(value ?? "");
   if (column === "dtype") return String(value ?? "").replace("torch.", "");
   return String(value ?? "");
 }
 
+/**
+ * The page label and whether the previous / next buttons are disabled, for a page from the kernel.
+ * @param {{ total: number, page: number, pages: number }} data
+ * @returns {{ label: string, prevDisabled: boolean, nextDisabled: boolean }}
+ */
+export function pageStatus(data) {
+  return {
+    label: `${data.total ? data.page + 1 : 0} / ${data.total ? data.pages : 0} · ${data.total} tensors`,
+    prevDisabled: data.page <= 0,
+    nextDisabled: data.page >= data.pages - 1,
+  };
+}
+
+/**
+ * The page asked for after moving `delta` pages from `page` (the kernel clamps the upper end).
+ * @param {number} page
+ * @param {number} delta
+ */
+export function movePage(page, delta) {
+  return Math.max(0, page + delta);
+}
+
+/**
+ * The sort after a click on the header of `column`: the same column flips the order, another sorts ascending.
+ * @param {{ sort: string, desc: boolean }} query
+ * @param {string} column
+ * @returns {{ sort: string, desc: boolean }}
+ */
+export function sortAfterClick(query, column) {
+  return query.sort === column ? { sort: column, desc: !query.desc } : { sort: column, desc: false };
+}
+
+/**
+ * @typedef {{ run: string, page: number, size: number, sort: string, desc: boolean,
+ *   filters: Record<string, string> }} TraceQuery
+ */
+
 export class TraceTable {
+  /**
+   * @param {HTMLElement} container
+   * @param {import("./types").Channel} channel
+   * @param {{ onSelect?: (query: { run: string, trace_step: number }) => void, pageSize?: number }} [options]
+   */
   constructor(container, channel, { onSelect, pageSize = 25 } = {}) {
     this.channel = channel;
     this.onSelect = onSelect;
+    /** @type {TraceQuery} */
     this.query = { run: "", page: 0, size: pageSize, sort: "", desc: false, filters: { block_path: "", out_var: "", op_name: "" } };
     this.runSelect = h("select", { class: "nnsp-input", "aria-label": "Trace of run", onchange: () => { this.query.run = this.runSelect.value; this.query.page = 0; this.refresh(); } });
+    /** @param {string} column @param {string} label */
     const filter = (column, label) => h("input", {
       class: "nnsp-input nnsp-filter", type: "search", placeholder: label, "aria-label": `Filter by ${label}`,
-      oninput: (event) => { this.query.filters[column] = event.target.value; this.query.page = 0; this.refreshSoon(); },
+      oninput: (/** @type {Event} */ event) => { this.query.filters[column] = /** @type {HTMLInputElement} */ (event.target).value; this.query.page = 0; this.refreshSoon(); },
     });
     this.pageLabel = h("span", { class: "nnsp-page" });
     this.prev = h("button", { class: "nnsp-button nnsp-small", type: "button", "aria-label": "Previous page", onclick: () => this.go(-1) }, "‹");
@@ -36,9 +86,14 @@ export class TraceTable {
       h("div", { class: "nnsp-controls" }, this.runSelect, filter("block_path", "block"), filter("out_var", "variable"), filter("op_name", "op"),
         h("span", { class: "nnsp-spacer" }), this.prev, this.pageLabel, this.next),
       h("div", { class: "nnsp-table-wrap" }, this.table), this.message);
-    this.timer = null;
+    /** @type {ReturnType<typeof setTimeout> | undefined} */
+    this.timer = undefined;
   }
 
+  /**
+   * @param {{ name: string, finished?: boolean }[]} runs
+   * @param {string} [active]
+   */
   setRuns(runs, active) {
     const names = runs.map((r) => r.name);
     const keep = names.includes(this.query.run) ? this.query.run : "";
@@ -48,8 +103,9 @@ export class TraceTable {
     this.query.run = keep;
   }
 
+  /** @param {number} delta */
   go(delta) {
-    this.query.page = Math.max(0, this.query.page + delta);
+    this.query.page = movePage(this.query.page, delta);
     this.refresh();
   }
 
@@ -63,18 +119,21 @@ export class TraceTable {
     try {
       data = await this.channel.request("table", this.query);
     } catch (err) {
-      this.message.textContent = err.message;
+      this.message.textContent = /** @type {Error} */ (err).message;
       return;
     }
     this.message.textContent = "";
     this.query.page = data.page;
-    this.pageLabel.textContent = `${data.total ? data.page + 1 : 0} / ${data.total ? data.pages : 0} · ${data.total} tensors`;
-    this.prev.disabled = data.page <= 0;
-    this.next.disabled = data.page >= data.pages - 1;
+    const status = pageStatus(data);
+    this.pageLabel.textContent = status.label;
+    this.prev.disabled = status.prevDisabled;
+    this.next.disabled = status.nextDisabled;
     this.render(data);
   }
 
+  /** @param {import("./types").TablePage & { run: string }} data */
   render(data) {
+    /** @type {Record<string, number>} */
     const index = Object.fromEntries(data.columns.map((c, i) => [c, i]));
     const header = h("tr", {}, ...SHOWN.map(([column, label]) => {
       const sorted = this.query.sort === column;
@@ -82,16 +141,16 @@ export class TraceTable {
         scope: "col", class: NUMERIC.has(column) ? "nnsp-num" : "",
         "aria-sort": sorted ? (this.query.desc ? "descending" : "ascending") : "none",
         onclick: () => {
-          if (this.query.sort === column) this.query.desc = !this.query.desc;
-          else { this.query.sort = column; this.query.desc = false; }
+          Object.assign(this.query, sortAfterClick(this.query, column));
           this.refresh();
         },
       }, label, sorted ? (this.query.desc ? " ▼" : " ▲") : "");
     }));
     const body = data.rows.map((row) => {
-      const tr = h("tr", { class: row[index.edited] ? "nnsp-edited" : "", "data-step": row[index.step] },
+      const step = /** @type {number} */ (row[index.step]);
+      const tr = h("tr", { class: row[index.edited] ? "nnsp-edited" : "", "data-step": step },
         ...SHOWN.map(([column]) => h("td", { class: NUMERIC.has(column) ? "nnsp-num" : "" }, cell(column, row[index[column]]))));
-      tr.addEventListener("click", () => this.onSelect && this.onSelect({ run: data.run, trace_step: row[index.step] }));
+      tr.addEventListener("click", () => this.onSelect && this.onSelect({ run: data.run, trace_step: step }));
       return tr;
     });
     clear(this.table).append(h("thead", {}, header), h("tbody", {}, ...body));

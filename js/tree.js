@@ -3,51 +3,27 @@
 // children missing from the first payload are fetched when a node is expanded.
 
 import { h, clear, scrollWithin } from "./dom.js";
+import { KIND_LABEL, TreeModel, textParts } from "./treemodel.js";
 
-const KIND_LABEL = {
-  B: "block", o: "op", c: "call", i: "if", f: "for", w: "while", t: "try", W: "with",
-  d: "def", r: "return", k: "jump", x: "stmt", b: "",
-};
-const OPEN_BY_DEFAULT = new Set(["i", "f", "w", "t", "W", "b"]);
+/** @typedef {import("./types").TreeNode} TreeNode */
 
-function nodeFromRow(row) {
-  const [id, parent, kind, text, shape, line, count, op, extra] = row;
-  return { id, parent, kind, text, shape, line, count, op, extra: extra || {}, children: [], el: null };
-}
-
-// "hidden = CALL fc1(x)" -> the bound variable set apart from the right-hand side.
-function textParts(text) {
-  const cut = text.indexOf(" = ");
-  if (cut <= 0 || /[\[\(]/.test(text.slice(0, cut))) return [null, text];
-  return [text.slice(0, cut), text.slice(cut + 3)];
-}
-
-export class TreeView {
+export class TreeView extends TreeModel {
+  /**
+   * @param {HTMLElement} container
+   * @param {import("./types").Channel} channel
+   * @param {{ onSelectBlock?: (block: number) => void }} [options]
+   */
   constructor(container, channel, { onSelectBlock } = {}) {
+    super();
     this.container = container;
     this.channel = channel;
     this.onSelectBlock = onSelectBlock;
-    this.nodes = new Map();
-    this.open = new Set();
-    this.closed = new Set();
     this.current = -1;
+    /** @type {{ never: number[], live: number[], known?: boolean }} */
     this.blocks = { never: [], live: [], known: false };
   }
 
-  load(rows) {
-    for (const row of rows) {
-      if (this.nodes.has(row[0])) continue;
-      const node = nodeFromRow(row);
-      this.nodes.set(node.id, node);
-      const parent = this.nodes.get(node.parent);
-      if (parent && !parent.children.includes(node.id)) parent.children.push(node.id);
-    }
-  }
-
-  loaded(node) {
-    return node.children.length >= node.count;
-  }
-
+  /** @param {{ rows?: import("./types").TreeRow[], root?: number }} tree */
   init(tree) {
     this.load(tree.rows || []);
     this.root = tree.root ?? 0;
@@ -57,19 +33,21 @@ export class TreeView {
     if (rootNode) this.container.append(this.renderNode(rootNode));
   }
 
+  /** @param {number[]} ids */
   async fetchChildren(ids) {
-    const missing = ids.filter((id) => {
-      const node = this.nodes.get(id);
-      return node && !this.loaded(node);
-    });
+    const missing = this.missing(ids);
     if (!missing.length) return;
     const data = await this.channel.request("children", { nodes: missing });
     this.load(data.rows);
   }
 
+  /**
+   * @param {TreeNode} node
+   * @returns {HTMLElement}
+   */
   renderNode(node) {
     const hasChildren = node.count > 0;
-    const isOpen = this.open.has(node.id) || (OPEN_BY_DEFAULT.has(node.kind) && this.loaded(node) && !this.closed.has(node.id));
+    const isOpen = this.isOpen(node);
     const label = KIND_LABEL[node.kind] ?? node.kind;
     const [bound, rhs] = node.kind === "B" || node.kind === "b" ? [null, node.text] : textParts(node.text);
     const toggle = h("button", {
@@ -96,7 +74,7 @@ export class TreeView {
     row.addEventListener("click", (event) => {
       event.stopPropagation();
       if (node.kind === "B" && this.onSelectBlock) this.onSelectBlock(node.id);
-      if (node.extra.to !== undefined && event.target.classList.contains("nnsp-text")) {
+      if (node.extra.to !== undefined && /** @type {Element} */ (event.target).classList.contains("nnsp-text")) {
         this.reveal(node.extra.to);
         return;
       }
@@ -108,8 +86,9 @@ export class TreeView {
     return el;
   }
 
+  /** @param {TreeNode} node */
   fillChildren(node) {
-    const box = node.el.querySelector(":scope > .nnsp-children");
+    const box = /** @type {HTMLElement} */ (/** @type {HTMLElement} */ (node.el).querySelector(":scope > .nnsp-children"));
     clear(box);
     if (!this.loaded(node)) {
       box.append(h("div", { class: "nnsp-loading" }, "loading…"));
@@ -118,58 +97,64 @@ export class TreeView {
       });
       return;
     }
-    for (const id of node.children) box.append(this.renderNode(this.nodes.get(id)));
+    for (const id of node.children) box.append(this.renderNode(/** @type {TreeNode} */ (this.nodes.get(id))));
   }
 
+  /**
+   * @param {TreeNode} node
+   * @param {boolean} open
+   */
   setOpen(node, open) {
     node.open = open;
-    if (open) { this.open.add(node.id); this.closed.delete(node.id); } else { this.open.delete(node.id); this.closed.add(node.id); }
+    this.markOpen(node.id, open);
     if (!node.el) return;
     node.el.setAttribute("aria-expanded", String(open));
-    const toggle = node.el.querySelector(":scope > .nnsp-row > .nnsp-toggle");
+    const toggle = /** @type {HTMLElement} */ (node.el.querySelector(":scope > .nnsp-row > .nnsp-toggle"));
     toggle.textContent = open ? "▾" : "▸";
     toggle.setAttribute("aria-label", open ? "Collapse" : "Expand");
-    const box = node.el.querySelector(":scope > .nnsp-children");
+    const box = /** @type {HTMLElement} */ (node.el.querySelector(":scope > .nnsp-children"));
     if (open) this.fillChildren(node); else clear(box);
   }
 
+  /** @param {TreeNode} node */
   toggle(node) {
     this.setOpen(node, !node.open);
   }
 
   // Expand the ancestors of `id` (fetching what is missing), then highlight and show it.
+  /**
+   * @param {number} id
+   * @param {number[] | null} [ancestors]
+   */
   async reveal(id, ancestors = null) {
-    let chain = ancestors;
-    if (!chain) {
-      chain = [];
-      let node = this.nodes.get(id);
-      while (node && node.parent >= 0) { chain.unshift(node.parent); node = this.nodes.get(node.parent); }
-    }
+    const chain = ancestors || this.ancestors(id);
     await this.fetchChildren(chain);
     for (const ancestor of chain) {
       const node = this.nodes.get(ancestor);
       if (node && !node.open) {
         if (node.el) this.setOpen(node, true);
-        else { this.open.add(node.id); this.closed.delete(node.id); }
+        else this.markOpen(node.id, true);
       }
     }
     this.highlight(id);
   }
 
+  /** @param {number} id */
   highlight(id) {
     const previous = this.nodes.get(this.current);
-    if (previous && previous.el) previous.el.querySelector(":scope > .nnsp-row").classList.remove("nnsp-current");
+    if (previous && previous.el) previous.el.querySelector(":scope > .nnsp-row")?.classList.remove("nnsp-current");
     this.current = id;
     const node = this.nodes.get(id);
     if (!node || !node.el) return;
-    const row = node.el.querySelector(":scope > .nnsp-row");
+    const row = /** @type {HTMLElement} */ (node.el.querySelector(":scope > .nnsp-row"));
     row.classList.add("nnsp-current");
     scrollWithin(this.container, row);
   }
 
+  /** @param {TreeNode} node */
   markRun(node) {
     if (node.kind !== "B" || !node.el) return;
-    const flag = node.el.querySelector(":scope > .nnsp-row > .nnsp-flag-run");
+    const flag = /** @type {HTMLElement} */ (node.el.querySelector(":scope > .nnsp-row > .nnsp-flag-run"));
     const never = this.blocks.never.includes(node.id);
     const live = this.blocks.live.includes(node.id);
     flag.hidden = !(never || live);
@@ -178,6 +163,7 @@ export class TreeView {
     flag.title = never ? "no run so far entered this block" : live ? "called, but ran as the real module (outside the schema)" : "";
   }
 
+  /** @param {{ never?: number[], live?: number[] } | null | undefined} blocks */
   setBlocks(blocks) {
     this.blocks = { never: [], live: [], ...(blocks || {}) };
     for (const node of this.nodes.values()) if (node.kind === "B") this.markRun(node);

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 
 import pytest
 import torch
@@ -12,7 +10,6 @@ import torch
 from fixture_models import make_moe
 from nnschemaparser import NNParser
 from nnschemaparser.widget import InspectorState
-from nnschemaparser.widget import build as widget_build
 from nnschemaparser.widget.tree import BlockTree
 from widget_models import Branchy, WithSkippedChild, mlp_case, stack_case
 
@@ -120,30 +117,6 @@ def test_static_page_holds_the_tree_the_sources_and_the_last_trace(tmp_path):
     assert "self.fc1(x)" in payload["sources"]["0"]["text"]
     page = write_static_html(state, tmp_path / "mlp.html").read_text()
     assert page.count("<script") == 2 and "createStaticModel" in page and "nnsp-data" in page
-
-
-def test_built_browser_files_match_a_fresh_build_of_js():
-    stale = widget_build.stale()
-    assert not stale, f"{stale} are stale: run python -m nnschemaparser.widget.build"
-
-
-def test_build_refuses_import_forms_it_cannot_rewrite(tmp_path):
-    (tmp_path / "index.js").write_text('import * as everything from "./other.js";\nexport default {};\n')
-    with pytest.raises(widget_build.BuildError, match="cannot rewrite"):
-        widget_build.build_bundle(tmp_path)
-    (tmp_path / "index.js").write_text('import { a } from "./missing.js";\nexport default { a };\n')
-    with pytest.raises(widget_build.BuildError, match="does not exist"):
-        widget_build.build_bundle(tmp_path)
-
-
-@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed; the bundle syntax check needs it")
-def test_built_bundle_loads_as_an_es_module_with_render(tmp_path):
-    bundle = tmp_path / "widget.mjs"
-    bundle.write_text((widget_build.STATIC_DIR / "widget.js").read_text())
-    script = (f"import('{bundle.as_posix()}').then(m => {{ if (typeof m.default.render !== 'function' || "
-              "typeof m.createStaticModel !== 'function') process.exit(3); })")
-    done = subprocess.run(["node", "-e", script], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
 
 
 def test_a_block_called_but_run_as_its_real_module_is_not_reported_as_never_run():

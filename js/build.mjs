@@ -1,0 +1,43 @@
+// Builds the inspector's browser files with esbuild: nnschemaparser/widget/static/widget.js (one
+// minified ESM file, entry index.js) and widget.css (styles.css, minified). The output is a pure
+// function of the sources and these options, so the checked-in files can be checked for staleness.
+//
+//   node build.mjs                 # write ../nnschemaparser/widget/static/widget.{js,css}
+//   node build.mjs --dev           # the same plus widget.js.map (not checked in)
+//   node build.mjs --outdir DIR    # write into DIR instead (python -m nnschemaparser.widget.build --check)
+
+import * as esbuild from "esbuild";
+import { rmSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const args = process.argv.slice(2);
+const dev = args.includes("--dev");
+const at = args.indexOf("--outdir");
+const outdir = at >= 0 ? path.resolve(args[at + 1]) : path.resolve(here, "../nnschemaparser/widget/static");
+const header = "Generated from js/ by `npm run build` (or python -m nnschemaparser.widget.build): edit js/, then rebuild.";
+
+/** @type {import("esbuild").BuildOptions} */
+const common = { absWorkingDir: here, bundle: true, minify: true, legalComments: "none", logLevel: "warning" };
+
+await esbuild.build({
+  ...common,
+  entryPoints: ["index.js"],
+  outfile: path.join(outdir, "widget.js"),
+  format: "esm",
+  target: "es2020",
+  // The static page (static_html.py) inlines this file in its own <script type="module"> and boots it
+  // through __nnsp.index, which index.js fills in; under anywidget it stays local to the module.
+  banner: { js: `// ${header}\nconst __nnsp = {};` },
+  sourcemap: dev ? "linked" : false,
+});
+await esbuild.build({
+  ...common,
+  entryPoints: ["styles.css"],
+  outfile: path.join(outdir, "widget.css"),
+  banner: { css: `/* ${header} */` },
+});
+// A dev build's sourcemap would no longer match.
+if (!dev) rmSync(path.join(outdir, "widget.js.map"), { force: true });
+if (!args.includes("--quiet")) console.log(`wrote ${path.join(outdir, "widget.js")} and widget.css${dev ? " (+ widget.js.map)" : ""}`);
