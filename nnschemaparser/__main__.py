@@ -1,5 +1,27 @@
-"""`python -m nnschemaparser ...` runs the command-line tool (see cli.py)."""
+"""`python -m nnschemaparser ...` and the `nnschemaparser` console script.
 
-from .inspection.cli import main
+`nnschemaparser serve ...` runs the plan and share server (widget/share_server.py); anything else
+is the inspection command (inspection/cli.py). The dispatch lives at the root because the server
+(a view stage) may not be imported by the inspection stage.
+"""
 
-raise SystemExit(main())
+from __future__ import annotations
+
+import sys
+from typing import Optional, Sequence
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run `nnschemaparser` with `argv` (default: sys.argv[1:]); returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:
+        from .widget.share_server import main as serve
+
+        return serve(argv[1:])
+    from .inspection.cli import main as inspect
+
+    return inspect(argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -54,7 +54,8 @@ def _input_text(inspector: ModelInspector) -> str:
     return ", ".join(parts) or "no tensor input"
 
 
-def _box(head: list[str], rows: list[tuple[str, str]], width: int) -> str:
+def _box(head: list[str], rows: list[tuple[str, str]], width: int, label_width: int = _LABEL) -> str:
+    """Head lines over a rule, then label/text rows (the plan card uses it too)."""
     inner = width - 4
     if len(head) >= 2 and len(head[0]) + 1 + len(head[1]) <= inner:  # name and source share a line
         head = [head[0] + " " * (inner - len(head[0]) - len(head[1])) + head[1]] + head[2:]
@@ -62,11 +63,11 @@ def _box(head: list[str], rows: list[tuple[str, str]], width: int) -> str:
     lines = [rule] + [f"| {_fit(text, inner):<{inner}} |" for text in head] + [rule]
     for label, text in rows:
         # A long row wraps onto at most three lines under its label, then is cut.
-        parts = textwrap.wrap(text, inner - _LABEL) or [""]
+        parts = textwrap.wrap(text, inner - label_width) or [""]
         if len(parts) > 3:
-            parts = parts[:2] + [_fit(" ".join(parts[2:]), inner - _LABEL)]
+            parts = parts[:2] + [_fit(" ".join(parts[2:]), inner - label_width)]
         for index, part in enumerate(parts):
-            lines.append(f"| {(label if index == 0 else ''):<{_LABEL}}{part:<{inner - _LABEL}} |")
+            lines.append(f"| {(label if index == 0 else ''):<{label_width}}{part:<{inner - label_width}} |")
     lines.append(rule)
     return "\n".join(lines) + "\n"
 

@@ -1,25 +1,43 @@
 """The `nnschemaparser` command: inspect a model from the shell and export what the run saw.
 
-    nnschemaparser TARGET --input 2,16 [--input 2,8:long ...] [-o graph.json] [--dump schema.txt]
-                   [--trace trace.txt] [--summary] [--card] [--depth N] [--verbose]
+    nnschemaparser TARGET --input 2,16 [--input 2,8:long ...] [-o out.neurarch.json] [--format neurarch|nnsp]
+                   [--dump schema.txt] [--trace trace.txt] [--summary] [--card] [--depth N] [--verbose]
+                   [--plan [--batch-size N --precision fp16 --mode training --optimizer adam
+                    --epoch-samples N --gpu-table FILE.json --plan-json FILE] [--base OTHER.neurarch.json]
+                    [--fail-on-block] [--api URL] [--share]]
 
 TARGET is `path/to/file.py:Name`, `package.module:Name` or `hf:<model_type>` (see target.py). Each
 --input is one positional input of forward: its shape, and optionally `:dtype`. The model is put in
 eval mode, random inputs are drawn from a fixed seed, and everything runs locally on CPU.
 
-stdout carries only what was asked for (the summary, `-o -`, the card; the card alone when nothing
-is asked); progress and notices go to stderr. Exit status: 0 on success, 1 on any failure (one line
-on stderr; the traceback with --verbose; a model whose forward fails still gets its card, saying
-so), 2 on bad usage.
+The graph is always written: to -o, else to `<Name>.neurarch.json` (`<Name>.nnsp.json` with
+`--format nnsp`) in the current directory, said on stderr. `--format neurarch` (the default) is
+the neurarch-trace file (neurarch_graph.py), `--format nnsp` the project's richer graph
+(graph_export.py).
 
-Depends on target, inspector, graph_export, card, flops, equality, dump and text_trace; nothing
-depends on it.
+`--plan` prints the plan card (plan.py) computed here from the neurarch graph; nothing leaves the
+machine unless `--api URL` (or `NEURARCH_API`) names a deployment (`nnschemaparser serve`), which
+then computes the card (`NEURARCH_API_KEY` is sent as a bearer token); `--share` (needs a
+deployment) stores the graph there and prints `Share: URL` last. `--base`, `--share` and
+`--fail-on-block` imply `--plan`.
+
+stdout carries only what was asked for (the summary, `-o -`, the cards, the Share line; the card
+alone when nothing is asked); progress and notices go to stderr. Exit status: 0 on success, 1 on
+any failure (one line on stderr; the traceback with --verbose; a model whose forward fails still
+gets its card, saying so), 2 on bad usage. With `--plan`, a forward that fails is a blocker the
+card reports and the exit status is 0 once the card printed, or 2 with `--fail-on-block` when the
+card reports any blocker; a network failure, rate limit or server error of the deployment is one
+line on stderr and exit status 1, with the graph file already on disk.
+
+Depends on target, inspector, graph_export, neurarch_graph, plan, plan_client, gpu_table, card,
+flops, equality, dump and text_trace; nothing depends on it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from dataclasses import dataclass
@@ -32,8 +50,12 @@ from .card import format_card, format_failure_card
 from ..schema.dump import dump_schema
 from ..parser.equality import first_mismatch
 from .flops import count_forward_flops
+from .gpu_table import load_table
 from .graph_export import build_graph, write_graph
 from .inspector import ModelInspector
+from .neurarch_graph import build_neurarch_graph, default_graph_path, failure_graph, read_graph
+from .plan import IMAGENET_1K_TRAIN, OPTIMIZER_STATE_BYTES, PlanOptions, compute_plan, format_plan_card
+from .plan_client import request_plan
 from .target import LoadedTarget, load_target
 from ..traces.text_trace import TraceRecorder
 
@@ -127,7 +149,10 @@ def _argument_parser() -> argparse.ArgumentParser:
                         help="integer inputs are drawn from [0, N) (default: the vocabulary size of hf: "
                              "targets, else the smallest nn.Embedding, at most 1000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
-    parser.add_argument("-o", "--output", metavar="GRAPH.json", help="write the JSON graph there ('-': stdout)")
+    parser.add_argument("-o", "--output", metavar="GRAPH.json",
+                        help="write the JSON graph there ('-': stdout; default <Name>.neurarch.json here)")
+    parser.add_argument("--format", choices=("neurarch", "nnsp"), default="neurarch",
+                        help="the graph file: neurarch (one node per layer, the default) or nnsp (every op)")
     parser.add_argument("--dump", metavar="SCHEMA.txt", help="write the schema dump there")
     parser.add_argument("--trace", metavar="TRACE.txt", help="write the text trace of the run there")
     parser.add_argument("--summary", action="store_true", help="print the module tree with every op")
@@ -138,6 +163,26 @@ def _argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                         help="ANSI colours in the summary (default: when stdout is a terminal)")
     parser.add_argument("--verbose", action="store_true", help="show the traceback on a failure")
+    plan = parser.add_argument_group("plan card", "computed here unless --api/NEURARCH_API names a deployment")
+    plan.add_argument("--plan", action="store_true", help="print the plan card: runs, GPU fit, cost, warnings")
+    plan.add_argument("--base", metavar="OTHER.neurarch.json", help="add a diff against this graph (implies --plan)")
+    plan.add_argument("--fail-on-block", action="store_true",
+                      help="exit 2 when the card reports a blocker (implies --plan)")
+    plan.add_argument("--share", action="store_true",
+                      help="store the graph at an unguessable URL of the deployment (implies --plan)")
+    plan.add_argument("--api", metavar="URL", default=None,
+                      help="the deployment to ask (default: $NEURARCH_API; none: computed locally)")
+    plan.add_argument("--batch-size", type=int, default=32, metavar="N", help="batch size to plan for (default 32)")
+    plan.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp16",
+                      help="precision to plan for (default fp16)")
+    plan.add_argument("--mode", choices=("training", "inference"), default="training",
+                      help="plan training (gradients, optimizer state) or inference (default training)")
+    plan.add_argument("--optimizer", choices=tuple(OPTIMIZER_STATE_BYTES), default="adam",
+                      help="optimizer whose state is counted when training (default adam)")
+    plan.add_argument("--epoch-samples", type=int, default=IMAGENET_1K_TRAIN, metavar="N",
+                      help=f"samples in one epoch (default {IMAGENET_1K_TRAIN}, ImageNet-1k's training set)")
+    plan.add_argument("--gpu-table", metavar="FILE.json", help="override GPU memory, FLOP rates and prices")
+    plan.add_argument("--plan-json", metavar="FILE.json", help="also write the plan (with the diff) as JSON there")
     return parser
 
 
@@ -149,7 +194,7 @@ def _note(stderr: TextIO, text: str) -> None:
     print(f"nnschemaparser: {text}", file=stderr)
 
 
-def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+def _check_usage(args: argparse.Namespace) -> None:
     if args.depth is not None and args.depth < 0:
         raise _Usage("--depth must be 0 or more")
     if args.token_range is not None and args.token_range < 1:
@@ -157,6 +202,61 @@ def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     if not args.input and not args.target.startswith("hf:"):
         raise _Usage(f"{args.target} needs its inputs: add --input SHAPE[:DTYPE] once per positional input, "
                      "e.g. --input 2,16")
+    args.plan = args.plan or bool(args.base) or args.share or args.fail_on_block
+    args.api = args.api or os.environ.get("NEURARCH_API") or None
+    if args.plan and args.output == "-":
+        raise _Usage("-o - writes the graph to stdout, which the plan card needs: give -o a file name")
+    if args.share and not args.api:
+        raise _Usage("--share stores the graph on a deployment: give --api URL or set NEURARCH_API "
+                     "(run one with: nnschemaparser serve)")
+    if args.batch_size < 1:
+        raise _Usage("--batch-size must be 1 or more")
+    if args.epoch_samples < 1:
+        raise _Usage("--epoch-samples must be 1 or more")
+
+
+def _plan_options(args: argparse.Namespace) -> PlanOptions:
+    table = load_table(args.gpu_table) if args.gpu_table else None
+    extra = {"table": table} if table is not None else {}
+    return PlanOptions(batch_size=args.batch_size, precision=args.precision, mode=args.mode,
+                       optimizer=args.optimizer, epoch_samples=args.epoch_samples, **extra)
+
+
+def _write_graph_file(args: argparse.Namespace, graph: dict, name: str, stdout: TextIO, stderr: TextIO) -> None:
+    if args.output == "-":
+        stdout.write(json.dumps(graph, indent=1) + "\n")
+        return
+    path = args.output or default_graph_path(name, ".nnsp.json" if args.format == "nnsp" else ".neurarch.json")
+    write_graph(graph, path)
+    _note(stderr, f"wrote {path} ({len(graph['nodes'])} nodes, {len(graph['edges'])} edges)")
+
+
+def _print_plan(args: argparse.Namespace, graph: dict, base: Optional[dict], options: PlanOptions,
+                source: str, stdout: TextIO, stderr: TextIO) -> int:
+    """Print the plan card (and the Share line); the exit status the card calls for."""
+    share_url = None
+    if args.api:
+        _note(stderr, f"sending the graph to {args.api} for its plan" + (" and to share it" if args.share else ""))
+        answer = request_plan(args.api, graph, base=base, target=args.target, options=options,
+                              api_key=os.environ.get("NEURARCH_API_KEY") or None, share=args.share)
+        plan, card = answer["plan"], answer["card"]
+        share_url = answer.get("shareUrl")
+    else:
+        plan = compute_plan(graph, options, base=base)
+        card = format_plan_card(plan, source=source)
+    if args.plan_json:
+        write_graph(plan, args.plan_json)
+        _note(stderr, f"wrote {args.plan_json}")
+    stdout.write(card)
+    if share_url:
+        stdout.write(f"Share: {share_url}\n")
+    return 2 if args.fail_on_block and plan.get("blockers") else 0
+
+
+def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    _check_usage(args)
+    options = _plan_options(args) if args.plan else None
+    base = read_graph(args.base) if args.base else None
     _note(stderr, f"loading {args.target}")
     target = load_target(args.target)
     model = target.model.eval()
@@ -166,14 +266,21 @@ def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     _note(stderr, f"parsing and running {name} on " + ", ".join(
         f"{'x'.join(map(str, t.shape))} {str(t.dtype).replace('torch.', '')}" for t in inputs))
     tracer = TraceRecorder() if args.trace else None
-    wants_card = args.card or not (args.summary or args.output or args.dump or args.trace)
+    wants_card = args.card or not (args.summary or args.output or args.dump or args.trace or args.plan)
     try:
         inspector = ModelInspector(model, example_inputs=tuple(inputs), listeners=[tracer] if tracer else ())
     except Exception as exc:
         if wants_card:  # the card says the model does not run; the failure line still goes to stderr
             stdout.write(format_failure_card(model, exc, name=name, source=target.source,
                                              inputs=", ".join(spec.text for spec in specs)))
-        raise
+        if not args.plan:
+            raise
+        # With --plan the failing forward is the card's blocker: the graph says so and is written.
+        _note(stderr, f"the forward does not run: {_one_line(exc)}")
+        graph = failure_graph(model, exc, name=name, target=args.target, inputs=[spec.text for spec in specs])
+        if args.format == "neurarch":
+            _write_graph_file(args, graph, name, stdout, stderr)
+        return _print_plan(args, graph, base, options, target.source, stdout, stderr)
     for path, reason in inspector.schema.skipped.items():
         _note(stderr, f"notice: {path} runs eagerly as one piece ({reason.splitlines()[0]})")
 
@@ -186,18 +293,16 @@ def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     if args.summary:
         colorize = args.color == "always" or (args.color == "auto" and stdout.isatty())
         stdout.write(inspector.format_summary(colorize=colorize))
-    if args.output:
-        graph = build_graph(inspector, name=name, target=args.target, depth=args.depth,
-                            inputs=[spec.text for spec in specs])
-        if args.output == "-":
-            stdout.write(json.dumps(graph, indent=1) + "\n")
-        else:
-            write_graph(graph, args.output)
-            _note(stderr, f"wrote {args.output} ({len(graph['nodes'])} nodes, {len(graph['edges'])} edges)")
+    graph_args = dict(name=name, target=args.target, depth=args.depth, inputs=[spec.text for spec in specs])
+    neurarch = build_neurarch_graph(inspector, **graph_args) if args.format == "neurarch" or args.plan else None
+    graph = neurarch if args.format == "neurarch" else build_graph(inspector, **graph_args)
+    _write_graph_file(args, graph, name, stdout, stderr)
     if wants_card:
         _, eager = count_forward_flops(model, [t.clone() for t in inputs])
         stdout.write(format_card(inspector, name=name, source=target.source,
                                  matches_eager=first_mismatch(eager, inspector.result) is None))
+    if args.plan:
+        return _print_plan(args, neurarch, base, options, target.source, stdout, stderr)
     return 0
 
 

@@ -26,7 +26,8 @@ spliced in where its module's boundary says its output came from, when it is cal
 
 `totals` carries parameters (each tensor once), FLOPs (torch's FlopCounterMode over the run),
 `activationBytes` (bytes of every op output of the run, views not counted: what training keeps for
-backward at `batchSize`) and `parameterBytes`. `unusedParams` names parameters no op read.
+backward at `batchSize`), `largestActivationBytes` (the biggest single op output) and
+`parameterBytes`. `unusedParams` names parameters no op read.
 
 Depends on inspector, dataflow, flops and neurarch_types; never on the CLI.
 """
@@ -61,7 +62,7 @@ class GraphFileError(NNSchemaError):
 def default_graph_path(name: str, suffix: str = ".neurarch.json") -> Path:
     """`<Name>.neurarch.json` in the current directory (characters unsafe in a file name become `_`)."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).strip(".") or "model"
-    return Path.cwd() / f"{safe}{suffix}"
+    return Path(f"{safe}{suffix}")
 
 
 def _strip(shape: Sequence[int]) -> list[int]:
@@ -299,7 +300,9 @@ def build_neurarch_graph(inspector: ModelInspector, *, name: Optional[str] = Non
         "edges": builder.edges,
         "totals": {"params": count_parameters(model), "trainableParams": count_parameters(model, trainable_only=True),
                    "parameterBytes": _param_bytes(model), "flops": int(inspector.total_flops),
-                   "activationBytes": int(sum(op.output_bytes for op in flow.ops)), "layers": len(layers),
+                   "activationBytes": int(sum(op.output_bytes for op in flow.ops)),
+                   "largestActivationBytes": int(max((op.output_bytes for op in flow.ops), default=0)),
+                   "layers": len(layers),
                    "nodes": len(builder.nodes), "edges": len(builder.edges)},
         "unusedParams": unused,
         "opaque": {path: reason.splitlines()[0] if reason else "" for path, reason in inspector.schema.skipped.items()},
@@ -316,7 +319,7 @@ def failure_graph(model: nn.Module, error: BaseException, *, name: str, target: 
         "blockers": [f"the forward does not run: {type(error).__name__}: {message[0] if message else ''}"],
         "inputs": inputs, "nodes": [], "edges": [],
         "totals": {"params": count_parameters(model), "trainableParams": count_parameters(model, trainable_only=True),
-                   "parameterBytes": _param_bytes(model), "flops": None, "activationBytes": None, "layers": 0,
+                   "parameterBytes": _param_bytes(model), "flops": None, "activationBytes": None, "largestActivationBytes": None, "layers": 0,
                    "nodes": 0, "edges": 0},
         "unusedParams": [], "opaque": {},
     }
