@@ -66,6 +66,12 @@ MODELS = textwrap.dedent('''
 ''')
 
 
+@pytest.fixture(autouse=True)
+def in_tmp_dir(tmp_path: Path, monkeypatch):
+    """The graph file is always written (default: <Name>.neurarch.json here): keep it out of the repo."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture()
 def models_file(tmp_path: Path) -> Path:
     path = tmp_path / "cli_models.py"
@@ -91,7 +97,8 @@ def eager_counts(model: torch.nn.Module, *inputs: torch.Tensor) -> tuple[int, in
 
 def test_graph_totals_equal_torch_counts_and_stdout_stays_empty(models_file, tmp_path, capsys):
     out = tmp_path / "graph.json"
-    code, stdout, stderr = run_main(capsys, f"{models_file}:TwoLayer", "--input", "2,16", "-o", str(out))
+    code, stdout, stderr = run_main(capsys, f"{models_file}:TwoLayer", "--input", "2,16", "-o", str(out),
+                                    "--format", "nnsp")
     assert code == 0 and stdout == ""
     assert f"wrote {out}" in stderr
     graph = json.loads(out.read_text())
@@ -131,7 +138,8 @@ def test_dump_and_trace_are_written(models_file, tmp_path, capsys):
 
 
 def test_output_dash_writes_the_graph_to_stdout(models_file, capsys):
-    code, stdout, _ = run_main(capsys, f"{models_file}:TwoLayer", "--input", "2,16", "-o", "-", "--depth", "0")
+    code, stdout, _ = run_main(capsys, f"{models_file}:TwoLayer", "--input", "2,16", "-o", "-", "--depth", "0",
+                               "--format", "nnsp")
     assert code == 0
     graph = json.loads(stdout)
     assert graph["depth"] == 0 and [n["kind"] for n in graph["nodes"]] == ["input", "module", "output"]
@@ -145,13 +153,15 @@ def test_target_may_be_a_factory_an_instance_or_a_class(models_file, capsys, nam
 
 
 def test_module_target_is_imported_by_name(capsys):
-    code, stdout, _ = run_main(capsys, "nnschemaparser.examples.mlp:MLP", "--input", "2,784", "-o", "-")
+    code, stdout, _ = run_main(capsys, "nnschemaparser.examples.mlp:MLP", "--input", "2,784", "-o", "-",
+                               "--format", "nnsp")
     assert code == 0
     assert json.loads(stdout)["model_type"] == "nnschemaparser.examples.mlp.MLP"
 
 
 def test_integer_inputs_take_a_dtype_suffix_and_stay_inside_the_embedding(models_file, capsys):
-    code, stdout, _ = run_main(capsys, f"{models_file}:Tokens", "--input", "2,5:long", "--input", "1", "-o", "-")
+    code, stdout, _ = run_main(capsys, f"{models_file}:Tokens", "--input", "2,5:long", "--input", "1", "-o", "-",
+                               "--format", "nnsp")
     assert code == 0
     graph = json.loads(stdout)
     assert [(n["name"], n["dtype"]) for n in graph["nodes"] if n["kind"] == "input"] == [
@@ -251,7 +261,7 @@ def test_console_script_reports_failure_with_status_1(tmp_path):
 def test_hf_bert_runs_end_to_end_as_a_process(tmp_path):
     pytest.importorskip("transformers")
     result = run_process(sys.executable, "-m", "nnschemaparser", "hf:bert", "-o", "bert.json", "--card",
-                         cwd=tmp_path)
+                         "--format", "nnsp", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "BertModel" in result.stdout and "output equals eager bit for bit" in result.stdout
     graph = json.loads((tmp_path / "bert.json").read_text())
