@@ -1,0 +1,224 @@
+"""`nnschemaparser serve` started for real on 127.0.0.1, and the CLI's --plan --api / --share against it."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+from nnschemaparser.inspection.cli import main  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY = "test-key-0123456789"
+
+MODELS = textwrap.dedent('''
+    from torch import nn
+
+
+    class TwoLayer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = nn.Linear(16, 32)
+            self.fc2 = nn.Linear(32, 4)
+
+        def forward(self, x):
+            return self.fc2(self.fc1(x).relu())
+''')
+
+
+class Server:
+    def __init__(self, folder: Path, *args: str) -> None:
+        self.store = folder / "store"
+        self.log = folder / "server.log"
+        env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               "NEURARCH_SERVER_KEYS": KEY}
+        with open(self.log, "w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "nnschemaparser", "serve", "--port", "0", "--store", str(self.store), *args],
+                stdout=subprocess.DEVNULL, stderr=log, env=env, cwd=folder)
+        deadline = time.monotonic() + 180
+        self.url = None
+        while time.monotonic() < deadline and self.process.poll() is None:
+            found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", self.log.read_text())
+            if found:
+                self.url = found.group(1)
+                break
+            time.sleep(0.2)
+        if self.url is None:
+            self.stop()
+            raise RuntimeError(f"the server did not start: {self.log.read_text()}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.kill(self.process.pid, 15)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.kill(self.process.pid, 9)
+                self.process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    running = Server(tmp_path_factory.mktemp("server"), "--rate-limit", "1000", "--max-body", "100000")
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def strict_server(tmp_path_factory):
+    running = Server(tmp_path_factory.mktemp("strict"), "--rate-limit", "2", "--window", "3600")
+    yield running
+    running.stop()
+
+
+@pytest.fixture()
+def models(tmp_path: Path, monkeypatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("NEURARCH_API", raising=False)
+    monkeypatch.delenv("NEURARCH_API_KEY", raising=False)
+    path = tmp_path / "served_models.py"
+    path.write_text(MODELS)
+    return path
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def post(url: str, body: bytes, headers: dict | None = None) -> tuple[int, dict, dict]:
+    request = urllib.request.Request(url, data=body, method="POST",
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read()), dict(answer.headers)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read()), dict(exc.headers)
+
+
+def get(url: str) -> tuple[int, bytes, object]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            return answer.status, answer.read(), answer.headers
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(), exc.headers
+
+
+def test_the_deployment_prints_the_same_card_as_the_local_plan(server, models, capsys):
+    code, local, _ = run(capsys, f"{models}:TwoLayer", "--input", "2,16", "--plan")
+    assert code == 0
+    code, remote, err = run(capsys, f"{models}:TwoLayer", "--input", "2,16", "--plan", "--api", server.url)
+    assert code == 0
+    assert remote == local and "| Runs            yes" in remote
+    assert f"sending the graph to {server.url}" in err
+    assert not any(server.store.glob("*.json"))  # a plan request keeps nothing addressable
+
+
+def test_share_prints_the_url_last_and_the_url_serves_the_page_and_the_graph(server, models, tmp_path, capsys):
+    code, out, _ = run(capsys, f"{models}:TwoLayer", "--input", "2,16", "--share", "--api", server.url)
+    assert code == 0
+    last = out.rstrip("\n").splitlines()[-1]
+    match = re.fullmatch(re.escape(server.url) + r"/p/([A-Za-z0-9_-]{24,})", last.removeprefix("Share: "))
+    assert last.startswith("Share: ") and match, last
+    token = match.group(1)
+    status, page, headers = get(f"{server.url}/p/{token}")
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    assert "default-src 'none'" in headers["Content-Security-Policy"]
+    text = page.decode()
+    assert "<h1>TwoLayer</h1>" in text and "<code>fc1</code> <b>linear</b>" in text and "<script" not in text
+    status, body, _ = get(f"{server.url}/api/v1/graphs/{token}")
+    assert status == 200 and json.loads(body) == json.loads((tmp_path / "TwoLayer.neurarch.json").read_text())
+    code, again, _ = run(capsys, f"{models}:TwoLayer", "--input", "2,16", "--share", "--api", server.url)
+    assert again.splitlines()[-1] != last  # every share gets its own unguessable id
+
+
+@pytest.mark.parametrize("token", ["nope", "A" * 30, "..%2F..%2Fetc%2Fpasswd"])
+def test_an_unknown_share_id_is_404(server, token):
+    assert get(f"{server.url}/p/{token}")[0] == 404
+    assert get(f"{server.url}/api/v1/graphs/{token}")[0] == 404
+
+
+def test_a_body_over_the_size_limit_is_413_and_a_bad_graph_is_400(server):
+    status, answer, _ = post(f"{server.url}/api/v1/plan", b" " * 200_000)
+    assert status == 413 and "more than the limit of 100000" in answer["error"]
+    status, answer, _ = post(f"{server.url}/api/v1/plan", json.dumps({"graph": {"format": "x"}}).encode())
+    assert status == 400 and answer["error"] == "graph has format 'x', expected 'neurarch/1'"
+    status, answer, _ = post(f"{server.url}/api/v1/plan", b"{oops")
+    assert status == 400 and answer["error"] == "the request body is not JSON"
+
+
+def test_the_rate_limit_is_one_line_and_exit_1_and_a_bearer_key_lifts_it(strict_server, models, tmp_path, capsys,
+                                                                         monkeypatch):
+    url = f"{strict_server.url}/api/v1/plan"
+    statuses = [post(url, b"{}")[0] for _ in range(3)]  # bounded: the limit is 2 per window
+    assert statuses == [400, 400, 429]
+    monkeypatch.setenv("NEURARCH_API", strict_server.url)
+    code, out, err = run(capsys, f"{models}:TwoLayer", "--input", "2,16", "--plan")
+    assert code == 1 and out == ""
+    error_lines = [line for line in err.splitlines() if "error" in line]
+    assert len(error_lines) == 1 and "rate limited (HTTP 429)" in error_lines[0]
+    assert (tmp_path / "TwoLayer.neurarch.json").exists()
+    monkeypatch.setenv("NEURARCH_API_KEY", KEY)
+    code, out, _ = run(capsys, f"{models}:TwoLayer", "--input", "2,16", "--plan")
+    assert code == 0 and out.startswith("+---")
+    monkeypatch.setenv("NEURARCH_API_KEY", "wrong")
+    code, _, err = run(capsys, f"{models}:TwoLayer", "--input", "2,16", "--plan")
+    assert code == 1 and "refused the request (HTTP 401): unknown API key" in err
+
+
+def test_a_network_failure_is_one_line_and_exit_1_with_the_graph_on_disk(models, tmp_path, capsys):
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code, out, err = run(capsys, f"{models}:TwoLayer", "--input", "2,16", "--plan", "--api", f"http://127.0.0.1:{port}")
+    assert code == 1 and out == ""
+    assert err.strip().splitlines()[-1].startswith(
+        f"nnschemaparser: error: PlanAPIError: http://127.0.0.1:{port}/api/v1/plan: network failure")
+    assert json.loads((tmp_path / "TwoLayer.neurarch.json").read_text())["name"] == "TwoLayer"
+
+
+class _Failing(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):  # noqa: N802 - the http.server API
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = b'{"error": "the planner crashed"}'
+        self.send_response(500)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_server_error_is_one_line_and_exit_1(models, tmp_path, capsys):
+    failing = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Failing)
+    thread = threading.Thread(target=failing.serve_forever, daemon=True)
+    thread.start()
+    try:
+        api = f"http://127.0.0.1:{failing.server_address[1]}"
+        code, out, err = run(capsys, f"{models}:TwoLayer", "--input", "2,16", "--share", "--api", api)
+    finally:
+        failing.shutdown()
+        failing.server_close()
+    assert code == 1 and out == ""
+    assert err.strip().splitlines()[-1] == (f"nnschemaparser: error: PlanAPIError: {api}/api/v1/plan: server error "
+                                            "(HTTP 500): the planner crashed")
+    assert (tmp_path / "TwoLayer.neurarch.json").exists()
