@@ -121,10 +121,14 @@ def get(url: str) -> tuple[int, bytes, object]:
         return exc.code, exc.read(), exc.headers
 
 
-def test_the_deployment_prints_the_same_card_as_the_local_plan(server, models, capsys):
-    code, local, _ = run(capsys, f"{models}:TwoLayer", "--input", "2,16", "--plan")
+@pytest.mark.parametrize("target", ["file", "hf:bert"])
+def test_the_deployment_prints_the_same_card_as_the_local_plan(server, models, capsys, target):
+    argv = [f"{models}:TwoLayer", "--input", "2,16"] if target == "file" else [target]
+    if target.startswith("hf:"):
+        pytest.importorskip("transformers")
+    code, local, _ = run(capsys, *argv, "--plan")
     assert code == 0
-    code, remote, err = run(capsys, f"{models}:TwoLayer", "--input", "2,16", "--plan", "--api", server.url)
+    code, remote, err = run(capsys, *argv, "--plan", "--api", server.url)
     assert code == 0
     assert remote == local and "| Runs            yes" in remote
     assert f"sending the graph to {server.url}" in err

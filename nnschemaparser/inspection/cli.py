@@ -237,7 +237,7 @@ def _print_plan(args: argparse.Namespace, graph: dict, base: Optional[dict], opt
     share_url = None
     if args.api:
         _note(stderr, f"sending the graph to {args.api} for its plan" + (" and to share it" if args.share else ""))
-        answer = request_plan(args.api, graph, base=base, target=args.target, options=options,
+        answer = request_plan(args.api, graph, base=base, target=args.target, source=source, options=options,
                               api_key=os.environ.get("NEURARCH_API_KEY") or None, share=args.share)
         plan, card = answer["plan"], answer["card"]
         share_url = answer.get("shareUrl")

@@ -1,10 +1,11 @@
 """The CLI's side of a plan deployment: POST the graph to `<api>/api/v1/plan` and read the card back.
 
-    response = request_plan("http://127.0.0.1:8000", graph, base=None, target="m.py:Net",
+    response = request_plan("http://127.0.0.1:8000", graph, base=None, target="m.py:Net", source="m.py",
                             options=PlanOptions(), api_key=None, share=False)
     response["card"], response["plan"], response.get("shareUrl")
 
-The request body is `{"graph", "base", "target", "options", "share"}` (the graph carries layer
+The request body is `{"graph", "base", "target", "source", "options", "share"}` (`source`: the
+file or module the card names; the graph carries layer
 types, shapes and hyperparameters: no weights, no source). `api_key` is sent as
 `Authorization: Bearer <key>` (it lifts the server's per-IP rate limit). The HTTP timeout is
 `API_TIMEOUT` (30 s). Every failure, a network error, a rate limit (429), a server error or an
@@ -53,11 +54,11 @@ def _server_message(body: bytes) -> str:
 
 
 def request_plan(api: str, graph: dict[str, Any], *, base: Optional[dict[str, Any]] = None,
-                 target: Optional[str] = None, options: Optional[PlanOptions] = None, api_key: Optional[str] = None,
-                 share: bool = False, timeout: float = API_TIMEOUT) -> dict[str, Any]:
+                 target: Optional[str] = None, source: Optional[str] = None, options: Optional[PlanOptions] = None,
+                 api_key: Optional[str] = None, share: bool = False, timeout: float = API_TIMEOUT) -> dict[str, Any]:
     """POST the graph for a plan; return the server's answer (`card`, `plan`, and `shareUrl` when shared)."""
     url = plan_url(api)
-    body = json.dumps({"graph": graph, "base": base, "target": target,
+    body = json.dumps({"graph": graph, "base": base, "target": target, "source": source,
                        "options": (options or PlanOptions()).as_json(), "share": bool(share)}).encode()
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
     if api_key:

@@ -9,7 +9,8 @@
 Module map (lower to higher): tree (the compact block tree), edits (edit specs), runs (one run: its
 ActivationTrace, GradientTrace and StepInfo rows), state (the state machine: stepping, edits, runs,
 comparison with compare_traces, bins with histogram_bins), messages (the browser's requests),
-static_html (the page without a kernel), inspector (the anywidget), build (js/ -> static/).
+static_html (the page without a kernel), inspector (the anywidget), build (js/ -> static/),
+share_server (`nnschemaparser serve`: the plan and share deployment, Starlette).
 The widget is a view: nothing below imports it.
 
 Stage 8. May import: `schema`, `runtime`, `parser`, `traces`, `inspection`, `files`.

@@ -5,7 +5,7 @@
 
 Routes:
 
-- `POST /api/v1/plan`: body `{"graph", "base"?, "target"?, "options"?, "share"?}` (what
+- `POST /api/v1/plan`: body `{"graph", "base"?, "target"?, "source"?, "options"?, "share"?}` (what
   `plan_client.request_plan` sends). The graph (and base) are validated as `.neurarch.json`
   graphs, the plan is computed by `inspection.plan.compute_plan` (the same code as the CLI's local
   `--plan`) and the answer is `{"card", "plan"}`, plus `{"shareUrl", "id"}` when `share` is true.
@@ -213,8 +213,11 @@ def create_app(store: Optional[Path] = None, *, rate_limit: int = 30, window: fl
             except (PlanError, GPUTableError) as exc:
                 raise _Refused(400, str(exc)) from None
             result = await run_in_threadpool(compute_plan, graph, options, base)
-            target = body.get("target") if isinstance(body.get("target"), str) else graph.get("target")
-            source = target.rpartition(":")[0] if target and ":" in target else (target or "")
+            source = body.get("source")
+            if not isinstance(source, str):  # the file or module part of the target
+                target = body.get("target") if isinstance(body.get("target"), str) else graph.get("target")
+                source = target.rpartition(":")[0] if target and ":" in target else (target or "")
+            source = source[:200]
             answer = {"plan": result, "card": format_plan_card(result, source=source)}
             if body.get("share"):
                 token = await run_in_threadpool(graphs.put, graph)
