@@ -262,7 +262,7 @@ def test_a_base_that_is_not_a_neurarch_graph_is_refused_before_the_model_runs(mo
 def test_a_forward_that_fails_is_a_blocker_on_the_card_and_exit_0(models, tmp_path, capsys):
     code, out, err = run(capsys, f"{models}:Broken", "--input", "2,16", "--plan")
     assert code == 0
-    assert "| Runs            no: the forward does not run:" in out
+    assert "| Runs            no, see the blockers below" in out
     assert "Blockers        the forward does not run" in out
     g = json.loads((tmp_path / "Broken.neurarch.json").read_text())
     assert g["runs"] is False and g["totals"]["params"] == 16 * 4 + 4 and g["nodes"] == []

@@ -302,7 +302,7 @@ def format_plan_card(plan: dict[str, Any], *, source: Optional[str] = None, widt
     else:
         head3 = f"{size}, at {plan['input']}"
     options = plan["options"]
-    rows = [("Runs", "yes, shapes propagate end to end" if plan["runs"] else f"no: {plan['blockers'][0]}")]
+    rows = [("Runs", "yes, shapes propagate end to end" if plan["runs"] else "no, see the blockers below")]
     fit = plan.get("fit")
     if fit is not None:
         more = f"; batch up to {fit['maxBatchSize']}" if fit.get("maxBatchSize") else ""
