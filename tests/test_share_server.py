@@ -226,3 +226,17 @@ def test_a_server_error_is_one_line_and_exit_1(models, tmp_path, capsys):
     assert err.strip().splitlines()[-1] == (f"nnschemaparser: error: PlanAPIError: {api}/api/v1/plan: server error "
                                             "(HTTP 500): the planner crashed")
     assert (tmp_path / "TwoLayer.neurarch.json").exists()
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("outputShape", "3x8", "outputShape must be a list of whole numbers or null"),
+    ("paramCount", -4, "paramCount a count"),
+    ("scope", 7, "scope must be a string"),
+])
+def test_a_graph_with_malformed_node_fields_is_400_not_a_crash(server, models, tmp_path, capsys, field, value,
+                                                               message):
+    assert main([f"{models}:TwoLayer", "--input", "2,16"]) == 0
+    graph = json.loads((tmp_path / "TwoLayer.neurarch.json").read_text())
+    graph["nodes"][1][field] = value
+    status, answer, _ = post(f"{server.url}/api/v1/plan", json.dumps({"graph": graph}).encode())
+    assert status == 400 and message in answer["error"] and "'fc1'" in answer["error"]

@@ -325,6 +325,15 @@ def failure_graph(model: nn.Module, error: BaseException, *, name: str, target: 
     }
 
 
+def _is_count(value: Any) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
+
+
+def _is_shape(value: Any) -> bool:
+    return value is None or (isinstance(value, list) and all(
+        isinstance(d, int) and not isinstance(d, bool) for d in value))
+
+
 def validate_graph(graph: Any, where: str = "the graph") -> dict[str, Any]:
     """Check that `graph` is a neurarch graph this package can read; return it, or raise GraphFileError."""
     if not isinstance(graph, dict):
@@ -343,7 +352,23 @@ def validate_graph(graph: Any, where: str = "the graph") -> dict[str, Any]:
         if not isinstance(node, dict) or not isinstance(node.get("id"), str) or not isinstance(node.get("type"), str) \
                 or not isinstance(node.get("params", {}), dict):
             raise GraphFileError(f"{where}: node {index} needs a string 'id' and 'type' and an object 'params'")
+        for key in ("inputShape", "outputShape"):
+            if not _is_shape(node.get(key)):
+                raise GraphFileError(f"{where}: node {node['id']!r}: {key} must be a list of whole numbers or null")
+        if not isinstance(node.get("scope", ""), str) or not _is_count(node.get("paramCount", 0)):
+            raise GraphFileError(f"{where}: node {node['id']!r}: scope must be a string and paramCount a count")
         ids.add(node["id"])
+    for key in ("params", "trainableParams", "flops", "activationBytes", "largestActivationBytes", "layers"):
+        if not _is_count(totals.get(key)):
+            raise GraphFileError(f"{where}: totals.{key} must be a whole number >= 0 or null")
+    if not _is_count(graph.get("batchSize")) or not isinstance(graph.get("runs", True), bool):
+        raise GraphFileError(f"{where}: batchSize must be a whole number >= 0 or null and runs true or false")
+    for key in ("blockers", "unusedParams"):
+        value = graph.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise GraphFileError(f"{where}: {key} must be a list of strings")
+    if not isinstance(graph.get("opaque", {}), dict) or not isinstance(graph.get("name", ""), (str, type(None))):
+        raise GraphFileError(f"{where}: opaque must be an object and name a string")
     for index, edge in enumerate(edges):
         if not isinstance(edge, dict) or edge.get("source") not in ids or edge.get("target") not in ids:
             raise GraphFileError(f"{where}: edge {index} must join two node ids of the graph")
