@@ -270,3 +270,16 @@ def test_hf_bert_runs_end_to_end_as_a_process(tmp_path):
     (ids,) = make_inputs([parse_input_spec("1,16:long")], torch.float32, target.token_range)
     assert (graph["totals"]["params"], graph["totals"]["flops"]) == eager_counts(model, ids)
     assert any(n["op"] == "linear" and n["block_path"].endswith("attention.self.query") for n in graph["nodes"])
+
+
+def test_the_console_script_entry_point_dispatches_serve_and_the_command(capsys):
+    import tomllib
+
+    from nnschemaparser.__main__ import main as entry
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["nnschemaparser"] == "nnschemaparser.__main__:main"
+    assert entry(["serve", "--port", "70000"]) == 2  # the server's own usage check
+    assert "nnschemaparser serve: error: " in capsys.readouterr().err
+    assert entry(["gone.py:Model", "--input", "1"]) == 1  # anything else is the inspection command
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "nnschemaparser: error: TargetError: no such file: gone.py"
