@@ -38,6 +38,11 @@ MODELS = textwrap.dedent('''
 
         def forward(self, x):
             return self.fc2(self.fc1(x).relu())
+
+
+    class Broken(nn.Module):
+        def forward(self, x):
+            return x.reshape(3, 7)
 ''')
 
 
@@ -240,3 +245,12 @@ def test_a_graph_with_malformed_node_fields_is_400_not_a_crash(server, models, t
     graph["nodes"][1][field] = value
     status, answer, _ = post(f"{server.url}/api/v1/plan", json.dumps({"graph": graph}).encode())
     assert status == 400 and message in answer["error"] and "'fc1'" in answer["error"]
+
+
+def test_the_deployment_reports_a_forward_that_fails_as_a_blocker_and_fail_on_block_exits_2(server, models, capsys):
+    code, out, err = run(capsys, f"{models}:Broken", "--input", "2,16", "--fail-on-block", "--api", server.url)
+    assert code == 2
+    assert "| Runs            no, see the blockers below" in out
+    assert "Blockers        the forward does not run" in out
+    code, out, _ = run(capsys, f"{models}:Broken", "--input", "2,16", "--plan", "--api", server.url)
+    assert code == 0 and "the forward does not run" in out
