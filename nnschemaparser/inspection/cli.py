@@ -280,6 +280,8 @@ def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         graph = failure_graph(model, exc, name=name, target=args.target, inputs=[spec.text for spec in specs])
         if args.format == "neurarch":
             _write_graph_file(args, graph, name, stdout, stderr)
+        else:
+            _note(stderr, "no nnsp graph written: it needs a forward that runs")
         return _print_plan(args, graph, base, options, target.source, stdout, stderr)
     for path, reason in inspector.schema.skipped.items():
         _note(stderr, f"notice: {path} runs eagerly as one piece ({reason.splitlines()[0]})")
