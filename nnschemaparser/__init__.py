@@ -13,6 +13,7 @@ _compat.install()
 from .inspection.capture import ModelCapture, capture_model
 from .traces.sampling import CaptureLimits, TensorSnapshot
 from .inspection.card import format_card
+from .inspection.config_spec import ConfigFieldSpec, ModelStructureSpec, inspect_config
 from .traces.compare import TraceDiff, compare_traces, diff_summary, first_divergence
 from .schema.dump import dump_schema, format_schema
 from .schema.errors import (
@@ -86,7 +87,7 @@ __all__ = [
     "NNSchemaError", "UnsupportedSyntaxError", "SourceUnavailableError", "ParseError", "SchemaRunError",
     "EditError", "SchemaFormatError",
     "CaptureLimits", "ModelCapture", "TensorSnapshot", "capture_model", "ModelMetadata", "ModuleMetadata",
-    "inspect_model",
+    "inspect_model", "ConfigFieldSpec", "ModelStructureSpec", "inspect_config",
     "ModelInspector", "OpInfo", "InputEdge", "ModuleContext", "ModuleInfo", "ModuleCall", "build_graph",
     "write_graph", "format_card", "FlopMeter", "count_forward_flops", "count_parameters", "TargetError",
     "load_target",
