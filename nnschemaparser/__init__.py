@@ -38,6 +38,8 @@ from .traces.histograms import HistogramBins, histogram_bins, plot_histograms
 from .inspection.flops import FlopMeter, count_forward_flops, count_parameters
 from .inspection.graph_export import build_graph, write_graph
 from .inspection.inspector import InputEdge, ModelInspector, ModuleCall, ModuleContext, ModuleInfo, OpInfo
+from .inspection.export_flow import GraphExportError
+from .inspection.op_filter import PALETTIZABLE_OP_TYPES, QUANTIZABLE_OP_TYPES
 from .runtime.interpreter import SchemaInterpreter, StepInfo
 from .runtime.listeners import BlockEvent, EditEvent, InstructionEvent, TraceListener
 from .inspection.metadata import ModelMetadata, ModuleMetadata, inspect_model
@@ -88,7 +90,8 @@ __all__ = [
     "EditError", "SchemaFormatError",
     "CaptureLimits", "ModelCapture", "TensorSnapshot", "capture_model", "ModelMetadata", "ModuleMetadata",
     "inspect_model", "ConfigFieldSpec", "ModelStructureSpec", "inspect_config",
-    "ModelInspector", "OpInfo", "InputEdge", "ModuleContext", "ModuleInfo", "ModuleCall", "build_graph",
+    "ModelInspector", "OpInfo", "InputEdge", "ModuleContext", "ModuleInfo", "ModuleCall", "GraphExportError",
+    "QUANTIZABLE_OP_TYPES", "PALETTIZABLE_OP_TYPES", "build_graph",
     "write_graph", "format_card", "FlopMeter", "count_forward_flops", "count_parameters", "TargetError",
     "load_target",
     "save_schema", "load_schema", "save_trace", "load_trace", "FileLimits", "MalformedFileError",

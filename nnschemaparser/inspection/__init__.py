@@ -2,7 +2,7 @@
 
 `metadata` (`inspect_model`, no forward pass), `capture` (hook-based bounded capture), `dataflow`
 and `call_log` (op records, the aten call log), `connectivity` (producers and consumers),
-`summary`, `inspector` (`ModelInspector` and its queries), `config_spec` (`inspect_config`), `flops`, `graph_export` (the JSON
+`summary`, `inspector` (`ModelInspector` and its queries), `export_flow` (graph mode via torch.export), `op_filter` (`compressor=`), `config_spec` (`inspect_config`), `flops`, `graph_export` (the JSON
 graph), `card`, `target` (CLI targets) and `cli` (the `nnschemaparser` command).
 
 May import: `schema`, `lowering`, `runtime`, `parser`, `traces`.
