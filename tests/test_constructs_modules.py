@@ -429,3 +429,24 @@ def test_call_of_a_sequential_child_is_marked_as_a_chain_call_and_others_are_not
     schema = run(LoopAndChain(), x=randn(2, 4))
     calls = {i.block_ref.path: i.splat_args for i in _instructions(schema.body) if isinstance(i, BlockInstruction)}
     assert calls == {"layers": False, "chain": True, "head": False}
+
+
+class KeyedDispatch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.experts = nn.ModuleDict({"a": nn.Linear(4, 4), "b": nn.Linear(4, 4)})
+        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(2)])
+
+    def forward(self, x, route: str = "b"):
+        for key in ["a", route]:
+            x = self.experts[key](x)
+        position = 1
+        return self.layers[position](x) + self.layers[0](x)
+
+
+def test_call_of_a_container_entry_chosen_by_a_variable_names_that_variable_in_its_block_ref():
+    from nnschemaparser import BlockInstruction
+
+    schema = run(KeyedDispatch(), x=randn(2, 4))
+    refs = [i.block_ref for i in _instructions(schema.body) if isinstance(i, BlockInstruction)]
+    assert [(r.path, r.index_var) for r in refs] == [("experts", "key"), ("layers", "position")]

@@ -673,6 +673,13 @@ class ExpressionLowering:
         # Loop variable over a module container: `for layer in self.layers: layer(x)`.
         if isinstance(func, ast.Name) and func.id in self.module_vars:
             return BlockRef(path=self.module_vars[func.id], index_var=self.module_index_vars.get(func.id)), func.id
+        # self.container[key](...): dispatch into a ModuleList/ModuleDict by the scope variable `key`.
+        if isinstance(func, ast.Subscript) and isinstance(func.slice, ast.Name) and module is not None:
+            path, child = self.self_module_attr(func.value)
+            if isinstance(child, (nn.ModuleList, nn.ModuleDict)):
+                callee = self.expr_operand(func)
+                if isinstance(callee, VarRef):
+                    return BlockRef(path=path, index_var=func.slice.id), callee.name
         if not isinstance(func, ast.Attribute) or module is None:
             return None
         # super().method(...) / super(Cls, self).method(...)
