@@ -37,7 +37,8 @@ from .traces.frames import diffs_to_dataframe, tensor_statistics
 from .traces.histograms import HistogramBins, histogram_bins, plot_histograms
 from .inspection.flops import FlopMeter, count_forward_flops, count_parameters
 from .inspection.graph_export import build_graph, write_graph
-from .inspection.inspector import InputEdge, ModelInspector, ModuleCall, ModuleContext, ModuleInfo, OpInfo
+from .inspection.inspector import (GraphMismatchWarning, InputEdge, ModelInspector, ModuleCall, ModuleContext, ModuleInfo,
+                                   OpInfo)
 from .inspection.export_flow import GraphExportError
 from .inspection.op_filter import PALETTIZABLE_OP_TYPES, QUANTIZABLE_OP_TYPES
 from .runtime.interpreter import SchemaInterpreter, StepInfo
@@ -91,6 +92,7 @@ __all__ = [
     "CaptureLimits", "ModelCapture", "TensorSnapshot", "capture_model", "ModelMetadata", "ModuleMetadata",
     "inspect_model", "ConfigFieldSpec", "ModelStructureSpec", "inspect_config",
     "ModelInspector", "OpInfo", "InputEdge", "ModuleContext", "ModuleInfo", "ModuleCall", "GraphExportError",
+    "GraphMismatchWarning",
     "QUANTIZABLE_OP_TYPES", "PALETTIZABLE_OP_TYPES", "build_graph",
     "write_graph", "format_card", "FlopMeter", "count_forward_flops", "count_parameters", "TargetError",
     "load_target",

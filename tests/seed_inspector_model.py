@@ -49,3 +49,12 @@ class Mixed(nn.Module):
         h = self.embed(tokens)
         q = self.proj(h)
         return torch.matmul(q, h.transpose(-1, -2)).relu()
+
+
+class ExportDiffers(nn.Module):
+    """Computes something else while torch.export traces it: the graph is not the eager forward."""
+
+    def forward(self, x):
+        if torch.compiler.is_exporting():
+            return x * 2
+        return x * 3

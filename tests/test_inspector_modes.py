@@ -201,3 +201,33 @@ def test_summary_starts_with_the_seed_legend():
     assert text.startswith("Legend:\n  ■ module_name (module_type)  ◆ op_name [op_type]\n\n"
                            "  op inputs:  {I: producer[N]}  —  I = op_input_spec index; N = output slot of the producing op\n")
     assert "untracked_N                  —  input tensor whose producer was not intercepted" in text
+
+
+def test_graph_mode_module_tree_flattens_containers_as_eager_does():
+    from tests.inspection_models import make_encoder
+
+    model, inputs = make_encoder()
+    graph = ModelInspector(model, example_kwargs=inputs, execution_mode="graph")
+    eager = ModelInspector(model, example_kwargs=inputs)
+    assert set(graph.modules) == set(eager.modules)
+    assert graph.modules[""].children == eager.modules[""].children
+    assert all(graph.modules[p].calls == eager.modules[p].calls for p in eager.modules)
+    block = graph.modules["blocks.0"]
+    assert block.inputs == {0: ("layer_norm[0]", "add[0]")}  # the residual reads the block's input too
+    assert graph.op("embedding").inputs[1].source == "tokens" and graph.op("embedding").inputs[0].is_state
+
+
+def test_graph_mode_warns_and_says_how_when_the_exported_graph_differs_from_eager():
+    import warnings
+
+    from nnschemaparser import GraphMismatchWarning
+    from tests.seed_inspector_model import ExportDiffers
+
+    x = torch.randn(2, 3)
+    with pytest.warns(GraphMismatchWarning, match=r"does not compute what its eager forward computes \(output: values differ"):
+        graph = ModelInspector(ExportDiffers(), example_inputs=(x,), execution_mode="graph")
+    assert torch.equal(graph.result, x * 2)  # the graph's own result, said to differ
+    assert graph.eager_mismatch is not None and "values differ" in str(graph.eager_mismatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert inspector("graph").eager_mismatch is None

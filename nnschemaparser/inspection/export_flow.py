@@ -17,8 +17,11 @@ builds, so queries and the summary work unchanged:
   inside and read outside, numbered in order of production (the output node's order for the root).
 
 The exported graph is then run once on the example inputs (an `fx.Interpreter`, FLOPs counted per
-node), under `preserved_state`, so `result` and per-op FLOPs are real. A model that export cannot
-handle raises `GraphExportError` naming the export failure and suggesting eager mode.
+node), under `preserved_state`, so `result` and per-op FLOPs are real, and its result is compared
+exactly with the eager forward's from the same state: export may decompose a module differently
+(the fused fast path of `nn.MultiheadAttention`), and the difference is returned, never hidden.
+A model that export cannot handle raises `GraphExportError` naming the export failure and
+suggesting eager mode.
 
 Depends on the parser (`preserved_state`), schema records and dataflow; never on the views.
 """
@@ -35,6 +38,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from .dataflow import (DataFlow, InputEdge, ModelPort, ModuleCall, ModuleContext, ModuleNode, OpInfo,
                        build_module_infos, state_op)
+from ..parser.equality import Mismatch, first_mismatch
 from ..parser.model_parser import preserved_state
 from ..schema.errors import NNSchemaError
 from ..schema.model import SourceLocation, TensorRepr
@@ -159,11 +163,20 @@ def _run(program: Any, model: nn.Module, args: Sequence[Any], kwargs: Mapping[st
     return result, counter.flops
 
 
-def export_flow(model: nn.Module, args: Sequence[Any] = (), kwargs: Optional[Mapping[str, Any]] = None) -> tuple[DataFlow, Any]:
-    """The DataFlow of `model` seen through `torch.export`, and the ExportedProgram itself."""
+def _fresh(value: Any) -> Any:
+    return torch.utils._pytree.tree_map(lambda v: v.detach().clone() if isinstance(v, torch.Tensor) else v, value)
+
+
+def export_flow(model: nn.Module, args: Sequence[Any] = (),
+                kwargs: Optional[Mapping[str, Any]] = None) -> tuple[DataFlow, Any, Optional[Mismatch]]:
+    """The DataFlow of `model` seen through `torch.export`, the ExportedProgram, and how its result
+    differs from the eager forward's (None: bit for bit the same)."""
     kwargs = dict(kwargs or {})
     program = export_program(model, args, kwargs)
-    result, flops = _run(program, model, args, kwargs)
+    result, flops = _run(program, model, _fresh(tuple(args)), _fresh(kwargs))
+    with preserved_state(model), torch.no_grad():
+        expected = model(*_fresh(tuple(args)), **_fresh(kwargs))
+    mismatch = first_mismatch(expected, result)
     graph = program.graph_module.graph
     signature = program.graph_signature
     root = ModuleContext("", _qualified_type(model))
@@ -275,9 +288,7 @@ def export_flow(model: nn.Module, args: Sequence[Any] = (), kwargs: Optional[Map
         ops.append(record)
 
     _module_outputs(ops, records, user_outputs, origin, boundaries)
-    tree = [ModuleNode(path, _qualified_type(m), type(m).__name__,
-                       tuple(f"{path}.{c}" if path else c for c, _ in m.named_children()))
-            for path, m in model.named_modules()]
+    tree = _module_tree(model)
     outputs = []
     for position, arg in enumerate(user_outputs):
         base, slot = origin(arg)
@@ -288,7 +299,25 @@ def export_flow(model: nn.Module, args: Sequence[Any] = (), kwargs: Optional[Map
     total = sum(flops.values())
     return DataFlow(ops=tuple(ops), calls=tuple(calls), modules=build_module_infos(tree, ops, calls, boundaries),
                     inputs=tuple(inputs), outputs=tuple(outputs), total_flops=total,
-                    unattributed_flops=total - sum(op.flops for op in ops), result=result), program
+                    unattributed_flops=total - sum(op.flops for op in ops), result=result), program, mismatch
+
+
+def _is_container(module: nn.Module) -> bool:
+    """A ModuleList/ModuleDict-like holder without a forward: its entries belong to its parent, as in a schema."""
+    return getattr(type(module).forward, "__name__", "") == "_forward_unimplemented"
+
+
+def _module_tree(model: nn.Module) -> list[ModuleNode]:
+    """Every module with a forward, root first; the entries of containers are children of the container's parent."""
+    def children(module: nn.Module, path: str) -> list[str]:
+        out = []
+        for name, child in module.named_children():
+            child_path = f"{path}.{name}" if path else name
+            out.extend(children(child, child_path) if _is_container(child) else [child_path])
+        return out
+
+    return [ModuleNode(path, _qualified_type(m), type(m).__name__, tuple(children(m, path)))
+            for path, m in model.named_modules() if path == "" or not _is_container(m)]
 
 
 def _within(stack: tuple[ModuleContext, ...], path: str) -> bool:

@@ -10,8 +10,9 @@ regular expression.
 
 Two execution modes: "eager" (the default) is the schema run above, with module-qualified op names
 (`linear1.linear`); "graph" exports the model with `torch.export` and walks the FX graph
-(`export_flow`), with the graph's global op names (`linear`, `linear_1`); `schema` is then None and
-`exported` holds the ExportedProgram. `compressor=` keeps only the ops a compressor can act on
+(`export_flow`), with the graph's global op names (`linear`, `linear_1`); `schema` is then None,
+`exported` holds the ExportedProgram, and `eager_mismatch` says how the graph's result differs from
+the eager forward's (None when bit for bit equal; a `GraphMismatchWarning` is issued otherwise). `compressor=` keeps only the ops a compressor can act on
 (`op_filter`): a set of op types or an object with a registry of them; module records and every
 edge stay, so connectivity through a filtered op still names it.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import warnings
 from typing import Any, Mapping, Optional, Sequence
 
 import torch
@@ -35,11 +37,16 @@ from .flops import FlopMeter, block_parameter_counts, count_parameters
 from ..runtime.interpreter import SchemaInterpreter
 from ..runtime.listeners import TraceListener
 from .metadata import ModelMetadata, inspect_model
+from ..parser.equality import Mismatch
 from ..parser.model_parser import NNParser, preserved_state
 from ..schema.model import ModelBlockSchema
 from .summary import format_summary
 
-__all__ = ["ModelInspector", "OpInfo", "InputEdge", "ModuleContext", "ModuleInfo", "ModuleCall"]
+__all__ = ["ModelInspector", "OpInfo", "InputEdge", "ModuleContext", "ModuleInfo", "ModuleCall", "GraphMismatchWarning"]
+
+
+class GraphMismatchWarning(UserWarning):
+    """Graph mode: the exported program's result is not bit for bit the eager forward's."""
 
 
 def _forward_inputs(model: nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -113,11 +120,18 @@ class ModelInspector:
         self.inputs = _forward_inputs(model, tuple(example_inputs), dict(example_kwargs or {}))
         self.schema: Optional[ModelBlockSchema] = None
         self.exported: Any = None
+        self.eager_mismatch: Optional[Mismatch] = None
         if execution_mode == "graph":
             if listeners:
                 raise ValueError("listeners observe the schema run of execution_mode='eager'; graph mode runs the "
                                  "exported program: drop listeners or use eager mode")
-            flow, self.exported = export_flow(model, tuple(example_inputs), dict(example_kwargs or {}))
+            flow, self.exported, self.eager_mismatch = export_flow(model, tuple(example_inputs),
+                                                                   dict(example_kwargs or {}))
+            if self.eager_mismatch is not None:
+                warnings.warn(f"the exported graph of {type(model).__name__} does not compute what its eager forward "
+                              f"computes ({self.eager_mismatch}): torch.export decomposed some module differently, so "
+                              "the graph's ops, FLOPs and result are the graph's own; execution_mode='eager' "
+                              "inspects the forward as it runs", GraphMismatchWarning, stacklevel=2)
         else:
             self.schema = NNParser.parse_model(model, inputs_tensors_values=self.inputs)
             flow = self._observe(listeners)

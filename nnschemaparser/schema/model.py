@@ -126,7 +126,8 @@ class BlockRef:
 
     `index_var` names the scope variable holding the container index or key for dynamic dispatch:
     a call of the loop variable of `for layer in self.layers` refers to `layers` with the loop's
-    `index_var` (`$layer_index`), whose value picks the entry (`layers.<index>`).
+    `index_var` (`$layer_index`), whose value picks the entry (`layers.<index>`); `self.experts[key](x)`
+    names `key`.
     `method` names a method schema of the referenced module (None: its forward). `path == ""` refers
     to the block itself (a call to one of its own methods).
     """
