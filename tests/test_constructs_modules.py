@@ -450,3 +450,17 @@ def test_call_of_a_container_entry_chosen_by_a_variable_names_that_variable_in_i
     schema = run(KeyedDispatch(), x=randn(2, 4))
     refs = [i.block_ref for i in _instructions(schema.body) if isinstance(i, BlockInstruction)]
     assert [(r.path, r.index_var) for r in refs] == [("experts", "key"), ("layers", "position")]
+
+
+def test_container_positions_and_chain_marks_survive_a_schema_file(tmp_path):
+    from nnschemaparser import BlockInstruction, ControlInstruction, SchemaInterpreter, load_schema, save_schema
+
+    model = LoopAndChain().eval()
+    schema = run(model, x=randn(2, 4, requires_grad=False))
+    loaded = load_schema(save_schema(schema, tmp_path / "loop.schema.json"), model=model)
+    loop = next(i for i in loaded.body if isinstance(i, ControlInstruction))
+    calls = [i for i in _instructions(loaded.body) if isinstance(i, BlockInstruction)]
+    assert loop.index_var == "$layer_index" and calls[0].block_ref.index_var == "$layer_index"
+    assert [c.splat_args for c in calls] == [False, True, False]
+    x = torch.randn(2, 4)
+    assert torch.equal(SchemaInterpreter().run(loaded, {"x": x.clone()})[0], model(x))

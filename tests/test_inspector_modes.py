@@ -231,3 +231,11 @@ def test_graph_mode_warns_and_says_how_when_the_exported_graph_differs_from_eage
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert inspector("graph").eager_mismatch is None
+
+
+def test_graph_mode_refuses_listeners_of_the_schema_run():
+    from nnschemaparser import TraceRecorder
+
+    with pytest.raises(ValueError, match=r"listeners observe the schema run of execution_mode='eager'"):
+        ModelInspector(MyModel(), example_inputs=(torch.randn(1, 10),), execution_mode="graph",
+                       listeners=[TraceRecorder()])
