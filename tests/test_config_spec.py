@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import ClassVar, Optional
+from typing import Any, ClassVar, Optional
 
 import pytest
 
@@ -144,3 +144,17 @@ def test_non_configuration_is_refused_with_a_typed_error():
         inspect_config({"width": 8})
     with pytest.raises(TypeError, match=r"construct it first: inspect_config\(ModelConfig\(...\)\)"):
         inspect_config(ModelConfig)
+
+
+def test_transformers_config_inside_a_pydantic_model_is_walked_too():
+    transformers = pytest.importorskip("transformers")
+
+    class Wrapper(BaseModel):
+        backbone: Any  # a dataclass annotation would make pydantic validate it field by field
+        lr: float = 1e-3
+
+    spec = inspect_config(Wrapper(backbone=transformers.BertConfig(hidden_size=48, num_attention_heads=4)))
+    by_path = {f.path: f for f in spec.fields}
+    assert by_path[("backbone",)].configured_type == "transformers.models.bert.configuration_bert.BertConfig"
+    assert by_path[("backbone", "hidden_size")].value == 48
+    assert list(by_path)[-1] == ("lr",)  # depth first: the backbone's fields come before lr

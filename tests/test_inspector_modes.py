@@ -239,3 +239,15 @@ def test_graph_mode_refuses_listeners_of_the_schema_run():
     with pytest.raises(ValueError, match=r"listeners observe the schema run of execution_mode='eager'"):
         ModelInspector(MyModel(), example_inputs=(torch.randn(1, 10),), execution_mode="graph",
                        listeners=[TraceRecorder()])
+
+
+def test_a_registry_may_be_a_mapping_or_a_method_returning_the_op_types():
+    class Palettizer:
+        registry = {"linear": object(), "embedding": object()}
+
+    class Custom:
+        def supported_op_types(self):
+            return ["relu"]
+
+    assert [op.op_type for op in inspector("eager", Palettizer).ops] == ["linear", "linear"]
+    assert [op.op_type for op in inspector("graph", Custom()).ops] == ["relu"]
