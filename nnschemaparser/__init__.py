@@ -13,6 +13,7 @@ _compat.install()
 from .inspection.capture import ModelCapture, capture_model
 from .traces.sampling import CaptureLimits, TensorSnapshot
 from .inspection.card import format_card
+from .inspection.config_spec import ConfigFieldSpec, ModelStructureSpec, inspect_config
 from .traces.compare import TraceDiff, compare_traces, diff_summary, first_divergence
 from .schema.dump import dump_schema, format_schema
 from .schema.errors import (
@@ -36,7 +37,10 @@ from .traces.frames import diffs_to_dataframe, tensor_statistics
 from .traces.histograms import HistogramBins, histogram_bins, plot_histograms
 from .inspection.flops import FlopMeter, count_forward_flops, count_parameters
 from .inspection.graph_export import build_graph, write_graph
-from .inspection.inspector import InputEdge, ModelInspector, ModuleCall, ModuleContext, ModuleInfo, OpInfo
+from .inspection.inspector import (GraphMismatchWarning, InputEdge, ModelInspector, ModuleCall, ModuleContext, ModuleInfo,
+                                   OpInfo)
+from .inspection.export_flow import GraphExportError
+from .inspection.op_filter import PALETTIZABLE_OP_TYPES, QUANTIZABLE_OP_TYPES
 from .runtime.interpreter import SchemaInterpreter, StepInfo
 from .runtime.listeners import BlockEvent, EditEvent, InstructionEvent, TraceListener
 from .inspection.metadata import ModelMetadata, ModuleMetadata, inspect_model
@@ -86,8 +90,10 @@ __all__ = [
     "NNSchemaError", "UnsupportedSyntaxError", "SourceUnavailableError", "ParseError", "SchemaRunError",
     "EditError", "SchemaFormatError",
     "CaptureLimits", "ModelCapture", "TensorSnapshot", "capture_model", "ModelMetadata", "ModuleMetadata",
-    "inspect_model",
-    "ModelInspector", "OpInfo", "InputEdge", "ModuleContext", "ModuleInfo", "ModuleCall", "build_graph",
+    "inspect_model", "ConfigFieldSpec", "ModelStructureSpec", "inspect_config",
+    "ModelInspector", "OpInfo", "InputEdge", "ModuleContext", "ModuleInfo", "ModuleCall", "GraphExportError",
+    "GraphMismatchWarning",
+    "QUANTIZABLE_OP_TYPES", "PALETTIZABLE_OP_TYPES", "build_graph",
     "write_graph", "format_card", "FlopMeter", "count_forward_flops", "count_parameters", "TargetError",
     "load_target",
     "save_schema", "load_schema", "save_trace", "load_trace", "FileLimits", "MalformedFileError",

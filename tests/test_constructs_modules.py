@@ -383,3 +383,84 @@ class TrainingAwareChildren(nn.Module):
 @pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
 def test_children_follow_train_and_eval_mode(train):
     run(TrainingAwareChildren(), train=train, x=randn(6, 4))
+
+
+# ------------------------------------------------------------ container positions and chains
+
+
+class LoopAndChain(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+        self.chain = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+        self.head = nn.Linear(4, 4)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(self.chain(x))
+
+
+def _instructions(body):
+    for instr in body:
+        yield instr
+        for attr in ("condition", "body", "else_body"):
+            yield from _instructions(getattr(instr, attr, None) or [])
+
+
+def test_loop_over_a_module_container_names_its_index_variable_in_the_loop_and_the_block_ref():
+    from nnschemaparser import BlockInstruction, ControlInstruction, SchemaInterpreter
+
+    schema = run(LoopAndChain(), x=randn(2, 4))
+    loop = next(i for i in schema.body if isinstance(i, ControlInstruction))
+    assert loop.iter_container == "layers" and loop.index_var == "$layer_index"
+    call = next(i for i in loop.body if isinstance(i, BlockInstruction))
+    assert call.block_ref.path == "layers" and call.block_ref.index_var == loop.index_var
+    # the variable holds the position of the entry the call dispatches to: layers.<index>
+    seen = [(step.block_path, step.scope_frames[0].get("$layer_index"))
+            for step in SchemaInterpreter().step_run(schema, {"x": torch.randn(2, 4)})
+            if step.block_path.startswith("layers.") and step.frame_depth == 1]
+    assert sorted(set(seen)) == [("layers.0", 0), ("layers.1", 1), ("layers.2", 2)]
+
+
+def test_call_of_a_sequential_child_is_marked_as_a_chain_call_and_others_are_not():
+    from nnschemaparser import BlockInstruction
+
+    schema = run(LoopAndChain(), x=randn(2, 4))
+    calls = {i.block_ref.path: i.splat_args for i in _instructions(schema.body) if isinstance(i, BlockInstruction)}
+    assert calls == {"layers": False, "chain": True, "head": False}
+
+
+class KeyedDispatch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.experts = nn.ModuleDict({"a": nn.Linear(4, 4), "b": nn.Linear(4, 4)})
+        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(2)])
+
+    def forward(self, x, route: str = "b"):
+        for key in ["a", route]:
+            x = self.experts[key](x)
+        position = 1
+        return self.layers[position](x) + self.layers[0](x)
+
+
+def test_call_of_a_container_entry_chosen_by_a_variable_names_that_variable_in_its_block_ref():
+    from nnschemaparser import BlockInstruction
+
+    schema = run(KeyedDispatch(), x=randn(2, 4))
+    refs = [i.block_ref for i in _instructions(schema.body) if isinstance(i, BlockInstruction)]
+    assert [(r.path, r.index_var) for r in refs] == [("experts", "key"), ("layers", "position")]
+
+
+def test_container_positions_and_chain_marks_survive_a_schema_file(tmp_path):
+    from nnschemaparser import BlockInstruction, ControlInstruction, SchemaInterpreter, load_schema, save_schema
+
+    model = LoopAndChain().eval()
+    schema = run(model, x=randn(2, 4, requires_grad=False))
+    loaded = load_schema(save_schema(schema, tmp_path / "loop.schema.json"), model=model)
+    loop = next(i for i in loaded.body if isinstance(i, ControlInstruction))
+    calls = [i for i in _instructions(loaded.body) if isinstance(i, BlockInstruction)]
+    assert loop.index_var == "$layer_index" and calls[0].block_ref.index_var == "$layer_index"
+    assert [c.splat_args for c in calls] == [False, True, False]
+    x = torch.randn(2, 4)
+    assert torch.equal(SchemaInterpreter().run(loaded, {"x": x.clone()})[0], model(x))

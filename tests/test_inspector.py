@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 
 import pytest
 import torch
@@ -184,7 +185,11 @@ def test_inputs_name_their_producer_slot_and_states_in_argument_order():
     assert op.inputs[0].producer is inspector.op("relu.relu")
     assert op.inputs[0].output_idx == 0 and not op.inputs[0].is_state
     assert [edge.is_state for edge in op.inputs] == [False, True, True]
-    assert op.inputs[1].producer is None
+    weight = op.inputs[1].producer
+    assert weight.is_state and weight.kind == "state" and weight.op_type == "parameter"
+    assert weight.op_name == "linear2.weight" and weight.outputs == (("linear2.linear",),)
+    assert weight.module_name == "linear2" and weight not in inspector.ops
+    assert not any(o.is_state for o in inspector.ops)
     assert op.states == ("linear2.weight", "linear2.bias")
     assert inspector.op("linear1.linear").inputs[0].source == "input_0"
 
@@ -263,7 +268,8 @@ def test_module_run_eagerly_inside_an_op_names_that_op():
     assert inspector.op("scaled").eager_modules == ("inner",)
     assert inspector.modules["inner"].calls == 1
     assert inspector.modules["inner"].run_by == ("scaled",)
-    assert "run inside:     scaled" in inspector.format_summary(colorize=False)
+    assert "run inside:     scaled" in inspector.format_summary(colorize=False, details=True)
+    assert "run inside:" not in inspector.format_summary(colorize=False)
 
 
 def test_skipped_child_and_its_children_count_their_eager_calls():
@@ -313,15 +319,18 @@ def test_plain_summary_reproduces_the_spec_tree_without_ansi_codes():
         assert line in text.splitlines(), line
 
 
-def test_summary_shows_variable_shape_and_source_line_of_each_op():
+def test_detailed_summary_shows_variable_shape_call_site_code_and_the_ops_own_line():
     inspector = ModelInspector(QuickStartMLP(), example_inputs=(torch.randn(2, 16),))
-    text = inspector.format_summary(colorize=False)
+    text = inspector.format_summary(colorize=False, details=True)
     lineno = inspect.getsourcelines(QuickStartMLP.forward)[1] + 2
     assert "variable:   activated -> torch.float32[2, 32]" in text
-    assert f"{__file__}:{lineno}" in text
+    assert f"filepath:  {os.path.relpath(__file__)}:{lineno}" in text
     assert "code:       activated = hidden.relu()" in text
+    assert "code:       hidden = self.fc1(x)" in text  # the call site of fc1's linear, in the model
     linear_file = inspect.getsourcefile(nn.Linear)
-    assert f"{linear_file}:" in text and "return F.linear(input, self.weight, self.bias)" in text
+    assert f"op source:  {linear_file}:" in text and "return F.linear(input, self.weight, self.bias)" in text
+    plain = inspector.format_summary(colorize=False)
+    assert "variable:" not in plain and "op source:" not in plain and "code:" not in plain
 
 
 def test_colorized_summary_uses_ansi_codes():

@@ -34,7 +34,8 @@ from torch import nn
 from torch.nn.modules.module import register_module_forward_pre_hook
 
 from .call_log import UNKNOWN, Call, CallLog, Entered, instruction_operands, storage_key, tensor_leaves, written_tensors
-from .dataflow import DataFlow, InputEdge, ModelPort, ModuleCall, ModuleContext, ModuleInfo, OpInfo
+from .dataflow import (DataFlow, InputEdge, ModelPort, ModuleCall, ModuleContext, ModuleInfo, ModuleNode, OpInfo,
+                       build_module_infos, state_op)
 from ..runtime.listeners import BlockEvent, InstructionEvent, TraceListener
 from ..schema.model import BlockInstruction, ModelBlockSchema, OpInstruction, SourceLocation, TensorRepr, VarRef
 
@@ -99,6 +100,7 @@ class _ModuleCallState:
     var_name: str = ""
     output_reprs: tuple[TensorRepr, ...] = ()
     first_op: int = 0
+    site: Optional[SourceLocation] = None  # the instruction of the caller that made this call
 
 
 @dataclass
@@ -141,8 +143,12 @@ class DataFlowRecorder(TraceListener):
         self._meter = flop_meter
         self._log = CallLog()
         self._states: dict[int, _Source] = {}
-        for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
-            self._states.setdefault(id(tensor), _Source("state", name))
+        self._state_info: dict[str, tuple[str, TensorRepr]] = {}
+        for kind, named in (("parameter", model.named_parameters()), ("buffer", model.named_buffers())):
+            for name, tensor in named:
+                self._states.setdefault(id(tensor), _Source("state", name))
+                self._state_info.setdefault(name, (kind, _describe(tensor)))
+        self._module_types = {path: _qualified_type(m) for path, m in model.named_modules()}
         self._module_paths = {id(m): path for path, m in model.named_modules()}
         self._reset()
 
@@ -310,6 +316,8 @@ class DataFlowRecorder(TraceListener):
         if self._last_exited is not None and isinstance(instr, (BlockInstruction, OpInstruction)):
             if not self._last_exited.var_name:
                 self._last_exited.var_name = instr.out_var
+            if self._last_exited.site is None:
+                self._last_exited.site = instr.location
             self._last_exited = None
         if not calls and not flops:
             return
@@ -501,22 +509,27 @@ class DataFlowRecorder(TraceListener):
     def result(self) -> DataFlow:
         """The frozen records of the last run."""
         ops: list[OpInfo] = []
+        states = self._state_ops()
+        sites = [c.site for c in self._calls]
         for raw in self._ops:
             edges = []
             for source in raw.inputs:
-                producer = ops[source.op] if source.kind == "op" else None
+                producer = ops[source.op] if source.kind == "op" else states.get(source.name)
                 edges.append(InputEdge(producer, source.slot, source.kind == "state", source.name))
+            chain_sites = tuple(sites[i] for i in reversed(raw.chain[1:]) if sites[i] is not None)
             ops.append(OpInfo(index=raw.index, op_name=raw.name, op_type=raw.op_type, kind=raw.kind,
                               module_stack=raw.stack, inputs=tuple(edges),
                               outputs=tuple(tuple(c) for c in raw.consumers), output_reprs=tuple(raw.reprs),
                               var_name=raw.var_name, location=raw.location, flops=raw.flops,
-                              output_bytes=raw.output_bytes, call_chain=raw.chain, eager_modules=raw.entered))
+                              output_bytes=raw.output_bytes, call_chain=raw.chain, eager_modules=raw.entered,
+                              call_sites=((raw.location,) if raw.location else ()) + chain_sites))
         calls = tuple(ModuleCall(index=c.index, module_name=c.path, module_type=c.module_type,
                                  class_name=c.class_name, depth=c.depth, parent=c.parent, var_name=c.var_name,
-                                 output_reprs=c.output_reprs, first_op=c.first_op) for c in self._calls)
+                                 output_reprs=c.output_reprs, first_op=c.first_op, call_site=c.site)
+                      for c in self._calls)
         outputs = []
         for port, tensor, source in self._outputs:
-            producer = ops[source.op] if source.kind == "op" else None
+            producer = ops[source.op] if source.kind == "op" else states.get(source.name)
             edge = InputEdge(producer, source.slot, source.kind == "state", source.name)
             outputs.append(ModelPort(port, "", _describe(tensor), edge))
         attributed = sum(op.flops for op in ops)
@@ -525,48 +538,33 @@ class DataFlowRecorder(TraceListener):
                         total_flops=attributed + self._stray_flops, unattributed_flops=self._stray_flops,
                         result=self._result)
 
+    def _state_ops(self) -> dict[str, OpInfo]:
+        """One `is_state` record per parameter or buffer the run read, with the ops that read it."""
+        consumers: dict[str, list[str]] = {}
+        for raw in self._ops:
+            for source in raw.inputs:
+                if source.kind == "state" and raw.name not in consumers.setdefault(source.name, []):
+                    consumers[source.name].append(raw.name)
+        for _, _, source in self._outputs:
+            if source.kind == "state":
+                consumers.setdefault(source.name, [])
+        return {name: state_op(name, *self._state_info[name], self._module_types, tuple(readers))
+                for name, readers in consumers.items() if name in self._state_info}
+
     def _module_infos(self, ops: list[OpInfo], calls: tuple[ModuleCall, ...]) -> dict[str, ModuleInfo]:
-        # A module's place among its siblings: the op count when the run first entered it (or first
-        # ran it eagerly), so a child entered before op k is listed before op k.
-        first_seen: dict[str, int] = {}
-        for call in calls:
-            first_seen.setdefault(call.module_name, 2 * call.first_op)
-        for op in ops:
-            for ctx in op.module_stack:
-                first_seen[ctx.module_name] = min(first_seen.get(ctx.module_name, 2 * op.index + 1),
-                                                  2 * op.index + 1)
-        call_counts: dict[str, int] = {}
-        for call in calls:
-            call_counts[call.module_name] = call_counts.get(call.module_name, 0) + 1
-        direct_ops: dict[str, list[str]] = {}
-        run_by: dict[str, list[str]] = {}
-        for op in ops:
-            direct_ops.setdefault(op.module_name, []).append(op.op_name)
-            for path in op.eager_modules:
-                call_counts[path] = call_counts.get(path, 0) + 1
-                first_seen[path] = min(first_seen.get(path, 2 * op.index + 1), 2 * op.index + 1)
-                if path != op.module_name:
-                    run_by.setdefault(path, []).append(op.op_name)
-        infos: dict[str, ModuleInfo] = {}
         if self._root is None:
-            return infos
-        never = 2 * len(ops) + 2
+            return {}
+        nodes: list[ModuleNode] = []
 
         def visit(block: ModelBlockSchema) -> None:
-            children = sorted(block.sub_blocks.values(), key=lambda c: first_seen.get(c.path, never))
-            ins, outs = self._module_boundaries.get(block.path, ({}, {}))
-            infos[block.path] = ModuleInfo(
-                module_name=block.path, module_type=block.module_type, class_name=block.name,
-                calls=call_counts.get(block.path, 0), order=first_seen.get(block.path, never),
-                inputs={k: tuple(v) for k, v in sorted(ins.items())},
-                outputs={k: tuple(v) for k, v in sorted(outs.items())},
-                children=tuple(c.path for c in children), ops=tuple(direct_ops.get(block.path, ())),
-                skipped=block.skip_reason, run_by=tuple(run_by.get(block.path, ())))
-            for child in children:
+            nodes.append(ModuleNode(block.path, block.module_type, block.name,
+                                    tuple(c.path for c in block.sub_blocks.values()), block.skip_reason))
+            for child in block.sub_blocks.values():
                 visit(child)
 
         visit(self._root)
-        return infos
+        return build_module_infos(nodes, ops, calls, self._module_boundaries)
+
 
 class _Fence(TraceListener):
     """Runs after every other listener and makes the recorder forget their torch calls and FLOPs."""

@@ -162,7 +162,7 @@ class _Builder:
         for position, port in enumerate(outputs):
             if port.source is None:
                 continue
-            self.ensure_source(port.source.source, port.source.producer is None)
+            self.ensure_source(port.source.source, port.source.producer is None or port.source.is_state)
             self.add_edge(port.source.source, "output", port.source.output_idx, position)
         return self.nodes, self.edges
 

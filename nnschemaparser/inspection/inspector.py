@@ -8,6 +8,14 @@ source variable, shape, file:line and FLOPs) and every module's boundary. Querie
 a compression config would: op types by exact string, op and module names/types by a full-match
 regular expression.
 
+Two execution modes: "eager" (the default) is the schema run above, with module-qualified op names
+(`linear1.linear`); "graph" exports the model with `torch.export` and walks the FX graph
+(`export_flow`), with the graph's global op names (`linear`, `linear_1`); `schema` is then None,
+`exported` holds the ExportedProgram, and `eager_mismatch` says how the graph's result differs from
+the eager forward's (None when bit for bit equal; a `GraphMismatchWarning` is issued otherwise). `compressor=` keeps only the ops a compressor can act on
+(`op_filter`): a set of op types or an object with a registry of them; module records and every
+edge stay, so connectivity through a filtered op still names it.
+
 Depends on parser, interpreter, connectivity, dataflow, flops, metadata and summary; never on the CLI.
 """
 
@@ -15,6 +23,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import warnings
 from typing import Any, Mapping, Optional, Sequence
 
 import torch
@@ -22,15 +31,22 @@ from torch import nn
 
 from .connectivity import DataFlowRecorder
 from .dataflow import DataFlow, InputEdge, ModuleCall, ModuleContext, ModuleInfo, OpInfo
+from .export_flow import export_flow
+from .op_filter import op_types_of
 from .flops import FlopMeter, block_parameter_counts, count_parameters
 from ..runtime.interpreter import SchemaInterpreter
 from ..runtime.listeners import TraceListener
 from .metadata import ModelMetadata, inspect_model
+from ..parser.equality import Mismatch
 from ..parser.model_parser import NNParser, preserved_state
 from ..schema.model import ModelBlockSchema
 from .summary import format_summary
 
-__all__ = ["ModelInspector", "OpInfo", "InputEdge", "ModuleContext", "ModuleInfo", "ModuleCall"]
+__all__ = ["ModelInspector", "OpInfo", "InputEdge", "ModuleContext", "ModuleInfo", "ModuleCall", "GraphMismatchWarning"]
+
+
+class GraphMismatchWarning(UserWarning):
+    """Graph mode: the exported program's result is not bit for bit the eager forward's."""
 
 
 def _forward_inputs(model: nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -76,12 +92,16 @@ class ModelInspector:
     """One model, parsed and run once on example inputs, seen as ops and modules.
 
     `example_inputs` are the forward's positional inputs, `example_kwargs` its keyword inputs.
-    `listeners` are extra TraceListeners attached to the inspection run (a TraceRecorder, say).
+    `execution_mode` is "eager" (the schema run; the default) or "graph" (`torch.export`).
+    `compressor` is None (all ops), a set of op types such as QUANTIZABLE_OP_TYPES, or an object
+    with a registry of op types (see `op_filter`); it filters `ops`, the queries and the summary.
+    `listeners` are extra TraceListeners attached to the eager inspection run (a TraceRecorder, say).
     The model's parameters, buffers, training flags and RNG are the same afterwards.
     """
 
     def __init__(self, model: nn.Module, example_inputs: Sequence[Any] = (),
                  example_kwargs: Optional[Mapping[str, Any]] = None, *,
+                 execution_mode: str = "eager", compressor: Any = None,
                  listeners: Sequence[TraceListener] = ()) -> None:
         if not isinstance(model, nn.Module):
             if isinstance(model, type) and issubclass(model, nn.Module):
@@ -91,10 +111,32 @@ class ModelInspector:
         if isinstance(example_inputs, (torch.Tensor, Mapping)) or not isinstance(example_inputs, Sequence):
             raise TypeError("example_inputs must be a tuple of the forward's positional inputs, e.g. "
                             "example_inputs=(torch.randn(1, 10),); pass keyword inputs in example_kwargs")
+        if execution_mode not in ("eager", "graph"):
+            raise ValueError(f"execution_mode must be 'eager' or 'graph', got {execution_mode!r}")
+        op_types = op_types_of(compressor)
         self.model = model
+        self.execution_mode = execution_mode
+        self.op_types = op_types
         self.inputs = _forward_inputs(model, tuple(example_inputs), dict(example_kwargs or {}))
-        self.schema: ModelBlockSchema = NNParser.parse_model(model, inputs_tensors_values=self.inputs)
-        self._flow = self._observe(listeners)
+        self.schema: Optional[ModelBlockSchema] = None
+        self.exported: Any = None
+        self.eager_mismatch: Optional[Mismatch] = None
+        if execution_mode == "graph":
+            if listeners:
+                raise ValueError("listeners observe the schema run of execution_mode='eager'; graph mode runs the "
+                                 "exported program: drop listeners or use eager mode")
+            flow, self.exported, self.eager_mismatch = export_flow(model, tuple(example_inputs),
+                                                                   dict(example_kwargs or {}))
+            if self.eager_mismatch is not None:
+                warnings.warn(f"the exported graph of {type(model).__name__} does not compute what its eager forward "
+                              f"computes ({self.eager_mismatch}): torch.export decomposed some module differently, so "
+                              "the graph's ops, FLOPs and result are the graph's own; execution_mode='eager' "
+                              "inspects the forward as it runs", GraphMismatchWarning, stacklevel=2)
+        else:
+            self.schema = NNParser.parse_model(model, inputs_tensors_values=self.inputs)
+            flow = self._observe(listeners)
+        self._all = flow
+        self._flow = flow.filtered(op_types)
 
     def _observe(self, listeners: Sequence[TraceListener]) -> DataFlow:
         meter = FlopMeter()
@@ -124,7 +166,12 @@ class ModelInspector:
 
     @property
     def flow(self) -> DataFlow:
+        """The records of the run, filtered by `compressor` (`unfiltered_flow` keeps every op)."""
         return self._flow
+
+    @property
+    def unfiltered_flow(self) -> DataFlow:
+        return self._all
 
     @property
     def result(self) -> Any:
@@ -183,6 +230,10 @@ class ModelInspector:
 
     # -- views --------------------------------------------------------------------------------
 
-    def format_summary(self, colorize: bool = True) -> str:
-        """The module tree with every op's connectivity, states, variable, shape and source line."""
-        return format_summary(self._flow, colorize=colorize)
+    def format_summary(self, colorize: bool = True, details: bool = False) -> str:
+        """The legend and module tree with every op's connectivity, states and call site.
+
+        `colorize=False` drops the ANSI codes; `details=True` adds each op's variable, shape, FLOPs
+        and code, and each module's call count and skip reason.
+        """
+        return format_summary(self._flow, colorize=colorize, details=details)

@@ -20,6 +20,8 @@ import sys
 import types
 from typing import Any, Optional
 
+from torch import nn
+
 from . import intrinsics
 from ..schema.notation import operand_text
 from .context import MethodRequest
@@ -624,7 +626,8 @@ class ExpressionLowering:
             block_ref, callee_var = block
             args, kwargs, stars, kwargs_var = self.call_arguments(node)
             self.emit(BlockInstruction(out_var=out, block_ref=block_ref, args=args, kwargs=kwargs,
-                                       star_args=stars, kwargs_var=kwargs_var, callee_var=callee_var), node)
+                                       splat_args=self.is_chain(block_ref, callee_var), star_args=stars,
+                                       kwargs_var=kwargs_var, callee_var=callee_var), node)
             return VarRef(out)
         if isinstance(func, ast.Attribute):
             found, _ = self.static_value(func)
@@ -648,6 +651,16 @@ class ExpressionLowering:
                                         kwargs_var=kwargs_var), node)
         return VarRef(out)
 
+    def is_chain(self, block_ref: BlockRef, callee_var: Optional[str]) -> bool:
+        """A call of a child nn.Sequential's forward: its argument is passed along the container's chain."""
+        if callee_var is not None or block_ref.method is not None or not block_ref.path or self.ctx.module is None:
+            return False
+        try:
+            child = self.ctx.module.get_submodule(block_ref.path)
+        except AttributeError:
+            return False
+        return isinstance(child, nn.Sequential)
+
     def _is_weight_attr(self, func: ast.Attribute) -> bool:
         return False
 
@@ -659,7 +672,14 @@ class ExpressionLowering:
             return BlockRef(path=""), None
         # Loop variable over a module container: `for layer in self.layers: layer(x)`.
         if isinstance(func, ast.Name) and func.id in self.module_vars:
-            return BlockRef(path=self.module_vars[func.id]), func.id
+            return BlockRef(path=self.module_vars[func.id], index_var=self.module_index_vars.get(func.id)), func.id
+        # self.container[key](...): dispatch into a ModuleList/ModuleDict by the scope variable `key`.
+        if isinstance(func, ast.Subscript) and isinstance(func.slice, ast.Name) and module is not None:
+            path, child = self.self_module_attr(func.value)
+            if isinstance(child, (nn.ModuleList, nn.ModuleDict)):
+                callee = self.expr_operand(func)
+                if isinstance(callee, VarRef):
+                    return BlockRef(path=path, index_var=func.slice.id), callee.name
         if not isinstance(func, ast.Attribute) or module is None:
             return None
         # super().method(...) / super(Cls, self).method(...)

@@ -195,6 +195,7 @@ class FunctionLowering(ExpressionLowering):
         self.free_vars: set[str] = set()
         self.weight_refs: dict[str, str] = {}
         self.module_vars: dict[str, str] = {}
+        self.module_index_vars: dict[str, Optional[str]] = {}  # loop variable -> the variable holding its position
         self.self_name: Optional[str] = None
         if local_names is None:
             collector = _BindingCollector()
@@ -415,11 +416,13 @@ class FunctionLowering(ExpressionLowering):
         else:
             raise self.refuse(node, f"assignment to {type(target).__name__} is not supported")
 
-    def note_module_var(self, name: str, container: Optional[str]) -> None:
+    def note_module_var(self, name: str, container: Optional[str], index_var: Optional[str] = None) -> None:
         if container is None:
             self.module_vars.pop(name, None)
+            self.module_index_vars.pop(name, None)
         else:
             self.module_vars[name] = container
+            self.module_index_vars[name] = index_var
 
     def visit_If(self, node: ast.If) -> None:
         condition, cond_var = self.condition(node.test)
@@ -454,8 +457,11 @@ class FunctionLowering(ExpressionLowering):
             self.current = []
             self.assign_target(node.target, VarRef(bind_var), node)
             prologue, self.current = self.current, saved
-        if container is not None and isinstance(node.target, ast.Name):
-            self.note_module_var(bind_var, container)
+        # Iterating a module container: the loop keeps the position in `index_var`, and the calls of
+        # the loop variable name it in their BlockRef (the container entry they dispatch to).
+        index_var = f"${bind_var}_index" if container is not None and isinstance(node.target, ast.Name) else None
+        if index_var is not None:
+            self.note_module_var(bind_var, container, index_var)
         self.loop_depth += 1
         try:
             body = prologue + self.nested(node.body)
@@ -465,7 +471,8 @@ class FunctionLowering(ExpressionLowering):
             self.note_module_var(bind_var, None)
         else_body = self.nested(node.orelse)
         self.emit(ControlInstruction(kind="for", condition=iter_instrs, cond_var=iter_var, body=body,
-                                     else_body=else_body, bind_var=bind_var, iter_container=container), node)
+                                     else_body=else_body, bind_var=bind_var, iter_container=container,
+                                     index_var=index_var), node)
 
     def module_container(self, node: ast.expr) -> Optional[str]:
         """The attribute path when `node` is `self.<container>` holding modules (for display)."""

@@ -10,6 +10,7 @@ naming the instruction and the forward's file:line. Everything below is about ou
     ├── SchemaRunError                the schema cannot run as given (missing input, no live module)
     ├── EditError                     a stepping edit names an unknown variable or changes shape/dtype
     ├── SchemaFormatError             a saved schema or trace file is malformed or unsafe
+    ├── GraphExportError (export_flow.py)  torch.export cannot export a model for graph-mode inspection
     └── TargetError (target.py)       a CLI target that cannot be loaded or built
 """
 

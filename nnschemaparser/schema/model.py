@@ -124,7 +124,10 @@ class SliceOf:
 class BlockRef:
     """A reference to a sub-block by attribute path ("fc1", "layers.0").
 
-    `index_var` names the scope variable holding the container index or key for dynamic dispatch.
+    `index_var` names the scope variable holding the container index or key for dynamic dispatch:
+    a call of the loop variable of `for layer in self.layers` refers to `layers` with the loop's
+    `index_var` (`$layer_index`), whose value picks the entry (`layers.<index>`); `self.experts[key](x)`
+    names `key`.
     `method` names a method schema of the referenced module (None: its forward). `path == ""` refers
     to the block itself (a call to one of its own methods).
     """
@@ -184,7 +187,12 @@ class OpInstruction(Instruction):
 
 @dataclass
 class BlockInstruction(Instruction):
-    """A call to a sub-block (or a method schema when `block_ref.method` is set)."""
+    """A call to a sub-block (or a method schema when `block_ref.method` is set).
+
+    `splat_args` is True when the callee is a container chain (an `nn.Sequential` child): its single
+    argument is passed along the chain, each entry's output the next one's input. `callee_var`
+    names the scope variable holding the module when the call dispatches on a value (a loop variable).
+    """
 
     block_ref: BlockRef = field(default_factory=lambda: BlockRef(""))
     args: list[Any] = field(default_factory=list)
@@ -204,7 +212,8 @@ class ControlInstruction(Instruction):
     variable tested for truth, and `condition` holds the instructions computing it. For "for",
     `condition` computes the iterable into `cond_var`; `bind_var` receives each item (a tuple target
     is unpacked by instructions at the top of `body`); `iter_container` names the module container
-    iterated when the iterable is one (`self.layers`), and `index_var` receives the position.
+    iterated when the iterable is one (`self.layers`), and `index_var` (`$<bind_var>_index`) receives
+    the position of each item; it is None for other iterables.
     """
 
     kind: str = "if"
