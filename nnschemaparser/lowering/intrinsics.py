@@ -2,11 +2,16 @@
 
 Each one does exactly what the CPython bytecode for the construct does, with the same exceptions
 and messages, so an interpreted run raises what the eager forward raises. This module depends on
-the standard library only; the save/load allowlist names these functions one by one.
+the standard library only; the save/load allowlist names these functions one by one (those in
+`__all__`). `import_module` and `import_from` are deliberately not in `__all__`: a file must never
+make a run import something, so a schema holding them refers to them as the model's code does and
+runs only when loaded with its model.
 """
 
 from __future__ import annotations
 
+import builtins
+import sys
 from typing import Any
 
 __all__ = [
@@ -162,3 +167,32 @@ def truth(value: Any) -> bool:
 def iterate(value: Any):
     """`iter(value)` as a `for` loop starts it."""
     return iter(value)
+
+
+def import_module(name: str, package: str, level: int = 0, fromlist: tuple = (), leaf: bool = False) -> Any:
+    """`import name` / `from name import ...` when the statement runs: what CPython's IMPORT_NAME does.
+
+    Returns the top-level package for `import a.b` (what it binds), the module itself with `leaf`
+    (`import a.b as c`) or with a `fromlist` (`from a.b import c`). `package` resolves relative names.
+    The lowering emits it only for an import that failed at lowering time: a branch that never runs
+    must not fail (`if is_npu: import torch_npu`), and one that runs raises what Python raises.
+    """
+    module = builtins.__import__(name, {"__package__": package, "__name__": package}, None, fromlist or None, level)
+    if leaf and not fromlist:
+        for part in name.split(".")[1:]:
+            module = import_from(module, part)
+    return module
+
+
+def import_from(module: Any, name: str) -> Any:
+    """`from module import name`: the attribute, else the submodule, else CPython's ImportError."""
+    try:
+        return getattr(module, name)
+    except AttributeError:
+        pass
+    full = f"{getattr(module, '__name__', '')}.{name}"
+    if full in sys.modules:
+        return sys.modules[full]
+    where = getattr(module, "__file__", None) or "unknown location"
+    raise ImportError(f"cannot import name {name!r} from {getattr(module, '__name__', '?')!r} ({where})",
+                      name=getattr(module, "__name__", None), path=getattr(module, "__file__", None))

@@ -23,7 +23,7 @@ from .equality import first_mismatch
 from ..schema.errors import NNSchemaError, ParseError, SourceUnavailableError, UnsupportedSyntaxError
 from ..lowering.statements import MethodRequest, lower_function
 from ..schema.notation import value_repr
-from ..schema.model import ModelBlockSchema, TensorReprWithValue
+from ..schema.model import ModelBlockSchema, TensorRepr, TensorReprWithValue
 from ..lowering.source import unwrap_function
 
 __all__ = ["NNParser", "preserved_state", "example_inputs"]
@@ -48,13 +48,43 @@ def _defining_class(cls: type, attr: str) -> Optional[type]:
     return None
 
 
+def _opaque_reason(module: nn.Module) -> Optional[str]:
+    """Why `module` has no Python forward to lower and runs as the real module (None: it has one).
+
+    TorchScript modules (`torch.jit.script` / `torch.jit.trace`) and `torch.compile` wrappers carry
+    compiled code, not Python source; their sub-modules belong to that code and get no blocks.
+    """
+    if isinstance(module, torch.jit.ScriptModule):
+        how = "traced" if isinstance(module, torch.jit.TracedModule) else "scripted"
+        return (f"{type(module).__name__} is TorchScript ({how} with torch.jit): its forward is compiled "
+                "TorchScript, not Python source, so it runs as the real module")
+    if _is_compiled(module):
+        return (f"{type(module).__name__} is a torch.compile wrapper: it runs as the compiled module; parse its "
+                "original (`._orig_mod`) to see its code")
+    return None
+
+
+def _is_compiled(module: nn.Module) -> bool:
+    """A `torch.compile(module)` wrapper (dynamo's OptimizedModule), found without importing dynamo."""
+    cls = type(module)
+    return cls.__name__ == "OptimizedModule" and cls.__module__.startswith("torch._dynamo") and \
+        isinstance(module.__dict__.get("_modules", {}).get("_orig_mod"), nn.Module)
+
+
+def _weight_repr(value: torch.Tensor) -> TensorRepr:
+    """A registered tensor's repr; a lazy module's uninitialised one has no shape yet (and is not read)."""
+    if isinstance(value, nn.parameter.UninitializedTensorMixin):
+        return TensorRepr(shape=(), dtype=type(value).__name__)
+    return TensorReprWithValue(shape=tuple(value.shape), dtype=str(value.dtype), value=value.detach())
+
+
 def _children(module: nn.Module, prefix: str = "") -> Iterator[tuple[str, nn.Module]]:
     """Direct child blocks; containers without a forward (ModuleList, ModuleDict) are flattened."""
     for name, child in module._modules.items():
         if child is None:
             continue
         key = f"{prefix}{name}"
-        if _has_forward(child):
+        if _opaque_reason(child) is not None or _has_forward(child):
             yield key, child
         else:
             yield from _children(child, key + ".")
@@ -71,8 +101,11 @@ class _BlockBuilder:
         block = ModelBlockSchema(name=cls.__name__, path=path, module_type=_qualified_type(cls), module=module)
         for name, value in list(module._parameters.items()) + list(module._buffers.items()):
             if value is not None:
-                block.weights[name] = TensorReprWithValue(shape=tuple(value.shape), dtype=str(value.dtype),
-                                                          value=value.detach())
+                block.weights[name] = _weight_repr(value)
+        opaque = _opaque_reason(module)
+        if opaque is not None:
+            block.skip_reason = opaque
+            return block
         for key, child in _children(module):
             child_path = f"{path}.{key}" if path else key
             block.sub_blocks[key] = self.build(child, child_path)
@@ -166,13 +199,18 @@ def _collect_skipped(block: ModelBlockSchema) -> dict[str, str]:
 def preserved_state(model: nn.Module) -> Iterator[None]:
     """Run something on `model` and put back its parameters, buffers, attributes, modes and RNG."""
     saved = []
+    classes = []
+    lazy = []  # uninitialised tensors materialise in place (data and class): put both back
     for module in model.modules():
         tensors = {}
         for store in ("_parameters", "_buffers"):
             for name, value in getattr(module, store).items():
-                tensors[(store, name)] = (value, value.detach().clone() if value is not None else None)
+                tensors[(store, name)] = (value, _snapshot(value))
         attrs = {k: v for k, v in module.__dict__.items() if not k.startswith("_")}
         saved.append((module, module.training, tensors, attrs))
+        classes.append(_ClassAndHooks(module))
+        lazy.extend((value, type(value), value.data) for value in tensors_of_module(module)
+                    if isinstance(value, nn.parameter.UninitializedTensorMixin))
     devices = []
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         devices = list(range(torch.cuda.device_count()))
@@ -193,6 +231,57 @@ def preserved_state(model: nn.Module) -> Iterator[None]:
                     del module.__dict__[key]
                 module.__dict__.update(attrs)
                 module.training = training
+            for value, cls, data in lazy:
+                if type(value) is not cls:
+                    value.data = data
+                    value.__class__ = cls
+            for state in classes:
+                state.restore()
+
+
+def tensors_of_module(module: nn.Module) -> list[torch.Tensor]:
+    return [v for store in (module._parameters, module._buffers) for v in store.values() if v is not None]
+
+
+def _snapshot(value: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """A copy to restore `value` from; None for none or for a lazy module's uninitialised tensor."""
+    if value is None or isinstance(value, nn.parameter.UninitializedTensorMixin):
+        return None
+    return value.detach().clone()
+
+
+class _ClassAndHooks:
+    """A module's class, hook dicts and private attributes, as a run may change them.
+
+    A lazy module's first call (`nn.LazyLinear`) infers its shapes in a forward pre-hook, removes
+    that hook and its load hook, deletes the handles and turns into its `cls_to_become`; restoring
+    puts all of that back, so the module stays uninitialised as the user had it.
+    """
+
+    _STORES = ("_parameters", "_buffers", "_modules")
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+        self.cls = type(module)
+        self.private = {k: v for k, v in module.__dict__.items() if k.startswith("_")}
+        self.hooks = {k: list(v.items()) for k, v in self.private.items()
+                      if isinstance(v, dict) and k.endswith("hooks") and k not in self._STORES}
+
+    def restore(self) -> None:
+        module = self.module
+        if type(module) is not self.cls:
+            module.__class__ = self.cls
+        for key, value in self.private.items():
+            if module.__dict__.get(key, _ABSENT) is not value:
+                module.__dict__[key] = value
+        for key, items in self.hooks.items():
+            store = self.private[key]
+            if list(store.items()) != items:
+                store.clear()
+                store.update(items)
+
+
+_ABSENT = object()
 
 
 def _dtype(value: Any) -> torch.dtype:
@@ -254,7 +343,7 @@ class _Resolver(Observer):
 
     def exit_block(self, block: ModelBlockSchema, frame: dict, result: Any) -> None:
         if not block.outputs:
-            values = result if isinstance(result, tuple) else (result,)
+            values = tuple.__iter__(result) if isinstance(result, tuple) else (result,)  # not a subclass's
             block.outputs = [value_repr(v) for v in values]
 
     def after(self, instr, frame: dict) -> None:
@@ -294,6 +383,8 @@ class NNParser:
                 raise ParseError(f"parse_model needs a module instance, got the class {model.__name__}; "
                                  f"construct it first: model={model.__name__}(...)")
             raise ParseError(f"parse_model needs an nn.Module instance, got {type(model).__name__}")
+        while _is_compiled(model):  # torch.compile(m): the schema is the code of m, which it compiles
+            model = model._orig_mod
         root = _BlockBuilder().build(model, "")
         root.name = type(model).__name__
         _collect_skipped(root)
