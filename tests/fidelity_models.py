@@ -221,3 +221,34 @@ def run_every_way(model: nn.Module, inputs: dict, *, eager: Optional[nn.Module] 
             break
     _same(expected, outputs[0], "step_run")
     return schema, steps
+
+
+def _local(tensor: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """A DTensor's local shard (FSDP2 parameters and gradients); any other tensor as it is."""
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if callable(to_local) else tensor
+
+
+def gradients_match(model: nn.Module, inputs: dict, *, schema: Any, seed: int = 0) -> int:
+    """Backward through eager and through the schema from the same state: every parameter's
+    gradient (and every input's) must be equal bit for bit. Returns how many gradients compared."""
+    def grads_after(run: Callable[[dict], Any]) -> tuple[list, list]:
+        model.zero_grad(set_to_none=True)
+        fresh = _fresh(inputs)
+        torch.manual_seed(seed)
+        out = run(fresh)
+        out.float().sum().backward()
+        params = [_local(p.grad).clone() if p.grad is not None else None for p in model.parameters()]
+        given = [v.grad.clone() for v in fresh.values() if isinstance(v, torch.Tensor) and v.requires_grad]
+        return params, given
+
+    eager_params, eager_inputs = grads_after(lambda fresh: model(**fresh))
+    schema_params, schema_inputs = grads_after(lambda fresh: SchemaInterpreter().call(schema, **fresh))
+    model.zero_grad(set_to_none=True)
+    compared = 0
+    for index, (e, s) in enumerate(zip(eager_params + eager_inputs, schema_params + schema_inputs)):
+        assert (e is None) == (s is None), f"gradient {index}: present in one run only"
+        if e is not None:
+            assert torch.equal(e, s), f"gradient {index} differs"
+            compared += 1
+    return compared

@@ -18,6 +18,7 @@ from typing import Any, Iterator, Mapping, Optional
 import torch
 from torch import nn
 
+from ..runtime.module_hooks import forward_slot
 from ..runtime.program import Observer, Program, rebindable
 from .equality import first_mismatch
 from ..schema.errors import NNSchemaError, ParseError, SourceUnavailableError, UnsupportedSyntaxError
@@ -52,7 +53,9 @@ def _opaque_reason(module: nn.Module) -> Optional[str]:
     """Why `module` has no Python forward to lower and runs as the real module (None: it has one).
 
     TorchScript modules (`torch.jit.script` / `torch.jit.trace`) and `torch.compile` wrappers carry
-    compiled code, not Python source; their sub-modules belong to that code and get no blocks.
+    compiled code, not Python source; their sub-modules belong to that code and get no blocks. So does
+    a forward replaced on the instance that never calls the class's (accelerate's hooks do call it,
+    through `_old_forward`, and run interpreted: see `runtime.module_hooks`).
     """
     if isinstance(module, torch.jit.ScriptModule):
         how = "traced" if isinstance(module, torch.jit.TracedModule) else "scripted"
@@ -61,6 +64,11 @@ def _opaque_reason(module: nn.Module) -> Optional[str]:
     if _is_compiled(module):
         return (f"{type(module).__name__} is a torch.compile wrapper: it runs as the compiled module; parse its "
                 "original (`._orig_mod`) to see its code")
+    if "forward" in module.__dict__ and forward_slot(module) is None:
+        replacement = module.__dict__["forward"]
+        name = getattr(replacement, "__qualname__", type(replacement).__name__)
+        return (f"its forward is replaced on the instance by {name}, which does not call the class's forward "
+                "through the instance, so it runs as the real module")
     return None
 
 
