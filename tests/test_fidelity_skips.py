@@ -256,3 +256,32 @@ def test_deferred_import_is_not_on_the_file_allowlist():
 
     assert callable_name(intrinsics.import_module) is None and callable_name(intrinsics.import_from) is None
     assert callable_name(intrinsics.assign) == "nnschemaparser.intrinsics.assign"
+
+
+# --- the sweep's "skipped children" column ----------------------------------------------------------
+
+
+def test_sweep_counts_skipped_children_by_cause():
+    from nnschemaparser.validation.sweep import markdown_table, run_case
+
+    namespace: dict = {"nn": nn}
+    exec("class NoSource(nn.Module):\n    def forward(self, x):\n        return x * 2\n", namespace)
+
+    class Mixed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            # parameter-free: the sweep's eager twin is a deepcopy, and a deep-copied ScriptModule's
+            # parameters are not leaves (torch gives them no .grad), which the sweep would flag
+            self.scripted = torch.jit.script(nn.Tanh())
+            self.opaque = namespace["NoSource"]()  # no source to read: a limit of the project
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.fc(self.opaque(self.scripted(x)))
+
+    row = run_case("mixed", "local", Mixed, lambda m: {"x": torch.randn(2, 4)})
+    assert row.status == "exact", row.detail
+    assert (row.skipped_children, row.skipped_by_design) == (1, 1)
+    assert "| 2 | 1 (+1 by design) |" in markdown_table([row])
+    clean = run_case("clean", "local", NormedBlock, lambda m: {"x": torch.randn(2, 4)})
+    assert (clean.skipped_children, clean.skipped_by_design) == (0, 0)

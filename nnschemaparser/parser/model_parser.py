@@ -27,7 +27,7 @@ from ..schema.notation import value_repr
 from ..schema.model import ModelBlockSchema, TensorRepr, TensorReprWithValue
 from ..lowering.source import unwrap_function
 
-__all__ = ["NNParser", "preserved_state", "example_inputs"]
+__all__ = ["NNParser", "preserved_state", "example_inputs", "opaque_reason"]
 
 _MAX_SKIP_RETRIES = 64
 
@@ -49,7 +49,7 @@ def _defining_class(cls: type, attr: str) -> Optional[type]:
     return None
 
 
-def _opaque_reason(module: nn.Module) -> Optional[str]:
+def opaque_reason(module: nn.Module) -> Optional[str]:
     """Why `module` has no Python forward to lower and runs as the real module (None: it has one).
 
     TorchScript modules (`torch.jit.script` / `torch.jit.trace`) and `torch.compile` wrappers carry
@@ -92,7 +92,7 @@ def _children(module: nn.Module, prefix: str = "") -> Iterator[tuple[str, nn.Mod
         if child is None:
             continue
         key = f"{prefix}{name}"
-        if _opaque_reason(child) is not None or _has_forward(child):
+        if opaque_reason(child) is not None or _has_forward(child):
             yield key, child
         else:
             yield from _children(child, key + ".")
@@ -110,7 +110,7 @@ class _BlockBuilder:
         for name, value in list(module._parameters.items()) + list(module._buffers.items()):
             if value is not None:
                 block.weights[name] = _weight_repr(value)
-        opaque = _opaque_reason(module)
+        opaque = opaque_reason(module)
         if opaque is not None:
             block.skip_reason = opaque
             return block
