@@ -285,3 +285,21 @@ def test_sweep_counts_skipped_children_by_cause():
     assert "| 2 | 1 (+1 by design) |" in markdown_table([row])
     clean = run_case("clean", "local", NormedBlock, lambda m: {"x": torch.randn(2, 4)})
     assert (clean.skipped_children, clean.skipped_by_design) == (0, 0)
+
+
+def test_schema_of_a_lazy_model_saves_and_loads_with_the_uninitialised_model(tmp_path):
+    from nnschemaparser import load_schema, save_schema
+
+    torch.manual_seed(0)
+    model = HoldsLazy()
+    schema = NNParser.parse_model(model, inputs_tensors_values={"x": torch.randn(2, 5)})
+    save_schema(schema, tmp_path / "lazy.json")
+    loaded = load_schema(tmp_path / "lazy.json", model=model)
+    assert _uninitialised(model) == ["lazy.weight", "lazy.bias"]
+    twin = HoldsLazy()
+    twin.load_state_dict(model.state_dict())
+    x = torch.randn(2, 5)
+    torch.manual_seed(1)
+    expected = twin(x)
+    torch.manual_seed(1)
+    assert torch.equal(SchemaInterpreter().call(loaded, x), expected)

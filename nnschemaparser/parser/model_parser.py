@@ -27,7 +27,7 @@ from ..schema.notation import value_repr
 from ..schema.model import ModelBlockSchema, TensorRepr, TensorReprWithValue
 from ..lowering.source import unwrap_function
 
-__all__ = ["NNParser", "preserved_state", "example_inputs", "opaque_reason"]
+__all__ = ["NNParser", "preserved_state", "example_inputs", "opaque_reason", "weight_repr"]
 
 _MAX_SKIP_RETRIES = 64
 
@@ -79,7 +79,7 @@ def _is_compiled(module: nn.Module) -> bool:
         isinstance(module.__dict__.get("_modules", {}).get("_orig_mod"), nn.Module)
 
 
-def _weight_repr(value: torch.Tensor) -> TensorRepr:
+def weight_repr(value: torch.Tensor) -> TensorRepr:
     """A registered tensor's repr; a lazy module's uninitialised one has no shape yet (and is not read)."""
     if isinstance(value, nn.parameter.UninitializedTensorMixin):
         return TensorRepr(shape=(), dtype=type(value).__name__)
@@ -109,7 +109,7 @@ class _BlockBuilder:
         block = ModelBlockSchema(name=cls.__name__, path=path, module_type=_qualified_type(cls), module=module)
         for name, value in list(module._parameters.items()) + list(module._buffers.items()):
             if value is not None:
-                block.weights[name] = _weight_repr(value)
+                block.weights[name] = weight_repr(value)
         opaque = opaque_reason(module)
         if opaque is not None:
             block.skip_reason = opaque
