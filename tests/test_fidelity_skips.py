@@ -160,12 +160,15 @@ def _uninitialised(model: nn.Module) -> list[str]:
 def test_parse_of_an_uninitialised_lazy_module_leaves_it_uninitialised():
     torch.manual_seed(0)
     model = HoldsLazy()
-    hooks_before = (dict(model.lazy._forward_pre_hooks), dict(model.lazy._load_state_dict_pre_hooks))
+    hooks_before = (dict(model.lazy._forward_pre_hooks), dict(model.lazy._load_state_dict_pre_hooks),
+                    dict(model.lazy._forward_pre_hooks_with_kwargs))
     schema = NNParser.parse_model(model, inputs_tensors_values={"x": torch.randn(2, 5)})
     assert schema.skip_reason is None and schema.skipped == {}
     assert type(model.lazy) is nn.LazyLinear and model.lazy.in_features == 0
     assert _uninitialised(model) == ["lazy.weight", "lazy.bias"]
-    assert (dict(model.lazy._forward_pre_hooks), dict(model.lazy._load_state_dict_pre_hooks)) == hooks_before
+    assert (dict(model.lazy._forward_pre_hooks), dict(model.lazy._load_state_dict_pre_hooks),
+            dict(model.lazy._forward_pre_hooks_with_kwargs)) == hooks_before
+    assert model.lazy._initialize_hook.id in model.lazy._forward_pre_hooks
     assert schema.sub_blocks["lazy"].weights["weight"].dtype == "UninitializedParameter"
     assert schema.sub_blocks["lazy"].outputs[0].shape == (2, 3), "the resolution run saw the initialised module"
 
@@ -218,7 +221,7 @@ def test_import_on_a_branch_that_never_runs_does_not_skip_the_child():
     schema, steps = run_every_way(NormedBlock(), {"x": torch.randn(2, 4)})
     assert schema.skipped == {} and schema.sub_blocks["norm"].skip_reason is None
     assert any(s.block_path == "norm" for s in steps)
-    assert "import('torch_npu_is_not_installed'" in dump_schema(schema)
+    assert "torch_npu_is_not_installed = import(torch_npu_is_not_installed)" in dump_schema(schema)
 
 
 @pytest.mark.parametrize("which, error, message", [
@@ -243,19 +246,51 @@ def test_import_that_fails_raises_when_its_branch_runs_as_eager_does(which, erro
 
 
 def test_deferred_import_binds_what_python_binds():
-    assert intrinsics.import_module("os.path", "", 0) is __import__("os")
-    assert intrinsics.import_module("os.path", "", 0, (), True) is __import__("os.path").path
-    package = intrinsics.import_module("nnschemaparser.lowering", "", 0, ("intrinsics",))
-    assert intrinsics.import_from(package, "intrinsics") is intrinsics
-    relative = intrinsics.import_module("", "nnschemaparser.lowering", 1, ("intrinsics",))
-    assert intrinsics.import_from(relative, "intrinsics") is intrinsics
+    DeferredImport = intrinsics.DeferredImport
+    assert DeferredImport("os.path", "")() is __import__("os")
+    assert DeferredImport("os.path", "", leaf=True)() is __import__("os.path").path
+    assert DeferredImport("nnschemaparser.lowering", "", attr="intrinsics")() is intrinsics
+    assert DeferredImport("", "nnschemaparser.lowering", 1, "intrinsics")() is intrinsics
+    assert DeferredImport("os", "") is DeferredImport("os", ""), "equal statements share one object"
+    with pytest.raises(TypeError, match="needs a DeferredImport"):
+        intrinsics.run_import(len)
 
 
 def test_deferred_import_is_not_on_the_file_allowlist():
     from nnschemaparser.files.allowlist import callable_name
 
-    assert callable_name(intrinsics.import_module) is None and callable_name(intrinsics.import_from) is None
+    assert callable_name(intrinsics.run_import) is None and callable_name(intrinsics.DeferredImport) is None
     assert callable_name(intrinsics.assign) == "nnschemaparser.intrinsics.assign"
+
+
+def test_schema_with_a_deferred_import_runs_only_with_its_model_after_load(tmp_path):
+    from nnschemaparser import SchemaRunError, load_schema, save_schema
+
+    torch.manual_seed(0)
+    model, x = NormedBlock(), torch.randn(2, 4)
+    schema = NNParser.parse_model(model, inputs_tensors_values={"x": x})
+    save_schema(schema, tmp_path / "normed.json")
+    bound = load_schema(tmp_path / "normed.json", model=model)
+    assert torch.equal(SchemaInterpreter().call(bound, x), model(x))
+    model.norm.on_npu = True
+    with pytest.raises(ModuleNotFoundError, match="torch_npu_is_not_installed"):
+        SchemaInterpreter().call(bound, x)
+    loose = load_schema(tmp_path / "normed.json")
+    assert "import(torch_npu_is_not_installed)" in dump_schema(loose)
+    with pytest.raises(SchemaRunError):
+        SchemaInterpreter().call(loose, x)
+    from nnschemaparser import ControlInstruction, OpInstruction, UnresolvedReference
+
+    def ops(body):
+        for instr in body:
+            if isinstance(instr, ControlInstruction):
+                yield from ops(instr.body + instr.else_body)
+            elif isinstance(instr, OpInstruction):
+                yield instr
+
+    deferred = [i for i in ops(loose.sub_blocks["norm"].body) if i.display_name == "import"]
+    assert len(deferred) == 1 and isinstance(deferred[0].target, UnresolvedReference)
+    assert isinstance(deferred[0].args[0].value, UnresolvedReference), "a file alone never names what to import"
 
 
 # --- the sweep's "skipped children" column ----------------------------------------------------------

@@ -661,10 +661,8 @@ class FunctionLowering(ExpressionLowering):
                 module = self.import_module(alias.name, 0)
                 value = module if alias.asname else self.import_module(alias.name.split(".")[0], 0)
             except Exception:  # imported when the statement runs
-                self.emit(op_instruction(name, intrinsics.import_module,
-                                         [alias.name, self.import_package(), 0, (), alias.asname is not None],
-                                         display="import", qualified="nnschemaparser.intrinsics.import_module"),
-                          node)
+                spec = intrinsics.DeferredImport(alias.name, self.import_package(), 0, "", alias.asname is not None)
+                self.emit_deferred_import(name, spec, alias.name, node)
                 continue
             self.emit(op_instruction(name, intrinsics.assign, [Const(value, alias.name)], style="value"), node)
 
@@ -680,19 +678,19 @@ class FunctionLowering(ExpressionLowering):
                 else:
                     values.append(self.import_module(f"{module.__name__}.{alias.name}", 0))
         except Exception:  # imported when the statement runs, as in visit_Import
-            holder = self.new_temp()
-            self.emit(op_instruction(holder, intrinsics.import_module,
-                                     [node.module or "", self.import_package(), node.level,
-                                      tuple(alias.name for alias in node.names)],
-                                     display="import", qualified="nnschemaparser.intrinsics.import_module"), node)
-            for alias in node.names:
-                self.emit(op_instruction(alias.asname or alias.name, intrinsics.import_from,
-                                         [VarRef(holder), alias.name], display="import_from",
-                                         qualified="nnschemaparser.intrinsics.import_from"), node)
+            package = self.import_package()
+            for alias in node.names:  # importing the module again for the next name is a lookup
+                spec = intrinsics.DeferredImport(node.module or "", package, node.level, alias.name)
+                spelled = "." * node.level + (f"{node.module}." if node.module else "") + alias.name
+                self.emit_deferred_import(alias.asname or alias.name, spec, spelled, node)
             return
         for alias, value in zip(node.names, values):
             self.emit(op_instruction(alias.asname or alias.name, intrinsics.assign,
                                      [Const(value, f"{node.module or ''}.{alias.name}")], style="value"), node)
+
+    def emit_deferred_import(self, name: str, spec: Any, spelled: str, node: ast.AST) -> None:
+        self.emit(op_instruction(name, intrinsics.run_import, [Const(spec, spelled)], display="import",
+                                 qualified="nnschemaparser.intrinsics.run_import"), node)
 
     def import_package(self) -> str:
         """The package relative imports resolve against, computed as CPython's `_calc___package__`."""

@@ -273,7 +273,7 @@ class _ClassAndHooks:
         self.cls = type(module)
         self.private = {k: v for k, v in module.__dict__.items() if k.startswith("_")}
         self.hooks = {k: list(v.items()) for k, v in self.private.items()
-                      if isinstance(v, dict) and k.endswith("hooks") and k not in self._STORES}
+                      if isinstance(v, dict) and "hooks" in k and k not in self._STORES}
 
     def restore(self) -> None:
         module = self.module
@@ -284,7 +284,8 @@ class _ClassAndHooks:
                 module.__dict__[key] = value
         for key, items in self.hooks.items():
             store = self.private[key]
-            if list(store.items()) != items:
+            now = list(store.items())
+            if len(now) != len(items) or any(a[0] != b[0] or a[1] is not b[1] for a, b in zip(now, items)):
                 store.clear()
                 store.update(items)
 
