@@ -2,9 +2,12 @@
 
 `NNParser.parse_model` lowers every module's forward (and the methods it calls) into a block, keeps
 every sub-module even if no run visits it, then runs the schema once on example inputs to fill
-`resolved` shapes and dtypes. A child whose source cannot be lowered, or whose schema fails where the
-eager module does not, is re-dispatched to the real module and listed in `skipped`. The model's
-parameters, buffers, plain attributes, training flags and the RNG are restored after that run.
+`resolved` shapes and dtypes. A child whose source cannot be lowered, that has no Python forward
+(TorchScript, a `torch.compile` wrapper, a replaced forward: `special_modules`), or whose schema
+fails where the eager module does not, is re-dispatched to the real module and listed in `skipped`.
+A `torch.compile(model)` root is parsed as the module it wraps. The model's parameters, buffers,
+plain attributes, training flags and the RNG are restored after that run, and so is what a lazy
+module's first call changes (its class, hooks and uninitialised tensors).
 
 Depends on schema, lowering, source, engine, notation and errors; never on listeners or views.
 """
@@ -18,13 +21,13 @@ from typing import Any, Iterator, Mapping, Optional
 import torch
 from torch import nn
 
-from ..runtime.module_hooks import forward_slot
 from ..runtime.program import Observer, Program, rebindable
 from .equality import first_mismatch
+from .special_modules import ClassAndHooks, is_compiled, opaque_reason, snapshot, tensors_of_module, weight_repr
 from ..schema.errors import NNSchemaError, ParseError, SourceUnavailableError, UnsupportedSyntaxError
 from ..lowering.statements import MethodRequest, lower_function
 from ..schema.notation import value_repr
-from ..schema.model import ModelBlockSchema, TensorRepr, TensorReprWithValue
+from ..schema.model import ModelBlockSchema, TensorReprWithValue
 from ..lowering.source import unwrap_function
 
 __all__ = ["NNParser", "preserved_state", "example_inputs", "opaque_reason", "weight_repr"]
@@ -47,43 +50,6 @@ def _defining_class(cls: type, attr: str) -> Optional[type]:
         if attr in klass.__dict__:
             return klass
     return None
-
-
-def opaque_reason(module: nn.Module) -> Optional[str]:
-    """Why `module` has no Python forward to lower and runs as the real module (None: it has one).
-
-    TorchScript modules (`torch.jit.script` / `torch.jit.trace`) and `torch.compile` wrappers carry
-    compiled code, not Python source; their sub-modules belong to that code and get no blocks. So does
-    a forward replaced on the instance that never calls the class's (accelerate's hooks do call it,
-    through `_old_forward`, and run interpreted: see `runtime.module_hooks`).
-    """
-    if isinstance(module, torch.jit.ScriptModule):
-        how = "traced" if isinstance(module, torch.jit.TracedModule) else "scripted"
-        return (f"{type(module).__name__} is TorchScript ({how} with torch.jit): its forward is compiled "
-                "TorchScript, not Python source, so it runs as the real module")
-    if _is_compiled(module):
-        return (f"{type(module).__name__} is a torch.compile wrapper: it runs as the compiled module; parse its "
-                "original (`._orig_mod`) to see its code")
-    if "forward" in module.__dict__ and forward_slot(module) is None:
-        replacement = module.__dict__["forward"]
-        name = getattr(replacement, "__qualname__", type(replacement).__name__)
-        return (f"its forward is replaced on the instance by {name}, which does not call the class's forward "
-                "through the instance, so it runs as the real module")
-    return None
-
-
-def _is_compiled(module: nn.Module) -> bool:
-    """A `torch.compile(module)` wrapper (dynamo's OptimizedModule), found without importing dynamo."""
-    cls = type(module)
-    return cls.__name__ == "OptimizedModule" and cls.__module__.startswith("torch._dynamo") and \
-        isinstance(module.__dict__.get("_modules", {}).get("_orig_mod"), nn.Module)
-
-
-def weight_repr(value: torch.Tensor) -> TensorRepr:
-    """A registered tensor's repr; a lazy module's uninitialised one has no shape yet (and is not read)."""
-    if isinstance(value, nn.parameter.UninitializedTensorMixin):
-        return TensorRepr(shape=(), dtype=type(value).__name__)
-    return TensorReprWithValue(shape=tuple(value.shape), dtype=str(value.dtype), value=value.detach())
 
 
 def _children(module: nn.Module, prefix: str = "") -> Iterator[tuple[str, nn.Module]]:
@@ -213,10 +179,10 @@ def preserved_state(model: nn.Module) -> Iterator[None]:
         tensors = {}
         for store in ("_parameters", "_buffers"):
             for name, value in getattr(module, store).items():
-                tensors[(store, name)] = (value, _snapshot(value))
+                tensors[(store, name)] = (value, snapshot(value))
         attrs = {k: v for k, v in module.__dict__.items() if not k.startswith("_")}
         saved.append((module, module.training, tensors, attrs))
-        classes.append(_ClassAndHooks(module))
+        classes.append(ClassAndHooks(module))
         lazy.extend((value, type(value), value.data) for value in tensors_of_module(module)
                     if isinstance(value, nn.parameter.UninitializedTensorMixin))
     devices = []
@@ -245,52 +211,6 @@ def preserved_state(model: nn.Module) -> Iterator[None]:
                     value.__class__ = cls
             for state in classes:
                 state.restore()
-
-
-def tensors_of_module(module: nn.Module) -> list[torch.Tensor]:
-    return [v for store in (module._parameters, module._buffers) for v in store.values() if v is not None]
-
-
-def _snapshot(value: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    """A copy to restore `value` from; None for none or for a lazy module's uninitialised tensor."""
-    if value is None or isinstance(value, nn.parameter.UninitializedTensorMixin):
-        return None
-    return value.detach().clone()
-
-
-class _ClassAndHooks:
-    """A module's class, hook dicts and private attributes, as a run may change them.
-
-    A lazy module's first call (`nn.LazyLinear`) infers its shapes in a forward pre-hook, removes
-    that hook and its load hook, deletes the handles and turns into its `cls_to_become`; restoring
-    puts all of that back, so the module stays uninitialised as the user had it.
-    """
-
-    _STORES = ("_parameters", "_buffers", "_modules")
-
-    def __init__(self, module: nn.Module) -> None:
-        self.module = module
-        self.cls = type(module)
-        self.private = {k: v for k, v in module.__dict__.items() if k.startswith("_")}
-        self.hooks = {k: list(v.items()) for k, v in self.private.items()
-                      if isinstance(v, dict) and "hooks" in k and k not in self._STORES}
-
-    def restore(self) -> None:
-        module = self.module
-        if type(module) is not self.cls:
-            module.__class__ = self.cls
-        for key, value in self.private.items():
-            if module.__dict__.get(key, _ABSENT) is not value:
-                module.__dict__[key] = value
-        for key, items in self.hooks.items():
-            store = self.private[key]
-            now = list(store.items())
-            if len(now) != len(items) or any(a[0] != b[0] or a[1] is not b[1] for a, b in zip(now, items)):
-                store.clear()
-                store.update(items)
-
-
-_ABSENT = object()
 
 
 def _dtype(value: Any) -> torch.dtype:
@@ -392,7 +312,7 @@ class NNParser:
                 raise ParseError(f"parse_model needs a module instance, got the class {model.__name__}; "
                                  f"construct it first: model={model.__name__}(...)")
             raise ParseError(f"parse_model needs an nn.Module instance, got {type(model).__name__}")
-        while _is_compiled(model):  # torch.compile(m): the schema is the code of m, which it compiles
+        while is_compiled(model):  # torch.compile(m): the schema is the code of m, which it compiles
             model = model._orig_mod
         root = _BlockBuilder().build(model, "")
         root.name = type(model).__name__
