@@ -31,8 +31,8 @@ from .file_format import (
     read_bounded,
     write_atomic,
 )
-from ..parser.model_parser import NNParser
-from ..schema.model import ModelBlockSchema, TensorReprWithValue
+from ..parser.model_parser import NNParser, weight_repr
+from ..schema.model import ModelBlockSchema
 from .schema_codec import FORMAT_NAME, FORMAT_VERSION, SchemaDecoder, SchemaEncoder
 from .value_codec import Resolver, UnresolvedReference, qualified_name
 
@@ -170,11 +170,22 @@ def _check_structure(schema: ModelBlockSchema, fresh: ModelBlockSchema, source: 
             side = "model" if name in state else "file"
             problems.append(f"{path or 'the root'}: only the {side} has the weight {name!r}")
         for name, rep in block.weights.items():
-            if name in state and tuple(state[name].shape) != tuple(rep.shape):
-                problems.append(f"{path or 'the root'}.{name}: shape {tuple(rep.shape)} in the file, "
-                                f"{tuple(state[name].shape)} in the model")
+            live_rep = weight_repr(state[name]) if name in state else None  # a lazy module's has no shape yet
+            if live_rep is not None and (tuple(live_rep.shape), live_rep.dtype in _UNINITIALISED) != \
+                    (tuple(rep.shape), rep.dtype in _UNINITIALISED):
+                problems.append(f"{path or 'the root'}.{name}: shape {_describe(rep)} in the file, "
+                                f"{_describe(live_rep)} in the model")
     if problems:
         raise _mismatch(source, problems)
+
+
+_UNINITIALISED = "UninitializedParameter", "UninitializedBuffer"
+
+
+def _describe(rep: Any) -> str:
+    if rep.dtype in _UNINITIALISED:
+        return "not yet inferred (an uninitialised lazy tensor)"
+    return str(tuple(rep.shape))
 
 
 def _bind(schema: ModelBlockSchema, fresh: ModelBlockSchema, source: str) -> None:
@@ -191,8 +202,7 @@ def _bind(schema: ModelBlockSchema, fresh: ModelBlockSchema, source: str) -> Non
             wrapper = twin.wrapper
             state = {name: t for store in (module._parameters, module._buffers) for name, t in store.items()
                      if t is not None}
-            block.weights = {name: TensorReprWithValue(shape=tuple(state[name].shape), dtype=str(state[name].dtype),
-                                                       value=state[name].detach()) for name in block.weights}
+            block.weights = {name: weight_repr(state[name]) for name in block.weights}
         in_file = block.wrapper is not None
         if in_file != (wrapper is not None) and block.signature is not None:
             label = f"{block.path or 'the root'}.{block.method_name or 'forward'}"

@@ -2,11 +2,16 @@
 
 Each one does exactly what the CPython bytecode for the construct does, with the same exceptions
 and messages, so an interpreted run raises what the eager forward raises. This module depends on
-the standard library only; the save/load allowlist names these functions one by one.
+the standard library only; the save/load allowlist names these functions one by one (those in
+`__all__`). `run_import` and `DeferredImport` are deliberately not in `__all__`: a file must never
+make a run import something, so a schema holding them refers to them as the model's code does and
+runs only when loaded with its model (whose fresh lowering holds the same objects).
 """
 
 from __future__ import annotations
 
+import builtins
+import sys
 from typing import Any
 
 __all__ = [
@@ -162,3 +167,65 @@ def truth(value: Any) -> bool:
 def iterate(value: Any):
     """`iter(value)` as a `for` loop starts it."""
     return iter(value)
+
+
+
+class DeferredImport:
+    """One import statement's target, imported when the statement runs: what CPython's IMPORT_NAME
+    (and IMPORT_FROM, for `attr`) does.
+
+    `import a.b` gives the top-level package (what it binds), `import a.b as c` (`leaf`) the module
+    itself, `from a.b import c` (`attr`) the attribute, else the submodule, else CPython's
+    ImportError; `package` resolves relative names. The lowering emits one only for an import that
+    failed at lowering time: a branch that never runs must not fail (`if is_npu: import torch_npu`),
+    and one that runs raises what Python raises. What it imports is fixed when it is made (a file
+    cannot change it), and equal statements of one package share one object.
+    """
+
+    __slots__ = ("name", "package", "level", "attr", "leaf")
+    _made: dict = {}
+
+    def __new__(cls, name: str, package: str, level: int = 0, attr: str = "", leaf: bool = False) -> "DeferredImport":
+        key = (name, package, level, attr, leaf)
+        found = cls._made.get(key)
+        if found is None:
+            found = super().__new__(cls)
+            found.name, found.package, found.level, found.attr, found.leaf = key
+            cls._made[key] = found
+        return found
+
+    def __call__(self) -> Any:
+        fromlist = (self.attr,) if self.attr else None
+        module = builtins.__import__(self.name, {"__package__": self.package, "__name__": self.package}, None,
+                                     fromlist, self.level)
+        if self.attr:
+            return _import_from(module, self.attr)
+        if self.leaf:
+            for part in self.name.split(".")[1:]:
+                module = _import_from(module, part)
+        return module
+
+    def __repr__(self) -> str:
+        spelled = "." * self.level + self.name
+        return f"<import {spelled}{'.' + self.attr if self.attr else ''}>"
+
+
+def run_import(spec: DeferredImport) -> Any:
+    """`import ...` / `from ... import ...` when the statement runs (`spec` says what)."""
+    if type(spec) is not DeferredImport:
+        raise TypeError(f"run_import needs a DeferredImport, got {type(spec).__name__}")
+    return spec()
+
+
+def _import_from(module: Any, name: str) -> Any:
+    """`from module import name`: the attribute, else the submodule, else CPython's ImportError."""
+    try:
+        return getattr(module, name)
+    except AttributeError:
+        pass
+    full = f"{getattr(module, '__name__', '')}.{name}"
+    if full in sys.modules:
+        return sys.modules[full]
+    where = getattr(module, "__file__", None) or "unknown location"
+    raise ImportError(f"cannot import name {name!r} from {getattr(module, '__name__', '?')!r} ({where})",
+                      name=getattr(module, "__name__", None), path=getattr(module, "__file__", None))

@@ -658,35 +658,61 @@ class FunctionLowering(ExpressionLowering):
             self.free_vars.add(name)
 
     def visit_Import(self, node: ast.Import) -> None:
-        """`import a.b as c` binds the module, imported now: the forward would import it anyway."""
+        """`import a.b as c` binds the module. One importable now is bound as a constant (importing a
+        loaded module again only looks it up); one that fails to import now is imported when the
+        statement runs, as Python does: a branch that never runs (`if npu: import torch_npu`) costs
+        nothing, and one that runs raises Python's own ImportError."""
         for alias in node.names:
-            module = self.import_module(alias.name, 0, node)
-            if alias.asname:
-                value, name = module, alias.asname
-            else:
-                name = alias.name.split(".")[0]
-                value = self.import_module(name, 0, node)
+            name = alias.asname or alias.name.split(".")[0]
+            try:
+                module = self.import_module(alias.name, 0)
+                value = module if alias.asname else self.import_module(alias.name.split(".")[0], 0)
+            except Exception:  # imported when the statement runs
+                spec = intrinsics.DeferredImport(alias.name, self.import_package(), 0, "", alias.asname is not None)
+                self.emit_deferred_import(name, spec, alias.name, node)
+                continue
             self.emit(op_instruction(name, intrinsics.assign, [Const(value, alias.name)], style="value"), node)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        module = self.import_module(node.module or "", node.level, node)
-        for alias in node.names:
-            if alias.name == "*":
-                raise self.refuse(node, "'from ... import *' inside forward is not supported")
-            if hasattr(module, alias.name):
-                value = getattr(module, alias.name)
-            else:
-                value = self.import_module(f"{module.__name__}.{alias.name}", 0, node)
+        if any(alias.name == "*" for alias in node.names):
+            raise self.refuse(node, "'from ... import *' inside forward is not supported")
+        try:
+            module = self.import_module(node.module or "", node.level)
+            values = []
+            for alias in node.names:
+                if hasattr(module, alias.name):
+                    values.append(getattr(module, alias.name))
+                else:
+                    values.append(self.import_module(f"{module.__name__}.{alias.name}", 0))
+        except Exception:  # imported when the statement runs, as in visit_Import
+            package = self.import_package()
+            for alias in node.names:  # importing the module again for the next name is a lookup
+                spec = intrinsics.DeferredImport(node.module or "", package, node.level, alias.name)
+                spelled = "." * node.level + (f"{node.module}." if node.module else "") + alias.name
+                self.emit_deferred_import(alias.asname or alias.name, spec, spelled, node)
+            return
+        for alias, value in zip(node.names, values):
             self.emit(op_instruction(alias.asname or alias.name, intrinsics.assign,
                                      [Const(value, f"{node.module or ''}.{alias.name}")], style="value"), node)
 
-    def import_module(self, name: str, level: int, node: ast.AST) -> Any:
+    def emit_deferred_import(self, name: str, spec: Any, spelled: str, node: ast.AST) -> None:
+        self.emit(op_instruction(name, intrinsics.run_import, [Const(spec, spelled)], display="import",
+                                 qualified="nnschemaparser.intrinsics.run_import"), node)
+
+    def import_package(self) -> str:
+        """The package relative imports resolve against, computed as CPython's `_calc___package__`."""
+        found = self.ctx.globals
+        if found.get("__package__") is not None:
+            return found["__package__"]
+        spec = found.get("__spec__")
+        if spec is not None:
+            return spec.parent
+        name = found.get("__name__", "") or ""
+        return name if "__path__" in found else name.rpartition(".")[0]
+
+    def import_module(self, name: str, level: int) -> Any:
         import importlib
 
-        package = self.ctx.globals.get("__package__") or self.ctx.globals.get("__name__", "")
-        try:
-            if level:
-                return importlib.import_module("." * level + name, package)
-            return importlib.import_module(name)
-        except Exception as exc:
-            raise self.refuse(node, f"cannot import {name!r} while lowering: {type(exc).__name__}: {exc}") from None
+        if level:
+            return importlib.import_module("." * level + name, self.import_package())
+        return importlib.import_module(name)

@@ -3,7 +3,9 @@
 `model_parser` walks the module tree (`NNParser.parse_model`), lowers each forward and the methods
 it calls, runs the schema once on the example inputs under a protected state to fill shapes, and
 skips (re-dispatches to the real module) any child whose schema cannot be lowered or differs from
-eager; `equality` is the exact structural comparison of results that verification uses.
+eager; `equality` is the exact structural comparison of results that verification uses;
+`special_modules` names the modules that run as themselves (TorchScript, `torch.compile`, a
+replaced forward) and the state a lazy module's first call changes.
 
 May import: `schema`, `lowering`, `runtime`.
 """

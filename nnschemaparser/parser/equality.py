@@ -1,7 +1,8 @@
 """Exact structural comparison of two forward results: what "bit-identical to eager" means here.
 
 Tensors compare with `torch.equal` (plus dtype and shape); mappings by keys in order (ModelOutput is
-one), lists and tuples by type and items, other objects (a KV cache, a dataclass) by their instance
+one), lists and tuples by type and the items they hold (read by the base type, whatever a subclass's
+`__iter__` does), other objects (a KV cache, a dataclass) by their instance
 attributes, recursively; anything else with `==`. Used by the sweep, the benchmarks and the tests.
 Depends on torch only.
 """
@@ -60,9 +61,10 @@ def first_mismatch(expected: Any, actual: Any, path: str = "output", _depth: int
                 return found
         return None
     if isinstance(expected, (list, tuple)):
-        if len(expected) != len(actual):
-            return Mismatch(path, f"length {len(actual)} != {len(expected)}")
-        for index, (e, a) in enumerate(zip(expected, actual)):
+        expected_items, actual_items = _items(expected), _items(actual)
+        if len(expected_items) != len(actual_items):
+            return Mismatch(path, f"length {len(actual_items)} != {len(expected_items)}")
+        for index, (e, a) in enumerate(zip(expected_items, actual_items)):
             found = first_mismatch(e, a, f"{path}[{index}]", _depth + 1, seen)
             if found:
                 return found
@@ -89,6 +91,13 @@ def first_mismatch(expected: Any, actual: Any, path: str = "output", _depth: int
     return Mismatch(path, f"{type(actual).__name__} values differ")
 
 
+def _items(value: Any) -> list:
+    """The items a list or tuple holds, read by the base type: a subclass may override `__iter__` or
+    `__len__` (even to raise), and what is compared is the data, not those methods."""
+    base = tuple if isinstance(value, tuple) else list
+    return list(base.__iter__(value))
+
+
 def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
     if a.numel() == 0:
         return 0.0
@@ -109,7 +118,7 @@ def tensors_of(value: Any, _depth: int = 0, _seen: Optional[set] = None) -> list
     if isinstance(value, Mapping):
         return [t for v in value.values() for t in tensors_of(v, _depth + 1, seen)]
     if isinstance(value, (list, tuple)):
-        return [t for v in value for t in tensors_of(v, _depth + 1, seen)]
+        return [t for v in _items(value) for t in tensors_of(v, _depth + 1, seen)]
     attrs = getattr(value, "__dict__", None)
     if attrs is not None and not isinstance(value, (type, torch.nn.Module)) and id(value) not in seen:
         seen.add(id(value))

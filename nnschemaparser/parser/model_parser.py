@@ -2,9 +2,12 @@
 
 `NNParser.parse_model` lowers every module's forward (and the methods it calls) into a block, keeps
 every sub-module even if no run visits it, then runs the schema once on example inputs to fill
-`resolved` shapes and dtypes. A child whose source cannot be lowered, or whose schema fails where the
-eager module does not, is re-dispatched to the real module and listed in `skipped`. The model's
-parameters, buffers, plain attributes, training flags and the RNG are restored after that run.
+`resolved` shapes and dtypes. A child whose source cannot be lowered, that has no Python forward
+(TorchScript, a `torch.compile` wrapper, a replaced forward: `special_modules`), or whose schema
+fails where the eager module does not, is re-dispatched to the real module and listed in `skipped`.
+A `torch.compile(model)` root is parsed as the module it wraps. The model's parameters, buffers,
+plain attributes, training flags and the RNG are restored after that run, and so is what a lazy
+module's first call changes (its class, hooks and uninitialised tensors).
 
 Depends on schema, lowering, source, engine, notation and errors; never on listeners or views.
 """
@@ -20,13 +23,14 @@ from torch import nn
 
 from ..runtime.program import Observer, Program, rebindable
 from .equality import first_mismatch
+from .special_modules import ClassAndHooks, is_compiled, opaque_reason, snapshot, tensors_of_module, weight_repr
 from ..schema.errors import NNSchemaError, ParseError, SourceUnavailableError, UnsupportedSyntaxError
 from ..lowering.statements import MethodRequest, lower_function
 from ..schema.notation import value_repr
 from ..schema.model import ModelBlockSchema, TensorReprWithValue
 from ..lowering.source import unwrap_function
 
-__all__ = ["NNParser", "preserved_state", "example_inputs"]
+__all__ = ["NNParser", "preserved_state", "example_inputs", "opaque_reason", "weight_repr"]
 
 _MAX_SKIP_RETRIES = 64
 
@@ -54,7 +58,7 @@ def _children(module: nn.Module, prefix: str = "") -> Iterator[tuple[str, nn.Mod
         if child is None:
             continue
         key = f"{prefix}{name}"
-        if _has_forward(child):
+        if opaque_reason(child) is not None or _has_forward(child):
             yield key, child
         else:
             yield from _children(child, key + ".")
@@ -71,8 +75,11 @@ class _BlockBuilder:
         block = ModelBlockSchema(name=cls.__name__, path=path, module_type=_qualified_type(cls), module=module)
         for name, value in list(module._parameters.items()) + list(module._buffers.items()):
             if value is not None:
-                block.weights[name] = TensorReprWithValue(shape=tuple(value.shape), dtype=str(value.dtype),
-                                                          value=value.detach())
+                block.weights[name] = weight_repr(value)
+        opaque = opaque_reason(module)
+        if opaque is not None:
+            block.skip_reason = opaque
+            return block
         for key, child in _children(module):
             child_path = f"{path}.{key}" if path else key
             block.sub_blocks[key] = self.build(child, child_path)
@@ -166,13 +173,18 @@ def _collect_skipped(block: ModelBlockSchema) -> dict[str, str]:
 def preserved_state(model: nn.Module) -> Iterator[None]:
     """Run something on `model` and put back its parameters, buffers, attributes, modes and RNG."""
     saved = []
+    classes = []
+    lazy = []  # uninitialised tensors materialise in place (data and class): put both back
     for module in model.modules():
         tensors = {}
         for store in ("_parameters", "_buffers"):
             for name, value in getattr(module, store).items():
-                tensors[(store, name)] = (value, value.detach().clone() if value is not None else None)
+                tensors[(store, name)] = (value, snapshot(value))
         attrs = {k: v for k, v in module.__dict__.items() if not k.startswith("_")}
         saved.append((module, module.training, tensors, attrs))
+        classes.append(ClassAndHooks(module))
+        lazy.extend((value, type(value), value.data) for value in tensors_of_module(module)
+                    if isinstance(value, nn.parameter.UninitializedTensorMixin))
     devices = []
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         devices = list(range(torch.cuda.device_count()))
@@ -193,6 +205,12 @@ def preserved_state(model: nn.Module) -> Iterator[None]:
                     del module.__dict__[key]
                 module.__dict__.update(attrs)
                 module.training = training
+            for value, cls, data in lazy:
+                if type(value) is not cls:
+                    value.data = data
+                    value.__class__ = cls
+            for state in classes:
+                state.restore()
 
 
 def _dtype(value: Any) -> torch.dtype:
@@ -254,7 +272,7 @@ class _Resolver(Observer):
 
     def exit_block(self, block: ModelBlockSchema, frame: dict, result: Any) -> None:
         if not block.outputs:
-            values = result if isinstance(result, tuple) else (result,)
+            values = tuple.__iter__(result) if isinstance(result, tuple) else (result,)  # not a subclass's
             block.outputs = [value_repr(v) for v in values]
 
     def after(self, instr, frame: dict) -> None:
@@ -294,6 +312,8 @@ class NNParser:
                 raise ParseError(f"parse_model needs a module instance, got the class {model.__name__}; "
                                  f"construct it first: model={model.__name__}(...)")
             raise ParseError(f"parse_model needs an nn.Module instance, got {type(model).__name__}")
+        while is_compiled(model):  # torch.compile(m): the schema is the code of m, which it compiles
+            model = model._orig_mod
         root = _BlockBuilder().build(model, "")
         root.name = type(model).__name__
         _collect_skipped(root)

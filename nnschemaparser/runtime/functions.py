@@ -68,6 +68,12 @@ class InterpretedFunction:
             if observer is not None:
                 observer.exit_function(self, frame)
 
+    def __get__(self, instance: Any, owner: Optional[type] = None) -> Any:
+        """Bind like a Python function: `fn.__get__(obj)` (or a class attribute read) is a bound method."""
+        if instance is None:
+            return self
+        return types.MethodType(self, instance)
+
     def __repr__(self) -> str:
         return f"<interpreted function {self.schema.name}>"
 

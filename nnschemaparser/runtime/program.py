@@ -83,7 +83,7 @@ class Program(CallCompiler, ControlCompiler):
 
             def invoke(args: Any, kwargs: dict) -> Any:
                 if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-                        or module._backward_pre_hooks or global_hooks_active()):
+                        or module._backward_pre_hooks or global_hooks_active() or "forward" in module.__dict__):
                     return call_with_hooks(module, args, kwargs, direct)
                 return direct(args, kwargs)
         self.invokers[id(block)] = invoke
