@@ -48,6 +48,8 @@ def _clean_type(name: str) -> str:
 
 
 def _describe(value: Any) -> TensorRepr:
+    if isinstance(value, nn.parameter.UninitializedTensorMixin):  # a lazy module's weight before its first call
+        return TensorRepr(shape=(), dtype=type(value).__name__)
     if isinstance(value, torch.Tensor):
         return TensorRepr(shape=tuple(int(d) for d in value.shape), dtype=str(value.dtype))
     return TensorRepr(shape=(), dtype=type(value).__name__)

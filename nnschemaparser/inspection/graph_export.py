@@ -27,6 +27,8 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from torch.nn.parameter import is_lazy
+
 from .dataflow import OpInfo
 from .flops import block_parameter_counts, count_parameters
 from .inspector import ModelInspector
@@ -55,7 +57,7 @@ class _Builder:
         self.flow = inspector.flow
         self.depth = depth
         model = inspector.model
-        self.param_sizes = {name: int(p.numel()) for name, p in model.named_parameters()}
+        self.param_sizes = {name: 0 if is_lazy(p) else int(p.numel()) for name, p in model.named_parameters()}
         self.buffer_names = {name for name, _ in model.named_buffers()}
         self.nodes: list[dict[str, Any]] = []
         self.node_ids: set[str] = set()

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from ..schema.errors import NNSchemaError
 from .dataflow import InputEdge, OpInfo
@@ -78,7 +79,7 @@ def _scope(path: str) -> str:
 
 
 def _param_bytes(model: nn.Module) -> int:
-    return sum(int(p.numel()) * p.element_size() for p in model.parameters())
+    return sum(0 if is_lazy(p) else int(p.numel()) * p.element_size() for p in model.parameters())
 
 
 class _Builder:
@@ -126,7 +127,7 @@ class _Builder:
                 "name": type(module).__name__, "scope": _scope(path) if path else "", "module": path,
                 "params": neurarch_params(module), "inputShape": None,
                 "outputShape": _strip(output_reprs[0].shape) if output_reprs else None,
-                "paramCount": sum(int(p.numel()) for p in module.parameters()), "flops": flops}
+                "paramCount": count_parameters(module), "flops": flops}
         self.nodes.append(node)
         return node
 

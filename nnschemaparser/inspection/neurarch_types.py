@@ -22,6 +22,8 @@ from typing import Any
 
 from torch import nn
 
+from .flops import count_parameters
+
 __all__ = ["NEURARCH_TYPES", "CUSTOM_MODULE", "neurarch_type", "neurarch_params", "is_mapped"]
 
 CUSTOM_MODULE = "customModule"
@@ -148,7 +150,7 @@ def neurarch_params(module: nn.Module) -> dict[str, Any]:
     """The node params of `module`: its table keys, or `className` and `paramCount` for a customModule."""
     kind = _lookup(module)
     if kind is None:
-        return {"className": type(module).__name__, "paramCount": sum(int(p.numel()) for p in module.parameters())}
+        return {"className": type(module).__name__, "paramCount": count_parameters(module)}
     params = {}
     for key, attr in _PARAM_KEYS.get(kind, ()):
         if not hasattr(module, attr):
