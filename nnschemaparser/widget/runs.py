@@ -72,6 +72,7 @@ class RunRecord:
     steps: list[dict] = field(default_factory=list)
     trace_index: dict[int, int] = field(default_factory=dict)  # trace step -> StepInfo index
     live: list[torch.Tensor] = field(default_factory=list)
+    returned: dict[int, torch.Tensor] = field(default_factory=dict)  # StepInfo index -> value (see StepLog)
     entered: set[int] = field(default_factory=set)
     executed: set[int] = field(default_factory=set)
     gradients: Optional[GradientTrace] = None
@@ -199,8 +200,14 @@ class StepLog(TraceListener):
             "node": node, "trace_step": self._map_new_trace_steps(step_index), "text": instruction_text(instr),
             "edited": False})
         if isinstance(instr, ReturnInstruction) and len(instr.out_vars) == 1 and isinstance(value, torch.Tensor):
-            # a return is not a trace step of its own: show the trace step of the variable it returns
-            record.steps[-1]["trace_step"] = self._last_of_var.get((event.depth, instr.out_vars[0]))
+            # a return is not a trace step of its own: show the trace step of the variable it returns,
+            # unless that tensor was changed in place since (then the trace holds its older value, and
+            # the value returned is kept here, as it is now)
+            bound = self._last_of_var.get((event.depth, instr.out_vars[0]))
+            if bound is not None and bound in record.recorder.changed_in_place:
+                record.returned[step_index] = value.detach().clone()
+                bound = None
+            record.steps[-1]["trace_step"] = bound
         if self.keep_live and _differentiable(value):
             record.live.append(value)
 
