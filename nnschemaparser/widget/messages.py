@@ -197,6 +197,43 @@ class _Handlers:
         step = message.get("step_index")
         return state.histograms(None if step is None else _int(message, "step_index", 0), run)
 
+    # -- go anywhere: search, breakpoints, step out, call stack (issue 11) --------------------------
+
+    @staticmethod
+    def on_search(state: InspectorState, message: dict) -> Any:
+        return {"query": str(message.get("query") or ""),
+                "results": state.search(str(message.get("query") or ""), _int(message, "limit", 200))}
+
+    @staticmethod
+    def on_break_at(state: InspectorState, message: dict) -> Any:
+        if message.get("nonfinite"):
+            state.break_on_nonfinite()
+        elif message.get("line") is not None:
+            state.break_at(line=_int(message, "line", 0), file=str(message.get("file") or ""))
+        elif message.get("block"):
+            state.break_at(str(message["block"]))
+        else:
+            state.break_at(_int(message, "node", -1))
+        return state.view_breakpoints()
+
+    @staticmethod
+    def on_clear_breakpoints(state: InspectorState, message: dict) -> Any:
+        state.clear_breakpoints()
+        return state.view_breakpoints()
+
+    @staticmethod
+    def on_breakpoints(state: InspectorState, message: dict) -> Any:
+        return state.view_breakpoints()
+
+    @staticmethod
+    def on_step_out(state: InspectorState, message: dict) -> Any:
+        state.step_out()
+        return _after_command(state, message)
+
+    @staticmethod
+    def on_call_stack(state: InspectorState, message: dict) -> Any:
+        return {"frames": state.call_stack()}
+
 
 def handle_message(state: InspectorState, message: Any) -> dict:
     """The reply to one browser message (never raises for a bad request: the reply says what was wrong)."""

@@ -73,6 +73,7 @@ class RunRecord:
     trace_index: dict[int, int] = field(default_factory=dict)  # trace step -> StepInfo index
     live: list[torch.Tensor] = field(default_factory=list)
     returned: dict[int, torch.Tensor] = field(default_factory=dict)  # StepInfo index -> value (see StepLog)
+    block_stack: list[tuple[str, int]] = field(default_factory=list)  # (path, tree node) of each live block
     entered: set[int] = field(default_factory=set)
     executed: set[int] = field(default_factory=set)
     gradients: Optional[GradientTrace] = None
@@ -184,6 +185,11 @@ class StepLog(TraceListener):
         node = self.tree.node_of_block(event.block)
         if node >= 0:
             self.record.entered.add(node)
+        self.record.block_stack.append((event.path, node))
+
+    def on_block_exit(self, event: BlockEvent) -> None:
+        if self.record.block_stack:
+            self.record.block_stack.pop()
 
     def on_instruction(self, event: InstructionEvent) -> None:
         record = self.record

@@ -1,0 +1,155 @@
+"""Go anywhere in one action: search over the whole block tree, and breakpoints.
+
+`search(tree, query)` matches a query against every node of a `BlockTree` (also the rows not yet
+sent to the browser): block paths (`transformer.h.1.attn`), variable names and instruction text, op
+names, shapes. A node whose block path is the query (or ends with it after a dot) comes first.
+
+A `Breakpoint` is one place or condition where Continue (and step over/out) stops:
+
+- `node`: a tree row; an instruction row stops at the step that runs it, a block, branch or compound
+  row (if/for/while) at the first step inside it after a step outside it (entry);
+- `line`: a source line (`file`, `line`): the first step of that line after a step on another line;
+- `block`: a block path, on entry (the first step of a call of that block);
+- `nonfinite`: the first step whose value is a floating tensor with a NaN or an Inf;
+- `when`: a Python predicate on the StepInfo (`lambda step: step.value.abs().max() > 1e3`),
+  evaluated in the kernel; a predicate that raises stops the run and says why.
+
+`Breakpoints.check(step, previous)` gives the reason of the first breakpoint that hits, or None.
+Depends on the interpreter's StepInfo and the widget's tree only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+
+from ..runtime.interpreter import StepInfo
+from .tree import BlockTree
+
+__all__ = ["Breakpoint", "Breakpoints", "search", "SEARCH_LIMIT"]
+
+SEARCH_LIMIT = 200
+
+
+def search(tree: BlockTree, query: str, limit: int = SEARCH_LIMIT) -> list[dict]:
+    """The nodes matching `query` (case-insensitive substring), block paths first, at most `limit`."""
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError("search needs some text: a block path (h.1.attn), a variable, an op or source text")
+    needle = query.strip().lower()
+    haystacks = tree.search_index()
+    exact, rest = [], []
+    for index, (path, text) in enumerate(haystacks):
+        if needle in text:
+            if path and (path == needle or path.endswith("." + needle)):
+                exact.append(index)
+            else:
+                rest.append(index)
+        if len(exact) >= limit:
+            break
+    found = (exact + rest)[:limit]
+    return [tree.describe(index) for index in found]
+
+
+@dataclass
+class Breakpoint:
+    """One breakpoint (see the module docstring); `hits` counts the stops it caused."""
+
+    kind: str
+    node: int = -1
+    file: str = ""
+    line: int = 0
+    block: str = ""
+    when: Optional[Callable[[StepInfo], Any]] = None
+    label: str = ""
+    hits: int = 0
+    enabled: bool = True
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "node": self.node, "file": self.file, "line": self.line, "block": self.block,
+                "label": self.label, "hits": self.hits, "enabled": self.enabled}
+
+
+def _nonfinite(value: Any) -> bool:
+    if not isinstance(value, torch.Tensor) or not (value.is_floating_point() or value.is_complex()):
+        return False
+    if value.numel() == 0 or value.is_meta:
+        return False
+    return not bool(torch.isfinite(value.detach()).all())
+
+
+@dataclass
+class Breakpoints:
+    """The breakpoints of an inspector, and the hits so far."""
+
+    tree: BlockTree
+    items: list[Breakpoint] = field(default_factory=list)
+    hits: list[dict] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return any(b.enabled for b in self.items)
+
+    def add(self, bp: Breakpoint) -> Breakpoint:
+        self.items.append(bp)
+        return bp
+
+    def clear(self) -> None:
+        self.items.clear()
+
+    def _inside(self, node: int, container: int) -> bool:
+        return node == container or container in self.tree.ancestor_set(node)
+
+    def check(self, step: StepInfo, previous: Optional[StepInfo]) -> Optional[tuple[int, str]]:
+        """(index, reason) of the first enabled breakpoint that `step` hits, or None."""
+        node = self.tree.node_of_instruction(step.instruction)
+        prev_node = self.tree.node_of_instruction(previous.instruction) if previous is not None else -1
+        for index, bp in enumerate(self.items):
+            if not bp.enabled:
+                continue
+            reason = self._hit(bp, step, previous, node, prev_node)
+            if reason:
+                bp.hits += 1
+                loc = step.location
+                self.hits.append({"breakpoint": index, "label": bp.label, "reason": reason, "step": step.step_index,
+                                  "block": step.block_path, "var": step.out_var,
+                                  "line": loc.lineno if loc is not None else 0})
+                return index, reason
+        return None
+
+    def _hit(self, bp: Breakpoint, step: StepInfo, previous: Optional[StepInfo], node: int,
+             prev_node: int) -> str:
+        kind = bp.kind
+        if kind == "node":
+            if node < 0 or not self._inside(node, bp.node):
+                return ""
+            if node == bp.node and not self.tree.nodes[bp.node].children:
+                return f"reached {bp.label}"
+            came_from_inside = prev_node >= 0 and self._inside(prev_node, bp.node)
+            return "" if came_from_inside else f"entered {bp.label}"
+        if kind == "line":
+            loc = step.location
+            if loc is None or loc.lineno != bp.line or (bp.file and loc.filename != bp.file):
+                return ""
+            ploc = previous.location if previous is not None else None
+            same = ploc is not None and ploc.lineno == loc.lineno and ploc.filename == loc.filename and \
+                previous.frame_depth == step.frame_depth
+            return "" if same else f"reached line {bp.line}"
+        if kind == "block":
+            if step.block_path != bp.block:
+                return ""
+            # entry: the first step of a call, not the return from one of its own sub-blocks
+            entered = previous is None or previous.frame_depth < step.frame_depth or (
+                previous.frame_depth == step.frame_depth and previous.block_path != bp.block)
+            return f"entered {bp.block}" if entered else ""
+        if kind == "nonfinite":
+            return f"{step.out_var or 'the value'} has a NaN or an Inf" if _nonfinite(step.value) else ""
+        if kind == "when":
+            try:
+                result = bp.when(step)
+            except Exception as exc:  # stop and say so: a predicate that cannot be evaluated is news
+                return f"the condition {bp.label} raised {type(exc).__name__}: {exc}"
+            if isinstance(result, torch.Tensor):
+                result = bool(result.all()) if result.numel() else False
+            return f"{bp.label} is true" if result else ""
+        return ""

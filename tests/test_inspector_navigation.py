@@ -1,0 +1,176 @@
+"""Go anywhere in one action: search, breakpoints, Continue to a hit, step out, the call stack
+(issue 11, item 2), on a transformers GPT-2 built from its config and on small models."""
+
+from __future__ import annotations
+
+import linecache
+
+import pytest
+import torch
+
+from nnschemaparser.widget import InspectorError, InspectorState
+from nnschemaparser.widget.inspector import InspectorWidget
+from nnschemaparser.widget.messages import handle_message
+from debugger_models import Chain, Decorated, parsed, tiny_case
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    return tiny_case("gpt2")
+
+
+def _fresh(case) -> InspectorState:
+    _, inputs, schema = case
+    return InspectorState(schema, inputs)
+
+
+def test_search_finds_a_block_path_first_also_rows_never_sent_to_the_browser(gpt2):
+    state = _fresh(gpt2)
+    results = state.search("h.1.attn")
+    assert results[0]["path"] == "transformer.h.1.attn" and results[0]["kind"] == "block"
+    sent = {row[0] for row in state.tree.initial(max_bytes=2_000)["rows"]}
+    assert results[0]["node"] not in sent  # the search reads the whole tree, not what was sent
+    assert results[0]["ancestors"][0] == 0
+    assert all(a in state.tree.ancestors(results[0]["node"]) for a in results[0]["ancestors"])
+
+
+def test_search_matches_variables_ops_and_source_text(gpt2):
+    state = _fresh(gpt2)
+    assert any("key_states" in r["text"] for r in state.search("key_states"))
+    assert any("softmax" in r["op"].lower() for r in state.search("softmax"))
+    with pytest.raises(InspectorError, match="search needs some text"):
+        state.search("   ")
+
+
+def test_widget_search_returns_a_dataframe(gpt2):
+    _, inputs, schema = gpt2
+    widget = InspectorWidget(schema, inputs, gradients=False)
+    frame = widget.search("h.1.attn")
+    assert list(frame.columns)[:3] == ["node", "kind", "text"] and frame.iloc[0]["path"] == "transformer.h.1.attn"
+    widget.close()
+
+
+def test_continue_stops_on_entry_of_a_block_at_its_first_source_line(gpt2):
+    state = _fresh(gpt2)
+    state.break_at("h.1.attn")
+    state.continue_()
+    step = state.current
+    assert state.status == "paused" and step.block_path == "transformer.h.1.attn"
+    assert state.stop_reason == "entered transformer.h.1.attn"
+    view = state.view_step()
+    source = state.tree.source(view["node"])
+    assert source["text"].split("\n")[view["line"] - source["first"]] == \
+        linecache.getline(view["file"], view["line"]).rstrip("\n")
+    hits = state.view_breakpoints()["hits"]
+    assert hits[-1]["step"] == step.step_index and hits[-1]["block"] == "transformer.h.1.attn"
+    state.continue_()  # one call of the block per run: the next Continue runs to the end
+    assert state.status == "finished"
+
+
+def test_a_tree_row_breakpoint_stops_at_the_step_that_runs_that_row(gpt2):
+    state = _fresh(gpt2)
+    state.continue_()
+    ran = state.active.executed
+    state.reset()
+    row = next(r for r in state.search("key_states") if r["block"] == "transformer.h.0.attn"
+               and r["text"].startswith("key_states =") and r["node"] in ran)
+    state.break_at(row["node"])
+    state.continue_()
+    assert state.view_step()["node"] == row["node"]
+
+
+def test_a_line_breakpoint_stops_at_the_first_step_of_that_line_each_time_it_runs():
+    torch.manual_seed(0)
+    x = torch.randn(2, 4)
+    state = InspectorState(parsed(Decorated(), x=x), {"x": x})
+    line = next(n for n, text in enumerate(open(Decorated.forward.__wrapped__.__wrapped__.__code__.co_filename),
+                                           start=1) if "doubled = h * 2" in text)
+    state.break_at(line=line)
+    state.continue_()
+    assert state.current.out_var == "doubled" and state.current.location.lineno == line
+    state.continue_()
+    assert state.status == "finished"
+
+
+def test_break_on_nonfinite_stops_at_the_nan_an_edit_injected(gpt2):
+    state = _fresh(gpt2)
+    while state.step() is not None:
+        if state.current.out_var == "key_states" and state.current.block_path.endswith("h.0.attn"):
+            break
+    state.edit("expression", "value * float('nan')")
+    edited_at = state.step_index
+    state.break_on_nonfinite()
+    state.continue_()
+    value = state.current.value
+    assert state.status == "paused" and state.step_index > edited_at
+    assert isinstance(value, torch.Tensor) and not torch.isfinite(value).all()
+    assert "NaN or an Inf" in state.stop_reason
+
+
+def test_a_predicate_breakpoint_is_evaluated_on_each_step_and_a_raising_one_says_why():
+    torch.manual_seed(0)
+    x = torch.randn(3, 4)
+    state = InspectorState(parsed(Chain(), x=x), {"x": x})
+    state.break_at(when=lambda step: isinstance(step.value, torch.Tensor) and step.out_var == "h"
+                   and bool((step.value >= 0).all()))
+    state.continue_()
+    assert state.current.out_var == "h" and bool((state.current.value >= 0).all())
+    state.clear_breakpoints()
+    state.reset()
+
+    def broken(step):
+        raise ValueError("no")
+    state.break_at(when=broken)
+    state.continue_()
+    assert state.step_index == 1 and "raised ValueError: no" in state.stop_reason
+
+
+def test_break_at_refuses_what_is_no_place(gpt2):
+    state = _fresh(gpt2)
+    with pytest.raises(InspectorError, match="no block at"):
+        state.break_at("h.9.attn")
+    with pytest.raises(InspectorError, match="names .* blocks"):
+        state.break_at("attn")
+    with pytest.raises(InspectorError, match="no tree node"):
+        state.break_at(10 ** 6)
+    with pytest.raises(InspectorError, match="line must be"):
+        state.break_at(line=0)
+    assert state.view_breakpoints()["items"] == []
+
+
+def test_step_out_returns_to_the_caller_just_after_the_call(gpt2):
+    state = _fresh(gpt2)
+    state.break_at("h.1.attn")
+    state.continue_()
+    depth = state.current.frame_depth
+    state.step_out()
+    assert state.current.frame_depth == depth - 1 and state.current.block_path == "transformer.h.1"
+    assert state.current.kind == "block"  # the call's own step: its result is bound now
+
+
+def test_call_stack_lists_root_to_current_block_with_visible_variables(gpt2):
+    state = _fresh(gpt2)
+    state.break_at("h.1.attn")
+    state.continue_()
+    stack = state.call_stack()
+    assert [f["block"] for f in stack] == ["", "transformer", "transformer.h.1", "transformer.h.1.attn"][-len(stack):] \
+        or [f["block"] for f in stack][-1] == "transformer.h.1.attn"
+    assert stack[-1]["current"] and stack[-1]["node"] == state.tree.find_block("transformer.h.1.attn")
+    hidden = next(v for v in stack[-1]["vars"] if v["name"] == "hidden_states")
+    assert hidden["shape"] == [2, 8, 32] and set(hidden["stats"]) == {"mean", "std", "min", "max"}
+
+
+def test_browser_messages_for_search_breakpoints_step_out_and_call_stack(gpt2):
+    state = _fresh(gpt2)
+    found = handle_message(state, {"id": 1, "type": "search", "query": "h.1.attn"})
+    node = found["data"]["results"][0]["node"]
+    set_bp = handle_message(state, {"id": 2, "type": "break_at", "block": "transformer.h.1.attn"})
+    assert set_bp["ok"] and set_bp["data"]["items"][0]["node"] == node
+    handle_message(state, {"id": 3, "type": "continue"})
+    assert state.current.block_path == "transformer.h.1.attn"
+    stack = handle_message(state, {"id": 4, "type": "call_stack"})["data"]["frames"]
+    assert stack[-1]["block"] == "transformer.h.1.attn"
+    handle_message(state, {"id": 5, "type": "step_out"})
+    assert state.current.block_path == "transformer.h.1"
+    cleared = handle_message(state, {"id": 6, "type": "clear_breakpoints"})
+    assert cleared["data"]["items"] == []
