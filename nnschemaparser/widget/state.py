@@ -39,7 +39,7 @@ from ..schema.model import ModelBlockSchema
 from .edits import EditSpec, apply_edit_spec, parse_edit
 from .runs import RunRecord, StepLog, default_loss, new_record
 from .tree import INITIAL_TREE_BYTES, BlockTree
-from .debugger import Breakpoint, Breakpoints, search as search_tree
+from .debugger import Breakpoints, Navigation
 
 __all__ = ["InspectorState", "InspectorOptions", "InspectorError"]
 
@@ -173,8 +173,11 @@ class _RunDriver:
             pass
 
 
-class InspectorState:
-    """Stepping, edits, runs and comparisons of one schema on one input scope."""
+class InspectorState(Navigation):
+    """Stepping, edits, runs and comparisons of one schema on one input scope (search, breakpoints,
+    step out and the call stack come from `debugger.Navigation`)."""
+
+    navigation_error = InspectorError
 
     def __init__(self, schema: ModelBlockSchema, scope: Mapping[str, Any], options: Optional[InspectorOptions] = None):
         if not isinstance(schema, ModelBlockSchema):
@@ -327,99 +330,6 @@ class InspectorState:
         while self._advance_checked():
             pass
         return self.current
-
-    # -- breakpoints, step out, call stack, search -------------------------------------------------
-
-    def _advance_checked(self) -> bool:
-        """One step; False when the run cannot go on or the new step hits a breakpoint."""
-        previous = self.current
-        if not self._advance():
-            return False
-        if self.breakpoints:
-            hit = self.breakpoints.check(self.current, previous)
-            if hit is not None:
-                self.stop_reason = hit[1]
-                return False
-        return True
-
-    def step_out(self) -> Optional[StepInfo]:
-        """Run until the current block (or function) has returned: the first step in an outer frame.
-        Stops earlier at a breakpoint hit."""
-        self._new_action()
-        if self.current is None:
-            self._advance()
-            return self.current
-        depth = self.current.frame_depth
-        while self._advance_checked():
-            if self.current.frame_depth < depth:
-                break
-        return self.current
-
-    def break_at(self, where: Any = None, *, line: Optional[int] = None, file: str = "",
-                 when: Optional[Callable[[StepInfo], Any]] = None) -> dict:
-        """Add a breakpoint: a tree node id (int), a block path (str, on entry), a source `line`
-        (optionally in `file`), or a predicate `when(step)`; Continue stops at its next hit."""
-        if callable(where) and when is None:
-            where, when = None, where
-        if line is not None:
-            if isinstance(line, bool) or not isinstance(line, int) or line < 1:
-                raise InspectorError(f"line must be a line number >= 1, got {line!r}")
-            bp = Breakpoint("line", file=str(file or ""), line=line, label=f"line {line}")
-        elif isinstance(where, bool):
-            raise InspectorError(f"break_at needs a tree node id, a block path, line= or when=, got {where!r}")
-        elif isinstance(where, int):
-            if not 0 <= where < len(self.tree):
-                raise InspectorError(f"there is no tree node {where}; the tree has nodes 0..{len(self.tree) - 1}")
-            bp = Breakpoint("node", node=where, label=f"row {where}: {self.tree.nodes[where].text[:60]}")
-        elif isinstance(where, str) and where.strip():
-            try:
-                node = self.tree.find_block(where.strip())
-            except KeyError as exc:
-                raise InspectorError(str(exc).strip('"')) from None
-            path = self.tree.block_path(node)
-            bp = Breakpoint("block", node=node, block=path, label=f"entry of {path or 'the root'}")
-        elif when is not None:
-            if not callable(when):
-                raise InspectorError(f"when= must be a function of the step, got {type(when).__name__}")
-            bp = Breakpoint("when", when=when, label=getattr(when, "__name__", "condition"))
-        else:
-            raise InspectorError("break_at needs a tree node id, a block path (e.g. 'h.1.attn'), line=N or "
-                                 "when=lambda step: ...")
-        if when is not None and bp.kind != "when":
-            raise InspectorError("when= is a breakpoint of its own; give it without a place")
-        return self.breakpoints.add(bp).to_dict()
-
-    def break_on_nonfinite(self) -> dict:
-        """Stop at the first step whose value is a floating tensor holding a NaN or an Inf."""
-        return self.breakpoints.add(Breakpoint("nonfinite", label="first NaN or Inf")).to_dict()
-
-    def clear_breakpoints(self) -> None:
-        self.breakpoints.clear()
-
-    def view_breakpoints(self) -> dict:
-        return {"items": [bp.to_dict() for bp in self.breakpoints.items], "hits": self.breakpoints.hits[-50:],
-                "reason": self.stop_reason}
-
-    def search(self, query: str, limit: int = 200) -> list[dict]:
-        """Tree nodes matching `query`: block paths, variables, instruction text, ops (see debugger.search)."""
-        try:
-            return search_tree(self.tree, query, limit)
-        except ValueError as exc:
-            raise InspectorError(str(exc)) from None
-
-    def call_stack(self) -> list[dict]:
-        """The frames of the paused step, root first: block path, tree node, visible variables
-        (name, type, shape and mean/std/min/max of tensors)."""
-        step = self.current
-        if step is None or self.status != "paused":
-            return []
-        blocks = list(self.active.block_stack)
-        frames = []
-        for depth, frame in enumerate(step.scope_frames):
-            path, node = blocks[depth] if depth < len(blocks) else (step.block_path, -1)
-            frames.append({"depth": depth, "block": path, "node": node, "vars": _frame_vars(frame),
-                           "current": depth == step.frame_depth})
-        return frames
 
     def run_to(self, step_index: int) -> Optional[StepInfo]:
         """Run until `step_index`; an earlier index replays the run from the start (same edits)."""
@@ -613,26 +523,6 @@ class InspectorState:
         never = set(self.view_blocks()["never"])
         return [self.tree.block_path(n) for n in sorted(never)
                 if not any(a in never for a in self.tree.ancestors(n))]
-
-
-def _frame_vars(frame: Mapping[str, Any], limit: int = 40) -> list[dict]:
-    out = []
-    for name, value in frame.items():
-        if name.startswith("$") or isinstance(value, torch.nn.Module) or isinstance(value, torch.nn.Parameter):
-            continue
-        item: dict[str, Any] = {"name": name, "type": type(value).__name__}
-        if isinstance(value, torch.Tensor):
-            item["shape"] = list(value.shape)
-            item["dtype"] = str(value.dtype).replace("torch.", "")
-            if value.numel() and (value.is_floating_point() or value.is_complex()):
-                stats = tensor_statistics(value)
-                item["stats"] = {k: stats[k] for k in ("mean", "std", "min", "max")}
-        elif isinstance(value, (bool, int, float, str)) or value is None:
-            item["value"] = repr(value)[:80]
-        out.append(item)
-        if len(out) >= limit:
-            break
-    return out
 
 
 def _diff_rows(diffs: list[TraceDiff], a: RunRecord, b: RunRecord) -> list[dict]:
