@@ -174,3 +174,28 @@ def test_browser_messages_for_search_breakpoints_step_out_and_call_stack(gpt2):
     assert state.current.block_path == "transformer.h.1"
     cleared = handle_message(state, {"id": 6, "type": "clear_breakpoints"})
     assert cleared["data"]["items"] == []
+
+
+def test_run_to_here_stops_at_a_row_once_and_leaves_no_breakpoint_behind(gpt2):
+    state = _fresh(gpt2)
+    node = state.tree.find_block("transformer.h.1.mlp")
+    state.run_to_here(node)
+    assert state.current.block_path == "transformer.h.1.mlp"
+    assert state.view_breakpoints()["items"] == []
+    state.continue_()
+    assert state.status == "finished"
+    state.run_to_here(node)  # a finished run starts again
+    assert state.status == "paused" and state.current.block_path == "transformer.h.1.mlp"
+
+
+def test_run_to_here_on_a_source_line_stops_there_and_a_breakpoint_on_the_way_first():
+    torch.manual_seed(0)
+    x = torch.randn(3, 4)
+    state = InspectorState(parsed(Chain(), x=x), {"x": x})
+    lines = {i.out_var: i.location.lineno for i in state.schema.signature.body if i.location}
+    state.break_at(when=lambda step: step.location is not None and "relu" in step.location.code)
+    state.run_to_here(line=max(lines.values()))
+    assert "relu" in state.current.location.code  # the breakpoint on the way stopped first
+    state.clear_breakpoints()
+    state.run_to_here(line=max(lines.values()))
+    assert state.current.location.lineno == max(lines.values())

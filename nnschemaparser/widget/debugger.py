@@ -6,7 +6,8 @@ names, shapes. A node whose block path is the query (or ends with it after a dot
 
 A `Breakpoint` is one place or condition where Continue (and step over/out) stops:
 
-- `node`: a tree row; an instruction row stops at the step that runs it, a block, branch or compound
+- `node`: a tree row; an instruction row stops at the step that runs it, a block row on entry (as
+  `block`), a branch or compound
   row (if/for/while) at the first step inside it after a step outside it (entry);
 - `line`: a source line (`file`, `line`): the first step of that line after a step on another line;
 - `block`: a block path, on entry (the first step of a call of that block);
@@ -104,14 +105,16 @@ class Breakpoints:
     def _inside(self, node: int, container: int) -> bool:
         return node == container or container in self.tree.ancestor_set(node)
 
-    def check(self, step: StepInfo, previous: Optional[StepInfo]) -> Optional[tuple[int, str]]:
-        """(index, reason) of the first enabled breakpoint that `step` hits, or None."""
+    def check(self, step: StepInfo, previous: Optional[StepInfo], entry: bool = False) -> Optional[tuple[int, str]]:
+        """(index, reason) of the first enabled breakpoint that `step` hits, or None. `entry`: the step
+        is the first own step of a call of its block (known from the run's block events: it may come
+        after calls of the block's sub-blocks)."""
         node = self.tree.node_of_instruction(step.instruction)
         prev_node = self.tree.node_of_instruction(previous.instruction) if previous is not None else -1
         for index, bp in enumerate(self.items):
             if not bp.enabled:
                 continue
-            reason = self._hit(bp, step, previous, node, prev_node)
+            reason = self._hit(bp, step, previous, node, prev_node, entry)
             if reason:
                 bp.hits += 1
                 loc = step.location
@@ -122,7 +125,7 @@ class Breakpoints:
         return None
 
     def _hit(self, bp: Breakpoint, step: StepInfo, previous: Optional[StepInfo], node: int,
-             prev_node: int) -> str:
+             prev_node: int, entry: bool) -> str:
         kind = bp.kind
         if kind == "node":
             if node < 0 or not self._inside(node, bp.node):
@@ -142,10 +145,7 @@ class Breakpoints:
         if kind == "block":
             if step.block_path != bp.block:
                 return ""
-            # entry: the first step of a call, not the return from one of its own sub-blocks
-            entered = previous is None or previous.frame_depth < step.frame_depth or (
-                previous.frame_depth == step.frame_depth and previous.block_path != bp.block)
-            return f"entered {bp.block}" if entered else ""
+            return f"entered {bp.block}" if entry else ""  # the first own step of each call of the block
         if kind == "nonfinite":
             return f"{step.out_var or 'the value'} has a NaN or an Inf" if _nonfinite(step.value) else ""
         if kind == "when":
@@ -170,7 +170,7 @@ class Navigation:
         if not self._advance():
             return False
         if self.breakpoints:
-            hit = self.breakpoints.check(self.current, previous)
+            hit = self.breakpoints.check(self.current, previous, self.current.step_index in self.active.entry_steps)
             if hit is not None:
                 self.stop_reason = hit[1]
                 return False
@@ -204,7 +204,11 @@ class Navigation:
         elif isinstance(where, int):
             if not 0 <= where < len(self.tree):
                 raise self.navigation_error(f"there is no tree node {where}; the tree has nodes 0..{len(self.tree) - 1}")
-            bp = Breakpoint("node", node=where, label=f"row {where}: {self.tree.nodes[where].text[:60]}")
+            if self.tree.nodes[where].kind == "B":  # a block row: on entry, as its block path
+                path = self.tree.block_path(where)
+                bp = Breakpoint("block", node=where, block=path, label=f"entry of {path or 'the root'}")
+            else:
+                bp = Breakpoint("node", node=where, label=f"row {where}: {self.tree.nodes[where].text[:60]}")
         elif isinstance(where, str) and where.strip():
             try:
                 node = self.tree.find_block(where.strip())
@@ -222,6 +226,27 @@ class Navigation:
         if when is not None and bp.kind != "when":
             raise self.navigation_error("when= is a breakpoint of its own; give it without a place")
         return self.breakpoints.add(bp).to_dict()
+
+    def run_to_here(self, node: Optional[int] = None, *, line: Optional[int] = None, file: str = "") -> Any:
+        """Continue to tree row `node` (or source `line`) as a one-time breakpoint; the other
+        breakpoints still stop the run on the way. From the start when the run is over."""
+        bps = self.breakpoints
+        before = len(bps.items)
+        if line is not None:
+            self.break_at(line=line, file=file)
+        elif node is not None:
+            self.break_at(node)
+        else:
+            raise self.navigation_error("run to here needs a tree row (node) or a source line")
+        target = bps.items.pop()
+        if self.status in ("finished", "error"):
+            self.reset()
+        bps.items.insert(before, target)
+        try:
+            self.continue_()
+        finally:
+            bps.items.remove(target)
+        return self.current
 
     def break_on_nonfinite(self) -> dict:
         """Stop at the first step whose value is a floating tensor holding a NaN or an Inf."""

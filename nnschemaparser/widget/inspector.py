@@ -186,6 +186,10 @@ class InspectorWidget(anywidget.AnyWidget):
         `when=lambda step: ...`; Continue stops at its next hit (see `breakpoint_hits`)."""
         return self._do(self._state.break_at, where, line=line, file=file, when=when)
 
+    def run_to_here(self, node: Optional[int] = None, *, line: Optional[int] = None, file: str = "") -> Any:
+        """Continue to tree row `node` or source `line` (a one-time breakpoint); "Run to here"."""
+        return self._do(self._state.run_to_here, node, line=line, file=file)
+
     def break_on_nonfinite(self) -> dict:
         """Stop at the first step whose value holds a NaN or an Inf."""
         return self._do(self._state.break_on_nonfinite)

@@ -231,6 +231,14 @@ class _Handlers:
         return _after_command(state, message)
 
     @staticmethod
+    def on_run_to_here(state: InspectorState, message: dict) -> Any:
+        if message.get("line") is not None:
+            state.run_to_here(line=_int(message, "line", 0), file=str(message.get("file") or ""))
+        else:
+            state.run_to_here(_int(message, "node", -1))
+        return _after_command(state, message)
+
+    @staticmethod
     def on_call_stack(state: InspectorState, message: dict) -> Any:
         return {"frames": state.call_stack()}
 

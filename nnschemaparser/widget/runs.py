@@ -74,6 +74,8 @@ class RunRecord:
     live: list[torch.Tensor] = field(default_factory=list)
     returned: dict[int, torch.Tensor] = field(default_factory=dict)  # StepInfo index -> value (see StepLog)
     block_stack: list[tuple[str, int]] = field(default_factory=list)  # (path, tree node) of each live block
+    entered_paths: set[str] = field(default_factory=set)  # blocks entered whose first own step is to come
+    entry_steps: set[int] = field(default_factory=set)  # StepInfo indices that are a block call's first own step
     entered: set[int] = field(default_factory=set)
     executed: set[int] = field(default_factory=set)
     gradients: Optional[GradientTrace] = None
@@ -186,6 +188,7 @@ class StepLog(TraceListener):
         if node >= 0:
             self.record.entered.add(node)
         self.record.block_stack.append((event.path, node))
+        self.record.entered_paths.add(event.path)
 
     def on_block_exit(self, event: BlockEvent) -> None:
         if self.record.block_stack:
@@ -199,6 +202,9 @@ class StepLog(TraceListener):
         if node >= 0:
             record.executed.add(node)
         value = event.value
+        if event.path in record.entered_paths:  # a block's first own step may follow calls of its sub-blocks
+            record.entered_paths.discard(event.path)
+            record.entry_steps.add(step_index)
         record.steps.append({
             "step": step_index, "block": event.path, "var": instr.out_var, "kind": instruction_kind(instr),
             "op": _op_name(instr), "shape": shape_text(value_repr(value)) if event.has_value else "",
