@@ -199,3 +199,47 @@ def test_run_to_here_on_a_source_line_stops_there_and_a_breakpoint_on_the_way_fi
     state.clear_breakpoints()
     state.run_to_here(line=max(lines.values()))
     assert state.current.location.lineno == max(lines.values())
+
+
+def test_inline_values_give_each_line_that_ran_its_variable_shape_and_mean():
+    torch.manual_seed(0)
+    x = torch.randn(3, 4)
+    model = Chain()
+    state = InspectorState(parsed(model, x=x), {"x": x})
+    state.continue_()
+    values = state.inline_values(0)["lines"]
+    body = {i.location.lineno: i for i in state.schema.signature.body if i.location}
+    first = min(body)
+    expected_mean = float(model.a(x).mean())
+    assert values[str(first)] == f"h float32[3, 4] μ {expected_mean:.4g}"
+    assert len(values) == len(body)
+    reply = handle_message(state, {"id": 1, "type": "inline", "block": 0})
+    assert reply["ok"] and reply["data"]["lines"] == values
+
+
+def test_remove_breakpoint_drops_one_and_refuses_an_unknown_index(gpt2):
+    state = _fresh(gpt2)
+    state.break_at("h.0.attn")
+    state.break_on_nonfinite()
+    state.remove_breakpoint(0)
+    assert [b["kind"] for b in state.view_breakpoints()["items"]] == ["nonfinite"]
+    with pytest.raises(InspectorError, match="no breakpoint 5"):
+        state.remove_breakpoint(5)
+
+
+def test_inline_value_of_a_subscript_assignment_line_is_the_stored_tensor_not_none():
+    from debugger_models import InPlaceNet
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 4)
+    state = InspectorState(parsed(InPlaceNet(), x=x), {"x": x})
+    state.continue_()
+    line = next(i.location.lineno for i in state.schema.signature.body if "+=" in (i.location.code if i.location else ""))
+    assert state.inline_values(0)["lines"][str(line)].startswith("float32[2, 2]")
+
+
+def test_a_block_path_search_lists_blocks_not_every_row_inside_them(gpt2):
+    state = _fresh(gpt2)
+    results = state.search("h.1.attn")
+    assert results and all(r["kind"] == "block" for r in results)
+    assert {r["path"] for r in results} >= {"transformer.h.1.attn", "transformer.h.1.attn.c_attn"}

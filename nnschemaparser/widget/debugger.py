@@ -252,6 +252,40 @@ class Navigation:
         """Stop at the first step whose value is a floating tensor holding a NaN or an Inf."""
         return self.breakpoints.add(Breakpoint("nonfinite", label="first NaN or Inf")).to_dict()
 
+    def inline_values(self, block: int, run: Optional[str] = None) -> dict:
+        """What each source line of tree block `block` bound in its latest execution in the run so far,
+        as a debugger's inline values: {line: "var dtype[shape] μ mean"} (named variables first; a
+        line that bound only temporaries shows its last one)."""
+        record = self.run(run)
+        owner = self.tree.block_of(block)
+        lines: dict[int, tuple[bool, str, Optional[int]]] = {}
+        for row in record.steps:
+            node, line = row["node"], row["line"]
+            if node < 0 or not line or not row["shape"] or self.tree.block_of(node) != owner:
+                continue
+            named = bool(row["var"]) and not row["var"].startswith("$")
+            previous = lines.get(line)
+            if row["shape"] == "NoneType" and previous is not None:  # `x[i] = ...` binds None: keep what it stored
+                continue
+            if named or previous is None or not previous[0]:
+                lines[line] = (named, f"{row['var'] if named else ''} {row['shape']}".strip(), row["trace_step"])
+        out = {}
+        steps = record.trace.steps
+        for line, (_, text, trace_step) in sorted(lines.items()):
+            if trace_step is not None and 1 <= trace_step <= len(steps):
+                value = steps[trace_step - 1].tensor.value
+                if isinstance(value, torch.Tensor) and value.numel() and value.is_floating_point():
+                    text += f" μ {float(value.float().mean()):.4g}"
+            out[str(line)] = text
+        return {"block": owner, "run": record.name, "lines": out}
+
+    def remove_breakpoint(self, index: int) -> dict:
+        """Drop breakpoint `index` (its place in `view_breakpoints()["items"]`)."""
+        items = self.breakpoints.items
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(items):
+            raise self.navigation_error(f"there is no breakpoint {index!r}; there are {len(items)}")
+        return items.pop(index).to_dict()
+
     def clear_breakpoints(self) -> None:
         self.breakpoints.clear()
 

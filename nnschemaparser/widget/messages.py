@@ -217,6 +217,18 @@ class _Handlers:
         return state.view_breakpoints()
 
     @staticmethod
+    def on_inline(state: InspectorState, message: dict) -> Any:
+        block = _int(message, "block", -1)
+        if not 0 <= block < len(state.tree):
+            raise InspectorError(f"there is no tree node {block}")
+        return state.inline_values(block, message.get("run") or None)
+
+    @staticmethod
+    def on_remove_breakpoint(state: InspectorState, message: dict) -> Any:
+        state.remove_breakpoint(_int(message, "index", -1))
+        return state.view_breakpoints()
+
+    @staticmethod
     def on_clear_breakpoints(state: InspectorState, message: dict) -> Any:
         state.clear_breakpoints()
         return state.view_breakpoints()

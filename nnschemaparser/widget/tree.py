@@ -257,15 +257,14 @@ class BlockTree:
     # -- search and navigation -----------------------------------------------------------------
 
     def search_index(self) -> list[tuple[str, str]]:
-        """Per node: (its block path, lower-case; the text searched: path, row text, op, shape)."""
+        """Per node: (its block path if it is a block row, lower-case; the text searched: that path, the
+        row's text, op and shape). An instruction is found by its own text, not by its block's path."""
         index = getattr(self, "_search_index", None)
         if index is None:
             index = []
-            for i, node in enumerate(self.nodes):
-                owner = self.blocks.get(node.block)
+            for node in self.nodes:
                 path = (node.extra or {}).get("path", "") if node.kind == "B" else ""
-                block_path = owner.path if owner is not None else ""
-                index.append((path.lower(), " ".join((path, block_path, node.text, node.op, node.shape)).lower()))
+                index.append((path.lower(), " ".join((path, node.text, node.op, node.shape)).lower()))
             self._search_index = index
         return index
 
@@ -284,7 +283,7 @@ class BlockTree:
         return {"node": index, "kind": KINDS.get(node.kind, node.kind), "text": node.text, "op": node.op,
                 "shape": node.shape, "line": node.line, "block": owner.path if owner is not None else "",
                 "path": (node.extra or {}).get("path", "") if node.kind == "B" else "",
-                "ancestors": self.ancestors(index)}
+                "ancestors": self.ancestors(index), "source_block": node.block}
 
     def find_block(self, path: str) -> int:
         """The node of the block at `path`, or of the one block whose path ends with `.path`."""
