@@ -70,7 +70,10 @@ function render({ model, el }) {
   const stepBox = h("div", { class: "nnsp-stepinfo" });
   const sourceBox = h("div", { class: "nnsp-source" });
   const histBox = h("div", { class: "nnsp-hists" });
-  const tree = new TreeView(treeBox, channel, { onSelectBlock: (block) => source.show(block, 0) });
+  const tree = new TreeView(treeBox, channel, {
+    onSelectBlock: (block) => source.show(block, 0),
+    onRowAction: isStatic ? undefined : (node, action) => (action === "break" ? navigator?.request("break_at", { node }) : send("run_to_here", { node })),
+  });
   /** @type {import("./debugger.js").NavigatorPanel | null} */
   let navigator = null;
   /** @type {SourceView} */

@@ -243,3 +243,18 @@ def test_a_block_path_search_lists_blocks_not_every_row_inside_them(gpt2):
     results = state.search("h.1.attn")
     assert results and all(r["kind"] == "block" for r in results)
     assert {r["path"] for r in results} >= {"transformer.h.1.attn", "transformer.h.1.attn.c_attn"}
+
+
+def test_the_untaken_branch_of_an_if_is_listed_after_a_run_the_taken_one_not():
+    from widget_models import Branchy
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 4)
+    model = Branchy()
+    state = InspectorState(parsed(model, x=x), {"x": x})
+    assert state.view_blocks()["untaken"] == []
+    state.continue_()
+    untaken = {state.tree.nodes[n].text for n in state.view_blocks()["untaken"]}
+    took_then = bool(model.fc(x).sum() > 0)
+    assert ("else" if took_then else "then") in untaken and ("then" if took_then else "else") not in untaken
+    assert any(text.startswith("except") for text in untaken)  # the handler never ran

@@ -302,6 +302,7 @@ class InspectorState(Navigation):
             entered |= run.entered
             executed |= run.executed
         self._block_status = self.tree.block_status(entered, executed)
+        self._untaken = self.tree.untaken_branches(entered, executed)
 
     def _new_action(self) -> None:
         """A new command: the message of the one before it (a refused edit, a replay) is gone with it;
@@ -515,7 +516,7 @@ class InspectorState(Navigation):
         known = any(run.finished for run in self.runs)
         never = sorted(n for n, s in self._block_status.items() if s == "never")
         live = sorted(n for n, s in self._block_status.items() if s == "live")
-        return {"known": known, "never": never, "live": live}
+        return {"known": known, "never": never, "live": live, "untaken": list(getattr(self, "_untaken", []))}
 
     def never_run_paths(self) -> list[str]:
         """The paths of the outermost blocks no run entered so far (never-routed experts...); their

@@ -298,6 +298,16 @@ class BlockTree:
         raise KeyError(f"no block at {path!r}; block paths look like "
                        f"{', '.join(sorted(p for p in self.path_nodes if p)[:3]) or '(the root only)'}")
 
+    def untaken_branches(self, entered: set[int], executed: set[int]) -> list[int]:
+        """Branch rows (then/else/body/except...) of entered blocks in which no instruction ran."""
+        taken: set[int] = set()
+        for node in executed:
+            for ancestor in self.ancestor_set(node):
+                if self.nodes[ancestor].kind == "b":
+                    taken.add(ancestor)
+        return [index for index, node in enumerate(self.nodes)
+                if node.kind == "b" and node.block in entered and index not in taken]
+
     def block_status(self, entered: set[int], executed: set[int]) -> dict[int, str]:
         """For every interpreted block not entered by any run: "live" when a call to it ran (so it ran
         as the real module, outside the schema), else "never". Skipped blocks and the blocks inside a

@@ -128,13 +128,14 @@ def test_search_break_continue_step_out_nan_and_fork_gradients_on_gpt2(debugger_
     expect(status).to_contain_text("finished", timeout=60_000)
     state = _kernel_state(page)
     assert state["fork"] and state["gradients"] and state["grad_note"] == "", state
-    root.get_by_label("Run to step").fill(str(key_step))
-    root.get_by_role("button", name="Run to", exact=True).click()
-    expect(status).to_contain_text(f"step {key_step}", timeout=60_000)
     root.get_by_role("tab", name="Trace").click()
+    root.get_by_label("Trace of run").select_option(label=state["run"])
     root.get_by_label("Filter by variable").fill("key_states")
-    root.locator(".nnsp-tabpanel[aria-label='Trace'] tbody tr").first.click()
-    expect(root.locator(".nnsp-hist-caption")).to_contain_text("key_states")
+    edited = root.locator(".nnsp-tabpanel[aria-label='Trace'] tbody tr", has_text="transformer.h.0.attn").first
+    expect(edited).to_contain_text("key_states")
+    edited.click()
+    expect(root.locator(".nnsp-hist-caption")).to_contain_text(f"{state['run']} · step {key_step}")
+    expect(root.locator(".nnsp-hist[data-role='gradient'] rect").first).to_be_attached()  # the fork's gradient
     assert errors == [], errors
     page.close()
 
@@ -152,6 +153,8 @@ def test_histogram_of_a_value_changed_in_place_is_of_its_step_and_a_restart_says
     small.get_by_role("tab", name="Trace").click()
     rows = small.locator(".nnsp-tabpanel[aria-label='Trace'] tbody tr")
     small.get_by_label("Filter by variable").fill("output")
+    expect(rows).to_have_count(2)  # the zeros it was made as, and the model output
+    expect(rows.first).to_contain_text("Tensor creation")
     rows.first.click()  # `output = torch.zeros_like(x)`, later filled in place
     activation = small.locator(".nnsp-hist[data-role='activation']")
     expect(activation.locator(".nnsp-changed-later")).to_contain_text("changed in place later")
