@@ -34,13 +34,13 @@ def debugger_lab(tmp_path_factory):
 
 def _screens(page, root, artifacts, stem: str) -> None:
     for width in (1280, 900):
-        page.set_viewport_size({"width": width, "height": 1300})
+        page.set_viewport_size({"width": width, "height": 1300 if width > 1000 else 2600})
         page.wait_for_timeout(300)
         root.screenshot(path=str(artifacts / f"{stem}-{width}-light.png"))
     _menu(page, "Settings", "Theme", "JupyterLab Dark")
     page.locator("body[data-jp-theme-light='false']").wait_for(state="attached", timeout=30_000)
     for width in (1280, 900):
-        page.set_viewport_size({"width": width, "height": 1300})
+        page.set_viewport_size({"width": width, "height": 1300 if width > 1000 else 2600})
         page.wait_for_timeout(300)
         root.screenshot(path=str(artifacts / f"{stem}-{width}-dark.png"))
     _menu(page, "Settings", "Theme", "JupyterLab Light")
