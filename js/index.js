@@ -37,7 +37,7 @@ function render({ model, el }) {
   let viewUpdated = Promise.resolve();
 
   const STEPPING = new Set(["step", "step_over", "continue", "run_to", "reset"]);
-  STEPPING.add("step_out").add("run_to_here");
+  STEPPING.add("step_out").add("run_to_here").add("run_to_trace");
   let stepping = 0;
   /**
    * @param {string} command
@@ -86,7 +86,13 @@ function render({ model, el }) {
   const select = (query) => {
     pinned = query;
     hists.show(query);
+    runHere.hidden = isStatic || query.trace_step === undefined;
   };
+  // Run to here from a trace or compare row: the active run goes to the matching step ("h").
+  const runHere = h("button", { class: "nnsp-button nnsp-button-small nnsp-run-here", type: "button", hidden: true,
+    "aria-label": "Run to this step", title: "run the active run to the step of the selected row (h)",
+    onclick: () => { if (pinned && pinned.trace_step !== undefined) send("run_to_trace", pinned); } }, "Run to this step");
+  histBox.append(runHere);
 
   /** @type {Record<string, { body: HTMLElement, button: HTMLElement }>} */
   const tabs = {};
@@ -145,6 +151,7 @@ function render({ model, el }) {
   sourcePanel.after(panel("Call stack", stackBox, { class: "nnsp-panel nnsp-panel-stack" }));
   const onDebugStep = () => {
     if (isStatic) return;
+    if (!pinned) runHere.hidden = true;
     nav.refresh();
     callStack.refresh();
   };
@@ -182,6 +189,11 @@ function render({ model, el }) {
     if (event.key === "g") {
       event.preventDefault();
       toolbar.runToInput.focus();
+      return;
+    }
+    if (event.key === "h" && !runHere.hidden) {
+      event.preventDefault();
+      runHere.click();
       return;
     }
     if (event.key === "/" || event.key === "f") {  // search, as in a browser's or pudb's find

@@ -258,3 +258,20 @@ def test_the_untaken_branch_of_an_if_is_listed_after_a_run_the_taken_one_not():
     took_then = bool(model.fc(x).sum() > 0)
     assert ("else" if took_then else "then") in untaken and ("then" if took_then else "else") not in untaken
     assert any(text.startswith("except") for text in untaken)  # the handler never ran
+
+
+def test_a_trace_row_of_another_run_runs_the_active_one_to_the_matching_step():
+    torch.manual_seed(0)
+    x = torch.randn(3, 4)
+    state = InspectorState(parsed(Chain(), x=x), {"x": x})
+    state.continue_()
+    base = state.active
+    relu = next(step for step in base.trace.steps if "relu" in step.op_name)
+    state.run_to(base.trace_index[base.trace.steps[1].step])  # the first layer's output
+    state.edit("scale", 2.0)  # the active run is a fork now
+    state.reset()
+    state.run_to_trace_step(base.name, relu.step)
+    assert state.active.is_fork and state.step_index == base.trace_index[relu.step]
+    assert state.current.out_var == relu.out_var and "relu" in state.current.location.code
+    with pytest.raises(InspectorError, match="no trace step 999"):
+        state.run_to_trace_step(base.name, 999)

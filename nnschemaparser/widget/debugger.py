@@ -252,6 +252,18 @@ class Navigation:
         """Stop at the first step whose value is a floating tensor holding a NaN or an Inf."""
         return self.breakpoints.add(Breakpoint("nonfinite", label="first NaN or Inf")).to_dict()
 
+    def run_to_trace_step(self, run: Optional[str], trace_step: int) -> Any:
+        """Run the active run to the step matching trace step `trace_step` of run `run` (a trace or
+        compare row): the StepInfo index that produced it there. Runs of one schema on one input take
+        the same steps until their control flow differs, so the index is the matching step."""
+        record = self.run(run)
+        index = record.trace_index.get(int(trace_step))
+        if index is None:
+            raise self.navigation_error(f"run {record.name!r} has no trace step {trace_step}")
+        if index == 0:  # an input of the run: before its first step
+            raise self.navigation_error(f"trace step {trace_step} of {record.name!r} is an input; press Reset")
+        return self.run_to(index)
+
     def inline_values(self, block: int, run: Optional[str] = None) -> dict:
         """What each source line of tree block `block` bound in its latest execution in the run so far,
         as a debugger's inline values: {line: "var dtype[shape] μ mean"} (named variables first; a

@@ -190,6 +190,11 @@ class InspectorWidget(anywidget.AnyWidget):
         """Continue to tree row `node` or source `line` (a one-time breakpoint); "Run to here"."""
         return self._do(self._state.run_to_here, node, line=line, file=file)
 
+    def run_to_trace_step(self, run: Optional[str], trace_step: int) -> Any:
+        """Run the active run to the step matching trace step `trace_step` of run `run` (a trace or
+        compare row); "Run to this step" under the histograms."""
+        return self._do(self._state.run_to_trace_step, run, trace_step)
+
     def break_on_nonfinite(self) -> dict:
         """Stop at the first step whose value holds a NaN or an Inf."""
         return self._do(self._state.break_on_nonfinite)

@@ -251,6 +251,11 @@ class _Handlers:
         return _after_command(state, message)
 
     @staticmethod
+    def on_run_to_trace(state: InspectorState, message: dict) -> Any:
+        state.run_to_trace_step(message.get("run") or None, _int(message, "trace_step", 0))
+        return _after_command(state, message)
+
+    @staticmethod
     def on_call_stack(state: InspectorState, message: dict) -> Any:
         return {"frames": state.call_stack()}
 

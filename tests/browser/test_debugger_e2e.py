@@ -136,6 +136,15 @@ def test_search_break_continue_step_out_nan_and_fork_gradients_on_gpt2(debugger_
     edited.click()
     expect(root.locator(".nnsp-hist-caption")).to_contain_text(f"{state['run']} · step {key_step}")
     expect(root.locator(".nnsp-hist[data-role='gradient'] rect").first).to_be_attached()  # the fork's gradient
+
+    # run to here from that trace row of the finished fork: the active run goes to the matching step
+    root.get_by_role("button", name="Reset").click()
+    expect(status).to_contain_text("ready")
+    root.get_by_label("Trace of run").select_option(label=state["run"])
+    edited.click()
+    root.get_by_role("button", name="Run to this step").click()
+    expect(status).to_contain_text(f"step {key_step}", timeout=60_000)
+    assert _kernel_state(page)["step_index"] == key_step
     assert errors == [], errors
     page.close()
 
