@@ -117,5 +117,8 @@ export class HistogramPair {
       `${data.var || "(no variable)"} in ${data.block || "—"}`;
     drawHistogram(this.activation, data.activation, "activation");
     drawHistogram(this.gradient, data.gradient, "gradient");
+    if (data.activation && data.activation.changed_later) {
+      this.activation.append(h("div", { class: "nnsp-note nnsp-changed-later", role: "note" }, data.activation.changed_later));
+    }
   }
 }

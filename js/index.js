@@ -10,6 +10,7 @@ import { TraceTable } from "./table.js";
 import { HistogramPair } from "./histogram.js";
 import { CompareView } from "./compare.js";
 import { EditPanel } from "./edit.js";
+import { NavigatorPanel, CallStackPanel, explainError } from "./debugger.js";
 
 const nextFrame = () => new Promise((/** @type {(value?: unknown) => void} */ resolve) => requestAnimationFrame(() => resolve()));
 
@@ -36,6 +37,7 @@ function render({ model, el }) {
   let viewUpdated = Promise.resolve();
 
   const STEPPING = new Set(["step", "step_over", "continue", "run_to", "reset"]);
+  STEPPING.add("step_out").add("run_to_here").add("run_to_trace");
   let stepping = 0;
   /**
    * @param {string} command
@@ -49,7 +51,9 @@ function render({ model, el }) {
       const data = await channel.request(command, isStep ? { ...args, with_hist: true } : args);
       if (isStep && data && data.hist && !pinned) hists.render(data.hist);
     } catch (err) {
-      errorBar.textContent = /** @type {Error} */ (err).message;
+      const explained = explainError(err);
+      errorBar.textContent = explained.text;
+      if (explained.restarted) root.dataset.kernel = "restarted";
     } finally {
       if (isStep) stepping -= 1;
     }
@@ -66,14 +70,29 @@ function render({ model, el }) {
   const stepBox = h("div", { class: "nnsp-stepinfo" });
   const sourceBox = h("div", { class: "nnsp-source" });
   const histBox = h("div", { class: "nnsp-hists" });
-  const tree = new TreeView(treeBox, channel, { onSelectBlock: (block) => source.show(block, 0) });
-  const source = new SourceView(sourceBox, channel);
+  const tree = new TreeView(treeBox, channel, {
+    onSelectBlock: (block) => source.show(block, 0),
+    onRowAction: isStatic ? undefined : (node, action) => (action === "break" ? navigator?.request("break_at", { node }) : send("run_to_here", { node })),
+  });
+  /** @type {import("./debugger.js").NavigatorPanel | null} */
+  let navigator = null;
+  /** @type {SourceView} */
+  const source = new SourceView(sourceBox, channel, {
+    /** @param {number} line @param {string} file @param {boolean} runTo @returns {unknown} */
+    onGutter: (line, file, runTo) => (runTo ? send("run_to_here", { line, file }) : navigator?.request("break_at", { line, file })),
+  });
   const hists = new HistogramPair(histBox, channel);
   /** @param {Record<string, unknown>} query */
   const select = (query) => {
     pinned = query;
     hists.show(query);
+    runHere.hidden = isStatic || query.trace_step === undefined;
   };
+  // Run to here from a trace or compare row: the active run goes to the matching step ("h").
+  const runHere = h("button", { class: "nnsp-button nnsp-button-small nnsp-run-here", type: "button", hidden: true,
+    "aria-label": "Run to this step", title: "run the active run to the step of the selected row (h)",
+    onclick: () => { if (pinned && pinned.trace_step !== undefined) send("run_to_trace", pinned); } }, "Run to this step");
+  histBox.append(runHere);
 
   /** @type {Record<string, { body: HTMLElement, button: HTMLElement }>} */
   const tabs = {};
@@ -112,6 +131,31 @@ function render({ model, el }) {
     tabBar, tabBody);
   el.append(root);
 
+  // Go anywhere: search and breakpoints above the tree, the call stack beside the source.
+  const navBox = h("div", { class: "nnsp-nav" });
+  const stackBox = h("div", { class: "nnsp-stack" });
+  const nav = new NavigatorPanel(navBox, channel, {
+    isStatic, send,
+    jump: (result) => Promise.all([tree.reveal(result.node, result.ancestors), source.show(result.source_block, result.line)]),
+    onBreakpoints: (view) => source.setBreakpoints(view.items),
+  });
+  navigator = nav;
+  const callStack = new CallStackPanel(stackBox, channel, {
+    showFrame: (frame) => Promise.all([tree.reveal(frame.node), source.show(frame.node, 0)]),
+  });
+  const treePanel = /** @type {HTMLElement} */ (root.querySelector(".nnsp-panel-tree"));
+  const leftColumn = h("div", { class: "nnsp-left" });
+  treePanel.replaceWith(leftColumn);
+  leftColumn.append(panel("Search and breakpoints", navBox, { class: "nnsp-panel nnsp-panel-nav" }), treePanel);
+  const sourcePanel = /** @type {HTMLElement} */ (sourceBox.parentElement);
+  sourcePanel.after(panel("Call stack", stackBox, { class: "nnsp-panel nnsp-panel-stack" }));
+  const onDebugStep = () => {
+    if (isStatic) return;
+    if (!pinned) runHere.hidden = true;
+    nav.refresh();
+    callStack.refresh();
+  };
+
   function onStep() {
     const info = model.get("step_info") || {};
     renderStepInfo(stepBox, info, isStatic ? "static" : model.get("status"));
@@ -120,7 +164,7 @@ function render({ model, el }) {
     if (info.index) {
       viewUpdated = Promise.all([
         info.node >= 0 ? tree.reveal(info.node, info.ancestors) : null,
-        source.show(info.source_block, info.line),
+        source.show(info.source_block, info.line, info).then(() => source.inline()),
         pinned || stepping ? null : hists.show(info.trace_step ? { trace_step: info.trace_step } : { step_index: info.index }),
       ]).catch(() => undefined);
     }
@@ -132,7 +176,7 @@ function render({ model, el }) {
     table.setRuns(runs, info.run);
     compare.setRuns(runs);
   }
-  const onError = () => { errorBar.textContent = model.get("error") || ""; };
+  const onError = () => { if (!root.dataset.kernel) errorBar.textContent = model.get("error") || ""; };
   const onEdits = () => editPanel.update(model.get("step_info"), model.get("edit_list"));
   const onBlocks = () => tree.setBlocks(model.get("blocks"));
   const onStatus = () => {
@@ -145,6 +189,16 @@ function render({ model, el }) {
     if (event.key === "g") {
       event.preventDefault();
       toolbar.runToInput.focus();
+      return;
+    }
+    if (event.key === "h" && !runHere.hidden) {
+      event.preventDefault();
+      runHere.click();
+      return;
+    }
+    if (event.key === "/" || event.key === "f") {  // search, as in a browser's or pudb's find
+      event.preventDefault();
+      nav.input.focus();
       return;
     }
     const command = SHORTCUTS[event.key];
@@ -165,7 +219,10 @@ function render({ model, el }) {
   const handlers = { "change:step_info": onStep, "change:runs": onRuns, "change:error": onError,
     "change:edit_list": onEdits, "change:blocks": onBlocks, "change:status": onStatus };
   for (const [event, handler] of Object.entries(handlers)) model.on(event, handler);
+  model.on("change:step_info", onDebugStep);
+  onDebugStep();
   return () => {
+    model.off("change:step_info", onDebugStep);
     for (const [event, handler] of Object.entries(handlers)) model.off(event, handler);
     channel.dispose();
   };

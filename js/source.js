@@ -1,5 +1,7 @@
-// The source pane: the forward source of the block holding the current step, with its line
-// highlighted. Sources are fetched once per block and cached.
+// The source pane: the forward source of the block holding the current step, with its line (and
+// the column range of the current instruction, where Python gives it) highlighted. Sources are
+// fetched once per block and cached. A click on a line number sets a breakpoint on that line
+// (Shift+click: run to here); beside each line that ran, its inline value (what it bound).
 
 import { h, clear, scrollWithin } from "./dom.js";
 
@@ -7,10 +9,16 @@ export class SourceView {
   /**
    * @param {HTMLElement} container
    * @param {import("./types").Channel} channel
+   * @param {{ onGutter?: (line: number, file: string, runTo: boolean) => unknown }} [options]
    */
-  constructor(container, channel) {
+  constructor(container, channel, { onGutter } = {}) {
     this.container = container;
     this.channel = channel;
+    this.onGutter = onGutter || null;
+    this.file = "";
+    /** @type {Set<number>} */
+    this.breakLines = new Set();
+    this.inlineSerial = 0;
     /** @type {Map<number, Promise<any>>} */
     this.cache = new Map();
     /** @type {number | null} */
@@ -30,8 +38,9 @@ export class SourceView {
   /**
    * @param {number | null | undefined} block
    * @param {number} line
+   * @param {{ col?: number, end_col?: number, end_line?: number }} [range] the instruction's columns
    */
-  async show(block, line) {
+  async show(block, line, range = {}) {
     if (block === null || block === undefined || block < 0) return;
     if (block !== this.block) {
       let source;
@@ -45,7 +54,7 @@ export class SourceView {
       this.block = block;
       this.render(source);
     }
-    this.mark(line);
+    this.mark(line, range.col, range.end_col, range.end_line);
   }
 
   /** @param {{ file?: string, first: number, text?: string, note?: string }} source */
@@ -54,24 +63,78 @@ export class SourceView {
     this.header.textContent = file ? `${file}:${source.first}` : source.note || "no source";
     this.header.title = source.file || "";
     clear(this.body);
+    this.file = source.file || "";
     const lines = (source.text || "").split("\n");
     lines.forEach((text, i) => {
       const number = source.first + i;
-      this.body.append(h("div", { class: "nnsp-line", "data-line": number },
-        h("span", { class: "nnsp-lineno" }, String(number)), h("span", { class: "nnsp-code" }, text || " ")));
+      const gutter = h("span", { class: "nnsp-lineno", title: "click: breakpoint on this line · Shift+click: run to here",
+        onclick: (/** @type {MouseEvent} */ event) => { if (this.onGutter) this.onGutter(number, this.file, event.shiftKey); } },
+        String(number));
+      this.body.append(h("div", { class: `nnsp-line${this.breakLines.has(number) ? " nnsp-line-bp" : ""}`, "data-line": number },
+        gutter, h("span", { class: "nnsp-code", "data-text": text }, text || " "), h("span", { class: "nnsp-inline" })));
     });
     this.line = 0;
   }
 
-  /** @param {number} line */
-  mark(line) {
+  /** @param {number} line @param {number} [col] @param {number} [endCol] @param {number} [endLine] */
+  mark(line, col, endCol, endLine) {
     const old = this.body.querySelector(".nnsp-line-current");
-    if (old) old.classList.remove("nnsp-line-current");
+    if (old) {
+      old.classList.remove("nnsp-line-current");
+      const code = /** @type {HTMLElement} */ (old.querySelector(".nnsp-code"));
+      code.textContent = code.dataset.text || " ";
+    }
     this.line = line;
     const el = this.body.querySelector(`.nnsp-line[data-line="${line}"]`);
     if (el) {
       el.classList.add("nnsp-line-current");
+      const code = /** @type {HTMLElement} */ (el.querySelector(".nnsp-code"));
+      const [before, piece, after] = columnPieces(code.dataset.text || "", col, endCol, (endLine || line) > line);
+      if (piece) clear(code).append(before, h("span", { class: "nnsp-col-current" }, piece), after);
       scrollWithin(this.container, el);
     }
   }
+
+  // Lines with a breakpoint (of this file) get a dot in the gutter.
+  /** @param {{ kind: string, file: string, line: number }[]} items */
+  setBreakpoints(items) {
+    this.breakLines = new Set(items.filter((b) => b.kind === "line" && (!b.file || b.file === this.file)).map((b) => b.line));
+    for (const el of this.body.querySelectorAll(".nnsp-line")) {
+      el.classList.toggle("nnsp-line-bp", this.breakLines.has(Number(/** @type {HTMLElement} */ (el).dataset.line)));
+    }
+  }
+
+  // Inline values of the shown block's lines that ran (a kernel request per call).
+  async inline() {
+    if (this.block === null || this.block < 0) return;
+    const serial = ++this.inlineSerial;
+    const block = this.block;
+    let data;
+    try {
+      data = await this.channel.request("inline", { block });
+    } catch (err) {
+      return;
+    }
+    if (serial !== this.inlineSerial || block !== this.block) return;
+    for (const el of this.body.querySelectorAll(".nnsp-line")) {
+      const line = /** @type {HTMLElement} */ (el).dataset.line || "";
+      const slot = /** @type {HTMLElement} */ (el.querySelector(".nnsp-inline"));
+      slot.textContent = data.lines[line] || "";
+    }
+  }
+}
+
+// The current line split around the instruction's column range: [before, piece, after]; the piece
+// is "" when the range is unknown or does not fit the line. A range that goes on to a later line
+// is highlighted to the end of this one.
+/**
+ * @param {string} text @param {number | undefined} col @param {number | undefined} endCol
+ * @param {boolean} multiLine the range ends on a later line
+ * @returns {[string, string, string]}
+ */
+export function columnPieces(text, col, endCol, multiLine) {
+  if (col === undefined || col === null || endCol === undefined || endCol === null) return [text, "", ""];
+  const end = Math.min(multiLine ? text.length : endCol, text.length);
+  if (col < 0 || col >= text.length || end <= col) return [text, "", ""];
+  return [text.slice(0, col), text.slice(col, end), text.slice(end)];
 }

@@ -1,10 +1,10 @@
-// The stepper: the Step / Step over / Continue / Run to / Reset buttons with their keyboard
-// shortcuts, and the card describing the current StepInfo.
+// The stepper: the Step / Step over / Step out / Continue / Run to / Reset buttons with their
+// keyboard shortcuts, and the card describing the current StepInfo.
 
 import { h, clear, fmt } from "./dom.js";
 
 /** @type {Record<string, string>} */
-export const SHORTCUTS = { s: "step", o: "step_over", c: "continue", r: "reset" };
+export const SHORTCUTS = { s: "step", o: "step_over", u: "step_out", c: "continue", r: "reset" };
 
 /**
  * @param {(command: string, args?: Record<string, unknown>) => unknown} send
@@ -29,6 +29,7 @@ export function createToolbar(send, { isStatic }) {
   const el = h("div", { class: "nnsp-toolbar", role: "toolbar", "aria-label": "Stepper" },
     button("Step", "step", "s"),
     button("Step over", "step_over", "o"),
+    button("Step out", "step_out", "u"),
     button("Continue", "continue", "c"),
     h("span", { class: "nnsp-group" }, runToInput,
       h("button", { class: "nnsp-button", type: "button", "aria-label": "Run to", title: "Run to the step number (g to type it)",

@@ -11,16 +11,17 @@ export class TreeView extends TreeModel {
   /**
    * @param {HTMLElement} container
    * @param {import("./types").Channel} channel
-   * @param {{ onSelectBlock?: (block: number) => void }} [options]
+   * @param {{ onSelectBlock?: (block: number) => void, onRowAction?: (node: number, action: string) => void }} [options]
    */
-  constructor(container, channel, { onSelectBlock } = {}) {
+  constructor(container, channel, { onSelectBlock, onRowAction } = {}) {
     super();
     this.container = container;
     this.channel = channel;
     this.onSelectBlock = onSelectBlock;
+    this.onRowAction = onRowAction;
     this.current = -1;
-    /** @type {{ never: number[], live: number[], known?: boolean }} */
-    this.blocks = { never: [], live: [], known: false };
+    /** @type {{ never: number[], live: number[], untaken?: number[], known?: boolean }} */
+    this.blocks = { never: [], live: [], untaken: [], known: false };
   }
 
   /** @param {{ rows?: import("./types").TreeRow[], root?: number }} tree */
@@ -63,6 +64,7 @@ export class TreeView extends TreeModel {
       node.extra.skip ? h("span", { class: "nnsp-flag nnsp-flag-skip", title: node.extra.skip }, "skipped") : null,
       node.extra.skip ? h("span", { class: "nnsp-reason" }, node.extra.skip) : null,
       h("span", { class: "nnsp-flag nnsp-flag-run", hidden: true }),
+      this.onRowAction && node.kind !== "b" ? rowActions(node.id, node.text, this.onRowAction) : null,
     );
     const children = h("div", { class: "nnsp-children", role: "group" });
     const el = h("div", {
@@ -153,6 +155,7 @@ export class TreeView extends TreeModel {
 
   /** @param {TreeNode} node */
   markRun(node) {
+    if (node.kind === "b" && node.el) node.el.classList.toggle("nnsp-untaken", (this.blocks.untaken || []).includes(node.id));
     if (node.kind !== "B" || !node.el) return;
     const flag = /** @type {HTMLElement} */ (node.el.querySelector(":scope > .nnsp-row > .nnsp-flag-run"));
     const never = this.blocks.never.includes(node.id);
@@ -166,6 +169,16 @@ export class TreeView extends TreeModel {
   /** @param {{ never?: number[], live?: number[] } | null | undefined} blocks */
   setBlocks(blocks) {
     this.blocks = { never: [], live: [], ...(blocks || {}) };
-    for (const node of this.nodes.values()) if (node.kind === "B") this.markRun(node);
+    for (const node of this.nodes.values()) if (node.kind === "B" || node.kind === "b") this.markRun(node);
   }
+}
+
+// A row's debugger actions: a breakpoint (on entry for a block) and run to here.
+/** @param {number} id @param {string} text @param {(node: number, action: string) => void} act */
+function rowActions(id, text, act) {
+  /** @param {string} symbol @param {string} action @param {string} label */
+  const button = (symbol, action, label) => h("button", { class: "nnsp-icon nnsp-row-action", type: "button", tabindex: "-1",
+    title: label, "aria-label": `${label}: ${text}`,
+    onclick: (/** @type {Event} */ event) => { event.stopPropagation(); act(id, action); } }, symbol);
+  return h("span", { class: "nnsp-row-actions" }, button("●", "break", "Breakpoint"), button("▶", "run_to_here", "Run to here"));
 }

@@ -297,6 +297,12 @@ def _schema_mutations(m: _Maker) -> None:
         doc = m.doc()
         m.pick(finder(doc))["__class__"] = "x"
         m.add(f"unknown-{kind}-field", doc, MalformedFileError)
+    # a source location's column range: exactly [col, end_line, end_col], non-negative integers
+    for index, cols in enumerate([[1, 2], [1, 2, 3, 4], ["1", 2, 3], [1, -2, 3], {"col": 1}, [1.5, 2, 3]]):
+        doc = m.doc()
+        located = m.pick([r for r in _instrs(doc) if r.get("location")])
+        located["location"]["cols"] = cols
+        m.add(f"location-cols-{index}", doc, MalformedFileError)
     # 3. mistyped fields
     for key, bad in _TYPED_FIELDS.items():
         doc = m.doc()

@@ -64,7 +64,7 @@ def test_never_routed_experts_are_reported_and_called_blocks_are_not():
     model, inputs = make_moe()  # the router never picks experts 5, 6, 7
     schema = NNParser.parse_model(model, inputs_tensors_values=inputs)
     state = InspectorState(schema, inputs)
-    assert state.view_blocks() == {"known": False, "never": [], "live": []}
+    assert state.view_blocks() == {"known": False, "never": [], "live": [], "untaken": []}
     state.continue_()
     assert state.never_run_paths() == ["experts.5", "experts.6", "experts.7"]
     never = state.view_blocks()["never"]

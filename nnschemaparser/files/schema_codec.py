@@ -201,6 +201,8 @@ class SchemaEncoder:
             "location": None if loc is None else {"file": self.file(loc.filename), "line": loc.lineno,
                                                   "code": loc.code},
         }
+        if loc is not None and loc.end_lineno:
+            data["location"]["cols"] = [loc.col, loc.end_lineno, loc.end_col]
         getattr(self, "encode_" + kind)(instr, data)
         return data
 
@@ -413,9 +415,18 @@ class SchemaDecoder:
         instr.resolved = repr_from_json(data["resolved"], f"{at}.resolved", self.limits)
         loc = data["location"]
         if loc is not None:
-            record(loc, f"{at}.location", ("file", "line", "code"))
+            record(loc, f"{at}.location", ("file", "line", "code"), ("cols",))
+            cols = [0, 0, 0]
+            if "cols" in loc:
+                cols = get_list(loc, "cols", f"{at}.location")
+                if len(cols) != 3:
+                    raise MalformedFileError(f"{at}.location.cols: expected [col, end_line, end_col], got "
+                                             f"{len(cols)} items")
+                box = dict(zip(("col", "end_line", "end_col"), cols))
+                cols = [get_int(box, key, f"{at}.location.cols") for key in ("col", "end_line", "end_col")]
             instr.location = SourceLocation(self._file(loc["file"], f"{at}.location.file"),
-                                            get_int(loc, "line", f"{at}.location"), get_str(loc, "code", f"{at}.location"))
+                                            get_int(loc, "line", f"{at}.location"), get_str(loc, "code", f"{at}.location"),
+                                            *cols)
         return instr
 
     def _operands(self, data: dict, at: str) -> dict:

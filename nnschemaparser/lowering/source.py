@@ -28,6 +28,16 @@ class FunctionSource:
     filename: str
     firstlineno: int
     lines: tuple[str, ...]
+    indent: int = 0  # the columns textwrap.dedent took off every line before parsing
+
+    def column(self, lineno: int, offset: int) -> int:
+        """The 0-based character column in the file of `ast`'s `col_offset` (UTF-8 bytes of the
+        dedented text) on absolute line `lineno`."""
+        index = lineno - self.firstlineno
+        if not 0 <= index < len(self.lines):
+            return offset + self.indent
+        dedented = self.lines[index][self.indent:].encode("utf-8")
+        return self.indent + len(dedented[:offset].decode("utf-8", errors="ignore"))
 
     def line_text(self, lineno: int) -> str:
         """The source text of absolute line `lineno` of the file (stripped)."""
@@ -105,8 +115,11 @@ def _read_function_source(fn: Callable) -> FunctionSource:
             "it will run as an opaque call")
     # Shift line numbers to absolute positions of the file, on a copy so the cache stays intact.
     node = _shifted_copy(node, firstlineno - 1)
+    first = next((line for line in lines if line.strip()), "")
+    first_dedented = next((line for line in text.splitlines(True) if line.strip()), "")
     return FunctionSource(node=node, filename=filename, firstlineno=firstlineno,
-                          lines=tuple(line.rstrip("\n") for line in lines))
+                          lines=tuple(line.rstrip("\n") for line in lines),
+                          indent=len(first) - len(first_dedented))
 
 
 def _shifted_copy(node: ast.AST, offset: int) -> Any:

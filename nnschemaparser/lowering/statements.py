@@ -230,7 +230,13 @@ class FunctionLowering(ExpressionLowering):
 
     def location(self, node: ast.AST) -> SourceLocation:
         lineno = getattr(node, "lineno", self.src.firstlineno)
-        return SourceLocation(self.src.filename, lineno, self.src.line_text(lineno))
+        col = getattr(node, "col_offset", None)
+        end_col = getattr(node, "end_col_offset", None)
+        if col is None or end_col is None:
+            return SourceLocation(self.src.filename, lineno, self.src.line_text(lineno))
+        end_lineno = getattr(node, "end_lineno", None) or lineno
+        return SourceLocation(self.src.filename, lineno, self.src.line_text(lineno), self.src.column(lineno, col),
+                              end_lineno, self.src.column(end_lineno, end_col))
 
     def emit(self, instruction: Instruction, node: ast.AST) -> Instruction:
         if instruction.location is None:
@@ -289,8 +295,10 @@ class FunctionLowering(ExpressionLowering):
         return FunctionSchema(
             name=node.name, params=positional, vararg=args.vararg.arg if args.vararg else None,
             kwonly=[a.arg for a in args.kwonlyargs], kwarg=args.kwarg.arg if args.kwarg else None,
-            defaults=defaults, body=self.current, filename=self.src.filename, firstlineno=node.lineno,
-            source="\n".join(self.src.lines), free_vars=tuple(sorted(self.free_vars)),
+            defaults=defaults, body=self.current, filename=self.src.filename,
+            # the line of `source`'s first line (a decorator's when decorated, as `co_firstlineno`),
+            # so line `firstlineno + i` of the file is line i of `source`
+            firstlineno=self.src.firstlineno, source="\n".join(self.src.lines), free_vars=tuple(sorted(self.free_vars)),
             nonlocal_vars=tuple(sorted(self.nonlocals)), weight_refs=dict(self.weight_refs),
             self_name=self.self_name,
         )

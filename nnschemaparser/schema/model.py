@@ -139,11 +139,19 @@ class BlockRef:
 
 @dataclass(frozen=True)
 class SourceLocation:
-    """Where an instruction comes from: file, 1-based line, and the source text of that line."""
+    """Where an instruction comes from: file, 1-based line, and the source text of that line.
+
+    `col` and `end_col` are the 0-based column range in the file of the expression or statement the
+    instruction was lowered from, as Python's `ast` gives it, and `end_lineno` its last line (0: not
+    known, e.g. a schema saved before columns were kept).
+    """
 
     filename: str
     lineno: int
     code: str = ""
+    col: int = 0
+    end_lineno: int = 0
+    end_col: int = 0
 
     def __str__(self) -> str:
         return f"{self.filename}:{self.lineno}"
@@ -303,6 +311,10 @@ class FunctionSchema:
 
     `params` lists positional-or-keyword parameter names (without `self` for methods),
     `vararg` / `kwarg` the *args / **kwargs names, `kwonly` the keyword-only names.
+    `filename` and `firstlineno` locate `source` in its file: line `firstlineno + i` of the file is line
+    `i` of `source` (for a decorated function `firstlineno` is its first decorator's line, as Python's
+    `co_firstlineno`). Nested functions and comprehensions have no `source` of their own; their
+    `firstlineno` is their own first line in the same file.
     `cell_vars` are names a nested function reads or writes from this function's scope
     (`nonlocal`); `free_vars` are names this function reads from enclosing scopes.
     """

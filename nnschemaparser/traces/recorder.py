@@ -7,7 +7,8 @@ tensor, so it is not a step), and the root's tensor outputs ("output").
 Values are kept as detached aliases, not copies. What makes them "the value at capture time" is
 the engine's `before` event: right before an instruction flagged `mutates` runs (`x.add_()`,
 `y[0] = ...`, `F.relu(x, inplace=True)`), the recorder clones the kept values whose storage is the
-storage of the operand about to change. Storages are indexed lazily, on the first mutation, so a
+storage of the operand about to change (and note the step in `changed_in_place`, so a view can say
+the tensor was changed later). Storages are indexed lazily, on the first mutation, so a
 run without in-place ops pays nothing for this. In-place changes made where the schema cannot see
 them (inside a skipped child, inside a torch function) are not detected.
 
@@ -181,6 +182,9 @@ class ActivationRecorder(TraceListener):
         self._hooked: dict[tuple[int, int], tuple[torch.Tensor, list[int]]] = {}
         self._return_vars: Optional[tuple[list[str], bool]] = None
         self.root_frame = None
+        # trace step numbers whose tensor an instruction later changed in place: the step kept a
+        # copy of its value as captured, and the live tensor differs from it afterwards
+        self.changed_in_place: set[int] = set()
 
     def on_run_start(self, root: ModelBlockSchema, scope: dict) -> None:
         self._start_state(root)
@@ -229,6 +233,7 @@ class ActivationRecorder(TraceListener):
                 if step.tensor.value is not None:
                     step.tensor.value = step.tensor.value.detach().clone()
                     self._versions[step.step - 1] = step.tensor.value._version
+                    self.changed_in_place.add(step.step)
 
     def on_edit(self, event: EditEvent) -> None:
         """An edit of the variable the last step bound replaces that step's value (later edits do not)."""
@@ -417,7 +422,9 @@ class ActivationRecorder(TraceListener):
         numbers = [number]
         store = self._grads
 
-        def keep_gradient(grad: torch.Tensor, _numbers=numbers, _store=store) -> None:
+        def keep_gradient(grad: Optional[torch.Tensor], _numbers=numbers, _store=store) -> None:
+            if grad is None:  # an unused output of a multi-output op (a piece of torch.split)
+                return
             grad = grad.detach()
             for n in _numbers:
                 previous = _store.get(n)
@@ -445,7 +452,8 @@ class ActivationRecorder(TraceListener):
             omitted = None
             if grad is None:
                 omitted = ("the activation value was not kept (capture limits)" if step.omitted else
-                           "no gradient reached this tensor: call backward() on a result that depends on it")
+                           "no gradient flows here: what was differentiated does not depend on this value "
+                           "(or backward() was not called yet)")
             cid = "grad_" + step.container_id
             shape = _shape(grad) if grad is not None else step.tensor.shape
             dtype = str(grad.dtype) if grad is not None else step.tensor.dtype

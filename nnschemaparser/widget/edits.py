@@ -1,5 +1,9 @@
 """Edits the inspector applies to a paused step's value: zero, scale, add noise, or a Python expression.
 
+An edited tensor keeps the `requires_grad` of the value it replaces: scale and noise stay on the
+autograd graph, and a value that does not depend on the old one (zero, most expressions) becomes a
+leaf that requires grad when the old value did, so the gradients of the run flow through every edit.
+
 An `EditSpec` is the queued, replayable form of one edit: the step it belongs to (the stream is
 deterministic, so the step index is a stable fork key), the variable and frame it targets, the
 action and its argument. `apply_edit_spec` turns it into a new value for the live step and hands it
@@ -87,23 +91,39 @@ def _new_value(spec: EditSpec, current: Any, step: StepInfo, namespace: Optional
         scope.update(step.scope_frames[spec.frame_depth])
         scope.update({"torch": torch, "F": torch.nn.functional, "value": current, "step": step})
         try:
-            return eval(compile(spec.argument, "<edit>", "eval"), scope)  # noqa: S307 - the user's own kernel
+            new = eval(compile(spec.argument, "<edit>", "eval"), scope)  # noqa: S307 - the user's own kernel
         except Exception as exc:
             raise EditError(f"the expression {spec.argument!r} raised {type(exc).__name__}: {exc}") from None
+        return _same_requires_grad(new, current)
     if not isinstance(current, torch.Tensor):
         raise EditError(f"{spec.action} works on tensors; {spec.out_var!r} is a {type(current).__name__} "
                         "(use an expression to set it)")
     if spec.action == "zero":
-        return torch.zeros_like(current)
+        return _same_requires_grad(torch.zeros_like(current), current)
     if not current.is_floating_point():
         raise EditError(f"{spec.action} needs a floating-point tensor; {spec.out_var!r} is {current.dtype} "
                         "(use an expression to set it)")
-    with torch.no_grad():
-        if spec.action == "scale":
-            return current.detach() * spec.argument
-        generator = torch.Generator(device=current.device).manual_seed(spec.seed)
-        noise = torch.randn(current.shape, generator=generator, device=current.device, dtype=current.dtype)
-        return current.detach() + noise * spec.argument
+    # Scale and noise stay on the autograd graph: the gradient flows through the edit to what came before.
+    if spec.action == "scale":
+        return current * spec.argument
+    generator = torch.Generator(device=current.device).manual_seed(spec.seed)
+    noise = torch.randn(current.shape, generator=generator, device=current.device, dtype=current.dtype)
+    return current + noise * spec.argument
+
+
+def _same_requires_grad(new: Any, current: Any) -> Any:
+    """`new` with the `requires_grad` of the value it replaces, so gradients flow from the edit on.
+
+    A value that does not depend on the old one (zeros, a constant expression) becomes a leaf that
+    requires grad: the later steps' gradients reach it, and the steps before it honestly get none.
+    """
+    if not isinstance(new, torch.Tensor) or not isinstance(current, torch.Tensor):
+        return new
+    if current.requires_grad and not new.requires_grad and (new.is_floating_point() or new.is_complex()):
+        return new.detach().requires_grad_(True)
+    if not current.requires_grad and new.requires_grad:
+        return new.detach()
+    return new
 
 
 def apply_edit_spec(step: StepInfo, spec: EditSpec, namespace: Optional[Mapping[str, Any]] = None) -> Any:

@@ -168,6 +168,54 @@ class InspectorWidget(anywidget.AnyWidget):
     def clear_edits(self) -> None:
         self._do(self._state.clear_edits)
 
+    # -- go anywhere: search, breakpoints, step out, call stack --------------------------------
+
+    def search(self, query: str, limit: int = 200) -> Any:
+        """The tree rows matching `query` (block paths like "h.1.attn" first, then variables, op names,
+        instruction text) as a DataFrame: node, kind, text, op, shape, line, block, path, ancestors."""
+        import pandas as pd
+
+        with self._lock:
+            rows = self._state.search(query, limit)
+        return pd.DataFrame(rows, columns=["node", "kind", "text", "op", "shape", "line", "block", "path",
+                                           "ancestors"])
+
+    def break_at(self, where: Any = None, *, line: Optional[int] = None, file: str = "",
+                 when: Optional[Callable[[StepInfo], Any]] = None) -> dict:
+        """Add a breakpoint: a tree node id, a block path (on entry), `line=` (in `file`), or a predicate
+        `when=lambda step: ...`; Continue stops at its next hit (see `breakpoint_hits`)."""
+        return self._do(self._state.break_at, where, line=line, file=file, when=when)
+
+    def run_to_here(self, node: Optional[int] = None, *, line: Optional[int] = None, file: str = "") -> Any:
+        """Continue to tree row `node` or source `line` (a one-time breakpoint); "Run to here"."""
+        return self._do(self._state.run_to_here, node, line=line, file=file)
+
+    def run_to_trace_step(self, run: Optional[str], trace_step: int) -> Any:
+        """Run the active run to the step matching trace step `trace_step` of run `run` (a trace or
+        compare row); "Run to this step" under the histograms."""
+        return self._do(self._state.run_to_trace_step, run, trace_step)
+
+    def break_on_nonfinite(self) -> dict:
+        """Stop at the first step whose value holds a NaN or an Inf."""
+        return self._do(self._state.break_on_nonfinite)
+
+    def clear_breakpoints(self) -> None:
+        self._do(self._state.clear_breakpoints)
+
+    @property
+    def breakpoint_hits(self) -> list[dict]:
+        """Every breakpoint stop so far: breakpoint index, reason, step, block, variable, line."""
+        return list(self._state.breakpoints.hits)
+
+    def step_out(self) -> Optional[StepInfo]:
+        """Run until the current block has returned (the first step of the caller's frame)."""
+        return self._do(self._state.step_out)
+
+    def call_stack(self) -> list[dict]:
+        """The paused step's frames, root first, with their visible variables, shapes and stats."""
+        with self._lock:
+            return self._state.call_stack()
+
     # -- reading the state ---------------------------------------------------------------------
 
     @property

@@ -197,6 +197,68 @@ class _Handlers:
         step = message.get("step_index")
         return state.histograms(None if step is None else _int(message, "step_index", 0), run)
 
+    # -- go anywhere: search, breakpoints, step out, call stack (issue 11) --------------------------
+
+    @staticmethod
+    def on_search(state: InspectorState, message: dict) -> Any:
+        return {"query": str(message.get("query") or ""),
+                "results": state.search(str(message.get("query") or ""), _int(message, "limit", 200))}
+
+    @staticmethod
+    def on_break_at(state: InspectorState, message: dict) -> Any:
+        if message.get("nonfinite"):
+            state.break_on_nonfinite()
+        elif message.get("line") is not None:
+            state.break_at(line=_int(message, "line", 0), file=str(message.get("file") or ""))
+        elif message.get("block"):
+            state.break_at(str(message["block"]))
+        else:
+            state.break_at(_int(message, "node", -1))
+        return state.view_breakpoints()
+
+    @staticmethod
+    def on_inline(state: InspectorState, message: dict) -> Any:
+        block = _int(message, "block", -1)
+        if not 0 <= block < len(state.tree):
+            raise InspectorError(f"there is no tree node {block}")
+        return state.inline_values(block, message.get("run") or None)
+
+    @staticmethod
+    def on_remove_breakpoint(state: InspectorState, message: dict) -> Any:
+        state.remove_breakpoint(_int(message, "index", -1))
+        return state.view_breakpoints()
+
+    @staticmethod
+    def on_clear_breakpoints(state: InspectorState, message: dict) -> Any:
+        state.clear_breakpoints()
+        return state.view_breakpoints()
+
+    @staticmethod
+    def on_breakpoints(state: InspectorState, message: dict) -> Any:
+        return state.view_breakpoints()
+
+    @staticmethod
+    def on_step_out(state: InspectorState, message: dict) -> Any:
+        state.step_out()
+        return _after_command(state, message)
+
+    @staticmethod
+    def on_run_to_here(state: InspectorState, message: dict) -> Any:
+        if message.get("line") is not None:
+            state.run_to_here(line=_int(message, "line", 0), file=str(message.get("file") or ""))
+        else:
+            state.run_to_here(_int(message, "node", -1))
+        return _after_command(state, message)
+
+    @staticmethod
+    def on_run_to_trace(state: InspectorState, message: dict) -> Any:
+        state.run_to_trace_step(message.get("run") or None, _int(message, "trace_step", 0))
+        return _after_command(state, message)
+
+    @staticmethod
+    def on_call_stack(state: InspectorState, message: dict) -> Any:
+        return {"frames": state.call_stack()}
+
 
 def handle_message(state: InspectorState, message: Any) -> dict:
     """The reply to one browser message (never raises for a bad request: the reply says what was wrong)."""

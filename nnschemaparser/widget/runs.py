@@ -72,6 +72,10 @@ class RunRecord:
     steps: list[dict] = field(default_factory=list)
     trace_index: dict[int, int] = field(default_factory=dict)  # trace step -> StepInfo index
     live: list[torch.Tensor] = field(default_factory=list)
+    returned: dict[int, torch.Tensor] = field(default_factory=dict)  # StepInfo index -> value (see StepLog)
+    block_stack: list[tuple[str, int]] = field(default_factory=list)  # (path, tree node) of each live block
+    entered_paths: set[str] = field(default_factory=set)  # blocks entered whose first own step is to come
+    entry_steps: set[int] = field(default_factory=set)  # StepInfo indices that are a block call's first own step
     entered: set[int] = field(default_factory=set)
     executed: set[int] = field(default_factory=set)
     gradients: Optional[GradientTrace] = None
@@ -183,6 +187,12 @@ class StepLog(TraceListener):
         node = self.tree.node_of_block(event.block)
         if node >= 0:
             self.record.entered.add(node)
+        self.record.block_stack.append((event.path, node))
+        self.record.entered_paths.add(event.path)
+
+    def on_block_exit(self, event: BlockEvent) -> None:
+        if self.record.block_stack:
+            self.record.block_stack.pop()
 
     def on_instruction(self, event: InstructionEvent) -> None:
         record = self.record
@@ -192,6 +202,9 @@ class StepLog(TraceListener):
         if node >= 0:
             record.executed.add(node)
         value = event.value
+        if event.path in record.entered_paths:  # a block's first own step may follow calls of its sub-blocks
+            record.entered_paths.discard(event.path)
+            record.entry_steps.add(step_index)
         record.steps.append({
             "step": step_index, "block": event.path, "var": instr.out_var, "kind": instruction_kind(instr),
             "op": _op_name(instr), "shape": shape_text(value_repr(value)) if event.has_value else "",
@@ -199,8 +212,14 @@ class StepLog(TraceListener):
             "node": node, "trace_step": self._map_new_trace_steps(step_index), "text": instruction_text(instr),
             "edited": False})
         if isinstance(instr, ReturnInstruction) and len(instr.out_vars) == 1 and isinstance(value, torch.Tensor):
-            # a return is not a trace step of its own: show the trace step of the variable it returns
-            record.steps[-1]["trace_step"] = self._last_of_var.get((event.depth, instr.out_vars[0]))
+            # a return is not a trace step of its own: show the trace step of the variable it returns,
+            # unless that tensor was changed in place since (then the trace holds its older value, and
+            # the value returned is kept here, as it is now)
+            bound = self._last_of_var.get((event.depth, instr.out_vars[0]))
+            if bound is not None and bound in record.recorder.changed_in_place:
+                record.returned[step_index] = value.detach().clone()
+                bound = None
+            record.steps[-1]["trace_step"] = bound
         if self.keep_live and _differentiable(value):
             record.live.append(value)
 

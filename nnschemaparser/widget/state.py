@@ -39,6 +39,7 @@ from ..schema.model import ModelBlockSchema
 from .edits import EditSpec, apply_edit_spec, parse_edit
 from .runs import RunRecord, StepLog, default_loss, new_record
 from .tree import INITIAL_TREE_BYTES, BlockTree
+from .debugger import Breakpoints, Navigation
 
 __all__ = ["InspectorState", "InspectorOptions", "InspectorError"]
 
@@ -172,8 +173,11 @@ class _RunDriver:
             pass
 
 
-class InspectorState:
-    """Stepping, edits, runs and comparisons of one schema on one input scope."""
+class InspectorState(Navigation):
+    """Stepping, edits, runs and comparisons of one schema on one input scope (search, breakpoints,
+    step out and the call stack come from `debugger.Navigation`)."""
+
+    navigation_error = InspectorError
 
     def __init__(self, schema: ModelBlockSchema, scope: Mapping[str, Any], options: Optional[InspectorOptions] = None):
         if not isinstance(schema, ModelBlockSchema):
@@ -197,6 +201,8 @@ class InspectorState:
         self._driver: Optional[_RunDriver] = None
         self._block_status: dict[int, str] = {}
         self._compare_cache: Optional[tuple] = None
+        self.breakpoints = Breakpoints(self.tree)
+        self.stop_reason = ""
         self.reset()
 
     # -- runs ----------------------------------------------------------------------------------
@@ -296,14 +302,23 @@ class InspectorState:
             entered |= run.entered
             executed |= run.executed
         self._block_status = self.tree.block_status(entered, executed)
+        self._untaken = self.tree.untaken_branches(entered, executed)
+
+    def _new_action(self) -> None:
+        """A new command: the message of the one before it (a refused edit, a replay) is gone with it;
+        a failed run keeps its error until Reset."""
+        if self.status != "error":
+            self.error = ""
 
     def step(self) -> Optional[StepInfo]:
         """Run one instruction (stepping into sub-blocks); returns the new current StepInfo."""
+        self._new_action()
         self._advance()
         return self.current
 
     def step_over(self) -> Optional[StepInfo]:
         """Run until the next step in the current frame or an outer one (a sub-block call runs whole)."""
+        self._new_action()
         depth = self.current.frame_depth if self.current is not None else None
         while self._advance():
             if depth is None or self.current.frame_depth <= depth:
@@ -311,8 +326,9 @@ class InspectorState:
         return self.current
 
     def continue_(self) -> Optional[StepInfo]:
-        """Run to the end of the run."""
-        while self._advance():
+        """Run to the next breakpoint hit (see `break_at`), else to the end of the run."""
+        self._new_action()
+        while self._advance_checked():
             pass
         return self.current
 
@@ -325,6 +341,7 @@ class InspectorState:
                 raise InspectorError(f"run_to needs a step number, got {step_index!r}") from None
         if step_index < 1:
             raise InspectorError(f"steps are numbered from 1; run_to({step_index}) has nowhere to go")
+        self._new_action()
         if step_index < self.step_index or (self.status in ("finished", "error") and step_index != self.step_index):
             self.reset()
         while self.step_index < step_index and self._advance():
@@ -341,8 +358,12 @@ class InspectorState:
         if self.current is None or self.status != "paused":
             raise EditError("there is no paused step to edit; press Step first" if self.status == "ready" else
                             f"the run is {self.status}; press Reset to start a new run, then step to an edit point")
-        spec = parse_edit(self.current, action, argument, seed=len(self.edits) + 1000 * self.current.step_index)
-        apply_edit_spec(self.current, spec, self._namespace())
+        try:
+            spec = parse_edit(self.current, action, argument, seed=len(self.edits) + 1000 * self.current.step_index)
+            apply_edit_spec(self.current, spec, self._namespace())
+        except EditError as exc:
+            self.error = str(exc)  # shown until the next command
+            raise
         record = self.active
         record.edits.append(spec)
         self.edits.append(spec)
@@ -355,9 +376,11 @@ class InspectorState:
         """Drop queued edit `index`; the next run (after Reset) no longer replays it."""
         if not isinstance(index, int) or not 0 <= index < len(self.edits):
             raise InspectorError(f"there is no queued edit {index!r}; the queue has {len(self.edits)}")
+        self._new_action()
         return self.edits.pop(index)
 
     def clear_edits(self) -> None:
+        self._new_action()
         self.edits.clear()
 
     # -- comparison and histograms -------------------------------------------------------------
@@ -409,6 +432,12 @@ class InspectorState:
                 index = len(record.steps)
             row = record.step_row(int(index))
             trace_step = row["trace_step"]
+            if trace_step is None and row["step"] in record.returned:
+                activation = self._bins(record.returned[row["step"]], None)
+                note = {"note": "a returned value changed in place after it was bound: its gradient is that "
+                                "of the tensor it was bound as"}
+                return {"run": record.name, "step_index": row["step"], "trace_step": None, "var": row["var"],
+                        "block": row["block"], "activation": activation, "gradient": note}
             if trace_step is None:
                 note = {"note": f"step {row['step']} binds no tensor ({row['shape'] or 'no value'})"}
                 return {"run": record.name, "step_index": row["step"], "trace_step": None, "var": row["var"],
@@ -431,9 +460,13 @@ class InspectorState:
             gradient = {"note": "gradients come when the run has finished"}
         else:
             gradient = {"note": record.grad_note or "no gradients for this run"}
+        changed = traced.step in record.recorder.changed_in_place
+        if changed and isinstance(activation, dict) and "note" not in activation:
+            activation["changed_later"] = ("the tensor was changed in place later in the run; this is its value at "
+                                           f"trace step {traced.step}")
         return {"run": record.name, "step_index": record.trace_index.get(traced.step), "trace_step": traced.step,
                 "container_id": traced.container_id, "var": traced.out_var, "block": traced.block_path,
-                "activation": activation, "gradient": gradient}
+                "activation": activation, "gradient": gradient, "changed_later": changed}
 
     def _bins(self, value: Any, omitted: Optional[str]) -> dict:
         if value is None:
@@ -460,6 +493,9 @@ class InspectorState:
                 "type": type(value).__name__}
         row = self.active.step_row(step.step_index)
         view.update(text=row["text"], edited=row["edited"], trace_step=row["trace_step"])
+        loc = step.location
+        if loc is not None and loc.end_lineno:  # the column range of the instruction's source
+            view.update(col=loc.col, end_line=loc.end_lineno, end_col=loc.end_col)
         if isinstance(value, torch.Tensor):
             view["shape"] = list(value.shape)
             view["dtype"] = str(value.dtype).replace("torch.", "")
@@ -480,7 +516,7 @@ class InspectorState:
         known = any(run.finished for run in self.runs)
         never = sorted(n for n, s in self._block_status.items() if s == "never")
         live = sorted(n for n, s in self._block_status.items() if s == "live")
-        return {"known": known, "never": never, "live": live}
+        return {"known": known, "never": never, "live": live, "untaken": list(getattr(self, "_untaken", []))}
 
     def never_run_paths(self) -> list[str]:
         """The paths of the outermost blocks no run entered so far (never-routed experts...); their

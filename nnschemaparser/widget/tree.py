@@ -254,6 +254,60 @@ class BlockTree:
             return {"block": self.block_of(index), "file": "", "first": 0, "text": "", "note": reason}
         return {"block": self.block_of(index), "file": sig.filename, "first": sig.firstlineno, "text": sig.source}
 
+    # -- search and navigation -----------------------------------------------------------------
+
+    def search_index(self) -> list[tuple[str, str]]:
+        """Per node: (its block path if it is a block row, lower-case; the text searched: that path, the
+        row's text, op and shape). An instruction is found by its own text, not by its block's path."""
+        index = getattr(self, "_search_index", None)
+        if index is None:
+            index = []
+            for node in self.nodes:
+                path = (node.extra or {}).get("path", "") if node.kind == "B" else ""
+                index.append((path.lower(), " ".join((path, node.text, node.op, node.shape)).lower()))
+            self._search_index = index
+        return index
+
+    def ancestor_set(self, index: int) -> frozenset:
+        """The ancestors of node `index` as a set (cached: breakpoints ask per step)."""
+        cache = self.__dict__.setdefault("_ancestor_sets", {})
+        found = cache.get(index)
+        if found is None:
+            found = cache[index] = frozenset(self.ancestors(index))
+        return found
+
+    def describe(self, index: int) -> dict:
+        """One node for a search result or a breakpoint list: its row fields, block and ancestors."""
+        node = self.nodes[index]
+        owner = self.blocks.get(node.block)
+        return {"node": index, "kind": KINDS.get(node.kind, node.kind), "text": node.text, "op": node.op,
+                "shape": node.shape, "line": node.line, "block": owner.path if owner is not None else "",
+                "path": (node.extra or {}).get("path", "") if node.kind == "B" else "",
+                "ancestors": self.ancestors(index), "source_block": node.block}
+
+    def find_block(self, path: str) -> int:
+        """The node of the block at `path`, or of the one block whose path ends with `.path`."""
+        if path in self.path_nodes:
+            return self.path_nodes[path]
+        matches = [p for p in self.path_nodes if p.endswith("." + path)]
+        if len(matches) == 1:
+            return self.path_nodes[matches[0]]
+        if matches:
+            raise KeyError(f"{path!r} names {len(matches)} blocks ({', '.join(sorted(matches)[:4])}...); "
+                           "give the full path")
+        raise KeyError(f"no block at {path!r}; block paths look like "
+                       f"{', '.join(sorted(p for p in self.path_nodes if p)[:3]) or '(the root only)'}")
+
+    def untaken_branches(self, entered: set[int], executed: set[int]) -> list[int]:
+        """Branch rows (then/else/body/except...) of entered blocks in which no instruction ran."""
+        taken: set[int] = set()
+        for node in executed:
+            for ancestor in self.ancestor_set(node):
+                if self.nodes[ancestor].kind == "b":
+                    taken.add(ancestor)
+        return [index for index, node in enumerate(self.nodes)
+                if node.kind == "b" and node.block in entered and index not in taken]
+
     def block_status(self, entered: set[int], executed: set[int]) -> dict[int, str]:
         """For every interpreted block not entered by any run: "live" when a call to it ran (so it ran
         as the real module, outside the schema), else "never". Skipped blocks and the blocks inside a

@@ -1,0 +1,234 @@
+// Go anywhere in one action: the search box and its results, the breakpoint list with its hits,
+// and the call stack panel. Every action is a kernel request (search, break_at, run_to_here,
+// clear_breakpoints, remove_breakpoint, call_stack); the views only draw the replies.
+
+import { h, clear, fmt } from "./dom.js";
+
+const RESTARTED = /cannot send|comm .*(closed|not open)|kernel .*(dead|restart)|no comm/i;
+
+// The message to show for a failed request: a kernel that restarted under the widget says so.
+/** @param {unknown} err @returns {{ text: string, restarted: boolean }} */
+export function explainError(err) {
+  const text = err instanceof Error ? err.message : String(err);
+  if (RESTARTED.test(text)) return { text: "kernel restarted: re-run the cell to inspect again", restarted: true };
+  return { text, restarted: false };
+}
+
+/**
+ * @typedef {{ node: number, kind: string, text: string, op: string, shape: string, line: number,
+ *   block: string, path: string, ancestors: number[], source_block: number }} SearchResult
+ * @typedef {{ kind: string, node: number, file: string, line: number, block: string, label: string,
+ *   hits: number, enabled: boolean }} BreakpointItem
+ * @typedef {{ items: BreakpointItem[], hits: Record<string, any>[], reason: string }} BreakpointView
+ */
+
+// Keyboard moves in a result list: the index after ArrowDown/ArrowUp/Home/End, else null.
+/** @param {string} key @param {number} index @param {number} count @returns {number | null} */
+export function moveSelection(key, index, count) {
+  if (count <= 0) return null;
+  if (key === "ArrowDown") return Math.min(count - 1, index + 1);
+  if (key === "ArrowUp") return Math.max(0, index - 1);
+  if (key === "Home") return 0;
+  if (key === "End") return count - 1;
+  return null;
+}
+
+export class NavigatorPanel {
+  /**
+   * @param {HTMLElement} container
+   * @param {import("./types").Channel} channel
+   * @param {{ jump: (result: SearchResult) => unknown, send: (command: string, args?: Record<string, unknown>) => Promise<unknown>,
+   *   onBreakpoints?: (view: BreakpointView) => void, isStatic: boolean }} options
+   */
+  constructor(container, channel, { jump, send, onBreakpoints, isStatic }) {
+    this.channel = channel;
+    this.jump = jump;
+    this.send = send;
+    this.onBreakpoints = onBreakpoints || (() => undefined);
+    /** @type {SearchResult[]} */
+    this.results = [];
+    this.selected = -1;
+    this.query = "";
+    this.input = h("input", { class: "nnsp-input nnsp-search", type: "search", "aria-label": "Search the schema",
+      placeholder: "search: h.1.attn, key_states, softmax…  (Enter)", disabled: isStatic,
+      onkeydown: (/** @type {KeyboardEvent} */ event) => this.onKey(event) });
+    this.count = h("span", { class: "nnsp-note nnsp-search-count", role: "status", "aria-live": "polite" });
+    this.list = h("ul", { class: "nnsp-results", role: "listbox", "aria-label": "Search results" });
+    this.reason = h("div", { class: "nnsp-stop-reason", role: "status", "aria-live": "polite" });
+    this.bpList = h("ul", { class: "nnsp-bps", "aria-label": "Breakpoints" });
+    this.hitList = h("ol", { class: "nnsp-hits", "aria-label": "Breakpoint hits" });
+    const button = (/** @type {string} */ label, /** @type {() => unknown} */ action, /** @type {string} */ title) =>
+      h("button", { class: "nnsp-button nnsp-button-small", type: "button", "aria-label": label, title, disabled: isStatic, onclick: action }, label);
+    container.append(
+      h("div", { class: "nnsp-search-row" }, this.input, this.count),
+      this.list,
+      h("div", { class: "nnsp-bp-bar" },
+        h("span", { class: "nnsp-key" }, "breakpoints"),
+        button("Break on NaN/Inf", () => this.request("break_at", { nonfinite: true }), "stop at the first value with a NaN or an Inf"),
+        button("Clear breakpoints", () => this.request("clear_breakpoints"), "remove every breakpoint")),
+      this.bpList, this.reason, this.hitList);
+  }
+
+  /** @param {KeyboardEvent} event */
+  onKey(event) {
+    event.stopPropagation();  // typing in the box is not a stepper shortcut
+    const moved = moveSelection(event.key, this.selected, this.results.length);
+    if (moved !== null) {
+      event.preventDefault();
+      this.select(moved);
+      return;
+    }
+    if (event.key === "Enter") {
+      event.preventDefault();
+      const query = this.input.value.trim();
+      if (query && query !== this.query) this.search(query).then(() => this.open(0));
+      else if (this.results.length) this.open(Math.max(0, this.selected));
+    } else if (event.key === "Escape") {
+      this.input.value = "";
+      this.show([], "");
+    }
+  }
+
+  /** @param {string} query */
+  async search(query) {
+    this.query = query;
+    try {
+      const data = await this.channel.request("search", { query });
+      if (query === this.query) this.show(data.results, query);
+    } catch (err) {
+      this.show([], query);
+      this.count.textContent = /** @type {Error} */ (err).message;
+    }
+  }
+
+  /** @param {SearchResult[]} results @param {string} query */
+  show(results, query) {
+    this.results = results;
+    this.selected = results.length ? 0 : -1;
+    clear(this.list);
+    this.count.textContent = query ? `${results.length}${results.length >= 200 ? "+" : ""} match${results.length === 1 ? "" : "es"}` : "";
+    results.forEach((result, index) => {
+      const where = result.path || result.block || "root";
+      const item = h("li", { class: "nnsp-result", role: "option", "aria-selected": String(index === 0), "data-node": result.node,
+        onclick: () => this.open(index) },
+        h("span", { class: `nnsp-badge nnsp-badge-${result.kind}` }, result.kind),
+        h("code", { class: "nnsp-result-text" }, result.text),
+        h("span", { class: "nnsp-result-where" }, result.kind === "block" ? "" : where),
+        h("button", { class: "nnsp-icon", type: "button", title: "break here", "aria-label": `Break at ${result.text}`,
+          onclick: (/** @type {Event} */ e) => { e.stopPropagation(); this.request("break_at", { node: result.node }); } }, "●"),
+        h("button", { class: "nnsp-icon", type: "button", title: "run to here", "aria-label": `Run to ${result.text}`,
+          onclick: (/** @type {Event} */ e) => { e.stopPropagation(); this.send("run_to_here", { node: result.node }); } }, "▶"));
+      this.list.append(item);
+    });
+  }
+
+  /** @param {number} index */
+  select(index) {
+    this.selected = index;
+    this.list.querySelectorAll(".nnsp-result").forEach((el, i) => el.setAttribute("aria-selected", String(i === index)));
+    const el = this.list.children[index];
+    if (el) /** @type {HTMLElement} */ (el).scrollIntoView({ block: "nearest" });
+  }
+
+  /** @param {number} index */
+  open(index) {
+    const result = this.results[index];
+    if (!result) return;
+    this.select(index);
+    this.jump(result);
+  }
+
+  /** @param {string} type @param {Record<string, unknown>} [args] */
+  async request(type, args = {}) {
+    try {
+      this.update(await this.channel.request(type, args));
+    } catch (err) {
+      this.reason.textContent = explainError(err).text;
+    }
+  }
+
+  async refresh() {
+    try {
+      this.update(await this.channel.request("breakpoints"));
+    } catch (err) {
+      /* a closed or restarted kernel: the error bar says so */
+    }
+  }
+
+  /** @param {BreakpointView} view */
+  update(view) {
+    clear(this.bpList);
+    for (const [index, bp] of view.items.entries()) {
+      this.bpList.append(h("li", { class: "nnsp-bp", "data-kind": bp.kind },
+        h("span", { class: "nnsp-bp-dot" }, "●"), h("span", { class: "nnsp-bp-label" }, bp.label),
+        h("span", { class: "nnsp-note" }, bp.hits ? `${bp.hits} hit${bp.hits === 1 ? "" : "s"}` : ""),
+        h("button", { class: "nnsp-icon", type: "button", title: "remove", "aria-label": `Remove breakpoint ${bp.label}`,
+          onclick: () => this.request("remove_breakpoint", { index }) }, "×")));
+    }
+    if (!view.items.length) this.bpList.append(h("li", { class: "nnsp-note" }, "none: ● on a search result, a click on a source line number, or break_at(...)"));
+    this.reason.textContent = view.reason ? `stopped: ${view.reason}` : "";
+    clear(this.hitList);
+    for (const hit of view.hits.slice(-5).reverse()) {
+      this.hitList.append(h("li", {}, `step ${hit.step} · ${hit.reason}${hit.line ? ` · line ${hit.line}` : ""}`));
+    }
+    this.onBreakpoints(view);
+  }
+}
+
+export class CallStackPanel {
+  /**
+   * @param {HTMLElement} container
+   * @param {import("./types").Channel} channel
+   * @param {{ showFrame: (frame: Record<string, any>) => unknown }} options
+   */
+  constructor(container, channel, { showFrame }) {
+    this.channel = channel;
+    this.showFrame = showFrame;
+    this.frames = h("ol", { class: "nnsp-frames", "aria-label": "Call stack frames" });
+    this.vars = h("div", { class: "nnsp-frame-vars" });
+    container.append(this.frames, this.vars);
+    this.serial = 0;
+    /** @type {Record<string, any>[]} */
+    this.data = [];
+  }
+
+  async refresh() {
+    const serial = ++this.serial;
+    let frames;
+    try {
+      frames = (await this.channel.request("call_stack")).frames;
+    } catch (err) {
+      return;
+    }
+    if (serial !== this.serial) return;
+    this.data = frames;
+    clear(this.frames);
+    if (!frames.length) {
+      this.frames.append(h("li", { class: "nnsp-note" }, "no paused step"));
+      clear(this.vars);
+      return;
+    }
+    frames.forEach((/** @type {Record<string, any>} */ frame, /** @type {number} */ index) => {
+      this.frames.append(h("li", {},
+        h("button", { class: `nnsp-frame${frame.current ? " nnsp-frame-current" : ""}`, type: "button",
+          "aria-label": `Frame ${index}: ${frame.block || "root"}`, onclick: () => this.select(index) },
+        `${frame.block || "(root)"}`)));
+    });
+    this.select(frames.length - 1, false);
+  }
+
+  /** @param {number} index @param {boolean} [show] */
+  select(index, show = true) {
+    const frame = this.data[index];
+    if (!frame) return;
+    this.frames.querySelectorAll(".nnsp-frame").forEach((el, i) => el.setAttribute("aria-pressed", String(i === index)));
+    clear(this.vars);
+    const rows = frame.vars.map((/** @type {Record<string, any>} */ v) => h("tr", {},
+      h("td", { class: "nnsp-var-name" }, v.name),
+      h("td", {}, v.shape ? `${v.dtype}[${v.shape.join(", ")}]` : `${v.type}${v.value !== undefined ? ` ${v.value}` : ""}`),
+      h("td", { class: "nnsp-num" }, v.stats ? `μ ${fmt(v.stats.mean)} σ ${fmt(v.stats.std)} [${fmt(v.stats.min)}, ${fmt(v.stats.max)}]` : "")));
+    this.vars.append(h("table", { class: "nnsp-table nnsp-vars-table", "aria-label": `Variables of ${frame.block || "root"}` },
+      h("tbody", {}, ...rows)));
+    if (show && frame.node >= 0) this.showFrame(frame);
+  }
+}

@@ -1,0 +1,347 @@
+"""Go anywhere in one action: search over the whole block tree, and breakpoints.
+
+`search(tree, query)` matches a query against every node of a `BlockTree` (also the rows not yet
+sent to the browser): block paths (`transformer.h.1.attn`), variable names and instruction text, op
+names, shapes. A node whose block path is the query (or ends with it after a dot) comes first.
+
+A `Breakpoint` is one place or condition where Continue (and step over/out) stops:
+
+- `node`: a tree row; an instruction row stops at the step that runs it, a block row on entry (as
+  `block`), a branch or compound
+  row (if/for/while) at the first step inside it after a step outside it (entry);
+- `line`: a source line (`file`, `line`): the first step of that line after a step on another line;
+- `block`: a block path, on entry (the first step of a call of that block);
+- `nonfinite`: the first step whose value is a floating tensor with a NaN or an Inf;
+- `when`: a Python predicate on the StepInfo (`lambda step: step.value.abs().max() > 1e3`),
+  evaluated in the kernel; a predicate that raises stops the run and says why.
+
+`Breakpoints.check(step, previous)` gives the reason of the first breakpoint that hits, or None.
+`Navigation` gives `InspectorState` its `break_at`, `break_on_nonfinite`, `clear_breakpoints`, `search`,
+`step_out` and `call_stack` (a mixin over the state's `_advance`, `current`, `tree` and `breakpoints`).
+
+Depends on the interpreter's StepInfo, the traces' statistics and the widget's tree only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
+
+import torch
+
+from ..runtime.interpreter import StepInfo
+from ..traces.frames import tensor_statistics
+from .tree import BlockTree
+
+__all__ = ["Breakpoint", "Breakpoints", "Navigation", "search", "SEARCH_LIMIT"]
+
+SEARCH_LIMIT = 200
+
+
+def search(tree: BlockTree, query: str, limit: int = SEARCH_LIMIT) -> list[dict]:
+    """The nodes matching `query` (case-insensitive substring), block paths first, at most `limit`."""
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError("search needs some text: a block path (h.1.attn), a variable, an op or source text")
+    needle = query.strip().lower()
+    haystacks = tree.search_index()
+    exact, rest = [], []
+    for index, (path, text) in enumerate(haystacks):
+        if needle in text:
+            if path and (path == needle or path.endswith("." + needle)):
+                exact.append(index)
+            else:
+                rest.append(index)
+        if len(exact) >= limit:
+            break
+    found = (exact + rest)[:limit]
+    return [tree.describe(index) for index in found]
+
+
+@dataclass
+class Breakpoint:
+    """One breakpoint (see the module docstring); `hits` counts the stops it caused."""
+
+    kind: str
+    node: int = -1
+    file: str = ""
+    line: int = 0
+    block: str = ""
+    when: Optional[Callable[[StepInfo], Any]] = None
+    label: str = ""
+    hits: int = 0
+    enabled: bool = True
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "node": self.node, "file": self.file, "line": self.line, "block": self.block,
+                "label": self.label, "hits": self.hits, "enabled": self.enabled}
+
+
+def _nonfinite(value: Any) -> bool:
+    if not isinstance(value, torch.Tensor) or not (value.is_floating_point() or value.is_complex()):
+        return False
+    if value.numel() == 0 or value.is_meta:
+        return False
+    return not bool(torch.isfinite(value.detach()).all())
+
+
+@dataclass
+class Breakpoints:
+    """The breakpoints of an inspector, and the hits so far."""
+
+    tree: BlockTree
+    items: list[Breakpoint] = field(default_factory=list)
+    hits: list[dict] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return any(b.enabled for b in self.items)
+
+    def add(self, bp: Breakpoint) -> Breakpoint:
+        self.items.append(bp)
+        return bp
+
+    def clear(self) -> None:
+        self.items.clear()
+
+    def _inside(self, node: int, container: int) -> bool:
+        return node == container or container in self.tree.ancestor_set(node)
+
+    def check(self, step: StepInfo, previous: Optional[StepInfo], entry: bool = False) -> Optional[tuple[int, str]]:
+        """(index, reason) of the first enabled breakpoint that `step` hits, or None. `entry`: the step
+        is the first own step of a call of its block (known from the run's block events: it may come
+        after calls of the block's sub-blocks)."""
+        node = self.tree.node_of_instruction(step.instruction)
+        prev_node = self.tree.node_of_instruction(previous.instruction) if previous is not None else -1
+        for index, bp in enumerate(self.items):
+            if not bp.enabled:
+                continue
+            reason = self._hit(bp, step, previous, node, prev_node, entry)
+            if reason:
+                bp.hits += 1
+                loc = step.location
+                self.hits.append({"breakpoint": index, "label": bp.label, "reason": reason, "step": step.step_index,
+                                  "block": step.block_path, "var": step.out_var,
+                                  "line": loc.lineno if loc is not None else 0})
+                return index, reason
+        return None
+
+    def _hit(self, bp: Breakpoint, step: StepInfo, previous: Optional[StepInfo], node: int,
+             prev_node: int, entry: bool) -> str:
+        kind = bp.kind
+        if kind == "node":
+            if node < 0 or not self._inside(node, bp.node):
+                return ""
+            if node == bp.node and not self.tree.nodes[bp.node].children:
+                return f"reached {bp.label}"
+            came_from_inside = prev_node >= 0 and self._inside(prev_node, bp.node)
+            return "" if came_from_inside else f"entered {bp.label}"
+        if kind == "line":
+            loc = step.location
+            if loc is None or loc.lineno != bp.line or (bp.file and loc.filename != bp.file):
+                return ""
+            ploc = previous.location if previous is not None else None
+            same = ploc is not None and ploc.lineno == loc.lineno and ploc.filename == loc.filename and \
+                previous.frame_depth == step.frame_depth
+            return "" if same else f"reached line {bp.line}"
+        if kind == "block":
+            if step.block_path != bp.block:
+                return ""
+            return f"entered {bp.block}" if entry else ""  # the first own step of each call of the block
+        if kind == "nonfinite":
+            return f"{step.out_var or 'the value'} has a NaN or an Inf" if _nonfinite(step.value) else ""
+        if kind == "when":
+            try:
+                result = bp.when(step)
+            except Exception as exc:  # stop and say so: a predicate that cannot be evaluated is news
+                return f"the condition {bp.label} raised {type(exc).__name__}: {exc}"
+            if isinstance(result, torch.Tensor):
+                result = bool(result.all()) if result.numel() else False
+            return f"{bp.label} is true" if result else ""
+        return ""
+
+
+class Navigation:
+    """Search, breakpoints, step out and the call stack of an `InspectorState` (see the module docstring)."""
+
+    navigation_error: type = ValueError
+
+    def _advance_checked(self) -> bool:
+        """One step; False when the run cannot go on or the new step hits a breakpoint."""
+        previous = self.current
+        if not self._advance():
+            return False
+        if self.breakpoints:
+            hit = self.breakpoints.check(self.current, previous, self.current.step_index in self.active.entry_steps)
+            if hit is not None:
+                self.stop_reason = hit[1]
+                return False
+        return True
+
+    def step_out(self) -> Optional[StepInfo]:
+        """Run until the current block (or function) has returned: the first step in an outer frame.
+        Stops earlier at a breakpoint hit."""
+        self._new_action()
+        if self.current is None:
+            self._advance()
+            return self.current
+        depth = self.current.frame_depth
+        while self._advance_checked():
+            if self.current.frame_depth < depth:
+                break
+        return self.current
+
+    def break_at(self, where: Any = None, *, line: Optional[int] = None, file: str = "",
+                 when: Optional[Callable[[StepInfo], Any]] = None) -> dict:
+        """Add a breakpoint: a tree node id (int), a block path (str, on entry), a source `line`
+        (optionally in `file`), or a predicate `when(step)`; Continue stops at its next hit."""
+        if callable(where) and when is None:
+            where, when = None, where
+        if line is not None:
+            if isinstance(line, bool) or not isinstance(line, int) or line < 1:
+                raise self.navigation_error(f"line must be a line number >= 1, got {line!r}")
+            bp = Breakpoint("line", file=str(file or ""), line=line, label=f"line {line}")
+        elif isinstance(where, bool):
+            raise self.navigation_error(f"break_at needs a tree node id, a block path, line= or when=, got {where!r}")
+        elif isinstance(where, int):
+            if not 0 <= where < len(self.tree):
+                raise self.navigation_error(f"there is no tree node {where}; the tree has nodes 0..{len(self.tree) - 1}")
+            if self.tree.nodes[where].kind == "B":  # a block row: on entry, as its block path
+                path = self.tree.block_path(where)
+                bp = Breakpoint("block", node=where, block=path, label=f"entry of {path or 'the root'}")
+            else:
+                bp = Breakpoint("node", node=where, label=f"row {where}: {self.tree.nodes[where].text[:60]}")
+        elif isinstance(where, str) and where.strip():
+            try:
+                node = self.tree.find_block(where.strip())
+            except KeyError as exc:
+                raise self.navigation_error(str(exc).strip('"')) from None
+            path = self.tree.block_path(node)
+            bp = Breakpoint("block", node=node, block=path, label=f"entry of {path or 'the root'}")
+        elif when is not None:
+            if not callable(when):
+                raise self.navigation_error(f"when= must be a function of the step, got {type(when).__name__}")
+            bp = Breakpoint("when", when=when, label=getattr(when, "__name__", "condition"))
+        else:
+            raise self.navigation_error("break_at needs a tree node id, a block path (e.g. 'h.1.attn'), line=N or "
+                                 "when=lambda step: ...")
+        if when is not None and bp.kind != "when":
+            raise self.navigation_error("when= is a breakpoint of its own; give it without a place")
+        return self.breakpoints.add(bp).to_dict()
+
+    def run_to_here(self, node: Optional[int] = None, *, line: Optional[int] = None, file: str = "") -> Any:
+        """Continue to tree row `node` (or source `line`) as a one-time breakpoint; the other
+        breakpoints still stop the run on the way. From the start when the run is over."""
+        bps = self.breakpoints
+        before = len(bps.items)
+        if line is not None:
+            self.break_at(line=line, file=file)
+        elif node is not None:
+            self.break_at(node)
+        else:
+            raise self.navigation_error("run to here needs a tree row (node) or a source line")
+        target = bps.items.pop()
+        if self.status in ("finished", "error"):
+            self.reset()
+        bps.items.insert(before, target)
+        try:
+            self.continue_()
+        finally:
+            bps.items.remove(target)
+        return self.current
+
+    def break_on_nonfinite(self) -> dict:
+        """Stop at the first step whose value is a floating tensor holding a NaN or an Inf."""
+        return self.breakpoints.add(Breakpoint("nonfinite", label="first NaN or Inf")).to_dict()
+
+    def run_to_trace_step(self, run: Optional[str], trace_step: int) -> Any:
+        """Run the active run to the step matching trace step `trace_step` of run `run` (a trace or
+        compare row): the StepInfo index that produced it there. Runs of one schema on one input take
+        the same steps until their control flow differs, so the index is the matching step."""
+        record = self.run(run)
+        index = record.trace_index.get(int(trace_step))
+        if index is None:
+            raise self.navigation_error(f"run {record.name!r} has no trace step {trace_step}")
+        if index == 0:  # an input of the run: before its first step
+            raise self.navigation_error(f"trace step {trace_step} of {record.name!r} is an input; press Reset")
+        return self.run_to(index)
+
+    def inline_values(self, block: int, run: Optional[str] = None) -> dict:
+        """What each source line of tree block `block` bound in its latest execution in the run so far,
+        as a debugger's inline values: {line: "var dtype[shape] μ mean"} (named variables first; a
+        line that bound only temporaries shows its last one)."""
+        record = self.run(run)
+        owner = self.tree.block_of(block)
+        lines: dict[int, tuple[bool, str, Optional[int]]] = {}
+        for row in record.steps:
+            node, line = row["node"], row["line"]
+            if node < 0 or not line or not row["shape"] or self.tree.block_of(node) != owner:
+                continue
+            named = bool(row["var"]) and not row["var"].startswith("$")
+            previous = lines.get(line)
+            if row["shape"] == "NoneType" and previous is not None:  # `x[i] = ...` binds None: keep what it stored
+                continue
+            if named or previous is None or not previous[0]:
+                lines[line] = (named, f"{row['var'] if named else ''} {row['shape']}".strip(), row["trace_step"])
+        out = {}
+        steps = record.trace.steps
+        for line, (_, text, trace_step) in sorted(lines.items()):
+            if trace_step is not None and 1 <= trace_step <= len(steps):
+                value = steps[trace_step - 1].tensor.value
+                if isinstance(value, torch.Tensor) and value.numel() and value.is_floating_point():
+                    text += f" μ {float(value.float().mean()):.4g}"
+            out[str(line)] = text
+        return {"block": owner, "run": record.name, "lines": out}
+
+    def remove_breakpoint(self, index: int) -> dict:
+        """Drop breakpoint `index` (its place in `view_breakpoints()["items"]`)."""
+        items = self.breakpoints.items
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(items):
+            raise self.navigation_error(f"there is no breakpoint {index!r}; there are {len(items)}")
+        return items.pop(index).to_dict()
+
+    def clear_breakpoints(self) -> None:
+        self.breakpoints.clear()
+
+    def view_breakpoints(self) -> dict:
+        return {"items": [bp.to_dict() for bp in self.breakpoints.items], "hits": self.breakpoints.hits[-50:],
+                "reason": self.stop_reason}
+
+    def search(self, query: str, limit: int = 200) -> list[dict]:
+        """Tree nodes matching `query`: block paths, variables, instruction text, ops (see debugger.search)."""
+        try:
+            return search(self.tree, query, limit)
+        except ValueError as exc:
+            raise self.navigation_error(str(exc)) from None
+
+    def call_stack(self) -> list[dict]:
+        """The frames of the paused step, root first: block path, tree node, visible variables
+        (name, type, shape and mean/std/min/max of tensors)."""
+        step = self.current
+        if step is None or self.status != "paused":
+            return []
+        blocks = list(self.active.block_stack)
+        frames = []
+        for depth, frame in enumerate(step.scope_frames):
+            path, node = blocks[depth] if depth < len(blocks) else (step.block_path, -1)
+            frames.append({"depth": depth, "block": path, "node": node, "vars": _frame_vars(frame),
+                           "current": depth == step.frame_depth})
+        return frames
+
+
+def _frame_vars(frame: Mapping[str, Any], limit: int = 40) -> list[dict]:
+    out = []
+    for name, value in frame.items():
+        if name.startswith("$") or isinstance(value, torch.nn.Module) or isinstance(value, torch.nn.Parameter):
+            continue
+        item: dict[str, Any] = {"name": name, "type": type(value).__name__}
+        if isinstance(value, torch.Tensor):
+            item["shape"] = list(value.shape)
+            item["dtype"] = str(value.dtype).replace("torch.", "")
+            if value.numel() and (value.is_floating_point() or value.is_complex()):
+                stats = tensor_statistics(value)
+                item["stats"] = {k: stats[k] for k in ("mean", "std", "min", "max")}
+        elif isinstance(value, (bool, int, float, str)) or value is None:
+            item["value"] = repr(value)[:80]
+        out.append(item)
+        if len(out) >= limit:
+            break
+    return out
