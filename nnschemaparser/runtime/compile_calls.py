@@ -13,7 +13,7 @@ Depends on the schema, `argument_binding`, `operands` and `functions`.
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from torch import nn
 
@@ -27,6 +27,20 @@ __all__ = ['CallCompiler']
 _Module = nn.Module
 
 
+def eager_callee(module: Any, method: Optional[str]) -> Any:
+    """What eager calls for a sub-block call (the module, its method, or `super()`'s `Class.method`),
+    read only to word a keyword error as CPython would."""
+    if method is None or module is None:
+        return module
+    if "." in method:
+        owner, name = method.rsplit(".", 1)
+        for cls in type(module).__mro__:
+            if cls.__name__ == owner and name in vars(cls):
+                return getattr(cls, name).__get__(module)
+        return module
+    return getattr(module, method)
+
+
 class CallCompiler:
     """Compiles the instructions that call something: ops, fused method calls, sub-block calls, defs."""
 
@@ -38,7 +52,7 @@ class CallCompiler:
         # other callable is called directly, as call_value would.
         return call_closure("run_method", f"m = getattr({receiver}, attr)\n"
                             "f[out] = call_value(m, {lists}) if isinstance(m, Module) else m({call})",
-                            env, call.args, call.kwargs, call.star_args, call.args_var, call.kwargs_var)
+                            env, call.args, call.kwargs, call.star_args, call.args_var, call.kwargs_var, "m")
 
     def compile_OpInstruction(self, instr: OpInstruction, unit: Unit) -> Callable:
         out = instr.out_var
@@ -48,7 +62,8 @@ class CallCompiler:
             env = {"_i": instr, "out": out, "tname": target.name, "call_value": self.call_value, "Module": _Module}
             return call_closure("run_dynamic", "m = f[tname]\n"
                                 "f[out] = call_value(m, {lists}) if isinstance(m, Module) else m({call})",
-                                env, instr.args, instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var)
+                                env, instr.args, instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var,
+                                "m")
         t = target
         if simple is not None:
             n = len(simple)
@@ -86,7 +101,7 @@ class CallCompiler:
             return run_n
 
         return call_closure("run", "f[out] = t({call})", {"_i": instr, "out": out, "t": t}, instr.args, instr.kwargs,
-                            instr.star_args, instr.args_var, instr.kwargs_var)
+                            instr.star_args, instr.args_var, instr.kwargs_var, "t")
 
     def compile_BlockInstruction(self, instr: BlockInstruction, unit: Unit) -> Callable:
         out = instr.out_var
@@ -99,7 +114,7 @@ class CallCompiler:
             env = {"_i": instr, "out": out, "callee": callee, "method": method, "call_value": call_value}
             fetch = "f[callee]" if method is None else "getattr(f[callee], method)"
             return call_closure("run_dynamic_block", f"f[out] = call_value({fetch}, {{lists}})", env, instr.args,
-                                instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var)
+                                instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var, fetch)
         owner = unit.block
         try:
             block = owner.find(ref.path)
@@ -134,8 +149,10 @@ class CallCompiler:
             return invoke(args, kwargs)
 
         cell.append(first_call)
-        return call_closure("run_block", "f[out] = cell[0]({lists})", {"_i": instr, "out": out, "cell": cell},
-                            instr.args, instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var)
+        module, method = block.module, ref.method
+        return call_closure("run_block", "f[out] = cell[0]({lists})",
+                            {"_i": instr, "out": out, "cell": cell, "callee": lambda: eager_callee(module, method)},
+                            instr.args, instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var, "callee()")
 
     def compile_FunctionInstruction(self, instr: FunctionInstruction, unit: Unit) -> Callable:
         schema = instr.function

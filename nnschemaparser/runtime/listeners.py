@@ -76,7 +76,15 @@ class EditEvent:
 
 
 class TraceListener:
-    """Base class of listeners: every hook does nothing."""
+    """Base class of listeners: every hook does nothing.
+
+    `every_instruction = False` on a subclass says its `on_instruction` only wants instructions
+    that bound a tensor, and returns: the observer then builds no event for the others (the getattr
+    of a method, an unpacked int, a constant), which is most of what a capture of tensors would
+    otherwise pay for.
+    """
+
+    every_instruction: bool = True
 
     def on_run_start(self, root: ModelBlockSchema, scope: dict) -> None:
         """A run of `root` starts with the given input scope."""
@@ -111,7 +119,10 @@ _KINDS = {
 
 
 def instruction_kind(instr: Instruction) -> str:
-    return _KINDS.get(type(instr), type(instr).__name__.replace("Instruction", "").lower())
+    kind = _KINDS.get(instr.__class__)
+    if kind is None:
+        kind = _KINDS[instr.__class__] = instr.__class__.__name__.replace("Instruction", "").lower()
+    return kind
 
 
 def snapshot(value: Any) -> Any:
@@ -150,6 +161,10 @@ class EventObserver(Observer):
         self._exit_listeners = _overriding(self.listeners, "on_block_exit")
         self._instruction_listeners = _overriding(self.listeners, "on_instruction")
         self._instruction_calls = tuple(listener.on_instruction for listener in self._instruction_listeners)
+        self._instruction_wants = tuple((listener.on_instruction, bool(listener.every_instruction))
+                                        for listener in self._instruction_listeners)
+        self._every = all(every for _, every in self._instruction_wants)
+        self._any_every = any(every for _, every in self._instruction_wants)
 
     def reset(self) -> None:
         self.frames.clear()
@@ -212,7 +227,8 @@ class EventObserver(Observer):
             listener.on_before_mutation(instr, frame)
 
     def after(self, instr: Instruction, frame: dict) -> None:
-        if instr.__class__ is ReturnInstruction or isinstance(instr, ReturnInstruction):
+        returns = instr.__class__ is ReturnInstruction or isinstance(instr, ReturnInstruction)
+        if returns:
             value, has_value = frame.get(RETURN_SLOT), True
         else:
             out = instr.out_var
@@ -226,12 +242,23 @@ class EventObserver(Observer):
         calls = self._instruction_calls
         if not calls:
             return
+        if self._every:
+            wanted = True
+        else:
+            wanted = returns or isinstance(value, torch.Tensor)
+            if not wanted and not self._any_every:
+                return
         frames = self._frames_tuple
         if frames is None:
             frames = self._frames_tuple = tuple(self.frames)
         event = InstructionEvent(instr, frame, self._depth, self._block, self._path, value, has_value, frames)
-        for call in calls:
-            call(event)
+        if wanted:
+            for call in calls:
+                call(event)
+        else:
+            for call, every in self._instruction_wants:
+                if every:
+                    call(event)
 
 
 _UNSET = object()

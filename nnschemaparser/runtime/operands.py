@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 from ..schema.model import Const, Instruction, OpInstruction, SliceOf, VarRef
 from .observer import GENERATED_FILE
 
-__all__ = ['operand_spec', 'getter', 'args_builder', 'call_closure', 'operand_text', 'merge_kwargs', 'fusable_method_call', 'mentions']
+__all__ = ['operand_spec', 'getter', 'args_builder', 'call_closure', 'operand_text', 'merge_kwargs', 'function_str', 'fusable_method_call', 'mentions']
 
 
 def operand_spec(op: Any) -> tuple[str, Any]:
@@ -109,13 +109,34 @@ def args_builder(args: list, kwargs: dict, star_args: tuple, args_var: Optional[
     return (tuple(v for _, v in compiled) if simple else None), build
 
 
-def merge_kwargs(kw: dict, extra: Any) -> dict:
-    """`f(k=v, **extra)`'s keywords, with the builder's error for a keyword given twice."""
-    for k in extra:
-        if k in kw:
-            raise TypeError(f"got multiple values for keyword argument '{k}'")
-    kw.update(extra)
-    return kw
+def _collect(**kwargs: Any) -> dict:
+    return kwargs
+
+
+def function_str(x: Any) -> str:
+    """How CPython names a callee in a call's TypeError (`_PyObject_FunctionStr`): `mod.qualname()`."""
+    try:
+        qualname = x.__qualname__
+    except AttributeError:
+        return str(x)
+    module = getattr(x, "__module__", None)
+    return f"{module}.{qualname}()" if module is not None and module != "builtins" else f"{qualname}()"
+
+
+def merge_kwargs(kw: dict, extra: Any, callee: Callable[[], Any]) -> dict:
+    """The keywords of `callee()(**kw, **extra)`, merged by CPython itself.
+
+    A keyword given twice, a non-mapping after `**` or a key that is not a string raises the
+    TypeError CPython raises for that call, worded with the callee's name as CPython words it.
+    """
+    try:
+        return _collect(**kw, **extra)
+    except TypeError as exc:
+        text = str(exc)
+        own = function_str(_collect)
+        if not text.startswith(own):
+            raise
+        raise TypeError(function_str(callee()) + text[len(own):]) from None
 
 
 _FACTORIES: dict[str, Callable] = {}
@@ -133,15 +154,16 @@ def operand_text(op: Any, slot: str, env: dict) -> str:
 
 
 def call_closure(name: str, statement: str, env: dict, args: list, kwargs: dict, star_args: tuple,
-                 args_var: Optional[str], kwargs_var: Optional[str]) -> Callable[[dict], Any]:
+                 args_var: Optional[str], kwargs_var: Optional[str], callee: str) -> Callable[[dict], Any]:
     """The closure `name(f)` running `statement`, its `{call}` and `{lists}` replaced by the call's arguments.
 
     `{call}` becomes `f[a], c1, *f[s], dim=f[d]` (a call's own arguments) and `{lists}` becomes
     `[f[a], c1, *f[s]], {'dim': f[d]}` (what an invoker or `call_value` takes), with the evaluation
     order, spreading and keyword checks of `args_builder`'s `build`. `env` holds the other names the
     statement uses (`_i`, the instruction, and `_r` are default arguments so that error reports find
-    them in the frame's locals, as in every closure of the engine). One factory is compiled per
-    distinct source text, so a model with thousands of calls compiles a few dozen.
+    them in the frame's locals, as in every closure of the engine); `callee` is source naming what
+    is called, read only when `**kwargs` cannot be merged (see `merge_kwargs`). One factory is
+    compiled per distinct source text, so a model with thousands of calls compiles a few dozen.
     """
     env = dict(env)
     stars = set(star_args)
@@ -155,12 +177,14 @@ def call_closure(name: str, statement: str, env: dict, args: list, kwargs: dict,
     if kwargs_var is not None:
         env["kv"] = kwargs_var
         env["merge_kwargs"] = merge_kwargs
-        display = f"merge_kwargs({display}, f[kv])"
-    lists = f"[{', '.join(positional)}], {display}"
-    if kwargs_var is None and plain_keys:
-        call = ", ".join([*positional, *(f"{k}={text}" for k, text in pairs)])
+        merged = f"merge_kwargs({display}, f[kv], lambda: {callee})"
     else:
-        call = ", ".join([*positional, "**" + display])
+        merged = display
+    lists = f"[{', '.join(positional)}], {merged}"
+    # A call's own keywords: written out (or spread from the display when a key is no identifier),
+    # then `**f[kv]`, so that CPython itself merges them and words any error.
+    own = [f"{k}={text}" for k, text in pairs] if plain_keys else ["**" + display] if pairs else []
+    call = ", ".join([*positional, *own, *(["**f[kv]"] if kwargs_var is not None else [])])
     body = statement.replace("{call}", call).replace("{lists}", lists).replace("\n", "\n        ")
     defaults = ", ".join(f"{n}={n}" for n in ("_i", "_r") if n in env)
     source = (f"def factory({', '.join(env)}):\n"

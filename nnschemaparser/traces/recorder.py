@@ -162,6 +162,8 @@ class ActivationRecorder(TraceListener):
     Reusable: each run starts a fresh trace, so traces of earlier runs stay intact.
     """
 
+    every_instruction = False  # only tensor results (and returns) can become steps
+
     def __init__(self, capture_grads: bool = False, limits: Optional[CaptureLimits] = None):
         if limits is not None and not isinstance(limits, CaptureLimits):
             raise TypeError(f"limits must be a nnschemaparser.CaptureLimits or None, got {type(limits).__name__}; "
@@ -314,7 +316,13 @@ class ActivationRecorder(TraceListener):
         step = TraceStep(number, cid, description, slot_type, out_var, op_name, block_path, container, None, depth,
                          omitted, sample)
         steps.append(step)
-        self._versions.append(_version(value) if value is not None else -1)
+        if value is None:
+            self._versions.append(-1)
+        else:
+            try:
+                self._versions.append(value._version)
+            except (RuntimeError, AttributeError):  # as _version(): no version counter
+                self._versions.append(-1)
         if requires_grad and self.capture_grads:
             self._tracked.add(number)
             if value is not None:
