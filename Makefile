@@ -46,6 +46,7 @@ bench: setup
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/bench_interpreter.py
 	$(PY) bench/bench_capture.py
+	$(PY) bench/bench_dispatch.py
 	$(PY) bench/bench_widget.py
 	$(PY) bench/bench_schema_file.py
 

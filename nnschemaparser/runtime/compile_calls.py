@@ -2,7 +2,7 @@
 
 A mixin of `Program` (see program.py): each `compile_<Instruction>` returns the closure that runs
 the instruction on a frame dict. Ops call their real torch callable with arguments laid out once
-(fast paths for 0-3 plain variables); a `BlockInstruction` runs its child's block through the
+(fast paths for 0-3 plain variables, generated source via `operands.call_closure` for the rest); a `BlockInstruction` runs its child's block through the
 program's cached invoker (module hooks included), calls a module value through `call_value`, or
 calls the live child when it is not in the schema; a `FunctionInstruction` makes an
 `InterpretedFunction` closing over the frame.
@@ -13,55 +13,57 @@ Depends on the schema, `argument_binding`, `operands` and `functions`.
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import Callable
+from typing import Any, Callable, Optional
+
+from torch import nn
 
 from .argument_binding import nested_qualname
 from .functions import InterpretedFunction, Unit
-from .operands import args_builder, getter, operand_spec
+from .operands import args_builder, call_closure, getter, operand_spec, operand_text
 from ..schema.model import BlockInstruction, FunctionInstruction, OpInstruction, VarRef
 
 __all__ = ['CallCompiler']
+
+_Module = nn.Module
+
+
+def eager_callee(module: Any, method: Optional[str]) -> Any:
+    """What eager calls for a sub-block call (the module, its method, or `super()`'s `Class.method`),
+    read only to word a keyword error as CPython would."""
+    if method is None or module is None:
+        return module
+    if "." in method:
+        owner, name = method.rsplit(".", 1)
+        for cls in type(module).__mro__:
+            if cls.__name__ == owner and name in vars(cls):
+                return getattr(cls, name).__get__(module)
+        return module
+    return getattr(module, method)
 
 
 class CallCompiler:
     """Compiles the instructions that call something: ops, fused method calls, sub-block calls, defs."""
 
     def compile_method_call(self, fetch: OpInstruction, call: OpInstruction, unit: Unit) -> Callable:
-        kind, receiver = operand_spec(fetch.args[0])
-        get_receiver = getter(kind, receiver)
-        attr = fetch.args[1]
-        out = call.out_var
-        simple, build = args_builder(call.args, call.kwargs, call.star_args, call.args_var, call.kwargs_var)
-        call_value = self.call_value
-        empty: dict = {}
-        if simple is not None and kind == "var":
-            names = simple
-
-            def run_method_simple(f: dict, _i=call, _r=fetch) -> None:
-                f[out] = call_value(getattr(f[receiver], attr), [f[n] for n in names], empty)
-
-            return run_method_simple
-
-        def run_method(f: dict, _i=call, _r=fetch) -> None:  # _r: the fused getattr, for error reports
-            method = getattr(get_receiver(f), attr)
-            a, kw = build(f)
-            f[out] = call_value(method, a, kw)
-
-        return run_method
+        env = {"_i": call, "_r": fetch, "out": call.out_var, "attr": fetch.args[1], "call_value": self.call_value,
+               "Module": _Module}
+        receiver = operand_text(fetch.args[0], "rv", env)
+        # A module's method (its forward, say) goes through call_value, which runs its block; any
+        # other callable is called directly, as call_value would.
+        return call_closure("run_method", f"m = getattr({receiver}, attr)\n"
+                            "f[out] = call_value(m, {lists}) if isinstance(m, Module) else m({call})",
+                            env, call.args, call.kwargs, call.star_args, call.args_var, call.kwargs_var, "m")
 
     def compile_OpInstruction(self, instr: OpInstruction, unit: Unit) -> Callable:
         out = instr.out_var
         simple, build = args_builder(instr.args, instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var)
         target = instr.target
         if isinstance(target, VarRef):
-            tname = target.name
-            call_value = self.call_value
-
-            def run_dynamic(f: dict, _i=instr) -> None:
-                a, kw = build(f)
-                f[out] = call_value(f[tname], a, kw)
-
-            return run_dynamic
+            env = {"_i": instr, "out": out, "tname": target.name, "call_value": self.call_value, "Module": _Module}
+            return call_closure("run_dynamic", "m = f[tname]\n"
+                                "f[out] = call_value(m, {lists}) if isinstance(m, Module) else m({call})",
+                                env, instr.args, instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var,
+                                "m")
         t = target
         if simple is not None:
             n = len(simple)
@@ -98,39 +100,21 @@ class CallCompiler:
 
             return run_n
 
-        def run(f: dict, _i=instr) -> None:
-            a, kw = build(f)
-            f[out] = t(*a, **kw)
-
-        return run
+        return call_closure("run", "f[out] = t({call})", {"_i": instr, "out": out, "t": t}, instr.args, instr.kwargs,
+                            instr.star_args, instr.args_var, instr.kwargs_var, "t")
 
     def compile_BlockInstruction(self, instr: BlockInstruction, unit: Unit) -> Callable:
         out = instr.out_var
         _, build = args_builder(instr.args, instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var)
         ref = instr.block_ref
-        call_block = self.call_block
         if instr.callee_var is not None:
             callee = instr.callee_var
             call_value = self.call_value
             method = ref.method
-            simple, _ = args_builder(instr.args, instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var)
-            if simple is not None and method is None:
-                names = simple
-                empty: dict = {}
-
-                def run_dynamic_block_simple(f: dict, _i=instr) -> None:
-                    f[out] = call_value(f[callee], [f[n] for n in names], empty)
-
-                return run_dynamic_block_simple
-
-            def run_dynamic_block(f: dict, _i=instr) -> None:
-                a, kw = build(f)
-                target = f[callee]
-                if method is not None:
-                    target = getattr(target, method)
-                f[out] = call_value(target, a, kw)
-
-            return run_dynamic_block
+            env = {"_i": instr, "out": out, "callee": callee, "method": method, "call_value": call_value}
+            fetch = "f[callee]" if method is None else "getattr(f[callee], method)"
+            return call_closure("run_dynamic_block", f"f[out] = call_value({fetch}, {{lists}})", env, instr.args,
+                                instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var, fetch)
         owner = unit.block
         try:
             block = owner.find(ref.path)
@@ -154,13 +138,21 @@ class CallCompiler:
 
             return run_live
 
+        # The child's invoker is looked up at its first call (compiling it now would compile the
+        # whole tree, and a block that calls itself forever), then called straight from the cell.
         invoker = self.invoker
+        cell: list = []
 
-        def run_block(f: dict, _i=instr) -> None:
-            a, kw = build(f)
-            f[out] = invoker(block)(a, kw)
+        def first_call(args: list, kwargs: dict) -> Any:
+            invoke = invoker(block)
+            cell[0] = invoke
+            return invoke(args, kwargs)
 
-        return run_block
+        cell.append(first_call)
+        module, method = block.module, ref.method
+        return call_closure("run_block", "f[out] = cell[0]({lists})",
+                            {"_i": instr, "out": out, "cell": cell, "callee": lambda: eager_callee(module, method)},
+                            instr.args, instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var, "callee()")
 
     def compile_FunctionInstruction(self, instr: FunctionInstruction, unit: Unit) -> Callable:
         schema = instr.function

@@ -159,13 +159,13 @@ class _Stepper(TraceListener):
 
     def on_instruction(self, event: InstructionEvent) -> None:
         self.index += 1
-        step = StepInfo(step_index=self.index, kind=instruction_kind(event.instruction),
-                        out_var=event.instruction.out_var, frame_depth=event.depth, value=event.value,
-                        scope_frames=event.frames, instruction=event.instruction, block_path=event.path,
-                        location=event.instruction.location,
-                        _notify=self.notify if self.listeners else None)
-        for edit in self.edits.get(self.index, ()):
-            step.edit(**edit)
+        instr = event.instruction
+        # Positional, in StepInfo's field order: this runs once per step.
+        step = StepInfo(self.index, instruction_kind(instr), instr.out_var, event.depth, event.value, event.frames,
+                        instr, event.path, instr.location, self.notify if self.listeners else None)
+        if self.edits:
+            for edit in self.edits.get(self.index, ()):
+                step.edit(**edit)
         self.consumer.switch(step)
 
 
@@ -247,6 +247,7 @@ class SchemaInterpreter:
             item = runner.switch()
             while not runner.dead:
                 yield item
+                # The generator may be resumed from another greenlet than the one that started it.
                 stepper.consumer = greenlet.getcurrent()
                 item = runner.switch()
             finished = True

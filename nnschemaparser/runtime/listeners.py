@@ -76,7 +76,15 @@ class EditEvent:
 
 
 class TraceListener:
-    """Base class of listeners: every hook does nothing."""
+    """Base class of listeners: every hook does nothing.
+
+    `every_instruction = False` on a subclass says its `on_instruction` only wants instructions
+    that bound a tensor, and returns: the observer then builds no event for the others (the getattr
+    of a method, an unpacked int, a constant), which is most of what a capture of tensors would
+    otherwise pay for.
+    """
+
+    every_instruction: bool = True
 
     def on_run_start(self, root: ModelBlockSchema, scope: dict) -> None:
         """A run of `root` starts with the given input scope."""
@@ -111,7 +119,10 @@ _KINDS = {
 
 
 def instruction_kind(instr: Instruction) -> str:
-    return _KINDS.get(type(instr), type(instr).__name__.replace("Instruction", "").lower())
+    kind = _KINDS.get(instr.__class__)
+    if kind is None:
+        kind = _KINDS[instr.__class__] = instr.__class__.__name__.replace("Instruction", "").lower()
+    return kind
 
 
 def snapshot(value: Any) -> Any:
@@ -122,12 +133,21 @@ def snapshot(value: Any) -> Any:
 
 
 class EventObserver(Observer):
-    """Turns engine callbacks into events for `listeners`, tracking frames and block paths."""
+    """Turns engine callbacks into events for `listeners`, tracking frames and block paths.
+
+    `after` runs once per executed instruction, so what every event shares is kept ready instead of
+    recomputed: the depth, block and path of the innermost frame, and the tuple of live frames
+    (rebuilt only when a block or function is entered or left, not per instruction).
+    """
 
     def __init__(self, listeners: Sequence[TraceListener] = (), capture_values: bool = False):
         self.frames: list[dict] = []
         self.paths: list[str] = []
         self.blocks: list[ModelBlockSchema] = []
+        self._frames_tuple: Optional[tuple] = None
+        self._depth = -1
+        self._block: Optional[ModelBlockSchema] = None
+        self._path = ""
         self.configure(listeners, capture_values)
 
     def configure(self, listeners: Sequence[TraceListener], capture_values: bool = False) -> None:
@@ -140,11 +160,24 @@ class EventObserver(Observer):
         self._enter_listeners = _overriding(self.listeners, "on_block_enter")
         self._exit_listeners = _overriding(self.listeners, "on_block_exit")
         self._instruction_listeners = _overriding(self.listeners, "on_instruction")
+        self._instruction_calls = tuple(listener.on_instruction for listener in self._instruction_listeners)
+        self._instruction_wants = tuple((listener.on_instruction, bool(listener.every_instruction))
+                                        for listener in self._instruction_listeners)
+        self._every = all(every for _, every in self._instruction_wants)
+        self._any_every = any(every for _, every in self._instruction_wants)
 
     def reset(self) -> None:
         self.frames.clear()
         self.paths.clear()
         self.blocks.clear()
+        self._moved()
+
+    def _moved(self) -> None:
+        """The frame stack changed: refresh what the next events share."""
+        self._frames_tuple = None
+        self._depth = len(self.frames) - 1
+        self._block = self.blocks[-1] if self.blocks else None
+        self._path = self.paths[-1] if self.paths else ""
 
     @staticmethod
     def block_path(block: ModelBlockSchema) -> str:
@@ -152,11 +185,15 @@ class EventObserver(Observer):
 
     def enter_block(self, block: ModelBlockSchema, frame: dict) -> None:
         self.frames.append(frame)
-        path = self.block_path(block)
+        path = block.path or block.name
         self.paths.append(path)
         self.blocks.append(block)
+        self._frames_tuple = None
+        self._depth += 1
+        self._block = block
+        self._path = path
         if self._enter_listeners:
-            event = BlockEvent(block, frame, len(self.frames) - 1, path)
+            event = BlockEvent(block, frame, self._depth, path)
             for listener in self._enter_listeners:
                 listener.on_block_enter(event)
 
@@ -174,11 +211,13 @@ class EventObserver(Observer):
         self.frames.pop()
         self.paths.pop()
         self.blocks.pop()
+        self._moved()
 
     def enter_function(self, fn: InterpretedFunction, frame: dict) -> None:
         self.frames.append(frame)
         self.paths.append(self.paths[-1] if self.paths else "")
         self.blocks.append(self.blocks[-1] if self.blocks else fn.unit.block)
+        self._moved()
 
     def exit_function(self, fn: InterpretedFunction, frame: dict) -> None:
         self._pop()
@@ -188,22 +227,41 @@ class EventObserver(Observer):
             listener.on_before_mutation(instr, frame)
 
     def after(self, instr: Instruction, frame: dict) -> None:
-        if isinstance(instr, ReturnInstruction):
+        returns = instr.__class__ is ReturnInstruction or isinstance(instr, ReturnInstruction)
+        if returns:
             value, has_value = frame.get(RETURN_SLOT), True
-        elif instr.out_var and instr.out_var in frame:
-            value, has_value = frame[instr.out_var], True
         else:
-            value, has_value = None, False
+            out = instr.out_var
+            value = frame.get(out, _UNSET) if out else _UNSET
+            has_value = value is not _UNSET
+            if not has_value:
+                value = None
         if self.capture_values and has_value and instr.out_var:
             repr_ = value_repr(value)
             instr.resolved = TensorReprWithValue(shape=repr_.shape, dtype=repr_.dtype, value=snapshot(value))
-        listeners = self._instruction_listeners
-        if not listeners:
+        calls = self._instruction_calls
+        if not calls:
             return
-        event = InstructionEvent(instr, frame, len(self.frames) - 1, self.blocks[-1], self.paths[-1], value,
-                                 has_value, tuple(self.frames))
-        for listener in listeners:
-            listener.on_instruction(event)
+        if self._every:
+            wanted = True
+        else:
+            wanted = returns or isinstance(value, torch.Tensor)
+            if not wanted and not self._any_every:
+                return
+        frames = self._frames_tuple
+        if frames is None:
+            frames = self._frames_tuple = tuple(self.frames)
+        event = InstructionEvent(instr, frame, self._depth, self._block, self._path, value, has_value, frames)
+        if wanted:
+            for call in calls:
+                call(event)
+        else:
+            for call, every in self._instruction_wants:
+                if every:
+                    call(event)
+
+
+_UNSET = object()
 
 
 def _overriding(listeners: Sequence[TraceListener], hook: str) -> list[TraceListener]:

@@ -3,7 +3,8 @@
 The compiled closures return control flow as values: None (go on), BREAK, CONTINUE, RETURN (the
 returned value waits in the frame under RETURN_SLOT). `Observer` is what an observed program
 reports to (listeners, captures and stepping subclass it); `StepAbandoned` unwinds a paused stepped
-run. `ENGINE_FILES` names the modules whose frames are instruction closures, so that error
+run. `ENGINE_FILES` names the modules whose frames are instruction closures (and the name of the
+generated call closures, `GENERATED_FILE`), so that error
 reporting (`unbound_reads`, exception notes) can tell engine frames from the model's own code.
 
 Depends on the schema only.
@@ -18,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .functions import InterpretedFunction
 from ..schema.model import Instruction, ModelBlockSchema
 
-__all__ = ['BREAK', 'CONTINUE', 'RETURN', 'RETURN_SLOT', 'ENGINE_FILES', 'StepAbandoned', 'Observer']
+__all__ = ['BREAK', 'CONTINUE', 'RETURN', 'RETURN_SLOT', 'ENGINE_FILES', 'GENERATED_FILE', 'StepAbandoned', 'Observer']
 
 
 BREAK = "<break>"
@@ -26,9 +27,12 @@ CONTINUE = "<continue>"
 RETURN = "<return>"
 RETURN_SLOT = "$return"
 
-ENGINE_FILES = frozenset(str(Path(__file__).with_name(f"{name}.py"))
-                         for name in ("program", "functions", "operands", "compile_calls", "compile_control",
-                                      "module_hooks"))
+# The file name of the call closures `operands.call_closure` generates (their code has no file).
+GENERATED_FILE = "<nnschemaparser call>"
+
+ENGINE_FILES = frozenset([*(str(Path(__file__).with_name(f"{name}.py"))
+                            for name in ("program", "functions", "operands", "compile_calls", "compile_control",
+                                         "module_hooks")), GENERATED_FILE])
 
 
 class StepAbandoned(BaseException):

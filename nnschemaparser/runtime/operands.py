@@ -2,19 +2,25 @@
 
 `operand_spec` classifies an operand as a constant, a frame variable or a computed value (slices,
 displays); `getter` turns that into `getter(frame)`; `args_builder` precomputes a call's positional
-and keyword layout so that the common case (all plain variables) is a list of names. `fusable_method_call`
-tells the plain compiler when `$t = getattr(obj, 'm')` + `$t(...)` can run as one closure.
+and keyword layout so that the common case (all plain variables) is a list of names. `call_closure`
+goes one step further: it writes the call as Python source once per layout (`f[out] = t(f[x], c1,
+dim=f[d])`), compiles it once and closes it over each instruction's names and constants, so that
+running a call builds no argument lists of its own: the per-instruction cost of the dispatch-bound
+models of `bench/bench_dispatch.py`. `fusable_method_call` tells the plain compiler when
+`$t = getattr(obj, 'm')` + `$t(...)` can run as one closure.
 
-Depends on the schema only.
+Depends on the schema and `observer` (for the generated code's file name).
 """
 
 from __future__ import annotations
 
+import keyword
 from operator import itemgetter
 from typing import Any, Callable, Optional
 from ..schema.model import Const, Instruction, OpInstruction, SliceOf, VarRef
+from .observer import GENERATED_FILE
 
-__all__ = ['operand_spec', 'getter', 'args_builder', 'fusable_method_call', 'mentions']
+__all__ = ['operand_spec', 'getter', 'args_builder', 'call_closure', 'operand_text', 'merge_kwargs', 'function_str', 'fusable_method_call', 'mentions']
 
 
 def operand_spec(op: Any) -> tuple[str, Any]:
@@ -101,6 +107,96 @@ def args_builder(args: list, kwargs: dict, star_args: tuple, args_var: Optional[
         return a, kw
 
     return (tuple(v for _, v in compiled) if simple else None), build
+
+
+def _collect(**kwargs: Any) -> dict:
+    return kwargs
+
+
+def function_str(x: Any) -> str:
+    """How CPython names a callee in a call's TypeError (`_PyObject_FunctionStr`): `mod.qualname()`."""
+    try:
+        qualname = x.__qualname__
+    except AttributeError:
+        return str(x)
+    module = getattr(x, "__module__", None)
+    return f"{module}.{qualname}()" if module is not None and module != "builtins" else f"{qualname}()"
+
+
+def merge_kwargs(kw: dict, extra: Any, callee: Callable[[], Any]) -> dict:
+    """The keywords of `callee()(**kw, **extra)`, merged by CPython itself.
+
+    A keyword given twice, a non-mapping after `**` or a key that is not a string raises the
+    TypeError CPython raises for that call, worded with the callee's name as CPython words it.
+    """
+    try:
+        return _collect(**kw, **extra)
+    except TypeError as exc:
+        text = str(exc)
+        own = function_str(_collect)
+        if not text.startswith(own):
+            raise
+        raise TypeError(function_str(callee()) + text[len(own):]) from None
+
+
+_FACTORIES: dict[str, Callable] = {}
+
+
+def operand_text(op: Any, slot: str, env: dict) -> str:
+    """Source reading operand `op` from the frame `f`; what it needs is put into `env` under `slot`."""
+    kind, value = operand_spec(op)
+    env[slot] = value
+    if kind == "var":
+        return f"f[{slot}]"
+    if kind == "fn":
+        return f"{slot}(f)"
+    return slot
+
+
+def call_closure(name: str, statement: str, env: dict, args: list, kwargs: dict, star_args: tuple,
+                 args_var: Optional[str], kwargs_var: Optional[str], callee: str) -> Callable[[dict], Any]:
+    """The closure `name(f)` running `statement`, its `{call}` and `{lists}` replaced by the call's arguments.
+
+    `{call}` becomes `f[a], c1, *f[s], dim=f[d]` (a call's own arguments) and `{lists}` becomes
+    `[f[a], c1, *f[s]], {'dim': f[d]}` (what an invoker or `call_value` takes), with the evaluation
+    order, spreading and keyword checks of `args_builder`'s `build`. `env` holds the other names the
+    statement uses (`_i`, the instruction, and `_r` are default arguments so that error reports find
+    them in the frame's locals, as in every closure of the engine); `callee` is source naming what
+    is called, read only when `**kwargs` cannot be merged (see `merge_kwargs`). One factory is
+    compiled per distinct source text, so a model with thousands of calls compiles a few dozen.
+    """
+    env = dict(env)
+    stars = set(star_args)
+    positional = [("*" if i in stars else "") + operand_text(op, f"p{i}", env) for i, op in enumerate(args)]
+    if args_var is not None:
+        env["av"] = args_var
+        positional.append("*f[av]")
+    pairs = [(key, operand_text(op, f"k{j}", env)) for j, (key, op) in enumerate(kwargs.items())]
+    plain_keys = all(isinstance(k, str) and k.isidentifier() and not keyword.iskeyword(k) for k, _ in pairs)
+    display = "{" + ", ".join(f"{k!r}: {text}" for k, text in pairs) + "}"
+    if kwargs_var is not None:
+        env["kv"] = kwargs_var
+        env["merge_kwargs"] = merge_kwargs
+        merged = f"merge_kwargs({display}, f[kv], lambda: {callee})"
+    else:
+        merged = display
+    lists = f"[{', '.join(positional)}], {merged}"
+    # A call's own keywords: written out (or spread from the display when a key is no identifier),
+    # then `**f[kv]`, so that CPython itself merges them and words any error.
+    own = [f"{k}={text}" for k, text in pairs] if plain_keys else ["**" + display] if pairs else []
+    call = ", ".join([*positional, *own, *(["**f[kv]"] if kwargs_var is not None else [])])
+    body = statement.replace("{call}", call).replace("{lists}", lists).replace("\n", "\n        ")
+    defaults = ", ".join(f"{n}={n}" for n in ("_i", "_r") if n in env)
+    source = (f"def factory({', '.join(env)}):\n"
+              f"    def {name}(f{', ' if defaults else ''}{defaults}):\n"
+              f"        {body}\n"
+              f"    return {name}\n")
+    factory = _FACTORIES.get(source)
+    if factory is None:
+        namespace: dict = {}
+        exec(compile(source, GENERATED_FILE, "exec"), namespace)
+        factory = _FACTORIES[source] = namespace["factory"]
+    return factory(**env)
 
 
 

@@ -129,6 +129,18 @@ def _version(tensor: torch.Tensor) -> int:
         return -1
 
 
+def _description_tables(root: ModelBlockSchema) -> tuple[dict, dict, dict]:
+    """The description caches of `root`'s runs, kept on the schema: (ops, calls, container-id prefixes).
+
+    Every entry is keyed by what its text depends on and holds the instruction it was made for, so
+    a hit is checked by identity; they live and die with the schema, like its compiled programs.
+    """
+    tables = root.__dict__.get("_description_tables")
+    if tables is None:
+        tables = root.__dict__["_description_tables"] = ({}, {}, {})
+    return tables
+
+
 def _lower_first(text: str) -> str:
     """`Linear projection` -> `linear projection`; acronyms such as `ReLU` or `GELU` stay."""
     word = text.split(" ", 1)[0]
@@ -151,6 +163,8 @@ class ActivationRecorder(TraceListener):
     Reusable: each run starts a fresh trace, so traces of earlier runs stay intact.
     """
 
+    every_instruction = False  # only tensor results (and returns) can become steps
+
     def __init__(self, capture_grads: bool = False, limits: Optional[CaptureLimits] = None):
         if limits is not None and not isinstance(limits, CaptureLimits):
             raise TypeError(f"limits must be a nnschemaparser.CaptureLimits or None, got {type(limits).__name__}; "
@@ -159,9 +173,10 @@ class ActivationRecorder(TraceListener):
         self.limits = limits
         self.trace = ActivationTrace()
         self.root_frame: Optional[dict] = None
-        # Descriptions by instruction (ops with a fixed callee, blocks by path) or by called module.
+        # Descriptions by instruction (ops with a fixed callee, blocks by path) or by called module;
+        # a run takes the schema's own tables (`_description_tables`), so they outlive one capture.
         self._ops: dict[int, tuple] = {}
-        self._calls: dict[tuple[int, int], tuple] = {}
+        self._calls: dict[tuple, tuple] = {}
         self._prefixes: dict[str, str] = {}
         self._start_state(None)
 
@@ -188,6 +203,7 @@ class ActivationRecorder(TraceListener):
 
     def on_run_start(self, root: ModelBlockSchema, scope: dict) -> None:
         self._start_state(root)
+        self._ops, self._calls, self._prefixes = _description_tables(root)
         self.trace = ActivationTrace(root=root.name)
         sig = root.signature
         order = list(sig.params) + ([sig.vararg] if sig.vararg else []) + list(sig.kwonly) + \
@@ -305,7 +321,13 @@ class ActivationRecorder(TraceListener):
         step = TraceStep(number, cid, description, slot_type, out_var, op_name, block_path, container, None, depth,
                          omitted, sample)
         steps.append(step)
-        self._versions.append(_version(value) if value is not None else -1)
+        if value is None:
+            self._versions.append(-1)
+        else:
+            try:
+                self._versions.append(value._version)
+            except (RuntimeError, AttributeError):  # as _version(): no version counter
+                self._versions.append(-1)
         if requires_grad and self.capture_grads:
             self._tracked.add(number)
             if value is not None:
@@ -373,7 +395,15 @@ class ActivationRecorder(TraceListener):
                         f"Call to module {type(callee).__name__}"
                     cached = self._calls[key] = (text, path, instr, callee)
                 return cached
-            return describe_op(callee_name(instr, frame)), op_name_of(instr, frame), instr
+            # What the description reads of a callee fetched at run time: its owner's type and name.
+            owner = getattr(callee, "__self__", None)
+            name = getattr(callee, "__name__", None)
+            key = (id(instr), type(owner) if owner is not None else None,
+                   name if isinstance(name, str) else type(callee))
+            cached = self._calls.get(key)
+            if cached is None or cached[2] is not instr:
+                cached = self._calls[key] = (describe_op(callee_name(instr, frame)), op_name_of(instr, frame), instr)
+            return cached
         described = self._ops[id(instr)] = (describe_op(callee_name(instr, frame)), op_name_of(instr, frame), instr)
         return described
 
