@@ -181,3 +181,22 @@ class SuperCalls(Base):
 @pytest.mark.parametrize("twice", [False, True])
 def test_super_method_calls_with_kwargs_match_eager_in_values_and_errors(twice):
     assert_schema_matches_eager_or_raises_alike(SuperCalls(), {"x": torch.randn(2, 3), "twice": twice})
+
+
+def test_generated_calls_refuse_keyword_names_that_are_not_plain_strings():
+    from nnschemaparser.runtime.operands import call_closure
+    from nnschemaparser.schema.model import VarRef
+
+    class Sneaky(str):
+        def __repr__(self):
+            return "__import__('os').system('exit 3')"
+
+    for key in (Sneaky("x"), 3):
+        with pytest.raises(TypeError, match="keywords must be strings"):
+            call_closure("run", "f[out] = t({call})", {"out": "y", "t": dict}, [], {key: VarRef("a")}, (), None, None,
+                         "t")
+    run = call_closure("run", "f[out] = t({call})", {"out": "y", "t": dict}, [], {"not an identifier": VarRef("a")},
+                       (), None, None, "t")
+    frame = {"a": 1}
+    run(frame)
+    assert frame["y"] == {"not an identifier": 1}

@@ -166,6 +166,11 @@ def call_closure(name: str, statement: str, env: dict, args: list, kwargs: dict,
     compiled per distinct source text, so a model with thousands of calls compiles a few dozen.
     """
     env = dict(env)
+    # Keyword names are the only part of an instruction written into the generated source: a plain
+    # str only (an identifier as is, anything else as its repr), so no file can put code there.
+    for key in kwargs:
+        if type(key) is not str:
+            raise TypeError(f"keywords must be strings, not {type(key).__name__}")
     stars = set(star_args)
     positional = [("*" if i in stars else "") + operand_text(op, f"p{i}", env) for i, op in enumerate(args)]
     if args_var is not None:
