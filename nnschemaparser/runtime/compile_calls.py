@@ -13,7 +13,7 @@ Depends on the schema, `argument_binding`, `operands` and `functions`.
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import Callable
+from typing import Any, Callable
 
 from .argument_binding import nested_qualname
 from .functions import InterpretedFunction, Unit
@@ -138,29 +138,51 @@ class CallCompiler:
             block = None
         if block is not None and ref.method is not None:
             block = block.methods.get(ref.method)
+        path, method = ref.path, ref.method
+        module = owner.module
+
+        def live_target() -> Any:
+            target = module
+            for part in path.split(".") if path else ():
+                target = target[int(part)] if part.lstrip("-").isdigit() else getattr(target, part)
+            if method is not None:
+                target = getattr(target, method)
+            return target
+
         if block is None:
             # The child is not in the schema (None at parse time, or replaced since): call it live.
-            path, method = ref.path, ref.method
-            module = owner.module
-
             def run_live(f: dict, _i=instr) -> None:
                 a, kw = build(f)
-                target = module
-                for part in path.split(".") if path else ():
-                    target = target[int(part)] if part.lstrip("-").isdigit() else getattr(target, part)
-                if method is not None:
-                    target = getattr(target, method)
-                f[out] = target(*a, **kw)
+                f[out] = live_target()(*a, **kw)
 
             return run_live
 
         invoker = self.invoker
+        expected = block.module
+        parts = tuple(path.split(".")) if path else ()
+        if not parts or expected is None or module is None:
+            def run_block(f: dict, _i=instr) -> None:
+                a, kw = build(f)
+                f[out] = invoker(block)(a, kw)
 
-        def run_block(f: dict, _i=instr) -> None:
+            return run_block
+        # The child is read from the module at each call, as `self.child(x)` does: forward may
+        # replace it (`self.child = nn.Linear(...)`), and the new one runs (its block, if it has one).
+        call_value = self.call_value
+        first, rest = parts[0], parts[1:]
+        children = module._modules
+
+        def run_child(f: dict, _i=instr) -> None:
             a, kw = build(f)
-            f[out] = invoker(block)(a, kw)
+            live = children.get(first)
+            for part in rest:
+                live = live._modules.get(part) if live is not None else None
+            if live is expected:
+                f[out] = invoker(block)(a, kw)
+            else:
+                f[out] = call_value(live_target(), a, kw)
 
-        return run_block
+        return run_child
 
     def compile_FunctionInstruction(self, instr: FunctionInstruction, unit: Unit) -> Callable:
         schema = instr.function

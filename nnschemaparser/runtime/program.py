@@ -29,7 +29,7 @@ from .compile_control import ControlCompiler
 from .functions import InterpretedFunction, Unit, rebind_wrapper, rebindable
 from .module_hooks import call_with_hooks, global_hooks_active
 from .observer import BREAK, CONTINUE, RETURN, RETURN_SLOT, Observer, StepAbandoned
-from .operands import fusable_method_call
+from .operands import fusable_method_call, names_read
 
 _Module = nn.Module
 from ..schema.model import ControlInstruction, Instruction, ModelBlockSchema, ReturnInstruction, TryInstruction, WithInstruction
@@ -190,14 +190,31 @@ class Program(CallCompiler, ControlCompiler):
         while index < len(instrs):
             instr = instrs[index]
             if index + 1 < len(instrs) and fusable_method_call(instr, instrs[index + 1]):
-                compiled.append(self.compile_method_call(instr, instrs[index + 1], unit))
+                fused = self.compile_method_call(instr, instrs[index + 1], unit)
+                compiled.append(self.fresh_weights(fused, names_read(instr) + names_read(instrs[index + 1]), unit))
                 index += 2
                 continue
             compiled.append(self.compile(instr, unit))
             index += 1
         return compiled
 
+    @staticmethod
+    def fresh_weights(fn: Callable, names: list, unit: Unit) -> Callable:
+        """`fn` preceded by a live read of the weights among `names` (see `Unit.weight_reader`)."""
+        read = unit.weight_reader(names) if unit.weights and names else None
+        if read is None:
+            return fn
+
+        def read_weights_first(f: dict, _fn=fn, _read=read) -> Any:
+            _read(f)
+            return _fn(f)
+
+        return read_weights_first
+
     def compile(self, instr: Instruction, unit: Unit) -> Callable:
+        return self.fresh_weights(self._compile(instr, unit), names_read(instr), unit)
+
+    def _compile(self, instr: Instruction, unit: Unit) -> Callable:
         kind = type(instr).__name__
         fn = getattr(self, "compile_" + kind)(instr, unit)
         observer = self.observer
