@@ -95,6 +95,11 @@ class _BlockBuilder:
     def lower_forward(self, block: ModelBlockSchema) -> None:
         module = block.module
         forward = type(module).forward
+        owner = _defining_class(type(module), "forward")
+        raw = owner.__dict__["forward"] if owner is not None else forward
+        if isinstance(raw, (staticmethod, classmethod)):
+            self.lower_unbound_forward(block, raw, owner)
+            return
         fn = unwrap_function(forward)
         if fn is not forward:
             if not rebindable(forward):
@@ -105,6 +110,28 @@ class _BlockBuilder:
         requests: list[MethodRequest] = []
         signature = lower_function(fn, module=module, owner=_defining_class(type(module), "forward"),
                                    requests=requests)
+        block.signature = signature
+        block.body = signature.body
+        block.input_defaults = dict(signature.defaults)
+        self.lower_requests(block, requests)
+
+    def lower_unbound_forward(self, block: ModelBlockSchema, raw: Any, owner: type) -> None:
+        """A `@staticmethod` forward takes no `self`; a `@classmethod` one takes the class first.
+
+        Both are lowered as plain functions (no `self.<attr>` to resolve); a classmethod's first
+        parameter becomes the block's `self_name`, which the engine binds to the module's class.
+        """
+        fn = raw.__func__
+        if unwrap_function(fn) is not fn:
+            raise UnsupportedSyntaxError(f"{block.name}.forward is a decorated {type(raw).__name__}, which the "
+                                         "schema cannot run inside its decorators")
+        requests: list[MethodRequest] = []
+        signature = lower_function(fn, module=None, owner=owner, requests=requests)
+        if isinstance(raw, classmethod):
+            if not signature.params:
+                raise UnsupportedSyntaxError(f"{block.name}.forward is a classmethod without a 'cls' parameter")
+            signature.self_name = signature.params.pop(0)
+            signature.defaults.pop(signature.self_name, None)
         block.signature = signature
         block.body = signature.body
         block.input_defaults = dict(signature.defaults)

@@ -14,6 +14,7 @@ Depends on the schema, `notation`, `argument_binding`, `unbound_reads` and `obse
 
 from __future__ import annotations
 
+import inspect
 import sys
 import types
 from typing import Any, Callable, Optional, TYPE_CHECKING
@@ -123,6 +124,12 @@ class Unit:
         self.params = tuple(schema.params)
         self.simple = schema.vararg is None and schema.kwarg is None and not schema.kwonly
         self.self_name = schema.self_name if is_block else None
+        # What `self_name` is bound to: the module, or its class for a `@classmethod` forward.
+        self.self_value = self.module
+        if is_block and self.self_name is not None and self.module is not None:
+            raw = inspect.getattr_static(type(self.module), block.method_name or "forward", None)
+            if isinstance(raw, classmethod):
+                self.self_value = type(self.module)
         self.weights = tuple(schema.weight_refs.items())
         module = self.module
         # Registered parameters/buffers are read from their dict directly (what Module.__getattr__
@@ -144,7 +151,7 @@ class Unit:
         else:
             frame = self._bind_general(args, kwargs, self.schema.defaults if defaults is None else defaults)
         if self.self_name is not None:
-            frame[self.self_name] = self.module
+            frame[self.self_name] = self.self_value
         return frame
 
     def weight_reader(self, refs: Any) -> Optional[Callable[[dict], None]]:

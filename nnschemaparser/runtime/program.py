@@ -8,7 +8,8 @@ one): listeners, captures and stepping are all observers, and a plain run pays f
 
 This module holds what ties the parts together: the cached invokers that run a block as
 `module(*args, **kwargs)` would (hooks from `module_hooks`, decorators re-bound by `functions`),
-dispatch of module values by identity, the root's input checks, and `compile`, which picks the
+dispatch of module values by identity, a class's own `__call__` honoured (the schema
+as the forward it calls), the root's input checks, and `compile`, which picks the
 `compile_<Instruction>` of the mixins `compile_calls.CallCompiler` and
 `compile_control.ControlCompiler` and wraps it for the observer. User exceptions propagate
 unchanged, with one note per block naming the instruction and the forward's file:line.
@@ -77,6 +78,8 @@ class Program(CallCompiler, ControlCompiler):
                 return self.call_block(_block, tuple(args), kwargs)
         elif block.method_name is not None:
             invoke = self._direct(block)
+        elif type(block.module).__call__ is not _Module.__call__:
+            invoke = self._through_call_override(block.module, self._direct(block))
         else:
             direct = self._direct(block)
             module = block.module
@@ -87,6 +90,35 @@ class Program(CallCompiler, ControlCompiler):
                     return call_with_hooks(module, args, kwargs, direct)
                 return direct(args, kwargs)
         self.invokers[id(block)] = invoke
+        return invoke
+
+    @staticmethod
+    def _through_call_override(module: nn.Module, direct: Callable[[Any, dict], Any]) -> Callable[[Any, dict], Any]:
+        """Run a module whose class overrides `__call__` through that override, the schema as its forward.
+
+        The override (PyG's `Aggregation.__call__` fills `dim_size`, transformers' checkpointing
+        layers) runs as in eager; while it runs, the instance's `forward` is the schema, so the
+        `self.forward(...)` that `Module._call_impl` makes (with the module's hooks) runs the schema.
+        The instance attribute is put back as it was afterwards, also when the call fails.
+        """
+        call = type(module).__call__
+        absent = object()
+
+        def schema_forward(*args: Any, **kwargs: Any) -> Any:
+            return direct(args, kwargs)
+
+        def invoke(args: Any, kwargs: dict) -> Any:
+            state = module.__dict__
+            saved = state.get("forward", absent)
+            state["forward"] = schema_forward
+            try:
+                return call(module, *args, **kwargs)
+            finally:
+                if saved is absent:
+                    state.pop("forward", None)
+                else:
+                    state["forward"] = saved
+
         return invoke
 
     def _direct(self, block: ModelBlockSchema) -> Callable[[Any, dict], Any]:
