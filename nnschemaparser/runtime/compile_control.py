@@ -49,7 +49,26 @@ class ControlCompiler:
     def lazy_condition(self, instr: ControlInstruction, unit: Unit) -> list[Callable]:
         condition = self.compile_list(instr.condition, unit)
         read = unit.weight_reader([instr.cond_var]) if unit.weights else None
-        return [*condition, read] if read is not None else condition
+        condition = [*condition, read] if read is not None else condition
+        return self.unstepped(condition) if instr.kind == "if" else condition
+
+    def unstepped(self, condition: list[Callable]) -> list[Callable]:
+        """An `if` test (or a `while` re-evaluation), told to the observer as a condition: it is not
+        a step of `step_run` (spec 000), while traces still record its instructions."""
+        observer = self.observer
+        if observer is None or not condition:
+            return condition
+        begin, end = observer.begin_condition, observer.end_condition
+
+        def run_condition(f: dict) -> None:
+            begin()
+            try:
+                for fn in condition:
+                    fn(f)
+            finally:
+                end()
+
+        return [run_condition]
 
     def compile_ControlInstruction(self, instr: ControlInstruction, unit: Unit) -> Callable:
         condition = self.compile_list(instr.condition, unit)
@@ -60,6 +79,7 @@ class ControlCompiler:
         else_body = self.compile_list(instr.else_body, unit)
         cond_var = instr.cond_var
         if instr.kind == "if":
+            condition = self.unstepped(condition)
             def run_if(f: dict, _i=instr) -> Any:
                 for fn in condition:
                     fn(f)
@@ -69,10 +89,14 @@ class ControlCompiler:
 
             return run_if
         if instr.kind == "while":
+            again = self.unstepped(condition)  # the first test is a step, its re-evaluations are not
+
             def run_while(f: dict, _i=instr) -> Any:
+                test = condition
                 while True:
-                    for fn in condition:
+                    for fn in test:
                         fn(f)
+                    test = again
                     if not f[cond_var]:
                         break
                     signal = run_list(body, f)

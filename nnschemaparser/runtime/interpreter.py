@@ -2,7 +2,8 @@
 
 `run` and `call` execute a schema with the plain compiled program when there is nothing to observe,
 and with an observed program otherwise. `step_run` runs the observed program inside a greenlet and
-pauses it after each leaf instruction, yielding a `StepInfo`; edits apply to the paused frames and
+pauses it after each leaf instruction, yielding a `StepInfo` (not on the instructions of an `if` test
+or of a `while` re-evaluation, as spec 000 says; traces still record those); edits apply to the paused frames and
 are reported to the listeners (`TraceListener.on_edit`). The execution rules are the engine's,
 written once; this module only drives them.
 
@@ -158,6 +159,8 @@ class _Stepper(TraceListener):
             listener.on_edit(event)
 
     def on_instruction(self, event: InstructionEvent) -> None:
+        if not event.stepped:  # an if test or a while re-evaluation (spec 000)
+            return
         self.index += 1
         step = StepInfo(step_index=self.index, kind=instruction_kind(event.instruction),
                         out_var=event.instruction.out_var, frame_depth=event.depth, value=event.value,
@@ -219,6 +222,10 @@ class SchemaInterpreter:
     def step_run(self, block: ModelBlockSchema, scope: dict,
                  edits: Optional[dict[int, list[dict]]] = None) -> Generator[StepInfo, None, list]:
         """Yield one StepInfo per executed instruction; return (and store in step_outputs) the outputs.
+
+        The instructions of an `if` test, and of a `while` test after its first evaluation, are not
+        steps (condition expressions of if/while re-evaluations are not stepped); captures and
+        traces of the same run still record them.
 
         `edits` maps a step_index to edit keyword dicts applied when that step is reached, so a run
         can be forked from a previous one at a given step. Bad arguments raise here, before the

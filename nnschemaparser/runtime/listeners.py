@@ -52,7 +52,12 @@ class BlockEvent:
 
 @dataclass(slots=True)
 class InstructionEvent:
-    """A leaf instruction ran in `block` (at `path`); `value` is what it bound (None if nothing)."""
+    """A leaf instruction ran in `block` (at `path`); `value` is what it bound (None if nothing).
+
+    `stepped` is False for the instructions of an `if` test or of a `while` test after its first
+    evaluation (spec: condition expressions of if/while re-evaluations are not stepped): traces
+    record them, `step_run` does not pause on them.
+    """
 
     instruction: Instruction
     frame: dict
@@ -62,6 +67,7 @@ class InstructionEvent:
     value: Any
     has_value: bool
     frames: tuple
+    stepped: bool = True
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,7 @@ class EventObserver(Observer):
         self.frames: list[dict] = []
         self.paths: list[str] = []
         self.blocks: list[ModelBlockSchema] = []
+        self.conditions = 0  # how many unstepped condition tests are running
         self.configure(listeners, capture_values)
 
     def configure(self, listeners: Sequence[TraceListener], capture_values: bool = False) -> None:
@@ -142,6 +149,7 @@ class EventObserver(Observer):
         self._instruction_listeners = _overriding(self.listeners, "on_instruction")
 
     def reset(self) -> None:
+        self.conditions = 0
         self.frames.clear()
         self.paths.clear()
         self.blocks.clear()
@@ -175,6 +183,12 @@ class EventObserver(Observer):
         self.paths.pop()
         self.blocks.pop()
 
+    def begin_condition(self) -> None:
+        self.conditions += 1
+
+    def end_condition(self) -> None:
+        self.conditions -= 1
+
     def enter_function(self, fn: InterpretedFunction, frame: dict) -> None:
         self.frames.append(frame)
         self.paths.append(self.paths[-1] if self.paths else "")
@@ -201,7 +215,7 @@ class EventObserver(Observer):
         if not listeners:
             return
         event = InstructionEvent(instr, frame, len(self.frames) - 1, self.blocks[-1], self.paths[-1], value,
-                                 has_value, tuple(self.frames))
+                                 has_value, tuple(self.frames), self.conditions == 0)
         for listener in listeners:
             listener.on_instruction(event)
 
