@@ -3,7 +3,8 @@
 `NNParser.parse_model` lowers every module's forward (and the methods it calls) into a block, keeps
 every sub-module even if no run visits it, then runs the schema once on example inputs to fill
 `resolved` shapes and dtypes. A child whose source cannot be lowered, or whose schema fails where the
-eager module does not, is re-dispatched to the real module and listed in `skipped`. The model's
+eager module does not, is re-dispatched to the real module and listed in `skipped`; so is a root
+that runs live, under the key "<root>". The model's
 parameters, buffers, plain attributes, training flags and the RNG are restored after that run.
 
 Depends on schema, lowering, source, engine, notation and errors; never on listeners or views.
@@ -18,7 +19,8 @@ from typing import Any, Iterator, Mapping, Optional
 import torch
 from torch import nn
 
-from ..runtime.program import Observer, Program, rebindable
+from ..runtime.argument_binding import root_call
+from ..runtime.program import Observer, Program, entry_signature, rebindable
 from .equality import first_mismatch
 from ..schema.errors import NNSchemaError, ParseError, SourceUnavailableError, UnsupportedSyntaxError
 from ..lowering.statements import MethodRequest, lower_function
@@ -186,6 +188,16 @@ def _collect_skipped(block: ModelBlockSchema) -> dict[str, str]:
     return skipped
 
 
+ROOT_KEY = "<root>"
+
+
+def _list_skipped(root: ModelBlockSchema) -> None:
+    """Fill `skipped` of every block; a root that runs live is listed first, under "<root>"."""
+    _collect_skipped(root)
+    if root.skip_reason is not None:
+        root.skipped = {ROOT_KEY: root.skip_reason, **root.skipped}
+
+
 # --- protected runs ---------------------------------------------------------------------------
 
 
@@ -314,7 +326,12 @@ class NNParser:
         """Lower `model` into a schema and resolve shapes/dtypes with one protected run.
 
         Inputs are given by name (the forward's parameter names): shapes and dtypes are enough
-        (random values are made); values, where given, are used as they are (cloned first).
+        (random values are made); values, where given, are used as they are (cloned first). They
+        are passed as `model(x, ...)` would get them: positionally in the signature's order while
+        each is given, the rest by keyword. The positional extras of a `forward(*args)` are given
+        as a tuple or list under the vararg's name (`inputs_tensors_values={"args": (x, y)}`);
+        other names go to forward's `**kwargs`. A forward that needs no inputs needs no example.
+        The run happens under the grad mode of the caller (a forward may call `torch.autograd.grad`).
         """
         if not isinstance(model, nn.Module):
             if isinstance(model, type) and issubclass(model, nn.Module):
@@ -323,17 +340,17 @@ class NNParser:
             raise ParseError(f"parse_model needs an nn.Module instance, got {type(model).__name__}")
         root = _BlockBuilder().build(model, "")
         root.name = type(model).__name__
-        _collect_skipped(root)
+        _list_skipped(root)
         if not resolve:
             return root
-        if not (inputs_tensors_shapes or inputs_tensors_values):
+        if not (inputs_tensors_shapes or inputs_tensors_values) and _needs_inputs(model, root):
             raise ParseError("parse_model needs example inputs to resolve shapes: pass inputs_tensors_shapes="
                              "{'x': (2, 16)} (and inputs_tensors_dtypes) or inputs_tensors_values={'x': tensor}; "
                              "or pass resolve=False to skip resolution")
         device = next((p.device for p in model.parameters()), None)
         scope = example_inputs(inputs_tensors_shapes, inputs_tensors_dtypes, inputs_tensors_values, device)
         NNParser._resolve(model, root, scope, verify)
-        _collect_skipped(root)
+        _list_skipped(root)
         return root
 
     @staticmethod
@@ -342,7 +359,7 @@ class NNParser:
             resolver = _Resolver()
             program = Program(root, resolver)
             try:
-                with preserved_state(model), torch.no_grad():
+                with preserved_state(model):
                     rng = torch.get_rng_state()
                     result = program.run_root(_fresh(scope))
                 if not verify:
@@ -363,7 +380,7 @@ class NNParser:
                     raise ParseError(f"the schema of {root.name} cannot run on the example inputs: {exc}") from exc
                 _BlockBuilder.skip(failing, f"interpreting failed: {type(exc).__name__}: {exc}")
             except Exception as exc:
-                eager_error = _eager_error(model, scope)
+                eager_error = _eager_error(model, root, scope)
                 if eager_error is not None:
                     raise ParseError(
                         f"{root.name} raises {type(eager_error).__name__} on the example inputs in eager mode too "
@@ -391,9 +408,9 @@ def _verify(model: nn.Module, root: ModelBlockSchema, scope: dict, rng: torch.Te
     while none of its interpreted sub-blocks' does (the error is in its own body).
     """
     try:
-        with preserved_state(model), torch.no_grad():
+        with preserved_state(model):
             torch.set_rng_state(rng)
-            expected = model(**_fresh(scope))
+            expected = _eager_call(model, root, scope)
     except Exception:  # eager fails where the schema ran: nothing to compare against
         return []
     if first_mismatch(expected, result) is None:
@@ -405,11 +422,11 @@ def _verify(model: nn.Module, root: ModelBlockSchema, scope: dict, rng: torch.Te
 
     handles = [m.register_forward_hook(record) for m in model.modules()]
     try:
-        with preserved_state(model), torch.no_grad():
+        with preserved_state(model):
             torch.set_rng_state(rng)
-            model(**_fresh(scope))
+            _eager_call(model, root, scope)
         eager_outputs, recorded = recorded, {}
-        with preserved_state(model), torch.no_grad():
+        with preserved_state(model):
             torch.set_rng_state(rng)
             Program(root).run_root(_fresh(scope))
         schema_outputs = recorded
@@ -444,10 +461,24 @@ def _private_copy(value: Any) -> Any:
         return value
 
 
-def _eager_error(model: nn.Module, scope: dict) -> Optional[BaseException]:
+def _needs_inputs(model: nn.Module, root: ModelBlockSchema) -> bool:
+    """True unless a call `model()` binds: every input has a default (or there is none)."""
+    sig = entry_signature(model, root.signature)
+    if sig is None:
+        return True
+    return any(p not in sig.defaults for p in list(sig.params) + list(sig.kwonly))
+
+
+def _eager_call(model: nn.Module, root: ModelBlockSchema, scope: dict) -> Any:
+    """`model(x, ...)` on a fresh copy of the example inputs, bound as the schema's run binds them."""
+    args, kwargs = root_call(entry_signature(model, root.signature), _fresh(scope), f"{root.name}.forward")
+    return model(*args, **kwargs)
+
+
+def _eager_error(model: nn.Module, root: ModelBlockSchema, scope: dict) -> Optional[BaseException]:
     try:
-        with preserved_state(model), torch.no_grad():
-            model(**_fresh(scope))
+        with preserved_state(model):
+            _eager_call(model, root, scope)
     except Exception as exc:  # the user's own failure, reported as such
         return exc
     return None

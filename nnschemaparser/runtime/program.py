@@ -27,15 +27,31 @@ from torch import nn
 from ..schema.errors import SchemaRunError
 from .compile_calls import CallCompiler
 from .compile_control import ControlCompiler
+from .argument_binding import live_signature, root_call
 from .functions import InterpretedFunction, Unit, rebind_wrapper, rebindable
 from .module_hooks import call_with_hooks, global_hooks_active
 from .observer import BREAK, CONTINUE, RETURN, RETURN_SLOT, Observer, StepAbandoned
 from .operands import fusable_method_call, names_read
 
 _Module = nn.Module
-from ..schema.model import ControlInstruction, Instruction, ModelBlockSchema, ReturnInstruction, TryInstruction, WithInstruction
+from ..schema.model import ControlInstruction, FunctionSchema, Instruction, ModelBlockSchema, ReturnInstruction, TryInstruction, WithInstruction
 
-__all__ = ['Program', 'Observer', 'InterpretedFunction', 'BREAK', 'CONTINUE', 'RETURN', 'RETURN_SLOT', 'StepAbandoned', 'rebindable']
+__all__ = ['Program', 'entry_signature', 'Observer', 'InterpretedFunction', 'BREAK', 'CONTINUE', 'RETURN', 'RETURN_SLOT', 'StepAbandoned', 'rebindable']
+
+
+def entry_signature(module: Any, forward_signature: Optional[FunctionSchema]) -> Optional[FunctionSchema]:
+    """The parameters a call `module(...)` binds: those of the class's own `__call__` when it
+    names some (PyG's `Aggregation.__call__(x, index, ...)`), else forward's (the schema's, or
+    the live forward's when the block has none)."""
+    if module is None:
+        return forward_signature
+    if type(module).__call__ is not _Module.__call__:
+        own = live_signature(module.__call__)
+        if own is not None and own.params:
+            return own
+    if forward_signature is None:
+        return live_signature(module.forward)
+    return forward_signature
 
 
 class Program(CallCompiler, ControlCompiler):
@@ -197,18 +213,24 @@ class Program(CallCompiler, ControlCompiler):
         root = self.root
         sig = root.signature
         if root.skip_reason is not None or sig is None:
-            return self.call_block(root, (), dict(scope))
-        known = set(sig.params) | set(sig.kwonly)
+            live = entry_signature(root.module, None)
+            return self.call_block(root, *root_call(live, scope, f"{root.name}.forward"))
+        known = set(sig.params) | set(sig.kwonly) | ({sig.vararg} if sig.vararg else set())
         unknown = [k for k in scope if k not in known and sig.kwarg is None]
         if unknown:
+            inputs = sig.params + ([sig.vararg] if sig.vararg else []) + sig.kwonly
             raise SchemaRunError(f"scope has {', '.join(map(repr, unknown))}, which {root.name}.forward does not take; "
-                                 f"its inputs are: {', '.join(sig.params + sig.kwonly) or '(none)'}")
+                                 f"its inputs are: {', '.join(inputs) or '(none)'}")
         missing = [p for p in sig.params if p not in scope and p not in sig.defaults]
         if missing:
             raise SchemaRunError(f"scope is missing the input{'s' if len(missing) > 1 else ''} "
                                  f"{', '.join(map(repr, missing))} of {root.name}.forward; pass them as "
                                  f"scope={{{', '.join(repr(m) + ': ...' for m in missing)}}}")
-        return self.call_block(root, (), dict(scope))
+        return self.call_block(root, *root_call(entry_signature(root.module, sig), scope, f"{root.name}.forward"))
+
+    def call_root(self, args: tuple, kwargs: dict) -> Any:
+        """Run the root block as `model(*args, **kwargs)`: the arguments are passed as given."""
+        return self.call_block(self.root, tuple(args), dict(kwargs))
 
     # -- compilation ------------------------------------------------------------------------
 
