@@ -157,3 +157,17 @@ def test_class_method_forward_binds_the_class_not_the_instance():
     schema = NNParser.parse_model(model, inputs_tensors_values={"x": x})
     assert schema.skip_reason is None
     assert torch.equal(_run(schema, {"x": x}), torch.full((2,), 3.0))
+
+
+def test_saved_schema_of_static_class_and_call_override_forwards_runs_after_load(tmp_path):
+    from nnschemaparser import load_schema, save_schema
+
+    torch.manual_seed(0)
+    x, index = _graph()
+    cases = [(HoldsStaticAndClassChildren(), {"x": torch.randn(2, 3)}), (Pooling(), {"x": x, "index": index})]
+    for number, (model, scope) in enumerate(cases):
+        schema = NNParser.parse_model(model, inputs_tensors_values=scope)
+        path = save_schema(schema, tmp_path / f"schema{number}.json")
+        loaded = load_schema(path, model=model)
+        assert loaded.skipped == {}
+        assert torch.equal(_run(loaded, scope), model(**scope))
