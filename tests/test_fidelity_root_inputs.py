@@ -206,3 +206,12 @@ def test_cli_card_lists_a_root_that_runs_live(tmp_path, capsys):
     assert code == 0
     assert "<root>: interpreting failed where eager does not" in out
     assert "notice: <root> runs eagerly" in err
+
+
+def test_star_args_extras_may_be_given_as_a_list_of_shapes():
+    schema = NNParser.parse_model(WeightedSum(), inputs_tensors_shapes={"args": [(2, 3), (2, 3)]},
+                                  inputs_tensors_dtypes={"args": "float64"})
+    assert schema.skip_reason is None
+    assert schema.outputs[0].shape == (2, 3) and schema.outputs[0].dtype == "torch.float64"
+    with pytest.raises(ParseError, match="list of such tuples"):
+        NNParser.parse_model(WeightedSum(), inputs_tensors_shapes={"args": [(2, 3), "x"]})

@@ -246,7 +246,11 @@ def _dtype(value: Any) -> torch.dtype:
 
 def example_inputs(shapes: Optional[Mapping[str, Any]], dtypes: Optional[Mapping[str, Any]],
                    values: Optional[Mapping[str, Any]], device: Optional[torch.device] = None) -> dict[str, Any]:
-    """Inputs for the resolution run: given values (cloned), else random tensors of the given shape/dtype."""
+    """Inputs for the resolution run: given values (cloned), else random tensors of the given shape/dtype.
+
+    A list of shapes (`{"args": [(2, 3), (2, 3)]}`) makes a tuple of tensors: the extras of a
+    `forward(*args)`, all of the name's dtype.
+    """
     shapes = dict(shapes or {})
     dtypes = dict(dtypes or {})
     values = dict(values or {})
@@ -256,13 +260,12 @@ def example_inputs(shapes: Optional[Mapping[str, Any]], dtypes: Optional[Mapping
                              f"add inputs_tensors_shapes={{{name!r}: (...)}}")
     scope: dict[str, Any] = {}
     generator = torch.Generator().manual_seed(0)
-    for name, shape in shapes.items():
-        if name in values:
-            continue
+    def random(name: str, shape: Any) -> torch.Tensor:
         try:
             shape = tuple(int(d) for d in shape)
         except (TypeError, ValueError):
-            raise ParseError(f"the shape of input {name!r} must be a tuple of ints, got {shape!r}") from None
+            raise ParseError(f"the shape of input {name!r} must be a tuple of ints (or, for the extras of "
+                             f"a forward(*{name}), a list of such tuples), got {shape!r}") from None
         dtype = _dtype(dtypes.get(name, torch.float32))
         if dtype.is_floating_point or dtype.is_complex:
             tensor = torch.randn(shape, generator=generator).to(dtype)
@@ -270,7 +273,15 @@ def example_inputs(shapes: Optional[Mapping[str, Any]], dtypes: Optional[Mapping
             tensor = torch.randint(0, 2, shape, generator=generator).bool()
         else:
             tensor = torch.randint(0, 8, shape, generator=generator).to(dtype)
-        scope[name] = tensor.to(device) if device is not None else tensor
+        return tensor.to(device) if device is not None else tensor
+
+    for name, shape in shapes.items():
+        if name in values:
+            continue
+        if isinstance(shape, (list, tuple)) and shape and all(isinstance(s, (list, tuple)) for s in shape):
+            scope[name] = tuple(random(name, s) for s in shape)  # the positional extras of *args
+        else:
+            scope[name] = random(name, shape)
     for name, value in values.items():
         if isinstance(value, torch.Tensor):
             if name in shapes and tuple(value.shape) != tuple(shapes[name]):
@@ -329,7 +340,8 @@ class NNParser:
         (random values are made); values, where given, are used as they are (cloned first). They
         are passed as `model(x, ...)` would get them: positionally in the signature's order while
         each is given, the rest by keyword. The positional extras of a `forward(*args)` are given
-        as a tuple or list under the vararg's name (`inputs_tensors_values={"args": (x, y)}`);
+        as a tuple or list under the vararg's name (`inputs_tensors_values={"args": (x, y)}`, or
+        `inputs_tensors_shapes={"args": [(2, 3), (2, 3)]}`);
         other names go to forward's `**kwargs`. A forward that needs no inputs needs no example.
         The run happens under the grad mode of the caller (a forward may call `torch.autograd.grad`).
         """
