@@ -4,10 +4,11 @@
 every sub-module even if no run visits it, then runs the schema once on example inputs to fill
 `resolved` shapes and dtypes. A child whose source cannot be lowered, that has no Python forward
 (TorchScript, a `torch.compile` wrapper, a replaced forward: `special_modules`), or whose schema
-fails where the eager module does not, is re-dispatched to the real module and listed in `skipped`.
-A `torch.compile(model)` root is parsed as the module it wraps. The model's parameters, buffers,
-plain attributes, training flags and the RNG are restored after that run, and so is what a lazy
-module's first call changes (its class, hooks and uninitialised tensors).
+fails where the eager module does not, is re-dispatched to the real module and listed in `skipped`;
+so is a root that runs live, under the key "<root>". A `torch.compile(model)` root is parsed as the
+module it wraps. The model's parameters, buffers, plain attributes, training flags and the RNG are
+restored after that run, and so is what a lazy module's first call changes (its class, hooks and
+uninitialised tensors).
 
 Depends on schema, lowering, source, engine, notation and errors; never on listeners or views.
 """
@@ -21,7 +22,8 @@ from typing import Any, Iterator, Mapping, Optional
 import torch
 from torch import nn
 
-from ..runtime.program import Observer, Program, rebindable
+from ..runtime.argument_binding import root_call
+from ..runtime.program import Observer, Program, entry_signature, rebindable
 from .equality import first_mismatch
 from .special_modules import ClassAndHooks, is_compiled, opaque_reason, snapshot, tensors_of_module, weight_repr
 from ..schema.errors import NNSchemaError, ParseError, SourceUnavailableError, UnsupportedSyntaxError
@@ -102,6 +104,11 @@ class _BlockBuilder:
     def lower_forward(self, block: ModelBlockSchema) -> None:
         module = block.module
         forward = type(module).forward
+        owner = _defining_class(type(module), "forward")
+        raw = owner.__dict__["forward"] if owner is not None else forward
+        if isinstance(raw, (staticmethod, classmethod)):
+            self.lower_unbound_forward(block, raw, owner)
+            return
         fn = unwrap_function(forward)
         if fn is not forward:
             if not rebindable(forward):
@@ -112,6 +119,28 @@ class _BlockBuilder:
         requests: list[MethodRequest] = []
         signature = lower_function(fn, module=module, owner=_defining_class(type(module), "forward"),
                                    requests=requests)
+        block.signature = signature
+        block.body = signature.body
+        block.input_defaults = dict(signature.defaults)
+        self.lower_requests(block, requests)
+
+    def lower_unbound_forward(self, block: ModelBlockSchema, raw: Any, owner: type) -> None:
+        """A `@staticmethod` forward takes no `self`; a `@classmethod` one takes the class first.
+
+        Both are lowered as plain functions (no `self.<attr>` to resolve); a classmethod's first
+        parameter becomes the block's `self_name`, which the engine binds to the module's class.
+        """
+        fn = raw.__func__
+        if unwrap_function(fn) is not fn:
+            raise UnsupportedSyntaxError(f"{block.name}.forward is a decorated {type(raw).__name__}, which the "
+                                         "schema cannot run inside its decorators")
+        requests: list[MethodRequest] = []
+        signature = lower_function(fn, module=None, owner=owner, requests=requests)
+        if isinstance(raw, classmethod):
+            if not signature.params:
+                raise UnsupportedSyntaxError(f"{block.name}.forward is a classmethod without a 'cls' parameter")
+            signature.self_name = signature.params.pop(0)
+            signature.defaults.pop(signature.self_name, None)
         block.signature = signature
         block.body = signature.body
         block.input_defaults = dict(signature.defaults)
@@ -164,6 +193,16 @@ def _collect_skipped(block: ModelBlockSchema) -> dict[str, str]:
             skipped[f"{key}.{sub_key}"] = reason
     block.skipped = skipped
     return skipped
+
+
+ROOT_KEY = "<root>"
+
+
+def _list_skipped(root: ModelBlockSchema) -> None:
+    """Fill `skipped` of every block; a root that runs live is listed first, under "<root>"."""
+    _collect_skipped(root)
+    if root.skip_reason is not None:
+        root.skipped = {ROOT_KEY: root.skip_reason, **root.skipped}
 
 
 # --- protected runs ---------------------------------------------------------------------------
@@ -225,7 +264,11 @@ def _dtype(value: Any) -> torch.dtype:
 
 def example_inputs(shapes: Optional[Mapping[str, Any]], dtypes: Optional[Mapping[str, Any]],
                    values: Optional[Mapping[str, Any]], device: Optional[torch.device] = None) -> dict[str, Any]:
-    """Inputs for the resolution run: given values (cloned), else random tensors of the given shape/dtype."""
+    """Inputs for the resolution run: given values (cloned), else random tensors of the given shape/dtype.
+
+    A list of shapes (`{"args": [(2, 3), (2, 3)]}`) makes a tuple of tensors: the extras of a
+    `forward(*args)`, all of the name's dtype.
+    """
     shapes = dict(shapes or {})
     dtypes = dict(dtypes or {})
     values = dict(values or {})
@@ -235,13 +278,12 @@ def example_inputs(shapes: Optional[Mapping[str, Any]], dtypes: Optional[Mapping
                              f"add inputs_tensors_shapes={{{name!r}: (...)}}")
     scope: dict[str, Any] = {}
     generator = torch.Generator().manual_seed(0)
-    for name, shape in shapes.items():
-        if name in values:
-            continue
+    def random(name: str, shape: Any) -> torch.Tensor:
         try:
             shape = tuple(int(d) for d in shape)
         except (TypeError, ValueError):
-            raise ParseError(f"the shape of input {name!r} must be a tuple of ints, got {shape!r}") from None
+            raise ParseError(f"the shape of input {name!r} must be a tuple of ints (or, for the extras of "
+                             f"a forward(*{name}), a list of such tuples), got {shape!r}") from None
         dtype = _dtype(dtypes.get(name, torch.float32))
         if dtype.is_floating_point or dtype.is_complex:
             tensor = torch.randn(shape, generator=generator).to(dtype)
@@ -249,7 +291,15 @@ def example_inputs(shapes: Optional[Mapping[str, Any]], dtypes: Optional[Mapping
             tensor = torch.randint(0, 2, shape, generator=generator).bool()
         else:
             tensor = torch.randint(0, 8, shape, generator=generator).to(dtype)
-        scope[name] = tensor.to(device) if device is not None else tensor
+        return tensor.to(device) if device is not None else tensor
+
+    for name, shape in shapes.items():
+        if name in values:
+            continue
+        if isinstance(shape, (list, tuple)) and shape and all(isinstance(s, (list, tuple)) for s in shape):
+            scope[name] = tuple(random(name, s) for s in shape)  # the positional extras of *args
+        else:
+            scope[name] = random(name, shape)
     for name, value in values.items():
         if isinstance(value, torch.Tensor):
             if name in shapes and tuple(value.shape) != tuple(shapes[name]):
@@ -305,7 +355,13 @@ class NNParser:
         """Lower `model` into a schema and resolve shapes/dtypes with one protected run.
 
         Inputs are given by name (the forward's parameter names): shapes and dtypes are enough
-        (random values are made); values, where given, are used as they are (cloned first).
+        (random values are made); values, where given, are used as they are (cloned first). They
+        are passed as `model(x, ...)` would get them: positionally in the signature's order while
+        each is given, the rest by keyword. The positional extras of a `forward(*args)` are given
+        as a tuple or list under the vararg's name (`inputs_tensors_values={"args": (x, y)}`, or
+        `inputs_tensors_shapes={"args": [(2, 3), (2, 3)]}`);
+        other names go to forward's `**kwargs`. A forward that needs no inputs needs no example.
+        The run happens under the grad mode of the caller (a forward may call `torch.autograd.grad`).
         """
         if not isinstance(model, nn.Module):
             if isinstance(model, type) and issubclass(model, nn.Module):
@@ -316,17 +372,17 @@ class NNParser:
             model = model._orig_mod
         root = _BlockBuilder().build(model, "")
         root.name = type(model).__name__
-        _collect_skipped(root)
+        _list_skipped(root)
         if not resolve:
             return root
-        if not (inputs_tensors_shapes or inputs_tensors_values):
+        if not (inputs_tensors_shapes or inputs_tensors_values) and _needs_inputs(model, root):
             raise ParseError("parse_model needs example inputs to resolve shapes: pass inputs_tensors_shapes="
                              "{'x': (2, 16)} (and inputs_tensors_dtypes) or inputs_tensors_values={'x': tensor}; "
                              "or pass resolve=False to skip resolution")
         device = next((p.device for p in model.parameters()), None)
         scope = example_inputs(inputs_tensors_shapes, inputs_tensors_dtypes, inputs_tensors_values, device)
         NNParser._resolve(model, root, scope, verify)
-        _collect_skipped(root)
+        _list_skipped(root)
         return root
 
     @staticmethod
@@ -335,7 +391,7 @@ class NNParser:
             resolver = _Resolver()
             program = Program(root, resolver)
             try:
-                with preserved_state(model), torch.no_grad():
+                with preserved_state(model):
                     rng = torch.get_rng_state()
                     result = program.run_root(_fresh(scope))
                 if not verify:
@@ -356,7 +412,7 @@ class NNParser:
                     raise ParseError(f"the schema of {root.name} cannot run on the example inputs: {exc}") from exc
                 _BlockBuilder.skip(failing, f"interpreting failed: {type(exc).__name__}: {exc}")
             except Exception as exc:
-                eager_error = _eager_error(model, scope)
+                eager_error = _eager_error(model, root, scope)
                 if eager_error is not None:
                     raise ParseError(
                         f"{root.name} raises {type(eager_error).__name__} on the example inputs in eager mode too "
@@ -384,9 +440,9 @@ def _verify(model: nn.Module, root: ModelBlockSchema, scope: dict, rng: torch.Te
     while none of its interpreted sub-blocks' does (the error is in its own body).
     """
     try:
-        with preserved_state(model), torch.no_grad():
+        with preserved_state(model):
             torch.set_rng_state(rng)
-            expected = model(**_fresh(scope))
+            expected = _eager_call(model, root, scope)
     except Exception:  # eager fails where the schema ran: nothing to compare against
         return []
     if first_mismatch(expected, result) is None:
@@ -398,11 +454,11 @@ def _verify(model: nn.Module, root: ModelBlockSchema, scope: dict, rng: torch.Te
 
     handles = [m.register_forward_hook(record) for m in model.modules()]
     try:
-        with preserved_state(model), torch.no_grad():
+        with preserved_state(model):
             torch.set_rng_state(rng)
-            model(**_fresh(scope))
+            _eager_call(model, root, scope)
         eager_outputs, recorded = recorded, {}
-        with preserved_state(model), torch.no_grad():
+        with preserved_state(model):
             torch.set_rng_state(rng)
             Program(root).run_root(_fresh(scope))
         schema_outputs = recorded
@@ -437,10 +493,24 @@ def _private_copy(value: Any) -> Any:
         return value
 
 
-def _eager_error(model: nn.Module, scope: dict) -> Optional[BaseException]:
+def _needs_inputs(model: nn.Module, root: ModelBlockSchema) -> bool:
+    """True unless a call `model()` binds: every input has a default (or there is none)."""
+    sig = entry_signature(model, root.signature)
+    if sig is None:
+        return True
+    return any(p not in sig.defaults for p in list(sig.params) + list(sig.kwonly))
+
+
+def _eager_call(model: nn.Module, root: ModelBlockSchema, scope: dict) -> Any:
+    """`model(x, ...)` on a fresh copy of the example inputs, bound as the schema's run binds them."""
+    args, kwargs = root_call(entry_signature(model, root.signature), _fresh(scope), f"{root.name}.forward")
+    return model(*args, **kwargs)
+
+
+def _eager_error(model: nn.Module, root: ModelBlockSchema, scope: dict) -> Optional[BaseException]:
     try:
-        with preserved_state(model), torch.no_grad():
-            model(**_fresh(scope))
+        with preserved_state(model):
+            _eager_call(model, root, scope)
     except Exception as exc:  # the user's own failure, reported as such
         return exc
     return None

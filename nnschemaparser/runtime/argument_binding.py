@@ -4,19 +4,23 @@ The engine binds the arguments of every interpreted forward, method, closure and
 a call with wrong arguments must fail exactly as the eager call would: the same checks in the same
 order (keywords first, then too many positionals, then missing positionals, then missing keyword-
 only arguments), and the same text, which names the function by its `__qualname__`
-("Model.forward.<locals>.inner") and counts `self` for methods.
+("Model.forward.<locals>.inner") and counts `self` for methods. `root_call` turns a root's input scope ({name: value}) into the
+`(args, kwargs)` of the call `model(x, ...)` a user would write.
 
-Depends on schema only.
+Depends on schema and errors only.
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
-from typing import Any
+from typing import Any, Callable, Optional
 
+from ..schema.errors import SchemaRunError
 from ..schema.model import FunctionSchema, ModelBlockSchema
 
-__all__ = ["bind_arguments", "block_qualname", "nested_qualname", "INLINED_COMPREHENSIONS"]
+__all__ = ["bind_arguments", "block_qualname", "nested_qualname", "root_call", "live_signature",
+           "INLINED_COMPREHENSIONS"]
 
 INLINED_COMPREHENSIONS = ("<listcomp>", "<setcomp>", "<dictcomp>")  # no scope of their own since 3.12 (PEP 709)
 _COMPREHENSION_NAMES = {"<listcomp>": "<listcomp>", "<setcomp>": "<setcomp>", "<dictcomp>": "<dictcomp>",
@@ -105,3 +109,59 @@ def nested_qualname(outer_qualname: str, outer_name: str, outer_is_block: bool, 
     if sys.version_info >= (3, 12) and outer_name in INLINED_COMPREHENSIONS:
         return f"{outer_qualname.rsplit('.', 1)[0]}.{name}"  # inlined: the enclosing function's scope
     return f"{outer_qualname}.{name}"  # a comprehension scope adds no `<locals>`
+
+
+def live_signature(forward: Callable) -> Optional[FunctionSchema]:
+    """The parameters of a live (bound) forward as a FunctionSchema without a body, or None."""
+    try:
+        signature = inspect.signature(forward)
+    except (TypeError, ValueError):
+        return None
+    sig = FunctionSchema(name=getattr(forward, "__name__", "forward"))
+    for param in signature.parameters.values():
+        if param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+            sig.params.append(param.name)
+        elif param.kind == param.VAR_POSITIONAL:
+            sig.vararg = param.name
+        elif param.kind == param.KEYWORD_ONLY:
+            sig.kwonly.append(param.name)
+        else:
+            sig.kwarg = param.name
+        if param.default is not param.empty:
+            sig.defaults[param.name] = param.default
+    return sig
+
+
+def root_call(sig: Optional[FunctionSchema], scope: dict, label: str = "forward") -> tuple[tuple, dict]:
+    """The `(args, kwargs)` of the call `model(...)` that `scope` stands for.
+
+    Inputs are bound positionally, in the signature's order, as long as each parameter is given
+    (a forward pre-hook then sees `args == (x,)`, as for `model(x)`); the rest are keywords. The
+    `*args` of a forward are given under its name, as a tuple or list of the positional extras
+    (`scope={"x": x, "args": (y, z)}` is `model(x, y, z)`); the parameters before it are then all
+    passed positionally, their defaults filling the ones not given. Other names are keywords
+    (`**kwargs` collects the ones forward does not name).
+    """
+    kwargs = dict(scope)
+    if sig is None:
+        return (), kwargs
+    extras: tuple = ()
+    if sig.vararg is not None and sig.vararg in kwargs:
+        given = kwargs.pop(sig.vararg)
+        if not isinstance(given, (tuple, list)):
+            raise SchemaRunError(f"scope[{sig.vararg!r}] holds the positional extras of {label}(*{sig.vararg}); "
+                                 f"give a tuple or list of them, e.g. {{{sig.vararg!r}: (y, z)}}, "
+                                 f"not a {type(given).__name__}")
+        extras = tuple(given)
+    args = []
+    for name in sig.params:
+        if name in kwargs:
+            args.append(kwargs.pop(name))
+        elif extras:
+            if name not in sig.defaults:
+                raise SchemaRunError(f"scope gives *{sig.vararg} to {label} but not its input {name!r}, which comes "
+                                     f"before it; pass scope={{{name!r}: ..., {sig.vararg!r}: (...)}}")
+            args.append(sig.defaults[name])
+        else:
+            break
+    return (*args, *extras), kwargs

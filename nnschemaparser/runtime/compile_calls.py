@@ -122,19 +122,22 @@ class CallCompiler:
             block = None
         if block is not None and ref.method is not None:
             block = block.methods.get(ref.method)
+        path, method = ref.path, ref.method
+        module = owner.module
+
+        def live_target() -> Any:
+            target = module
+            for part in path.split(".") if path else ():
+                target = target[int(part)] if part.lstrip("-").isdigit() else getattr(target, part)
+            if method is not None:
+                target = getattr(target, method)
+            return target
+
         if block is None:
             # The child is not in the schema (None at parse time, or replaced since): call it live.
-            path, method = ref.path, ref.method
-            module = owner.module
-
             def run_live(f: dict, _i=instr) -> None:
                 a, kw = build(f)
-                target = module
-                for part in path.split(".") if path else ():
-                    target = target[int(part)] if part.lstrip("-").isdigit() else getattr(target, part)
-                if method is not None:
-                    target = getattr(target, method)
-                f[out] = target(*a, **kw)
+                f[out] = live_target()(*a, **kw)
 
             return run_live
 
@@ -149,10 +152,29 @@ class CallCompiler:
             return invoke(args, kwargs)
 
         cell.append(first_call)
-        module, method = block.module, ref.method
-        return call_closure("run_block", "f[out] = cell[0]({lists})",
-                            {"_i": instr, "out": out, "cell": cell, "callee": lambda: eager_callee(module, method)},
-                            instr.args, instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var, "callee()")
+        expected, child_method = block.module, ref.method
+        env = {"_i": instr, "out": out, "cell": cell, "callee": lambda: eager_callee(expected, child_method)}
+        parts = tuple(path.split(".")) if path else ()
+        if not parts or expected is None or module is None:
+            return call_closure("run_block", "f[out] = cell[0]({lists})", env, instr.args, instr.kwargs,
+                                instr.star_args, instr.args_var, instr.kwargs_var, "callee()")
+        # The child is read from the module at each call, as `self.child(x)` does: forward may
+        # replace it (`self.child = nn.Linear(...)`), and the new one runs (its block, if it has one).
+        first, rest = parts[0], parts[1:]
+        children = module._modules
+
+        def current() -> Any:
+            live = children.get(first)
+            for part in rest:
+                live = live._modules.get(part) if live is not None else None
+            return live
+
+        env.update(expected=expected, current=current, children=children, first=first,
+                   call_value=self.call_value, live_target=live_target)
+        test = "children.get(first) is expected" if not rest else "current() is expected"
+        return call_closure("run_child", f"f[out] = cell[0]({{lists}}) if {test} else call_value(live_target(), {{lists}})",
+                            env, instr.args, instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var,
+                            "callee()")
 
     def compile_FunctionInstruction(self, instr: FunctionInstruction, unit: Unit) -> Callable:
         schema = instr.function

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from .functions import LAZY_FOR, LAZY_IF, LAZY_RUN, LAZY_YIELD, Unit, holds_element, is_element, run_list, unbound_in
 from .observer import BREAK, CONTINUE, RETURN, RETURN_SLOT, StepAbandoned
-from .operands import args_builder, getter, operand_spec
+from .operands import args_builder, getter, names_read, operand_spec
 from ..schema.model import BreakInstruction, ContinueInstruction, ControlInstruction, DeleteInstruction, Instruction, RaiseInstruction, ReturnInstruction, TryInstruction, WithInstruction
 
 __all__ = ['ControlCompiler']
@@ -32,23 +32,54 @@ class ControlCompiler:
         for instr in instrs:
             if is_element(instr):
                 _, build = args_builder(instr.args, instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var)
+                read = unit.weight_reader(names_read(instr)) if unit.weights else None
+                if read is not None:
+                    build = (lambda f, _b=build, _r=read: (_r(f), _b(f))[1])
                 steps.append((LAZY_YIELD, build))
             elif holds_element(instr) and instr.kind == "for":
-                steps.append((LAZY_FOR, self.compile_list(instr.condition, unit), instr.cond_var, instr.bind_var,
+                steps.append((LAZY_FOR, self.lazy_condition(instr, unit), instr.cond_var, instr.bind_var,
                               self.compile_lazy(instr.body, unit)))
             elif holds_element(instr):
-                steps.append((LAZY_IF, self.compile_list(instr.condition, unit), instr.cond_var,
+                steps.append((LAZY_IF, self.lazy_condition(instr, unit), instr.cond_var,
                               self.compile_lazy(instr.body, unit), self.compile_lazy(instr.else_body, unit)))
             else:
                 steps.append((LAZY_RUN, self.compile(instr, unit)))
         return steps
 
+    def lazy_condition(self, instr: ControlInstruction, unit: Unit) -> list[Callable]:
+        condition = self.compile_list(instr.condition, unit)
+        read = unit.weight_reader([instr.cond_var]) if unit.weights else None
+        condition = [*condition, read] if read is not None else condition
+        return self.unstepped(condition) if instr.kind == "if" else condition
+
+    def unstepped(self, condition: list[Callable]) -> list[Callable]:
+        """An `if` test (or a `while` re-evaluation), told to the observer as a condition: it is not
+        a step of `step_run` (spec 000), while traces still record its instructions."""
+        observer = self.observer
+        if observer is None or not condition:
+            return condition
+        begin, end = observer.begin_condition, observer.end_condition
+
+        def run_condition(f: dict) -> None:
+            begin()
+            try:
+                for fn in condition:
+                    fn(f)
+            finally:
+                end()
+
+        return [run_condition]
+
     def compile_ControlInstruction(self, instr: ControlInstruction, unit: Unit) -> Callable:
         condition = self.compile_list(instr.condition, unit)
+        read = unit.weight_reader([instr.cond_var]) if unit.weights else None
+        if read is not None:  # `while self.flag:` reads the live buffer at each test
+            condition = [*condition, read]
         body = self.compile_list(instr.body, unit)
         else_body = self.compile_list(instr.else_body, unit)
         cond_var = instr.cond_var
         if instr.kind == "if":
+            condition = self.unstepped(condition)
             def run_if(f: dict, _i=instr) -> Any:
                 for fn in condition:
                     fn(f)
@@ -58,10 +89,14 @@ class ControlCompiler:
 
             return run_if
         if instr.kind == "while":
+            again = self.unstepped(condition)  # the first test is a step, its re-evaluations are not
+
             def run_while(f: dict, _i=instr) -> Any:
+                test = condition
                 while True:
-                    for fn in condition:
+                    for fn in test:
                         fn(f)
+                    test = again
                     if not f[cond_var]:
                         break
                     signal = run_list(body, f)

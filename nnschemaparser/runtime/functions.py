@@ -1,7 +1,7 @@
 """Compiled function bodies: the unit of one body, interpreted closures, lazy generators, error notes.
 
 `Unit` is one `FunctionSchema` compiled for one block and one program mode: CPython's argument
-binding (fast path for plain positional calls), direct reads of registered weights, the run loop
+binding (fast path for plain positional calls), live reads of registered weights at each use, the run loop
 that turns signals into a return value, and the lazy walk of a generator expression (one element per
 `next`, free variables read late, as CPython does). `InterpretedFunction` is a closure, lambda or
 comprehension helper of the schema, callable like the Python original. `rebind_wrapper` rebuilds a
@@ -14,6 +14,7 @@ Depends on the schema, `notation`, `argument_binding`, `unbound_reads` and `obse
 
 from __future__ import annotations
 
+import inspect
 import sys
 import types
 from typing import Any, Callable, Optional, TYPE_CHECKING
@@ -129,6 +130,12 @@ class Unit:
         self.params = tuple(schema.params)
         self.simple = schema.vararg is None and schema.kwarg is None and not schema.kwonly
         self.self_name = schema.self_name if is_block else None
+        # What `self_name` is bound to: the module, or its class for a `@classmethod` forward.
+        self.self_value = self.module
+        if is_block and self.self_name is not None and self.module is not None:
+            raw = inspect.getattr_static(type(self.module), block.method_name or "forward", None)
+            if isinstance(raw, classmethod):
+                self.self_value = type(self.module)
         self.weights = tuple(schema.weight_refs.items())
         module = self.module
         # Registered parameters/buffers are read from their dict directly (what Module.__getattr__
@@ -150,21 +157,49 @@ class Unit:
         else:
             frame = self._bind_general(args, kwargs, self.schema.defaults if defaults is None else defaults)
         if self.self_name is not None:
-            frame[self.self_name] = self.module
-        if self.weights:
-            module = self.module
-            if self.direct_weights:
-                params = module._parameters
-                buffers = module._buffers
-                for ref, attr in self.weights:
-                    value = params.get(attr, _MISSING)
-                    if value is _MISSING:
-                        value = buffers[attr] if attr in buffers else getattr(module, attr)
-                    frame[ref] = value
-            else:
-                for ref, attr in self.weights:
-                    frame[ref] = getattr(module, attr)
+            frame[self.self_name] = self.self_value
         return frame
+
+    def weight_reader(self, refs: Any) -> Optional[Callable[[dict], None]]:
+        """A `read(frame)` binding the weight refs among `refs` to the module's live values.
+
+        Weights are read at each use, never cached at block entry: forward may reassign
+        `self.b = ...` or call `register_buffer` (on a branch the example input never took), and
+        every later read must see that, as `Module.__getattr__` would. Registered parameters and
+        buffers are read from their dicts directly; anything else through getattr.
+        """
+        mapping = dict(self.weights)
+        wanted = tuple((ref, mapping[ref]) for ref in dict.fromkeys(refs) if ref in mapping)
+        if not wanted:
+            return None
+        module = self.module
+        if not self.direct_weights:
+            def read_attrs(f: dict) -> None:
+                for ref, attr in wanted:
+                    f[ref] = getattr(module, attr)
+
+            return read_attrs
+        params = module._parameters
+        buffers = module._buffers
+        if len(wanted) == 1:
+            ((ref, attr),) = wanted
+
+            def read_one(f: dict) -> None:
+                value = params.get(attr, _MISSING)
+                if value is _MISSING:
+                    value = buffers[attr] if attr in buffers else getattr(module, attr)
+                f[ref] = value
+
+            return read_one
+
+        def read_many(f: dict) -> None:
+            for ref, attr in wanted:
+                value = params.get(attr, _MISSING)
+                if value is _MISSING:
+                    value = buffers[attr] if attr in buffers else getattr(module, attr)
+                f[ref] = value
+
+        return read_many
 
     def _bind_general(self, args: tuple, kwargs: dict, defaults: dict) -> dict:
         return bind_arguments(self.qualname, self.schema, self.params, self.self_name is not None, args, kwargs,

@@ -2,7 +2,8 @@
 
 `run` and `call` execute a schema with the plain compiled program when there is nothing to observe,
 and with an observed program otherwise. `step_run` runs the observed program inside a greenlet and
-pauses it after each leaf instruction, yielding a `StepInfo`; edits apply to the paused frames and
+pauses it after each leaf instruction, yielding a `StepInfo` (not on the instructions of an `if` test
+or of a `while` re-evaluation, as spec 000 says; traces still record those); edits apply to the paused frames and
 are reported to the listeners (`TraceListener.on_edit`). The execution rules are the engine's,
 written once; this module only drives them.
 
@@ -20,6 +21,7 @@ from typing import Any, Callable, Generator, Optional, Sequence
 import greenlet
 import torch
 
+from .argument_binding import live_signature
 from .observer import StepAbandoned
 from .program import Program
 from ..schema.errors import EditError, SchemaRunError
@@ -158,6 +160,8 @@ class _Stepper(TraceListener):
             listener.on_edit(event)
 
     def on_instruction(self, event: InstructionEvent) -> None:
+        if not event.stepped:  # an if test or a while re-evaluation (spec 000)
+            return
         self.index += 1
         instr = event.instruction
         # Positional, in StepInfo's field order: this runs once per step.
@@ -181,16 +185,18 @@ class SchemaInterpreter:
         self.listeners = list(listeners or [])
         self.step_outputs: Optional[list] = None
 
-    def _execute(self, block: ModelBlockSchema, scope: dict) -> Any:
+    def _execute(self, block: ModelBlockSchema, scope: dict, call: Optional[tuple] = None) -> Any:
+        """Run with `scope`, or, with `call=(args, kwargs)`, as that call (`scope` then names them)."""
         _check_block(block)
         _check_scope(scope)
         if not self.listeners and not self.capture_values:
-            return _plain_program(block).run_root(scope)
+            program = _plain_program(block)
+            return program.run_root(scope) if call is None else program.call_root(*call)
         program, observer = _borrow(block, self.listeners, self.capture_values)
         try:
             for listener in self.listeners:
                 listener.on_run_start(block, scope)
-            result = program.run_root(scope)
+            result = program.run_root(scope) if call is None else program.call_root(*call)
             for listener in self.listeners:
                 listener.on_run_end(result)
         finally:
@@ -198,27 +204,37 @@ class SchemaInterpreter:
         return result
 
     def run(self, block: ModelBlockSchema, scope: dict) -> list:
-        """Run `block` with inputs `scope` ({name: value}); returns the outputs as a list."""
+        """Run `block` with inputs `scope` ({name: value}); returns the outputs as a list.
+
+        The inputs are passed as `model(x, ...)` would get them: positionally in the signature's
+        order while each is given, the rest by keyword. A forward's `*args` extras are given under
+        its name as a tuple or list (`{"x": x, "args": (y, z)}` runs `model(x, y, z)`); names
+        forward does not have go to its `**kwargs`.
+        """
         return outputs_list(self._execute(block, scope))
 
     def call(self, block: ModelBlockSchema, *args: Any, **kwargs: Any) -> Any:
-        """Run `block` like `module(*args, **kwargs)`; returns exactly what forward returns."""
+        """Run `block` like `module(*args, **kwargs)`, with the arguments passed exactly as given
+        (positional extras go to forward's `*args`); returns exactly what forward returns."""
         _check_block(block)
-        if args:
-            sig = block.signature
-            if sig is None:
-                return block.module(*args, **kwargs)
-            names = list(sig.params)
-            if len(args) > len(names) and sig.vararg is None:
-                raise SchemaRunError(f"{block.name}.forward takes {len(names)} positional inputs, got {len(args)}")
-            kwargs = {**dict(zip(names, args)), **kwargs}
-            if len(args) > len(names):
-                raise SchemaRunError("extra positional inputs for *args are not supported by call(); use run()")
-        return self._execute(block, kwargs)
+        sig = block.signature
+        if sig is None and block.module is not None:
+            sig = live_signature(block.module.forward)
+        names = list(sig.params) if sig is not None else []
+        if len(args) > len(names) and (sig is None or sig.vararg is None):
+            raise SchemaRunError(f"{block.name}.forward takes {len(names)} positional inputs, got {len(args)}")
+        scope = {**dict(zip(names, args)), **kwargs}  # what listeners are told the inputs are
+        if len(args) > len(names):
+            scope[sig.vararg] = tuple(args[len(names):])
+        return self._execute(block, scope, (args, kwargs))
 
     def step_run(self, block: ModelBlockSchema, scope: dict,
                  edits: Optional[dict[int, list[dict]]] = None) -> Generator[StepInfo, None, list]:
         """Yield one StepInfo per executed instruction; return (and store in step_outputs) the outputs.
+
+        The instructions of an `if` test, and of a `while` test after its first evaluation, are not
+        steps (condition expressions of if/while re-evaluations are not stepped); captures and
+        traces of the same run still record them.
 
         `edits` maps a step_index to edit keyword dicts applied when that step is reached, so a run
         can be forked from a previous one at a given step. Bad arguments raise here, before the

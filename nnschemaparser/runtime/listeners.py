@@ -52,7 +52,12 @@ class BlockEvent:
 
 @dataclass(slots=True)
 class InstructionEvent:
-    """A leaf instruction ran in `block` (at `path`); `value` is what it bound (None if nothing)."""
+    """A leaf instruction ran in `block` (at `path`); `value` is what it bound (None if nothing).
+
+    `stepped` is False for the instructions of an `if` test or of a `while` test after its first
+    evaluation (spec: condition expressions of if/while re-evaluations are not stepped): traces
+    record them, `step_run` does not pause on them.
+    """
 
     instruction: Instruction
     frame: dict
@@ -62,6 +67,7 @@ class InstructionEvent:
     value: Any
     has_value: bool
     frames: tuple
+    stepped: bool = True
 
 
 @dataclass(frozen=True)
@@ -148,6 +154,7 @@ class EventObserver(Observer):
         self._depth = -1
         self._block: Optional[ModelBlockSchema] = None
         self._path = ""
+        self.conditions = 0  # how many unstepped condition tests are running
         self.configure(listeners, capture_values)
 
     def configure(self, listeners: Sequence[TraceListener], capture_values: bool = False) -> None:
@@ -167,6 +174,7 @@ class EventObserver(Observer):
         self._any_every = any(every for _, every in self._instruction_wants)
 
     def reset(self) -> None:
+        self.conditions = 0
         self.frames.clear()
         self.paths.clear()
         self.blocks.clear()
@@ -213,6 +221,12 @@ class EventObserver(Observer):
         self.blocks.pop()
         self._moved()
 
+    def begin_condition(self) -> None:
+        self.conditions += 1
+
+    def end_condition(self) -> None:
+        self.conditions -= 1
+
     def enter_function(self, fn: InterpretedFunction, frame: dict) -> None:
         self.frames.append(frame)
         self.paths.append(self.paths[-1] if self.paths else "")
@@ -251,7 +265,8 @@ class EventObserver(Observer):
         frames = self._frames_tuple
         if frames is None:
             frames = self._frames_tuple = tuple(self.frames)
-        event = InstructionEvent(instr, frame, self._depth, self._block, self._path, value, has_value, frames)
+        event = InstructionEvent(instr, frame, self._depth, self._block, self._path, value, has_value, frames,
+                                 self.conditions == 0)
         if wanted:
             for call in calls:
                 call(event)

@@ -57,6 +57,12 @@ class Observer:
     def after(self, instr: Instruction, frame: dict) -> None:
         """A leaf instruction ran; its value (if any) is `frame[instr.out_var]`."""
 
+    def begin_condition(self) -> None:
+        """The test of an `if` (or a `while` re-evaluation) starts: its instructions are not steps."""
+
+    def end_condition(self) -> None:
+        """That test ended (normally or not)."""
+
     def enter_function(self, fn: "InterpretedFunction", frame: dict) -> None:
         """A closure, lambda or comprehension helper starts."""
 

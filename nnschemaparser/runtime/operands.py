@@ -7,7 +7,8 @@ goes one step further: it writes the call as Python source once per layout (`f[o
 dim=f[d])`), compiles it once and closes it over each instruction's names and constants, so that
 running a call builds no argument lists of its own: the per-instruction cost of the dispatch-bound
 models of `bench/bench_dispatch.py`. `fusable_method_call` tells the plain compiler when
-`$t = getattr(obj, 'm')` + `$t(...)` can run as one closure.
+`$t = getattr(obj, 'm')` + `$t(...)` can run as one closure; `names_read` lists the frame variables
+an instruction reads itself (not its nested bodies).
 
 Depends on the schema and `observer` (for the generated code's file name).
 """
@@ -20,7 +21,8 @@ from typing import Any, Callable, Optional
 from ..schema.model import Const, Instruction, OpInstruction, SliceOf, VarRef
 from .observer import GENERATED_FILE
 
-__all__ = ['operand_spec', 'getter', 'args_builder', 'call_closure', 'operand_text', 'merge_kwargs', 'function_str', 'fusable_method_call', 'mentions']
+__all__ = ['operand_spec', 'getter', 'args_builder', 'call_closure', 'operand_text', 'merge_kwargs', 'function_str',
+           'fusable_method_call', 'mentions', 'names_read']
 
 
 def operand_spec(op: Any) -> tuple[str, Any]:
@@ -227,3 +229,37 @@ def mentions(instr: OpInstruction, name: str) -> bool:
         return False
 
     return walk(instr.args) or walk(instr.kwargs) or name in (instr.args_var, instr.kwargs_var)
+
+
+_READ_FIELDS = ("target", "args", "kwargs", "defaults", "kw_defaults", "exc", "cause")
+_READ_NAMES = ("args_var", "kwargs_var", "callee_var", "context_var", "cond_var")
+
+
+def names_read(instr: Instruction) -> list[str]:
+    """The frame variables `instr` itself reads (operands, `*args`/`**kwargs` names, returned names);
+    the instructions of nested bodies and conditions are not included: they are compiled on their own."""
+    found: list[str] = []
+
+    def walk(op: Any) -> None:
+        if isinstance(op, VarRef):
+            found.append(op.name)
+        elif isinstance(op, (list, tuple)):
+            for o in op:
+                walk(o)
+        elif isinstance(op, dict):
+            for k, v in op.items():
+                walk(k)
+                walk(v)
+        elif isinstance(op, SliceOf):
+            walk(op.lower)
+            walk(op.upper)
+            walk(op.step)
+
+    for name in _READ_FIELDS:
+        walk(getattr(instr, name, None))
+    for name in _READ_NAMES:
+        value = getattr(instr, name, None)
+        if isinstance(value, str) and value:
+            found.append(value)
+    found.extend(getattr(instr, "out_vars", ()) or ())
+    return found

@@ -8,7 +8,8 @@ one): listeners, captures and stepping are all observers, and a plain run pays f
 
 This module holds what ties the parts together: the cached invokers that run a block as
 `module(*args, **kwargs)` would (hooks from `module_hooks`, decorators re-bound by `functions`),
-dispatch of module values by identity, the root's input checks, and `compile`, which picks the
+dispatch of module values by identity, a class's own `__call__` honoured (the schema
+as the forward it calls), the root's input checks, and `compile`, which picks the
 `compile_<Instruction>` of the mixins `compile_calls.CallCompiler` and
 `compile_control.ControlCompiler` and wraps it for the observer. User exceptions propagate
 unchanged, with one note per block naming the instruction and the forward's file:line.
@@ -26,15 +27,31 @@ from torch import nn
 from ..schema.errors import SchemaRunError
 from .compile_calls import CallCompiler
 from .compile_control import ControlCompiler
+from .argument_binding import live_signature, root_call
 from .functions import InterpretedFunction, Unit, rebind_wrapper, rebindable
 from .module_hooks import call_with_hooks, global_hooks_active
 from .observer import BREAK, CONTINUE, RETURN, RETURN_SLOT, Observer, StepAbandoned
-from .operands import fusable_method_call
+from .operands import fusable_method_call, names_read
 
 _Module = nn.Module
-from ..schema.model import ControlInstruction, Instruction, ModelBlockSchema, ReturnInstruction, TryInstruction, WithInstruction
+from ..schema.model import ControlInstruction, FunctionSchema, Instruction, ModelBlockSchema, ReturnInstruction, TryInstruction, WithInstruction
 
-__all__ = ['Program', 'Observer', 'InterpretedFunction', 'BREAK', 'CONTINUE', 'RETURN', 'RETURN_SLOT', 'StepAbandoned', 'rebindable']
+__all__ = ['Program', 'entry_signature', 'Observer', 'InterpretedFunction', 'BREAK', 'CONTINUE', 'RETURN', 'RETURN_SLOT', 'StepAbandoned', 'rebindable']
+
+
+def entry_signature(module: Any, forward_signature: Optional[FunctionSchema]) -> Optional[FunctionSchema]:
+    """The parameters a call `module(...)` binds: those of the class's own `__call__` when it
+    names some (PyG's `Aggregation.__call__(x, index, ...)`), else forward's (the schema's, or
+    the live forward's when the block has none)."""
+    if module is None:
+        return forward_signature
+    if type(module).__call__ is not _Module.__call__:
+        own = live_signature(module.__call__)
+        if own is not None and own.params:
+            return own
+    if forward_signature is None:
+        return live_signature(module.forward)
+    return forward_signature
 
 
 class Program(CallCompiler, ControlCompiler):
@@ -77,6 +94,8 @@ class Program(CallCompiler, ControlCompiler):
                 return self.call_block(_block, tuple(args), kwargs)
         elif block.method_name is not None:
             invoke = self._direct(block)
+        elif type(block.module).__call__ is not _Module.__call__:
+            invoke = self._through_call_override(block.module, self._direct(block))
         else:
             direct = self._direct(block)
             module = block.module
@@ -87,6 +106,35 @@ class Program(CallCompiler, ControlCompiler):
                     return call_with_hooks(module, args, kwargs, direct)
                 return direct(args, kwargs)
         self.invokers[id(block)] = invoke
+        return invoke
+
+    @staticmethod
+    def _through_call_override(module: nn.Module, direct: Callable[[Any, dict], Any]) -> Callable[[Any, dict], Any]:
+        """Run a module whose class overrides `__call__` through that override, the schema as its forward.
+
+        The override (PyG's `Aggregation.__call__` fills `dim_size`, transformers' checkpointing
+        layers) runs as in eager; while it runs, the instance's `forward` is the schema, so the
+        `self.forward(...)` that `Module._call_impl` makes (with the module's hooks) runs the schema.
+        The instance attribute is put back as it was afterwards, also when the call fails.
+        """
+        call = type(module).__call__
+        absent = object()
+
+        def schema_forward(*args: Any, **kwargs: Any) -> Any:
+            return direct(args, kwargs)
+
+        def invoke(args: Any, kwargs: dict) -> Any:
+            state = module.__dict__
+            saved = state.get("forward", absent)
+            state["forward"] = schema_forward
+            try:
+                return call(module, *args, **kwargs)
+            finally:
+                if saved is absent:
+                    state.pop("forward", None)
+                else:
+                    state["forward"] = saved
+
         return invoke
 
     def _direct(self, block: ModelBlockSchema) -> Callable[[Any, dict], Any]:
@@ -165,18 +213,24 @@ class Program(CallCompiler, ControlCompiler):
         root = self.root
         sig = root.signature
         if root.skip_reason is not None or sig is None:
-            return self.call_block(root, (), dict(scope))
-        known = set(sig.params) | set(sig.kwonly)
+            live = entry_signature(root.module, None)
+            return self.call_block(root, *root_call(live, scope, f"{root.name}.forward"))
+        known = set(sig.params) | set(sig.kwonly) | ({sig.vararg} if sig.vararg else set())
         unknown = [k for k in scope if k not in known and sig.kwarg is None]
         if unknown:
+            inputs = sig.params + ([sig.vararg] if sig.vararg else []) + sig.kwonly
             raise SchemaRunError(f"scope has {', '.join(map(repr, unknown))}, which {root.name}.forward does not take; "
-                                 f"its inputs are: {', '.join(sig.params + sig.kwonly) or '(none)'}")
+                                 f"its inputs are: {', '.join(inputs) or '(none)'}")
         missing = [p for p in sig.params if p not in scope and p not in sig.defaults]
         if missing:
             raise SchemaRunError(f"scope is missing the input{'s' if len(missing) > 1 else ''} "
                                  f"{', '.join(map(repr, missing))} of {root.name}.forward; pass them as "
                                  f"scope={{{', '.join(repr(m) + ': ...' for m in missing)}}}")
-        return self.call_block(root, (), dict(scope))
+        return self.call_block(root, *root_call(entry_signature(root.module, sig), scope, f"{root.name}.forward"))
+
+    def call_root(self, args: tuple, kwargs: dict) -> Any:
+        """Run the root block as `model(*args, **kwargs)`: the arguments are passed as given."""
+        return self.call_block(self.root, tuple(args), dict(kwargs))
 
     # -- compilation ------------------------------------------------------------------------
 
@@ -190,14 +244,31 @@ class Program(CallCompiler, ControlCompiler):
         while index < len(instrs):
             instr = instrs[index]
             if index + 1 < len(instrs) and fusable_method_call(instr, instrs[index + 1]):
-                compiled.append(self.compile_method_call(instr, instrs[index + 1], unit))
+                fused = self.compile_method_call(instr, instrs[index + 1], unit)
+                compiled.append(self.fresh_weights(fused, names_read(instr) + names_read(instrs[index + 1]), unit))
                 index += 2
                 continue
             compiled.append(self.compile(instr, unit))
             index += 1
         return compiled
 
+    @staticmethod
+    def fresh_weights(fn: Callable, names: list, unit: Unit) -> Callable:
+        """`fn` preceded by a live read of the weights among `names` (see `Unit.weight_reader`)."""
+        read = unit.weight_reader(names) if unit.weights and names else None
+        if read is None:
+            return fn
+
+        def read_weights_first(f: dict, _fn=fn, _read=read) -> Any:
+            _read(f)
+            return _fn(f)
+
+        return read_weights_first
+
     def compile(self, instr: Instruction, unit: Unit) -> Callable:
+        return self.fresh_weights(self._compile(instr, unit), names_read(instr), unit)
+
+    def _compile(self, instr: Instruction, unit: Unit) -> Callable:
         kind = type(instr).__name__
         fn = getattr(self, "compile_" + kind)(instr, unit)
         observer = self.observer
