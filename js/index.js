@@ -10,6 +10,9 @@ import { TraceTable } from "./table.js";
 import { HistogramPair } from "./histogram.js";
 import { CompareView } from "./compare.js";
 import { EditPanel } from "./edit.js";
+import { TensorView } from "./heatmap.js";
+import { AttentionGrid } from "./attention.js";
+import { TrendsView } from "./trends.js";
 
 const nextFrame = () => new Promise((/** @type {(value?: unknown) => void} */ resolve) => requestAnimationFrame(() => resolve()));
 
@@ -69,10 +72,15 @@ function render({ model, el }) {
   const tree = new TreeView(treeBox, channel, { onSelectBlock: (block) => source.show(block, 0) });
   const source = new SourceView(sourceBox, channel);
   const hists = new HistogramPair(histBox, channel);
+  const tensorBox = h("div", { class: "nnsp-tensor" });
+  const attentionBox = h("div", { class: "nnsp-attention", hidden: true });
+  const attention = new AttentionGrid(attentionBox, channel);
+  const tensorView = new TensorView(tensorBox, channel, { onAttention: (query) => attention.show(query) });
   /** @param {Record<string, unknown>} query */
   const select = (query) => {
     pinned = query;
     hists.show(query);
+    tensorView.show(query);
   };
 
   /** @type {Record<string, { body: HTMLElement, button: HTMLElement }>} */
@@ -90,7 +98,14 @@ function render({ model, el }) {
   };
   const editPanel = new EditPanel(addTab("Edit"), channel, { isStatic });
   const table = new TraceTable(addTab("Trace"), channel, { onSelect: select });
-  const compare = new CompareView(addTab("Compare"), channel, { onSelect: select, isStatic });
+  const compare = new CompareView(addTab("Compare"), channel, { onSelect: select, isStatic, offlinePairs: model.get("compare_pairs") || [] });
+  const trends = new TrendsView(addTab("Trends"), channel, { onSelect: select });
+  table.isStatic = isStatic;
+  // Enter on a trace row of the active run runs to it (an earlier step replays the run from the start).
+  table.onRun = (stepIndex, run) => {
+    const active = (model.get("step_info") || {}).run;
+    if (!isStatic && (!run || run === active)) send("run_to", { step: stepIndex });
+  };
   let activeTab = "";
   /** @param {string} name */
   function showTab(name) {
@@ -100,6 +115,7 @@ function render({ model, el }) {
       tab.button.setAttribute("aria-selected", String(key === name));
     }
     if (name === "Trace") table.refresh();
+    if (name === "Trends") trends.refresh();
   }
 
   root.append(
@@ -109,6 +125,7 @@ function render({ model, el }) {
     h("div", { class: "nnsp-main" },
       panel("Block tree", treeBox, { class: "nnsp-panel nnsp-panel-tree" }),
       h("div", { class: "nnsp-side" }, panel("Current step", stepBox), panel("Source", sourceBox), panel("Histograms", histBox))),
+    panel("Tensor", h("div", { class: "nnsp-tensor-panel" }, tensorBox, attentionBox), { class: "nnsp-panel nnsp-panel-tensor" }),
     tabBar, tabBody);
   el.append(root);
 
@@ -125,12 +142,15 @@ function render({ model, el }) {
       ]).catch(() => undefined);
     }
     if (activeTab === "Trace") table.refreshSoon();
+    if (info.index && !pinned && info.trace_step) tensorView.show({ trace_step: info.trace_step });
   }
   function onRuns() {
     const runs = model.get("runs") || [];
     const info = model.get("step_info") || {};
     table.setRuns(runs, info.run);
     compare.setRuns(runs);
+    tensorView.setRuns(runs);
+    trends.setRuns(runs);
   }
   const onError = () => { errorBar.textContent = model.get("error") || ""; };
   const onEdits = () => editPanel.update(model.get("step_info"), model.get("edit_list"));

@@ -44,6 +44,8 @@ from .tensor_views import (MAX_SIDE, attention_heads, heatmap_diff, heatmap_slic
 
 __all__ = ["InspectorState", "InspectorOptions", "InspectorError"]
 
+MAX_VIEWED = 200  # the steps looked at in the tensor view that a static page keeps heatmaps of
+
 
 class InspectorError(NNSchemaError):
     """A request the inspector cannot carry out (unknown run, step out of range, nothing to step)."""
@@ -524,7 +526,9 @@ class InspectorState:
         difference `this run - against` at the step with the same container id."""
         record = self.run(run)
         traced = self._traced(record, step, trace_step)
-        self.viewed.append((record.name, traced.step))
+        if (record.name, traced.step) not in self.viewed[-MAX_VIEWED:]:
+            self.viewed.append((record.name, traced.step))
+            del self.viewed[:-MAX_VIEWED]
         if against:
             other = self.run(against)
             try:
