@@ -110,20 +110,32 @@ export function cellSize(rows, cols, maxWidth, maxHeight) {
  * @param {number | null} min
  * @param {number | null} max
  * @param {"sequential" | "diverging"} scale
+ * @param {number} [height] the cell height (default: square cells)
  */
-export function drawCells(canvas, values, rows, cols, size, min, max, scale) {
+export function drawCells(canvas, values, rows, cols, size, min, max, scale, height = size) {
   canvas.width = cols * size;
-  canvas.height = rows * size;
+  canvas.height = rows * height;
   canvas.style.width = `${cols * size}px`;
-  canvas.style.height = `${rows * size}px`;
+  canvas.style.height = `${rows * height}px`;
   const ctx = canvas.getContext("2d");
   if (!ctx) return;
   for (let r = 0; r < rows; r++) {
     for (let c = 0; c < cols; c++) {
       ctx.fillStyle = cellColour(values[r * cols + c], min, max, scale);
-      ctx.fillRect(c * size, r * size, size, size);
+      ctx.fillRect(c * size, r * height, size, height);
     }
   }
+}
+
+/**
+ * The cell height: square cells, but a slice of few rows gets taller ones (up to 28 px, at most
+ * `maxHeight` in all) so that a [2, 256] slice is not a 16-pixel strip.
+ * @param {number} rows
+ * @param {number} size the cell width
+ * @param {number} maxHeight
+ */
+export function cellHeight(rows, size, maxHeight) {
+  return Math.max(size, Math.min(28, Math.floor(maxHeight / Math.max(1, rows))));
 }
 
 /**
@@ -296,7 +308,7 @@ export class TensorView {
     const cols = view.col_ids.length;
     const width = Math.max(160, (this.box.clientWidth || 320) - 4);
     const size = cellSize(rows, cols, width, 320);
-    drawCells(this.canvas, view.values, rows, cols, size, view.min, view.max, view.scale);
+    drawCells(this.canvas, view.values, rows, cols, size, view.min, view.max, view.scale, cellHeight(rows, size, 160));
     this.canvas.setAttribute("aria-label", `Heatmap of ${view.var || "the value"}: ${rows} x ${cols} cells from ${fmt(view.min)} to ${fmt(view.max)}`);
     clear(this.legendBox).append(legend(view.min, view.max, view.scale));
     this.note.textContent = [view.note, view.attention ? `attention weights (${view.attention}): heads below` : ""].filter(Boolean).join(" · ");

@@ -13,6 +13,7 @@ import { EditPanel } from "./edit.js";
 import { TensorView } from "./heatmap.js";
 import { AttentionGrid } from "./attention.js";
 import { TrendsView } from "./trends.js";
+import { attachTreeKeys } from "./treekeys.js";
 
 const nextFrame = () => new Promise((/** @type {(value?: unknown) => void} */ resolve) => requestAnimationFrame(() => resolve()));
 
@@ -71,6 +72,7 @@ function render({ model, el }) {
   const histBox = h("div", { class: "nnsp-hists" });
   const tree = new TreeView(treeBox, channel, { onSelectBlock: (block) => source.show(block, 0) });
   const source = new SourceView(sourceBox, channel);
+  const detachTreeKeys = attachTreeKeys(treeBox, tree);
   const hists = new HistogramPair(histBox, channel);
   const tensorBox = h("div", { class: "nnsp-tensor" });
   const attentionBox = h("div", { class: "nnsp-attention", hidden: true });
@@ -188,6 +190,7 @@ function render({ model, el }) {
   return () => {
     for (const [event, handler] of Object.entries(handlers)) model.off(event, handler);
     channel.dispose();
+    detachTreeKeys();
   };
 }
 

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { cellAt, cellColour, cellSize, colourAt, fullIndex, scaleT } from "../heatmap.js";
+import { cellAt, cellColour, cellHeight, cellSize, colourAt, fullIndex, scaleT } from "../heatmap.js";
 import { tokenLabel } from "../attention.js";
 import { linePoints } from "../trends.js";
 
@@ -65,4 +65,23 @@ test("line points share a range, skip missing values and keep a padded box", () 
   assert.deepEqual(flat.points.map((p) => p[1]), [5, 5], "a constant line sits in the middle");
   const shared = linePoints([1], 50, 10, { lo: 0, hi: 2, pad: 0 });
   assert.deepEqual(shared.points, [[25, 5]]);
+});
+
+test("tree focus moves by arrows and Home / End, and stops at either end", async () => {
+  const { moveFocus } = await import("../treekeys.js");
+  assert.equal(moveFocus("ArrowDown", 0, 3), 1);
+  assert.equal(moveFocus("ArrowUp", 1, 3), 0);
+  assert.equal(moveFocus("ArrowUp", 0, 3), null);
+  assert.equal(moveFocus("ArrowDown", 2, 3), null);
+  assert.equal(moveFocus("Home", 2, 3), 0);
+  assert.equal(moveFocus("End", 0, 3), 2);
+  assert.equal(moveFocus("x", 0, 3), null);
+  assert.equal(moveFocus("End", 0, 0), null);
+});
+
+test("a slice of few rows gets taller cells, never shorter than wide", () => {
+  assert.equal(cellHeight(2, 8, 160), 28);
+  assert.equal(cellHeight(10, 8, 160), 16);
+  assert.equal(cellHeight(128, 2, 160), 2);
+  assert.equal(cellHeight(4, 28, 40), 28);
 });

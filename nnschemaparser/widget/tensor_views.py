@@ -85,6 +85,11 @@ def _normalise_dims(shape: Sequence[int], dims: Optional[Sequence[int]], index: 
     return dims, fixed
 
 
+def _ordinal(k: int) -> str:
+    suffix = "th" if 10 <= k % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(k % 10, "th")
+    return f"{k}{suffix}"
+
+
 def _strided(n: int, cap: int) -> list[int]:
     stride = max(1, math.ceil(n / cap))
     return list(range(0, n, stride))
@@ -115,9 +120,12 @@ def _payload(cut: dict, shape: Sequence[int], dims: list[int], fixed: list[Optio
     strided = len(cut["row_ids"]) < cut["rows"] or len(cut["col_ids"]) < cut["cols"]
     note = ""
     if strided:
-        note = (f"slice of {cut['rows']} x {cut['cols']} shown strided: every "
-                f"{cut['row_ids'][1] if len(cut['row_ids']) > 1 else 1}th row and "
-                f"{cut['col_ids'][1] if len(cut['col_ids']) > 1 else 1}th column (at most {max_side} per side)")
+        def part(ids: list[int], n: int, what: str) -> str:
+            k = ids[1] if len(ids) > 1 else n
+            return f"all {n} {what}" if len(ids) == n else f"every {_ordinal(k)} of {n} {what}"
+
+        note = (f"strided to at most {max_side} per side: {part(cut['row_ids'], cut['rows'], 'rows')}, "
+                f"{part(cut['col_ids'], cut['cols'], 'columns')}")
     return {"shape": list(shape), "dims": dims, "index": fixed, "rows": cut["rows"], "cols": cut["cols"],
             "row_ids": cut["row_ids"], "col_ids": cut["col_ids"], "values": plane.reshape(-1).tolist(),
             "strided": strided, "max_side": max_side, "note": note}
