@@ -200,7 +200,7 @@ export class TensorView {
     this.readout = h("div", { class: "nnsp-readout", role: "status", "aria-live": "polite" }, "hover a cell for its index and value");
     this.legendBox = h("div", { class: "nnsp-legend-box" });
     this.note = h("div", { class: "nnsp-note" });
-    this.box = h("div", { class: "nnsp-heatmap-box" }, this.canvas);
+    this.box = h("div", { class: "nnsp-heatmap-box", tabindex: "0", role: "region", "aria-label": "Heatmap (scrolls)" }, this.canvas);
     container.append(this.caption,
       h("div", { class: "nnsp-controls" },
         h("label", { class: "nnsp-label" }, "rows ", this.rowSelect), h("label", { class: "nnsp-label" }, "cols ", this.colSelect),

@@ -73,6 +73,10 @@ function render({ model, el }) {
   const tree = new TreeView(treeBox, channel, { onSelectBlock: (block) => source.show(block, 0) });
   const source = new SourceView(sourceBox, channel);
   const detachTreeKeys = attachTreeKeys(treeBox, tree);
+  // a scrolled region must be reachable by keyboard (axe: scrollable-region-focusable)
+  sourceBox.tabIndex = 0;
+  sourceBox.setAttribute("role", "region");
+  sourceBox.setAttribute("aria-label", "Source of the block");
   const hists = new HistogramPair(histBox, channel);
   const tensorBox = h("div", { class: "nnsp-tensor" });
   const attentionBox = h("div", { class: "nnsp-attention", hidden: true });
