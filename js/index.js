@@ -191,8 +191,11 @@ function render({ model, el }) {
   const handlers = { "change:step_info": onStep, "change:runs": onRuns, "change:error": onError,
     "change:edit_list": onEdits, "change:blocks": onBlocks, "change:status": onStatus };
   for (const [event, handler] of Object.entries(handlers)) model.on(event, handler);
+  // Hosts that deliver each trait change apart (marimo) may send step_index after step_info and status.
+  model.on("change:step_index", onStatus);
   return () => {
     for (const [event, handler] of Object.entries(handlers)) model.off(event, handler);
+    model.off("change:step_index", onStatus);
     channel.dispose();
     detachTreeKeys();
   };
