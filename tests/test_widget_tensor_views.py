@@ -50,6 +50,7 @@ def test_a_big_slice_is_strided_to_the_cap_and_each_cell_names_its_original_inde
     view = heatmap_slice(value)
     assert view["strided"] and len(view["row_ids"]) <= MAX_SIDE and len(view["col_ids"]) <= MAX_SIDE
     assert view["note"] == f"strided to at most {MAX_SIDE} per side: every 8th of 1000 rows, every 3rd of 300 columns"
+    assert (view["min"], view["max"]) == (float(value.min()), float(value.max())), "the range is the whole slice's"
     for r, c in [(0, 0), (5, 7), (len(view["row_ids"]) - 1, len(view["col_ids"]) - 1)]:
         original = value[view["row_ids"][r], view["col_ids"][c]]
         assert torch.equal(torch.tensor(_cell(view, r, c), dtype=torch.float32), original)

@@ -1,8 +1,8 @@
 """What the inspector's tensor views draw, computed in Python: 2-D slices, attention heads, trends.
 
 `heatmap_slice` cuts a 2-D slice out of a tensor (two dims shown, every other dim fixed at an
-index; default: the last two dims, index 0 elsewhere) and returns its values row-major with their
-range. A slice larger than `MAX_SIDE` cells per side is *strided*, not averaged: every k-th row
+index; default: the last two dims, index 0 elsewhere) and returns its values row-major with the
+range of the whole slice (so the colours and the legend mean the same with or without striding). A slice larger than `MAX_SIDE` cells per side is *strided*, not averaged: every k-th row
 and column is shown, and `row_ids` / `col_ids` give the original index of each shown one, so every
 drawn cell is a value of the tensor, bit for bit (float64 holds every float32/float16/bfloat16 and
 every int up to 2**53 exactly). `heatmap_diff` is the same for `b - a` of two runs at one step,
@@ -105,7 +105,9 @@ def _cut(data: torch.Tensor, dims: list[int], fixed: list[Optional[int]], max_si
     rows, cols = plane.shape
     row_ids, col_ids = _strided(rows, max_side), _strided(cols, max_side)
     shown = plane[row_ids][:, col_ids]
-    return {"plane": shown, "row_ids": row_ids, "col_ids": col_ids, "rows": rows, "cols": cols}
+    low, high = _finite_range(plane)  # the whole slice's range, strided or not: the legend tells the truth
+    return {"plane": shown, "row_ids": row_ids, "col_ids": col_ids, "rows": rows, "cols": cols, "low": low,
+            "high": high}
 
 
 def _finite_range(values: torch.Tensor) -> tuple[Optional[float], Optional[float]]:
@@ -139,7 +141,7 @@ def heatmap_slice(value: Any, dims: Optional[Sequence[int]] = None, index: Optio
     dims, fixed = _normalise_dims(list(data.shape), dims, index)
     cut = _cut(data, dims, fixed, max_side)
     out = _payload(cut, list(data.shape), dims, fixed, max_side)
-    low, high = _finite_range(cut["plane"])
+    low, high = cut["low"], cut["high"]
     out.update(min=low, max=high, scale="sequential", dtype=str(value.dtype).replace("torch.", ""))
     return out
 
@@ -154,7 +156,7 @@ def heatmap_diff(a: Any, b: Any, dims: Optional[Sequence[int]] = None, index: Op
     dims, fixed = _normalise_dims(list(left.shape), dims, index)
     cut = _cut(right - left, dims, fixed, max_side)
     out = _payload(cut, list(left.shape), dims, fixed, max_side)
-    low, high = _finite_range(cut["plane"])
+    low, high = cut["low"], cut["high"]
     bound = max(abs(low), abs(high)) if low is not None else None
     out.update(min=-bound if bound is not None else None, max=bound, scale="diverging", dtype="float64")
     return out
