@@ -224,3 +224,21 @@ def test_an_axe_scan_of_the_widget_finds_no_serious_violation(browser, two_run_p
                    for v in result["violations"] if v["impact"] in ("serious", "critical")]
         assert not serious, f"{tab} tab ({scheme}): {serious}"
     page.close()
+
+
+def test_the_demo_page_compares_base_and_fork_offline(browser, tmp_path):
+    from nnschemaparser.examples.demo import main
+
+    expect = _expect()
+    assert main(["--out", str(tmp_path)]) == 0
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    errors = _errors(page)
+    page.goto((tmp_path / "inspector.html").as_uri())
+    root = page.locator(".nnsp-root.nnsp-static")
+    root.get_by_role("tab", name="Compare").click()
+    root.get_by_role("button", name="Jump to first divergence").click()
+    expect(root.locator(".nnsp-summary")).to_contain_text("base vs fork 1")
+    expect(root.locator("tr.nnsp-first")).to_contain_text("hidden")
+    expect(root.locator(".nnsp-tensor .nnsp-hist-caption")).to_contain_text("fork 1 · step 3")
+    assert not errors, errors
+    page.close()
