@@ -311,7 +311,7 @@ export class TensorView {
     drawCells(this.canvas, view.values, rows, cols, size, view.min, view.max, view.scale, cellHeight(rows, size, 160));
     this.canvas.setAttribute("aria-label", `Heatmap of ${view.var || "the value"}: ${rows} x ${cols} cells from ${fmt(view.min)} to ${fmt(view.max)}`);
     clear(this.legendBox).append(legend(view.min, view.max, view.scale));
-    this.note.textContent = [view.note, view.attention ? `attention weights (${view.attention}): heads below` : ""].filter(Boolean).join(" · ");
+    this.note.textContent = [view.note, view.attention ? `attention weights (${view.attention}): every head in the attention view` : ""].filter(Boolean).join(" · ");
     if (this.onAttention) this.onAttention(view.attention ? { run: view.run, trace_step: view.trace_step } : {});
   }
 }

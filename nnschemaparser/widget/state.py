@@ -16,8 +16,12 @@ while a kernel may deliver the widget's messages on different threads. So every 
 one worker thread owned by the state (`_RunThread`); callers on any thread wait for it, and the
 caller's grad mode is carried over to each call.
 
+The tensor views (heatmap slices, differences of two runs, attention heads, trends, per-layer series)
+are computed by the widget's `tensor_views` from the runs' traces; `viewed` remembers the steps asked
+for, so the static page keeps their heatmaps.
+
 Depends on interpreter, errors, schema, capture (limits), compare, histograms and the widget's
-tree/runs/edits modules.
+tree/runs/edits/tensor_views modules.
 """
 
 from __future__ import annotations
