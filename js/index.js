@@ -14,6 +14,7 @@ import { TensorView } from "./heatmap.js";
 import { AttentionGrid } from "./attention.js";
 import { TrendsView } from "./trends.js";
 import { attachTreeKeys } from "./treekeys.js";
+import { TreeColours } from "./treecolour.js";
 
 const nextFrame = () => new Promise((/** @type {(value?: unknown) => void} */ resolve) => requestAnimationFrame(() => resolve()));
 
@@ -107,6 +108,8 @@ function render({ model, el }) {
   const compare = new CompareView(addTab("Compare"), channel, { onSelect: select, isStatic, offlinePairs: model.get("compare_pairs") || [] });
   const trends = new TrendsView(addTab("Trends"), channel, { onSelect: select });
   table.isStatic = isStatic;
+  const treeColours = new TreeColours(treeBox, channel);
+  trends.onColourBy = (query) => treeColours.colourBy(query);
   // Enter on a trace row of the active run runs to it (an earlier step replays the run from the start).
   table.onRun = (stepIndex, run) => {
     const active = (model.get("step_info") || {}).run;
@@ -198,6 +201,7 @@ function render({ model, el }) {
     model.off("change:step_index", onStatus);
     channel.dispose();
     detachTreeKeys();
+    treeColours.dispose();
   };
 }
 

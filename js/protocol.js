@@ -155,6 +155,13 @@ export function staticReply(data, message) {
       const view = data.trends ? data.trends[[run, message.stat || "norm"].join(data.sep || "\u0000")] : null;
       return view ? ok(view) : fail(`this page holds no trends of run ${run}`);
     }
+    case "tree_colours": {
+      const run = message.run || (data.trace ? data.trace.run : "");
+      const against = message.against ? (message.against === "base" && data.traits.compare_pairs && data.traits.compare_pairs.length ? data.traits.compare_pairs[0][0] : message.against) : "";
+      const key = [run, against ? "" : (message.stat || "norm"), against].join(data.sep || "\u0000");
+      const view = data.tree_colours ? data.tree_colours[key] : null;
+      return view ? ok(view) : fail(`this page holds no tree colours of ${run}${against ? ` against ${against}` : ""}`);
+    }
     case "layers": {
       const view = data.layers ? data.layers[[message.var, message.stat || "norm"].join(data.sep || "\u0000")] : null;
       return view ? ok(view) : fail(`this page holds a layer chart of hidden_states only, and only when the model has a ModuleList of them`);

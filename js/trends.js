@@ -67,6 +67,12 @@ export class TrendsView {
   constructor(container, channel, { onSelect } = {}) {
     this.channel = channel;
     this.onSelect = onSelect;
+    /** @type {((query: Record<string, unknown> | null) => Promise<unknown>) | undefined} */
+    this.onColourBy = undefined;
+    this.colourSelect = h("select", { class: "nnsp-input", "aria-label": "Colour the tree by", onchange: () => this.colour() },
+      h("option", { value: "" }, "nothing"), ...STATS.map((s) => h("option", { value: s }, s)),
+      h("option", { value: "divergence" }, "divergence from base"));
+    this.colourNote = h("span", { class: "nnsp-note", role: "status" });
     this.stat = h("select", { class: "nnsp-input", "aria-label": "Trend statistic", onchange: () => this.refresh() },
       ...STATS.map((s) => h("option", { value: s }, s)));
     this.runSelect = h("select", { class: "nnsp-input", "aria-label": "Trends of run", onchange: () => this.refresh() });
@@ -78,8 +84,23 @@ export class TrendsView {
     container.append(
       h("div", { class: "nnsp-controls" }, h("label", { class: "nnsp-label" }, "stat ", this.stat),
         h("label", { class: "nnsp-label" }, "run ", this.runSelect),
-        h("label", { class: "nnsp-label" }, "by layer ", this.layerVar)),
+        h("label", { class: "nnsp-label" }, "by layer ", this.layerVar),
+        h("label", { class: "nnsp-label" }, "colour tree by ", this.colourSelect), this.colourNote),
       this.layerChart, this.message, this.list);
+  }
+
+  async colour() {
+    if (!this.onColourBy) return;
+    const choice = this.colourSelect.value;
+    const run = this.runSelect.value;
+    /** @type {Record<string, unknown> | null} */
+    const query = !choice ? null : choice === "divergence" ? { run, against: "base" } : { run, stat: choice };
+    try {
+      const data = /** @type {Record<string, any> | null} */ (await this.onColourBy(query));
+      this.colourNote.textContent = data ? `${data.what}: ${fmt(data.min)} … ${fmt(data.max)} (${Object.keys(data.values).length} nodes)` : "";
+    } catch (err) {
+      this.colourNote.textContent = /** @type {Error} */ (err).message;
+    }
   }
 
   /** @param {{ name: string }[]} runs */

@@ -85,5 +85,6 @@ export interface StaticData {
   attention?: Record<string, any>;
   trends?: Record<string, any>;
   layers?: Record<string, any>;
+  tree_colours?: Record<string, any>;
   sep?: string;
 }

@@ -177,3 +177,26 @@ def test_layers_of_a_variable_not_in_a_module_list_is_refused_with_the_reason():
     state.continue_()
     reply = _reply(state, type="layers", var="hidden")
     assert not reply["ok"] and "ModuleList" in reply["error"]
+
+
+def test_tree_colours_give_each_node_its_last_value_stat_or_its_divergence_from_another_run():
+    _, x, schema = mlp_case()
+    state = InspectorState(schema, {"x": x})
+    state.continue_()
+    state.reset()
+    state.run_to(3)
+    state.edit("scale", 0.0)
+    state.continue_()
+    fork = state.run("fork 1")
+    by_stat = _reply(state, type="tree_colours", run="fork 1", stat="norm")["data"]
+    hidden_row = fork.step_row(3)
+    assert by_stat["values"][str(hidden_row["node"])] == 0.0  # hidden was zeroed
+    first_row = fork.step_row(1)
+    expected = float(torch.linalg.vector_norm(fork.trace.steps[first_row["trace_step"] - 1].tensor.value.double()))
+    assert by_stat["values"][str(first_row["node"])] == expected
+    diverged = _reply(state, type="tree_colours", run="fork 1", against="base")["data"]
+    assert diverged["what"] == "max |fork 1 - base|"
+    assert diverged["values"][str(first_row["node"])] == 0.0, "before the edit the runs agree"
+    base_hidden = state.run("base").trace.steps[hidden_row["trace_step"] - 1].tensor.value
+    assert diverged["values"][str(hidden_row["node"])] == float(base_hidden.abs().max())
+    assert not _reply(state, type="tree_colours", stat="median")["ok"]

@@ -85,3 +85,11 @@ test("a slice of few rows gets taller cells, never shorter than wide", () => {
   assert.equal(cellHeight(128, 2, 160), 2);
   assert.equal(cellHeight(4, 28, 40), 28);
 });
+
+test("tree tints: a divergence of zero is no tint, the largest value is the top of the scale", async () => {
+  const { rowTint } = await import("../treecolour.js");
+  assert.equal(rowTint(0, 0, 5, true), "");
+  assert.equal(rowTint(5, 0, 5, true), "rgba(253, 231, 37, 0.45)");
+  assert.equal(rowTint(2, 2, 9, false), "rgba(68, 1, 84, 0.45)");
+  assert.equal(rowTint(3, 3, 3, false, 1), "rgba(253, 231, 37, 1)");
+});

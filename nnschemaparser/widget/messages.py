@@ -227,6 +227,11 @@ class _Handlers:
         return state.trends(message.get("run") or None, str(message.get("stat") or "norm"))
 
     @staticmethod
+    def on_tree_colours(state: InspectorState, message: dict) -> Any:
+        return state.tree_colours(message.get("run") or None, str(message.get("stat") or "norm"),
+                                  message.get("against") or None)
+
+    @staticmethod
     def on_layers(state: InspectorState, message: dict) -> Any:
         runs = message.get("runs")
         if runs is not None and not isinstance(runs, list):

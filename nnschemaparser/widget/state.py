@@ -44,7 +44,7 @@ from .edits import EditSpec, apply_edit_spec, parse_edit
 from .runs import RunRecord, StepLog, default_loss, new_record
 from .tree import INITIAL_TREE_BYTES, BlockTree
 from .tensor_views import (MAX_SIDE, attention_heads, heatmap_diff, heatmap_slice, is_attention, layer_series,
-                           step_trends)
+                           node_colours, step_trends, tensor_stat)
 
 __all__ = ["InspectorState", "InspectorOptions", "InspectorError"]
 
@@ -571,6 +571,21 @@ class InspectorState:
         """Per variable, a stat across the run's trace steps (tensor_views.step_trends)."""
         record = self.run(run)
         return {"run": record.name, **step_trends(record.trace.steps, stat)}
+
+    def tree_colours(self, run: Optional[str] = None, stat: str = "norm", against: Optional[str] = None) -> dict:
+        """A number per tree node of a run: a stat of its last value, or with `against`, the max |diff|
+        from that run at the same step (tensor_views.node_colours)."""
+        record = self.run(run)
+        if against:
+            result = self.compare(against, record.name)
+            by_step = {row["step_b"]: row["max_abs_diff"] for row in result["rows"]
+                       if row["step_b"] is not None and isinstance(row["max_abs_diff"], float)}
+            what = f"max |{record.name} - {result['a']}|"
+        else:
+            tensor_stat(None, stat)  # an unknown stat is refused before any work
+            by_step = {step.step: tensor_stat(step.tensor.value, stat) for step in record.trace.steps}
+            what = stat
+        return {"run": record.name, **node_colours(record.steps, by_step, what)}
 
     def layers(self, var: str, stat: str = "norm", runs: Optional[list] = None) -> dict:
         """The stat of `var` after each layer of a ModuleList, for each run (default: every run)."""

@@ -4,7 +4,7 @@ The page embeds the same browser code as the widget (static/widget.js and widget
 payload: every tree row, the source of every block, and for *every* run its trace rows, the
 histogram bins of its steps (all of them up to MAX_HISTOGRAM_STEPS per run), its trends and, for
 the steps the user looked at in the tensor view (`state.viewed`) plus a bounded sample of others,
-heatmaps and attention heads; the comparison of the base run with each other run (and the last pair
+heatmaps and attention heads, and the tree colours (each stat; divergence of each compared pair); the comparison of the base run with each other run (and the last pair
 compared) is stored whole, with the per-step differences (`b - a` heatmaps) of the steps looked at
 and the first divergence. A stand-in model in the page answers the widget's requests from that
 payload, so Trace, Compare, the tensor view and Trends work with no kernel; stepping and edits are
@@ -174,9 +174,12 @@ def static_payload(state: InspectorState, title: str = "", max_histogram_steps: 
     hists = hists_of(run)
     run_hists[run.name] = hists
     trends = {_key(r.name, stat): state.trends(r.name, stat) for r in runs for stat in STATS}
+    colours = {_key(r.name, stat, ""): state.tree_colours(r.name, stat) for r in runs for stat in STATS}
+    colours.update({_key(b, "", a): state.tree_colours(b, against=a) for a, b in pairs})
     return json_safe({"traits": traits, "sources": sources, "trace": trace, "hists": hists, "traces": traces,
                       "run_hists": run_hists, "compares": compares, "compare_columns": COMPARE_COLUMNS,
                       "tensors": tensors, "attention": attention, "trends": trends, "layers": _layers(runs),
+                      "tree_colours": colours,
                       "sep": SEP})
 
 

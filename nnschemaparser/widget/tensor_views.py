@@ -32,7 +32,7 @@ import torch
 from ..schema.errors import NNSchemaError
 
 __all__ = ["TensorViewError", "heatmap_slice", "heatmap_diff", "attention_heads", "is_attention",
-           "tensor_stat", "step_trends", "layer_series", "STATS", "MAX_SIDE", "MAX_HEADS", "MAX_TOKENS"]
+           "tensor_stat", "step_trends", "layer_series", "node_colours", "STATS", "MAX_SIDE", "MAX_HEADS", "MAX_TOKENS"]
 
 MAX_SIDE = 128  # cells per side of a heatmap; a larger slice shows every k-th row / column
 MAX_HEADS = 16
@@ -253,3 +253,19 @@ def layer_series(steps: Sequence[Any], var: str, stat: str = "norm") -> dict:
     return {"var": var, "stat": stat, "prefix": prefix, "layers": layers,
             "steps": [found[prefix][i].step for i in layers],
             "values": [tensor_stat(found[prefix][i].tensor.value, stat) for i in layers]}
+
+
+def node_colours(step_rows: Sequence[dict], values_by_trace_step: dict[int, Optional[float]], what: str) -> dict:
+    """One number per tree node for colouring the tree: for each node, the value of the last StepInfo
+    of that node (a loop's last iteration) whose trace step has a value in `values_by_trace_step`."""
+    values: dict[int, float] = {}
+    for row in step_rows:
+        node, trace_step = row.get("node", -1), row.get("trace_step")
+        if node is None or node < 0 or trace_step is None:
+            continue
+        value = values_by_trace_step.get(trace_step)
+        if value is not None and math.isfinite(value):
+            values[node] = value
+    finite = list(values.values())
+    return {"what": what, "values": {str(k): v for k, v in values.items()},
+            "min": min(finite) if finite else None, "max": max(finite) if finite else None}

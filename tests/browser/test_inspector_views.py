@@ -6,6 +6,7 @@ Screenshots go to test-artifacts/."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -98,6 +99,13 @@ def test_a_static_page_with_two_runs_compares_them_without_a_kernel(browser, two
     expect(root.locator(".nnsp-tabpanel[aria-label='Trace'] tbody tr")).to_have_count(7)
     root.get_by_role("tab", name="Trends").click()
     expect(root.locator(".nnsp-trend[data-var='hidden']")).to_be_visible()
+    # the tree coloured by divergence from base: the edited hidden is tinted, the input step is not
+    root.get_by_label("Trends of run").select_option("fork 1")
+    root.get_by_label("Colour the tree by").select_option("divergence")
+    tree = root.locator(".nnsp-tree")
+    expect(tree.locator(".nnsp-row[data-colour-value]", has_text="hidden = CALL fc1(x)")).to_have_attribute(
+        "data-colour-value", re.compile(r"^max \|fork 1 - base\| = [1-9]"))
+    expect(tree.locator(".nnsp-row", has_text="hidden = CALL fc1(x)")).to_have_attribute("style", re.compile("--nnsp-tint"))
     page.screenshot(path=str(artifacts / "static-two-runs-1280.png"), full_page=True)
     assert not errors, errors
     page.close()
