@@ -8,7 +8,7 @@
 
 Module map (lower to higher): tree (the compact block tree), edits (edit specs), runs (one run: its
 ActivationTrace, GradientTrace and StepInfo rows), tensor_views (heatmap slices, attention heads,
-trends, per-layer series), state (the state machine: stepping, edits, runs,
+trends, per-layer series), tensor_requests (the state's tensor-view requests, a mixin), state (the state machine: stepping, edits, runs,
 comparison with compare_traces, bins with histogram_bins), messages (the browser's requests),
 static_html (the page without a kernel), inspector (the anywidget), build (js/ -> static/).
 The widget is a view: nothing below imports it.
