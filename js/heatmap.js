@@ -191,7 +191,7 @@ export class TensorView {
     /** @type {Record<string, any> | null} */
     this.view = null;
     this.serial = 0;
-    this.caption = h("div", { class: "nnsp-hist-caption" }, "the value of the selected step");
+    this.caption = h("div", { class: "nnsp-tensor-caption" }, "the value of the selected step");
     this.rowSelect = h("select", { class: "nnsp-input", "aria-label": "Dim shown as rows", onchange: () => this.reslice() });
     this.colSelect = h("select", { class: "nnsp-input", "aria-label": "Dim shown as columns", onchange: () => this.reslice() });
     this.against = h("select", { class: "nnsp-input", "aria-label": "Difference with run", onchange: () => this.reslice() });

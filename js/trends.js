@@ -172,7 +172,7 @@ export class TrendsView {
     this.layerChart.append(
       h("div", { class: "nnsp-subhead" }, `${data.var} ${data.stat} by layer of ${first ? first.prefix : "—"}`),
       chart,
-      h("div", { class: "nnsp-hist-axis" }, h("span", {}, `layer ${first ? first.layers[0] : ""}`), h("span", {}, `${fmt(lo)} … ${fmt(hi)}`),
+      h("div", { class: "nnsp-layer-axis" }, h("span", {}, `layer ${first ? first.layers[0] : ""}`), h("span", {}, `${fmt(lo)} … ${fmt(hi)}`),
         h("span", {}, `layer ${first ? first.layers[first.layers.length - 1] : ""}`)),
       legendBox);
   }

@@ -40,7 +40,7 @@ def _step_three_times(root, expect) -> None:
         expect(root.locator(".nnsp-status")).to_contain_text(f"step {n}", timeout=60_000)
     expect(root.locator(".nnsp-row.nnsp-current")).to_contain_text("hidden = CALL fc1(x)")
     expect(root.locator(".nnsp-hist[data-role='activation'] rect").first).to_be_attached()
-    expect(root.locator(".nnsp-tensor .nnsp-hist-caption")).to_contain_text("hidden [2, 256]")
+    expect(root.locator(".nnsp-tensor-caption")).to_contain_text("hidden [2, 256]")
 
 
 def test_the_notebook_runs_in_jupyter_notebook_7(browser, artifacts, tmp_path, monkeypatch):

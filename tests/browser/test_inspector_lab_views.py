@@ -73,7 +73,7 @@ def test_heatmap_attention_heads_and_layer_chart_of_a_llama_in_jupyterlab(views_
     expect(rows).to_have_count(2, timeout=30_000)
     root.locator(f".nnsp-tabpanel[aria-label='Trace'] tbody tr[data-step='{probe['attn_trace_step']}']").click()
     tensor = root.locator(".nnsp-tensor")
-    expect(tensor.locator(".nnsp-hist-caption")).to_contain_text("attn_weights [1, 4, 5, 5]")
+    expect(tensor.locator(".nnsp-tensor-caption")).to_contain_text("attn_weights [1, 4, 5, 5]")
     # head 1 by its slider, then hover query 3, key 2: the value is the kernel's attn[0, 1, 3, 2]
     tensor.get_by_label("Index of dim 1").fill("1")
     tensor.get_by_label("Index of dim 1").dispatch_event("change")

@@ -87,11 +87,11 @@ def test_a_static_page_with_two_runs_compares_them_without_a_kernel(browser, two
     root.get_by_role("button", name="Jump to first divergence").click()
     expect(root.locator("tr.nnsp-first")).to_contain_text("hidden")
     # the first divergence selects fork 1's step: its histograms and its stored heatmap
-    expect(root.locator(".nnsp-hist-caption").first).to_contain_text("fork 1 · step 3")
-    expect(root.locator(".nnsp-tensor .nnsp-hist-caption")).to_contain_text("fork 1 · step 3")
+    expect(root.locator(".nnsp-hists .nnsp-hist-caption")).to_contain_text("fork 1 · step 3")
+    expect(root.locator(".nnsp-tensor-caption")).to_contain_text("fork 1 · step 3")
     # the difference with base at that step, on a diverging scale, from the page's data
     root.get_by_label("Difference with run").select_option("base")
-    expect(root.locator(".nnsp-tensor .nnsp-hist-caption")).to_contain_text("− base")
+    expect(root.locator(".nnsp-tensor-caption")).to_contain_text("− base")
     expect(root.locator(".nnsp-legend-mid")).to_contain_text("0 in the middle")
     # each run's trace from the page
     root.get_by_role("tab", name="Trace").click()
@@ -120,7 +120,7 @@ def test_the_layout_shows_every_field_at_1280_and_900_px(browser, two_run_page, 
     root = page.locator(".nnsp-root.nnsp-static")
     expect(root.locator(".nnsp-tabpanel[aria-label='Trace'] tbody tr").first).to_be_visible()
     root.locator(".nnsp-tabpanel[aria-label='Trace'] tbody tr").nth(3).click()
-    expect(root.locator(".nnsp-tensor .nnsp-hist-caption")).to_contain_text("activated")
+    expect(root.locator(".nnsp-tensor-caption")).to_contain_text("activated")
     assert_inside(root, FIELDS)
     columns = root.locator(".nnsp-main").evaluate("el => getComputedStyle(el).gridTemplateColumns.split(' ').length")
     own_width = root.bounding_box()["width"]
@@ -220,7 +220,7 @@ def test_an_axe_scan_of_the_widget_finds_no_serious_violation(browser, two_run_p
     root = page.locator(".nnsp-root.nnsp-static")
     expect(root.locator(".nnsp-tabpanel[aria-label='Trace'] tbody tr").first).to_be_visible()
     root.locator(".nnsp-tabpanel[aria-label='Trace'] tbody tr").nth(3).click()
-    expect(root.locator(".nnsp-tensor .nnsp-hist-caption")).to_contain_text("activated")
+    expect(root.locator(".nnsp-tensor-caption")).to_contain_text("activated")
     page.add_script_tag(path=str(AXE))
     for tab in ("Trace", "Compare", "Trends", "Edit"):
         root.get_by_role("tab", name=tab).click()
@@ -247,6 +247,6 @@ def test_the_demo_page_compares_base_and_fork_offline(browser, tmp_path):
     root.get_by_role("button", name="Jump to first divergence").click()
     expect(root.locator(".nnsp-summary")).to_contain_text("base vs fork 1")
     expect(root.locator("tr.nnsp-first")).to_contain_text("hidden")
-    expect(root.locator(".nnsp-tensor .nnsp-hist-caption")).to_contain_text("fork 1 · step 3")
+    expect(root.locator(".nnsp-tensor-caption")).to_contain_text("fork 1 · step 3")
     assert not errors, errors
     page.close()
