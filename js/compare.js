@@ -5,8 +5,9 @@ import { h, clear, fmt } from "./dom.js";
 import { rowKeys } from "./table.js";
 
 // [column of the comparison rows, header]
+// (status and the differences come before the long description, so they are in view at 1280 px)
 const COLUMNS = [["step_index_a", "step A"], ["step_index_b", "step B"], ["block_path", "block"], ["out_var", "var"],
-  ["description", "description"], ["status", "status"], ["max_abs_diff", "max |Δ|"], ["mean_abs_diff", "mean |Δ|"]];
+  ["status", "status"], ["max_abs_diff", "max |Δ|"], ["mean_abs_diff", "mean |Δ|"], ["description", "description"]];
 
 export class CompareView {
   /**

@@ -5,9 +5,10 @@
 import { h, clear, fmt } from "./dom.js";
 
 // [column of the trace frame, header]
+// (the stats come before the long description and op, so they are in view at 1280 px)
 const SHOWN = [["step", "#"], ["step_index", "step"], ["block_path", "block"], ["out_var", "var"],
-  ["description", "description"], ["op_name", "op"], ["shape", "shape"], ["dtype", "dtype"],
-  ["mean", "mean"], ["std", "std"], ["min", "min"], ["max", "max"]];
+  ["shape", "shape"], ["dtype", "dtype"], ["mean", "mean"], ["std", "std"], ["min", "min"], ["max", "max"],
+  ["description", "description"], ["op_name", "op"]];
 const NUMERIC = new Set(["step", "step_index", "mean", "std", "min", "max"]);
 
 /**

@@ -69,6 +69,16 @@ def assert_inside(root, selectors: list[str]) -> None:
     assert not problems, problems
 
 
+def _assert_headers_in_view(root, tab: str, headers: list[str]) -> None:
+    """The named header cells of a tab's table lie inside its scroll box without scrolling."""
+    wrap = root.locator(f".nnsp-tabpanel[aria-label='{tab}'] .nnsp-table-wrap")
+    box = wrap.bounding_box()
+    for header in headers:
+        cell = wrap.locator("th", has_text=re.compile(f"^{re.escape(header)}")).first.bounding_box()
+        assert box["x"] <= cell["x"] and cell["x"] + cell["width"] <= box["x"] + box["width"] + 1, \
+            f"{tab}: {header!r} at {cell} is outside the visible table {box}"
+
+
 FIELDS = [".nnsp-toolbar button", ".nnsp-toolbar input", ".nnsp-status", ".nnsp-field", ".nnsp-value", ".nnsp-panel",
           ".nnsp-source", ".nnsp-tree", ".nnsp-hist", ".nnsp-heatmap-box", ".nnsp-tab", ".nnsp-controls > *"]
 
@@ -86,6 +96,7 @@ def test_a_static_page_with_two_runs_compares_them_without_a_kernel(browser, two
     expect(root.locator(".nnsp-summary")).to_contain_text("first divergence: step 3 (hidden in MLP)")
     root.get_by_role("button", name="Jump to first divergence").click()
     expect(root.locator("tr.nnsp-first")).to_contain_text("hidden")
+    _assert_headers_in_view(root, "Compare", ["status", "max |Δ|", "mean |Δ|"])
     # the first divergence selects fork 1's step: its histograms and its stored heatmap
     expect(root.locator(".nnsp-hists .nnsp-hist-caption")).to_contain_text("fork 1 · step 3")
     expect(root.locator(".nnsp-tensor-caption")).to_contain_text("fork 1 · step 3")
@@ -97,6 +108,7 @@ def test_a_static_page_with_two_runs_compares_them_without_a_kernel(browser, two
     root.get_by_role("tab", name="Trace").click()
     root.get_by_label("Trace of run").select_option("base")
     expect(root.locator(".nnsp-tabpanel[aria-label='Trace'] tbody tr")).to_have_count(7)
+    _assert_headers_in_view(root, "Trace", ["mean", "std", "min", "max"])
     root.get_by_role("tab", name="Trends").click()
     expect(root.locator(".nnsp-trend[data-var='hidden']")).to_be_visible()
     # the tree coloured by divergence from base: the edited hidden is tinted, the input step is not
@@ -125,6 +137,7 @@ def test_the_layout_shows_every_field_at_1280_and_900_px(browser, two_run_page, 
     columns = root.locator(".nnsp-main").evaluate("el => getComputedStyle(el).gridTemplateColumns.split(' ').length")
     own_width = root.bounding_box()["width"]
     assert columns == (2 if own_width > 760 else 1), f"{width} px viewport, widget {own_width} px: {columns} columns"
+    _assert_headers_in_view(root, "Trace", ["mean", "std", "min", "max"])  # the stats, without scrolling
     # the trace table's key columns stay in view when the table scrolls sideways
     wrap = root.locator(".nnsp-tabpanel[aria-label='Trace'] .nnsp-table-wrap")
     wrap.evaluate("el => { el.scrollLeft = el.scrollWidth; }")
