@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test sweep fuzz bench browser-deps js-deps widget widget-check test-browser clean
+.PHONY: setup demo lab test sweep fuzz bench browser-deps js-deps widget widget-check test-browser clean
 
 setup: $(STAMP)
 
@@ -19,6 +19,10 @@ $(STAMP): pyproject.toml
 
 demo: setup
 	$(PY) -m nnschemaparser.examples.demo --out out
+
+# JupyterLab on the quick start notebook (the other notebooks are beside it).
+lab: setup
+	$(PY) -m jupyter lab notebooks/quickstart.ipynb
 
 # Chromium for the browser tests (Debian's package; Playwright drives it, it downloads nothing).
 browser-deps:

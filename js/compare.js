@@ -2,18 +2,23 @@
 // max/mean abs diff, a summary, and a jump to the first divergence.
 
 import { h, clear, fmt } from "./dom.js";
+import { rowKeys } from "./table.js";
 
 // [column of the comparison rows, header]
+// (status and the differences come before the long description, so they are in view at 1280 px)
 const COLUMNS = [["step_index_a", "step A"], ["step_index_b", "step B"], ["block_path", "block"], ["out_var", "var"],
-  ["description", "description"], ["status", "status"], ["max_abs_diff", "max |Δ|"], ["mean_abs_diff", "mean |Δ|"]];
+  ["status", "status"], ["max_abs_diff", "max |Δ|"], ["mean_abs_diff", "mean |Δ|"], ["description", "description"]];
 
 export class CompareView {
   /**
    * @param {HTMLElement} container
    * @param {import("./types").Channel} channel
-   * @param {{ onSelect?: (query: { run: string, trace_step: number }) => void, pageSize?: number, isStatic?: boolean }} [options]
+   * @param {{ onSelect?: (query: { run: string, trace_step: number }) => void, pageSize?: number, isStatic?: boolean,
+   *   offlinePairs?: string[][] }} [options]
    */
-  constructor(container, channel, { onSelect, pageSize = 25, isStatic = false } = {}) {
+  constructor(container, channel, { onSelect, pageSize = 25, isStatic = false, offlinePairs = [] } = {}) {
+    // A static page with stored comparisons answers Compare itself; one without has nothing to compare.
+    const noCompare = isStatic && !(offlinePairs && offlinePairs.length);
     this.channel = channel;
     this.onSelect = onSelect;
     this.query = { a: "", b: "", page: 0, size: pageSize, only_changed: false };
@@ -21,7 +26,8 @@ export class CompareView {
     this.selectB = h("select", { class: "nnsp-input", "aria-label": "Run B" });
     const only = h("input", { type: "checkbox", "aria-label": "Only differences",
       onchange: (/** @type {Event} */ event) => { this.query.only_changed = /** @type {HTMLInputElement} */ (event.target).checked; this.query.page = 0; this.run(); } });
-    this.summary = h("div", { class: "nnsp-summary", role: "status" }, isStatic ? "comparisons need a running kernel" : "pick two runs and press Compare");
+    this.summary = h("div", { class: "nnsp-summary", role: "status" }, noCompare ? "comparisons need a running kernel (this page holds one run)" :
+      isStatic ? `stored comparisons: ${offlinePairs.map((p) => `${p[0]} vs ${p[1]}`).join(", ")}; press Compare` : "pick two runs and press Compare");
     this.table = h("table", { class: "nnsp-table" });
     this.pageLabel = h("span", { class: "nnsp-page" });
     this.prev = h("button", { class: "nnsp-button nnsp-small", type: "button", "aria-label": "Previous comparison page", onclick: () => this.go(-1) }, "‹");
@@ -29,9 +35,9 @@ export class CompareView {
     container.append(
       h("div", { class: "nnsp-controls" },
         h("label", { class: "nnsp-label" }, "A ", this.selectA), h("label", { class: "nnsp-label" }, "B ", this.selectB),
-        h("button", { class: "nnsp-button", type: "button", "aria-label": "Compare runs", disabled: isStatic,
+        h("button", { class: "nnsp-button", type: "button", "aria-label": "Compare runs", disabled: noCompare,
           onclick: () => { this.query.page = 0; this.run(); } }, "Compare"),
-        h("button", { class: "nnsp-button", type: "button", "aria-label": "Jump to first divergence", disabled: isStatic,
+        h("button", { class: "nnsp-button", type: "button", "aria-label": "Jump to first divergence", disabled: noCompare,
           onclick: () => this.run(true) }, "First divergence"),
         h("label", { class: "nnsp-label" }, only, " only differences"),
         h("span", { class: "nnsp-spacer" }), this.prev, this.pageLabel, this.next),
@@ -105,11 +111,16 @@ export class CompareView {
           return h("td", { class: column.includes("diff") || column.startsWith("step") ? "nnsp-num" : "" },
             column.includes("diff") ? fmt(value) : String(value ?? "—"));
         }));
-      tr.addEventListener("click", () => {
+      const choose = () => {
         if (!this.onSelect) return;
         const stepB = row[index.step_b];
         this.onSelect(stepB !== null ? { run: data.b, trace_step: stepB } : { run: data.a, trace_step: row[index.step_a] });
-      });
+      };
+      tr.addEventListener("click", choose);
+      tr.tabIndex = 0;
+      tr.setAttribute("aria-label", `${row[index.out_var] || "(no variable)"} in ${row[index.block_path] || "—"}: ${label}, ` +
+        `max |Δ| ${fmt(row[index.max_abs_diff])}; Enter selects it`);
+      tr.addEventListener("keydown", (event) => rowKeys(event, tr, choose));
       return tr;
     });
     clear(this.table).append(h("thead", {}, h("tr", {}, ...COLUMNS.map(([, label]) => h("th", { scope: "col" }, label)))), h("tbody", {}, ...rows));

@@ -26,7 +26,7 @@ export class EditPanel {
     this.error = h("div", { class: "nnsp-error", role: "alert" });
     this.list = h("ol", { class: "nnsp-edit-list", "aria-label": "Queued edits" });
     this.clearButton = h("button", { class: "nnsp-button nnsp-small", type: "button", "aria-label": "Clear edits",
-      disabled: isStatic, onclick: () => this.send("clear_edits") }, "Clear all");
+      disabled: isStatic, onclick: () => this.send("clear_edits") }, "Clear edits");
     container.append(this.target,
       h("div", { class: "nnsp-controls" }, this.action, this.argument, this.applyButton),
       this.error,

@@ -11,6 +11,11 @@ import { HistogramPair } from "./histogram.js";
 import { CompareView } from "./compare.js";
 import { EditPanel } from "./edit.js";
 import { NavigatorPanel, CallStackPanel, explainError } from "./debugger.js";
+import { TensorView } from "./heatmap.js";
+import { AttentionGrid } from "./attention.js";
+import { TrendsView } from "./trends.js";
+import { attachTreeKeys } from "./treekeys.js";
+import { TreeColours } from "./treecolour.js";
 
 const nextFrame = () => new Promise((/** @type {(value?: unknown) => void} */ resolve) => requestAnimationFrame(() => resolve()));
 
@@ -81,12 +86,22 @@ function render({ model, el }) {
     /** @param {number} line @param {string} file @param {boolean} runTo @returns {unknown} */
     onGutter: (line, file, runTo) => (runTo ? send("run_to_here", { line, file }) : navigator?.request("break_at", { line, file })),
   });
+  const detachTreeKeys = attachTreeKeys(treeBox, tree);
+  // a scrolled region must be reachable by keyboard (axe: scrollable-region-focusable)
+  sourceBox.tabIndex = 0;
+  sourceBox.setAttribute("role", "region");
+  sourceBox.setAttribute("aria-label", "Source of the block");
   const hists = new HistogramPair(histBox, channel);
+  const tensorBox = h("div", { class: "nnsp-tensor" });
+  const attentionBox = h("div", { class: "nnsp-attention", hidden: true });
+  const attention = new AttentionGrid(attentionBox, channel);
+  const tensorView = new TensorView(tensorBox, channel, { onAttention: (query) => attention.show(query) });
   /** @param {Record<string, unknown>} query */
   const select = (query) => {
     pinned = query;
     hists.show(query);
     runHere.hidden = isStatic || query.trace_step === undefined;
+    tensorView.show(query);
   };
   // Run to here from a trace or compare row: the active run goes to the matching step ("h").
   const runHere = h("button", { class: "nnsp-button nnsp-button-small nnsp-run-here", type: "button", hidden: true,
@@ -109,7 +124,16 @@ function render({ model, el }) {
   };
   const editPanel = new EditPanel(addTab("Edit"), channel, { isStatic });
   const table = new TraceTable(addTab("Trace"), channel, { onSelect: select });
-  const compare = new CompareView(addTab("Compare"), channel, { onSelect: select, isStatic });
+  const compare = new CompareView(addTab("Compare"), channel, { onSelect: select, isStatic, offlinePairs: model.get("compare_pairs") || [] });
+  const trends = new TrendsView(addTab("Trends"), channel, { onSelect: select });
+  table.isStatic = isStatic;
+  const treeColours = new TreeColours(treeBox, channel);
+  trends.onColourBy = (query) => treeColours.colourBy(query);
+  // Enter on a trace row of the active run runs to it (an earlier step replays the run from the start).
+  table.onRun = (stepIndex, run) => {
+    const active = (model.get("step_info") || {}).run;
+    if (!isStatic && (!run || run === active)) send("run_to", { step: stepIndex });
+  };
   let activeTab = "";
   /** @param {string} name */
   function showTab(name) {
@@ -119,6 +143,7 @@ function render({ model, el }) {
       tab.button.setAttribute("aria-selected", String(key === name));
     }
     if (name === "Trace") table.refresh();
+    if (name === "Trends") trends.refresh();
   }
 
   root.append(
@@ -128,6 +153,7 @@ function render({ model, el }) {
     h("div", { class: "nnsp-main" },
       panel("Block tree", treeBox, { class: "nnsp-panel nnsp-panel-tree" }),
       h("div", { class: "nnsp-side" }, panel("Current step", stepBox), panel("Source", sourceBox), panel("Histograms", histBox))),
+    panel("Tensor", h("div", { class: "nnsp-tensor-panel" }, tensorBox, attentionBox), { class: "nnsp-panel nnsp-panel-tensor" }),
     tabBar, tabBody);
   el.append(root);
 
@@ -169,12 +195,15 @@ function render({ model, el }) {
       ]).catch(() => undefined);
     }
     if (activeTab === "Trace") table.refreshSoon();
+    if (info.index && !pinned && info.trace_step) tensorView.show({ trace_step: info.trace_step });
   }
   function onRuns() {
     const runs = model.get("runs") || [];
     const info = model.get("step_info") || {};
     table.setRuns(runs, info.run);
     compare.setRuns(runs);
+    tensorView.setRuns(runs);
+    trends.setRuns(runs);
   }
   const onError = () => { if (!root.dataset.kernel) errorBar.textContent = model.get("error") || ""; };
   const onEdits = () => editPanel.update(model.get("step_info"), model.get("edit_list"));
@@ -221,10 +250,15 @@ function render({ model, el }) {
   for (const [event, handler] of Object.entries(handlers)) model.on(event, handler);
   model.on("change:step_info", onDebugStep);
   onDebugStep();
+  // Hosts that deliver each trait change apart (marimo) may send step_index after step_info and status.
+  model.on("change:step_index", onStatus);
   return () => {
     model.off("change:step_info", onDebugStep);
     for (const [event, handler] of Object.entries(handlers)) model.off(event, handler);
+    model.off("change:step_index", onStatus);
     channel.dispose();
+    detachTreeKeys();
+    treeColours.dispose();
   };
 }
 

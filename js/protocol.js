@@ -77,6 +77,33 @@ export function tablePage(rows, columns, { page = 0, size = 50, sort = "", desc 
 }
 
 /**
+ * The static page's answer to "compare": a stored comparison of two runs (base vs each fork, and the
+ * last pair compared in the notebook), filtered and paged as messages.on_compare does.
+ * @param {import("./types").StaticData} data
+ * @param {Record<string, any>} message
+ * @param {(payload: unknown) => import("./types").Reply} ok
+ * @param {(error: string) => import("./types").Reply} fail
+ */
+export function staticCompare(data, message, ok, fail) {
+  const pairs = /** @type {string[][]} */ (data.traits.compare_pairs || []);
+  if (!pairs.length || !data.compares) return fail("this page holds no comparison (it was written with one run): comparing runs needs a running kernel");
+  const sep = data.sep || "\u0000";
+  const a = message.a || pairs[0][0];
+  const b = message.b || (pairs.find((p) => p[0] === a) || pairs[pairs.length - 1])[1];
+  const stored = data.compares[[a, b].join(sep)];
+  if (!stored) return fail(`this page holds the comparisons ${pairs.map((p) => `${p[0]} vs ${p[1]}`).join(", ")}, not ${a} vs ${b}`);
+  const only = Boolean(message.only_changed);
+  const rows = only ? stored.rows.filter((/** @type {any} */ r) => r.status !== "ok" || r.changed) : stored.rows;
+  let firstIndex = stored.first_index;
+  if (only && firstIndex !== null && firstIndex !== undefined) firstIndex = 0;
+  const size = Math.max(1, Math.min(Number(message.size) || 50, 500));
+  let page = Number(message.page) || 0;
+  if (message.jump && firstIndex !== null && firstIndex !== undefined) page = Math.floor(firstIndex / size);
+  const result = tablePage(rows, data.compare_columns || [], { page, size });
+  return ok({ ...result, a: stored.a, b: stored.b, summary: stored.summary, first: stored.first, pairs: stored.pairs, first_index: firstIndex });
+}
+
+/**
  * The reply the static page gives to a request, from the data embedded in the page.
  * @param {import("./types").StaticData} data
  * @param {Record<string, any>} message
@@ -97,13 +124,47 @@ export function staticReply(data, message) {
       return source ? ok(source) : fail(`no source for block ${message.block} on this page`);
     }
     case "table": {
-      if (!data.trace) return fail("this page holds no trace");
-      const result = tablePage(data.trace.rows, data.trace.columns, message);
-      return ok({ ...result, run: data.trace.run });
+      const trace = message.run && data.traces ? data.traces[message.run] : data.trace;
+      if (!trace) return fail(message.run ? `this page holds no trace of run ${message.run}` : "this page holds no trace");
+      const result = tablePage(trace.rows, trace.columns, message);
+      return ok({ ...result, run: trace.run });
     }
     case "hist": {
-      const hist = message.trace_step ? data.hists[String(message.trace_step)] : null;
+      const byRun = message.run && data.run_hists ? data.run_hists[message.run] : data.hists;
+      const hist = message.trace_step && byRun ? byRun[String(message.trace_step)] : null;
       return hist ? ok(hist) : fail("this page holds histograms of the trace steps only (pick a row of the trace)");
+    }
+    case "compare":
+      return staticCompare(data, message, ok, fail);
+    case "tensor": {
+      const run = message.run || (data.trace ? data.trace.run : "");
+      const key = [run, message.trace_step, message.against || ""].join(data.sep || "\u0000");
+      const view = data.tensors ? data.tensors[key] : null;
+      if (!view) return fail(`this page holds no heatmap of ${run} trace step ${message.trace_step ?? "(current)"}${message.against ? ` minus ${message.against}` : ""}; ` +
+        "it keeps the steps looked at in the notebook and a sample (pick another row, or open the notebook)");
+      const sameSlice = !message.dims || JSON.stringify(message.dims) === JSON.stringify(view.dims);
+      return sameSlice ? ok(view) : fail("this page holds the slice shown in the notebook only; other dims need a running kernel");
+    }
+    case "attention": {
+      const run = message.run || (data.trace ? data.trace.run : "");
+      const view = data.attention ? data.attention[[run, message.trace_step].join(data.sep || "\u0000")] : null;
+      return view ? ok(view) : fail("this page holds no attention heads of this step");
+    }
+    case "trends": {
+      const run = message.run || (data.trace ? data.trace.run : "");
+      const view = data.trends ? data.trends[[run, message.stat || "norm"].join(data.sep || "\u0000")] : null;
+      return view ? ok(view) : fail(`this page holds no trends of run ${run}`);
+    }
+    case "tree_colours": {
+      const run = message.run || (data.trace ? data.trace.run : "");
+      const against = message.against ? (message.against === "base" && data.traits.compare_pairs && data.traits.compare_pairs.length ? data.traits.compare_pairs[0][0] : message.against) : "";
+      const key = [run, against ? "" : (message.stat || "norm"), against].join(data.sep || "\u0000");
+      const view = data.tree_colours ? data.tree_colours[key] : null;
+      return view ? ok(view) : fail(`this page holds no tree colours of ${run}${against ? ` against ${against}` : ""}`);
+    }
+    case "layers": {
+      const view = data.layers ? data.layers[[message.var, message.stat || "norm"].join(data.sep || "\u0000")] : null;
+      return view ? ok(view) : fail(`this page holds a layer chart of hidden_states only, and only when the model has a ModuleList of them`);
     }
     default:
       return fail("this is a static page: stepping, edits and comparisons need a running kernel");

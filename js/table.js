@@ -5,9 +5,10 @@
 import { h, clear, fmt } from "./dom.js";
 
 // [column of the trace frame, header]
+// (the stats come before the long description and op, so they are in view at 1280 px)
 const SHOWN = [["step", "#"], ["step_index", "step"], ["block_path", "block"], ["out_var", "var"],
-  ["description", "description"], ["op_name", "op"], ["shape", "shape"], ["dtype", "dtype"],
-  ["mean", "mean"], ["std", "std"], ["min", "min"], ["max", "max"]];
+  ["shape", "shape"], ["dtype", "dtype"], ["mean", "mean"], ["std", "std"], ["min", "min"], ["max", "max"],
+  ["description", "description"], ["op_name", "op"]];
 const NUMERIC = new Set(["step", "step_index", "mean", "std", "min", "max"]);
 
 /**
@@ -56,6 +57,28 @@ export function sortAfterClick(query, column) {
 }
 
 /**
+ * Keyboard on a focusable table row: Enter activates it, ArrowUp / ArrowDown / Home / End move the
+ * focus between the rows of its table.
+ * @param {KeyboardEvent} event
+ * @param {HTMLElement} tr
+ * @param {() => void} activate
+ */
+export function rowKeys(event, tr, activate) {
+  const rows = /** @type {HTMLElement[]} */ ([...(tr.parentElement ? tr.parentElement.children : [])]);
+  const at = rows.indexOf(tr);
+  const target = { ArrowDown: at + 1, ArrowUp: at - 1, Home: 0, End: rows.length - 1 }[event.key];
+  if (event.key === "Enter") {
+    event.preventDefault();
+    event.stopPropagation();
+    activate();
+  } else if (target !== undefined && rows[target]) {
+    event.preventDefault();
+    event.stopPropagation();
+    rows[target].focus();
+  }
+}
+
+/**
  * @typedef {{ run: string, page: number, size: number, sort: string, desc: boolean,
  *   filters: Record<string, string> }} TraceQuery
  */
@@ -69,6 +92,9 @@ export class TraceTable {
   constructor(container, channel, { onSelect, pageSize = 25 } = {}) {
     this.channel = channel;
     this.onSelect = onSelect;
+    /** @type {((stepIndex: number, run: string) => void) | undefined} */
+    this.onRun = undefined;
+    this.isStatic = false;
     /** @type {TraceQuery} */
     this.query = { run: "", page: 0, size: pageSize, sort: "", desc: false, filters: { block_path: "", out_var: "", op_name: "" } };
     this.runSelect = h("select", { class: "nnsp-input", "aria-label": "Trace of run", onchange: () => { this.query.run = this.runSelect.value; this.query.page = 0; this.refresh(); } });
@@ -151,6 +177,14 @@ export class TraceTable {
       const tr = h("tr", { class: row[index.edited] ? "nnsp-edited" : "", "data-step": step },
         ...SHOWN.map(([column]) => h("td", { class: NUMERIC.has(column) ? "nnsp-num" : "" }, cell(column, row[index[column]]))));
       tr.addEventListener("click", () => this.onSelect && this.onSelect({ run: data.run, trace_step: step }));
+      tr.tabIndex = 0;
+      tr.setAttribute("aria-label", `trace step ${step}: ${row[index.out_var] || "(no variable)"} in ${row[index.block_path] || "—"}, ` +
+        `${row[index.description] || ""}${this.onRun && !this.isStatic ? "; Enter runs to it" : "; Enter selects it"}`);
+      tr.addEventListener("keydown", (event) => rowKeys(event, tr, () => {
+        if (this.onSelect) this.onSelect({ run: data.run, trace_step: step });
+        const stepIndex = row[index.step_index];
+        if (this.onRun && typeof stepIndex === "number" && stepIndex > 0) this.onRun(stepIndex, data.run);
+      }));
       return tr;
     });
     clear(this.table).append(h("thead", {}, header), h("tbody", {}, ...body));

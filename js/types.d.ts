@@ -76,4 +76,15 @@ export interface StaticData {
   sources: Record<string, any>;
   trace?: { run: string; columns: string[]; rows: Record<string, unknown>[] } | null;
   hists: Record<string, any>;
+  /** Every run's trace, histograms and trends, the stored comparisons and heatmaps (static_html). */
+  traces?: Record<string, { run: string; columns: string[]; rows: Record<string, unknown>[] }>;
+  run_hists?: Record<string, Record<string, any> | null>;
+  compares?: Record<string, { a: string; b: string; summary: any; first: any; first_index: number | null; pairs: number; rows: Record<string, any>[] }>;
+  compare_columns?: string[];
+  tensors?: Record<string, any>;
+  attention?: Record<string, any>;
+  trends?: Record<string, any>;
+  layers?: Record<string, any>;
+  tree_colours?: Record<string, any>;
+  sep?: string;
 }

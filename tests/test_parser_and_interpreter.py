@@ -185,7 +185,11 @@ def test_make_demo_entry_point_writes_both_files_and_reports_exactness(tmp_path,
     assert main(["--out", str(tmp_path)]) == 0
     assert (tmp_path / "schema.txt").read_text().startswith("=== BLOCK MLP ===")
     assert (tmp_path / "trace.txt").read_text().startswith("[00001] ENTER BLOCK MLP")
-    assert "bit for bit: True" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "bit for bit: True" in printed
+    page = (tmp_path / "inspector.html").read_text()
+    assert (tmp_path / "inspector.html").resolve().as_uri() in printed and "make lab" in printed
+    assert "fork 1" in page and "compare_pairs" in page
 
 
 def test_random_inputs_from_shapes_and_dtypes_alone_are_enough():

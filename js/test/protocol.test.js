@@ -163,3 +163,44 @@ test("a channel over the static model gets its replies", async () => {
   assert.equal((await channel.request("table", { size: 10 })).total, 2);
   await assert.rejects(channel.request("step"), /running kernel/);
 });
+
+/** @returns {import("../types").StaticData} */
+function twoRunData() {
+  const sep = "\u0000";
+  const row = (/** @type {string} */ v, /** @type {boolean} */ changed) => ({ container_id: v, status: "ok", changed, out_var: v, step_a: 1, step_b: 1 });
+  return {
+    ...staticData(),
+    traits: { ...staticData().traits, compare_pairs: [["base", "fork 1"]] },
+    traces: { base: staticData().trace || { run: "base", columns: [], rows: [] }, "fork 1": { run: "fork 1", columns: ["step", "out_var"], rows: [{ step: 1, out_var: "z" }] } },
+    run_hists: { "fork 1": { 1: { run: "fork 1" } } },
+    compares: { [`base${sep}fork 1`]: { a: "base", b: "fork 1", summary: { total: 3 }, first: row("b", true), first_index: 1, pairs: 3,
+      rows: [row("a", false), row("b", true), row("c", true)] } },
+    compare_columns: ["container_id", "status", "changed", "out_var", "step_a", "step_b"],
+    tensors: { [`fork 1${sep}1${sep}`]: { dims: [0, 1], values: [1, 2] }, [`fork 1${sep}1${sep}base`]: { dims: [0, 1], values: [0, 1], scale: "diverging" } },
+    sep,
+  };
+}
+
+test("a static page with two runs compares them offline: paging, only differences and the jump to the first divergence", () => {
+  const data = twoRunData();
+  const all = staticReply(data, { type: "compare", id: "c1", size: 2 });
+  assert.equal(all.ok, true);
+  assert.deepEqual([all.data.a, all.data.b, all.data.total, all.data.pages, all.data.first_index], ["base", "fork 1", 3, 2, 1]);
+  const only = staticReply(data, { type: "compare", id: "c2", only_changed: true, size: 50 });
+  assert.deepEqual(only.data.rows.map((/** @type {unknown[]} */ r) => r[0]), ["b", "c"]);
+  assert.equal(only.data.first_index, 0);
+  const jump = staticReply(data, { type: "compare", id: "c3", size: 1, jump: true });
+  assert.deepEqual([jump.data.page, jump.data.rows[0][0]], [1, "b"]);
+  const other = staticReply(data, { type: "compare", id: "c4", a: "fork 1", b: "base" });
+  assert.match(String(other.error), /holds the comparisons base vs fork 1, not fork 1 vs base/);
+});
+
+test("a static page serves each run's trace, histograms and stored heatmaps, and names what it does not hold", () => {
+  const data = twoRunData();
+  assert.equal(staticReply(data, { type: "table", id: "t", run: "fork 1" }).data.rows[0][1], "z");
+  assert.equal(staticReply(data, { type: "hist", id: "h", run: "fork 1", trace_step: 1 }).data.run, "fork 1");
+  assert.deepEqual(staticReply(data, { type: "tensor", id: "v", run: "fork 1", trace_step: 1 }).data.values, [1, 2]);
+  assert.equal(staticReply(data, { type: "tensor", id: "d", run: "fork 1", trace_step: 1, against: "base" }).data.scale, "diverging");
+  assert.match(String(staticReply(data, { type: "tensor", id: "m", run: "fork 1", trace_step: 9 }).error), /no heatmap of fork 1 trace step 9/);
+  assert.match(String(staticReply(data, { type: "tensor", id: "s", run: "fork 1", trace_step: 1, dims: [1, 0] }).error), /other dims need a running kernel/);
+});

@@ -1,4 +1,6 @@
-"""`make demo`: the quick start on the bundled MLP; writes the schema dump and the text trace.
+"""`make demo`: the quick start on the bundled MLP; writes the schema dump, the text trace and the
+static inspector (`inspector.html`: a base run and a fork that zeroes `hidden`, Compare working with
+no kernel), then says how to open it and the notebooks.
 
 Usage: python -m nnschemaparser.demo [--out DIR]
 """
@@ -16,6 +18,28 @@ from ..runtime.interpreter import SchemaInterpreter
 from ..schema.dump import dump_schema
 from ..traces.text_trace import TraceRecorder
 from .mlp import MLP
+
+
+def write_inspector_page(schema, x: torch.Tensor, path: Path) -> Path:
+    """The static inspector of `schema` on `x` with two runs: base, and a fork with `hidden` zeroed at
+    the step that binds it; the tensor view of that step is kept (with its difference from base)."""
+    from ..widget import InspectorState
+    from ..widget.static_html import write_static_html
+
+    state = InspectorState(schema, {"x": x}, None)
+    state.continue_()
+    state.reset()
+    while state.step() is not None and state.current.out_var != "hidden":
+        pass
+    state.edit("zero")
+    fork_step = state.current.step_index
+    state.continue_()
+    state.tensor_view(fork_step, "fork 1")
+    state.compare("base", "fork 1")
+    try:
+        return write_static_html(state, path, title="MLP: base run and a fork with hidden zeroed")
+    finally:
+        state.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,8 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("\n".join(tracer.lines[:7]))
     print()
-    print(f"wrote {out / 'schema.txt'} and {out / 'trace.txt'}")
+    page = write_inspector_page(schema, x.clone(), out / "inspector.html")
+    print(f"wrote {out / 'schema.txt'}, {out / 'trace.txt'} and {page}")
     print(f"schema output equals model(x) bit for bit: {exact}")
+    print()
+    print("open the static inspector (no kernel needed; Compare base vs fork 1 works offline):")
+    print(f"    {page.resolve().as_uri()}")
+    print("open the notebooks in JupyterLab:  make lab   (notebooks/quickstart.ipynb; the others beside it:")
+    print("    stepping_and_editing.ipynb, comparing_runs.ipynb, transformers_moe.ipynb)")
     return 0 if exact else 1
 
 

@@ -7,7 +7,8 @@
     widget.step(); widget.step_over(); widget.run_to(5); widget.continue_(); widget.reset()
 
 Module map (lower to higher): tree (the compact block tree), edits (edit specs), runs (one run: its
-ActivationTrace, GradientTrace and StepInfo rows), state (the state machine: stepping, edits, runs,
+ActivationTrace, GradientTrace and StepInfo rows), tensor_views (heatmap slices, attention heads,
+trends, per-layer series), tensor_requests (the state's tensor-view requests, a mixin), state (the state machine: stepping, edits, runs,
 comparison with compare_traces, bins with histogram_bins), messages (the browser's requests),
 static_html (the page without a kernel), inspector (the anywidget), build (js/ -> static/),
 share_server (`nnschemaparser serve`: the plan and share deployment, Starlette).

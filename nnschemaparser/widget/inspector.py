@@ -287,7 +287,8 @@ class InspectorWidget(anywidget.AnyWidget):
         return self._state.never_run_paths()
 
     def to_html(self, path: str | Path) -> Path:
-        """Write a static page (no kernel needed) with the tree and the last run's trace."""
+        """Write a static page (no kernel needed) with every run, their comparisons, histograms,
+        heatmaps of the steps looked at (and a sample) and trends; see docs/WIDGET.md."""
         from .static_html import write_static_html
 
         with self._lock:

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from ..schema.errors import NNSchemaError
 from .runs import TRACE_COLUMNS
 from .state import InspectorError, InspectorState
+from .tensor_views import MAX_SIDE
 
 __all__ = ["handle_message", "json_safe", "table_page", "MAX_PAGE_SIZE"]
 
@@ -259,6 +260,45 @@ class _Handlers:
     def on_call_stack(state: InspectorState, message: dict) -> Any:
         return {"frames": state.call_stack()}
 
+
+    @staticmethod
+    def on_tensor(state: InspectorState, message: dict) -> Any:
+        dims, index = message.get("dims"), message.get("index")
+        if dims is not None and not isinstance(dims, list):
+            raise InspectorError("dims must be a list of one or two dim numbers")
+        if index is not None and not isinstance(index, list):
+            raise InspectorError("index must be a list with an index (or null) per dim")
+        step = message.get("step_index")
+        trace_step = message.get("trace_step")
+        return state.tensor_view(None if step is None else _int(message, "step_index", 0), message.get("run") or None,
+                                 trace_step=None if trace_step is None else _int(message, "trace_step", 0),
+                                 dims=dims, index=index, against=message.get("against") or None,
+                                 max_side=max(1, min(_int(message, "max_side", MAX_SIDE), MAX_SIDE)))
+
+    @staticmethod
+    def on_attention(state: InspectorState, message: dict) -> Any:
+        step = message.get("step_index")
+        trace_step = message.get("trace_step")
+        return state.attention_view(None if step is None else _int(message, "step_index", 0),
+                                    message.get("run") or None,
+                                    trace_step=None if trace_step is None else _int(message, "trace_step", 0),
+                                    batch=_int(message, "batch", 0))
+
+    @staticmethod
+    def on_trends(state: InspectorState, message: dict) -> Any:
+        return state.trends(message.get("run") or None, str(message.get("stat") or "norm"))
+
+    @staticmethod
+    def on_tree_colours(state: InspectorState, message: dict) -> Any:
+        return state.tree_colours(message.get("run") or None, str(message.get("stat") or "norm"),
+                                  message.get("against") or None)
+
+    @staticmethod
+    def on_layers(state: InspectorState, message: dict) -> Any:
+        runs = message.get("runs")
+        if runs is not None and not isinstance(runs, list):
+            raise InspectorError("runs must be a list of run names")
+        return state.layers(str(message.get("var") or "hidden_states"), str(message.get("stat") or "norm"), runs)
 
 def handle_message(state: InspectorState, message: Any) -> dict:
     """The reply to one browser message (never raises for a bad request: the reply says what was wrong)."""

@@ -16,8 +16,12 @@ while a kernel may deliver the widget's messages on different threads. So every 
 one worker thread owned by the state (`_RunThread`); callers on any thread wait for it, and the
 caller's grad mode is carried over to each call.
 
+The tensor views (heatmap slices, differences of two runs, attention heads, trends, per-layer series,
+tree colours) are the methods of `TensorRequests` (tensor_requests.py), which InspectorState inherits;
+`viewed` remembers the steps asked for, so the static page keeps their heatmaps.
+
 Depends on interpreter, errors, schema, capture (limits), compare, histograms and the widget's
-tree/runs/edits modules.
+tree/runs/edits/tensor_requests modules.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from .edits import EditSpec, apply_edit_spec, parse_edit
 from .runs import RunRecord, StepLog, default_loss, new_record
 from .tree import INITIAL_TREE_BYTES, BlockTree
 from .debugger import Breakpoints, Navigation
+from .tensor_requests import TensorRequests
 
 __all__ = ["InspectorState", "InspectorOptions", "InspectorError"]
 
@@ -173,9 +178,10 @@ class _RunDriver:
             pass
 
 
-class InspectorState(Navigation):
+class InspectorState(Navigation, TensorRequests):
     """Stepping, edits, runs and comparisons of one schema on one input scope (search, breakpoints,
-    step out and the call stack come from `debugger.Navigation`)."""
+    step out and the call stack come from `debugger.Navigation`; tensor views from
+    `tensor_requests.TensorRequests`)."""
 
     navigation_error = InspectorError
 
@@ -203,6 +209,7 @@ class InspectorState(Navigation):
         self._compare_cache: Optional[tuple] = None
         self.breakpoints = Breakpoints(self.tree)
         self.stop_reason = ""
+        self.viewed: list[tuple[str, int]] = []  # (run, trace step) of every tensor view asked for
         self.reset()
 
     # -- runs ----------------------------------------------------------------------------------
@@ -524,6 +531,7 @@ class InspectorState(Navigation):
         never = set(self.view_blocks()["never"])
         return [self.tree.block_path(n) for n in sorted(never)
                 if not any(a in never for a in self.tree.ancestors(n))]
+
 
 
 def _diff_rows(diffs: list[TraceDiff], a: RunRecord, b: RunRecord) -> list[dict]:

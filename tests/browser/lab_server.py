@@ -42,7 +42,11 @@ def free_port() -> int:
 class LabServer:
     """`jupyter lab` serving `root`; `url(path)` opens a notebook with the token."""
 
-    def __init__(self, root: Path, notebooks: list[Path]):
+    def __init__(self, root: Path, notebooks: list[Path], app: str = "lab"):
+        # app: "lab" (JupyterLab 4) or "notebook" (Jupyter Notebook 7, the same server with its own front end)
+        if app not in ("lab", "notebook"):
+            raise ValueError(f"app must be 'lab' or 'notebook', got {app!r}")
+        self.app = app
         self.root = Path(root)
         self.port = free_port()
         self.token = secrets.token_hex(16)
@@ -61,10 +65,11 @@ class LabServer:
             path.write_text(json.dumps(value))
         env = dict(os.environ, JUPYTER_CONFIG_DIR=str(home / "jupyter-config"),
                    JUPYTER_RUNTIME_DIR=str(home / "jupyter-runtime"), JUPYTER_PLATFORM_DIRS="1")
-        command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
+        app = "LabApp" if self.app == "lab" else "JupyterNotebookApp"
+        command = [sys.executable, "-m", "jupyter", self.app, "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
                    f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root}",
-                   f"--LabApp.user_settings_dir={settings}", f"--LabApp.workspaces_dir={home / 'workspaces'}",
-                   "--ServerApp.port_retries=0", "--LabApp.extension_manager=readonly"]
+                   f"--{app}.user_settings_dir={settings}", f"--{app}.workspaces_dir={home / 'workspaces'}",
+                   "--ServerApp.port_retries=0"] + (["--LabApp.extension_manager=readonly"] if self.app == "lab" else [])
         if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers and CI often run as root
             command.append("--allow-root")
         log = self.log_path.open("w")
@@ -83,7 +88,8 @@ class LabServer:
         raise RuntimeError(f"jupyter lab did not answer within {timeout:.0f} s; see {self.log_path}")
 
     def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}/lab/tree/{path}?token={self.token}"
+        where = "lab/tree" if self.app == "lab" else "notebooks"
+        return f"http://127.0.0.1:{self.port}/{where}/{path}?token={self.token}"
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
