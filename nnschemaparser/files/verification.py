@@ -80,7 +80,22 @@ def _same_value(a: Any, b: Any) -> bool:
     return a == b
 
 
-def _short(value: Any, limit: int = 120) -> str:
+def _globals_in(value: Any) -> set:
+    """The qualified names of the global references inside a JSON value."""
+    found: set = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is dict:
+            if item.get("kind") == "global":
+                found.add(str(item.get("qualname")))
+            stack.extend(item.values())
+        elif type(item) is list:
+            stack.extend(item)
+    return found
+
+
+def _short(value: Any, limit: int = 100) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
@@ -163,17 +178,17 @@ class _Comparison:
         for index in range(max(len(mine), len(live))):
             where = f"{label}[{index}]"
             if index >= len(live):
-                raise _Difference(where, f"the file has an extra instruction ({self.describe(mine[index])}) the "
+                raise _Difference(where, f"the file has an extra instruction (a {self.describe(mine[index])}) the "
                                          "model's source does not have", self._location(mine[index], self.file_files))
             if index >= len(mine):
-                raise _Difference(where, f"the file lacks the model's instruction {self.describe(live[index])}",
+                raise _Difference(where, f"the file lacks the model's {self.describe(live[index])}",
                                   self._location(live[index], self.live_files))
             self.instruction(mine[index], live[index], where)
 
     def instruction(self, mine: dict, live: dict, where: str) -> None:
         at = self._location(live, self.live_files)
         if mine.get("type") != live.get("type"):
-            raise _Difference(where, f"the file has {self.describe(mine)} where the model's source has "
+            raise _Difference(where, f"the file has a {self.describe(mine)} where the model's source has a "
                                      f"{self.describe(live)}", at)
         for key in sorted(set(mine) | set(live)):
             if key in _INSTR_IGNORED:
@@ -187,19 +202,23 @@ class _Comparison:
             elif key == "function" and mine.get("type") == "function":
                 self.function(a, b, f"{where}.function")
             elif not _same_value(a, b):
-                raise _Difference(where, f"its {key} is {_short(a)} in the file where the model's source has "
-                                         f"{_short(b)} ({self.describe(live)})", at)
+                foreign = _globals_in(a) - _globals_in(b)
+                note = (f"; the file names {sorted(foreign)[0]}, which is not referenced by the model's own code "
+                        "there" if foreign else "")
+                raise _Difference(where, f"the file's {self.describe(mine)} is not the model's "
+                                         f"{self.describe(live)}: its {key} is {_short(a)} in the file, {_short(b)} "
+                                         f"in the model's source{note}", at)
 
     @staticmethod
     def describe(instr: Any) -> str:
         if not isinstance(instr, dict):
-            return "a malformed instruction"
+            return "malformed instruction"
         kind = instr.get("type")
         if kind == "op":
-            return f"a call of {instr.get('display_name') or instr.get('qualified_name')!r}"
+            return f"call of {instr.get('display_name') or instr.get('qualified_name')!r}"
         if kind == "control":
-            return f"{instr.get('kind')!r}"
-        return f"a {kind!r} instruction"
+            return f"{instr.get('kind')!r} statement"
+        return f"{kind!r} instruction"
 
 
 def _instruction_bodies(instr: Instruction) -> list[list[Instruction]]:
@@ -247,8 +266,7 @@ def verified_schema(document: dict, decoded: ModelBlockSchema, fresh: ModelBlock
         at = f" at {diff.location}" if diff.location else ""
         raise SourceMismatchError(
             f"{source}: {diff.where}{at}: {diff.what}. A schema file may run only the instructions the model's own "
-            "source lowers to (an object the file names there is not referenced by the model's own code); "
-            "re-save the schema from this model with save_schema(NNParser.parse_model(model, ...), path)") from None
+            "source lowers to; re-save the schema from this model with save_schema(NNParser.parse_model(model, ...), path)") from None
     live_blocks = _blocks(fresh)
     for path, method_name, reason in comparison.skips:
         block = live_blocks[(path, method_name)]
