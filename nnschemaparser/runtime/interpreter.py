@@ -14,6 +14,7 @@ Depends on engine, listeners, schema and errors.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Optional, Sequence
 
@@ -58,6 +59,29 @@ def _check_scope(scope: Any) -> None:
 def _check_block(block: Any) -> None:
     if not isinstance(block, ModelBlockSchema):
         raise SchemaRunError(f"block must be a ModelBlockSchema (from NNParser.parse_model), got {type(block).__name__}")
+    _check_modules(block)
+
+
+def _check_modules(block: ModelBlockSchema) -> None:
+    """Refuse to run a schema whose model had a sub-module replaced (or removed) after parsing.
+
+    Each block runs its own module; a child replaced later (`model.fc2 = nn.Linear(...)`, a LoRA or
+    quantisation wrapper) would otherwise be silently ignored and the old module's weights used.
+    """
+    for owner in block.iter_blocks():
+        if owner.method_name is not None or owner.module is None:
+            continue
+        for key, child in owner.sub_blocks.items():
+            if child.module is None:
+                continue
+            live: Any = owner.module
+            for part in key.split("."):
+                live = live._modules.get(part) if isinstance(live, torch.nn.Module) else None
+            if live is not child.module:
+                now = f"a {type(live).__name__}" if live is not None else "nothing"
+                raise SchemaRunError(f"{child.path} was replaced after the schema was parsed: its block runs the "
+                                     f"{child.name} it was parsed from, the model now holds {now} there. Parse the "
+                                     "model again (NNParser.parse_model) so the schema follows the change")
 
 
 @dataclass
@@ -74,6 +98,7 @@ class StepInfo:
     block_path: str
     location: Optional[SourceLocation]
     _notify: Optional[Callable[[EditEvent], None]] = field(default=None, repr=False, compare=False)
+    _run: Any = field(default=None, repr=False, compare=False)  # the _Stepper: says whether the run has ended
 
     @property
     def source(self) -> str:
@@ -81,6 +106,9 @@ class StepInfo:
 
     def visible_names(self, frame_depth: Optional[int] = None) -> list[str]:
         depth = self.frame_depth if frame_depth is None else frame_depth
+        if not isinstance(depth, int) or isinstance(depth, bool) or not 0 <= depth < len(self.scope_frames):
+            raise EditError(f"step {self.step_index}: frame_depth {depth!r} is not visible; frames "
+                            f"0..{len(self.scope_frames) - 1} are")
         return sorted(self.scope_frames[depth])
 
     def edit(self, values: Any = None, shape: Any = None, dtype: Any = None, frame_depth: Optional[int] = None,
@@ -91,6 +119,9 @@ class StepInfo:
         variable's current shape and dtype, unless `shape` / `dtype` say which new ones are intended.
         On any error nothing is changed.
         """
+        if self._run is not None and self._run.ended:
+            raise EditError(f"step {self.step_index}: the run has ended, so there is nothing left to edit; edit a "
+                            "step while the run is paused at it (inside the loop over step_run)")
         depth = self.frame_depth if frame_depth is None else frame_depth
         name = out_var or self.out_var
         old = apply_edit(self.scope_frames, depth, name, values, shape, dtype, self.step_index)
@@ -106,7 +137,7 @@ def apply_edit(frames: Sequence[dict], depth: int, name: str, values: Any, shape
     """Validate, then bind `values` to `name` in `frames[depth]`; returns the replaced value."""
     if not frames:
         raise EditError("there is no live frame to edit")
-    if not isinstance(depth, int) or not 0 <= depth < len(frames):
+    if not isinstance(depth, int) or isinstance(depth, bool) or not 0 <= depth < len(frames):
         raise EditError(f"step {step_index}: frame_depth {depth} is not visible; frames 0..{len(frames) - 1} are")
     frame = frames[depth]
     if not name or name not in frame:
@@ -149,6 +180,7 @@ class _Stepper(TraceListener):
 
     def __init__(self, edits: Optional[dict[int, list[dict]]], listeners: Sequence[TraceListener] = ()):
         self.index = 0
+        self.ended = False
         self.edits = edits or {}
         self.consumer: Optional[greenlet.greenlet] = None
         self.listeners = [l for l in listeners if type(l).on_edit is not TraceListener.on_edit]
@@ -163,10 +195,39 @@ class _Stepper(TraceListener):
                         out_var=event.instruction.out_var, frame_depth=event.depth, value=event.value,
                         scope_frames=event.frames, instruction=event.instruction, block_path=event.path,
                         location=event.instruction.location,
-                        _notify=self.notify if self.listeners else None)
+                        _notify=self.notify if self.listeners else None, _run=self)
         for edit in self.edits.get(self.index, ()):
             step.edit(**edit)
         self.consumer.switch(step)
+
+
+_EDIT_KEYS = ("values", "shape", "dtype", "frame_depth", "out_var")
+
+
+def _checked_edits(edits: Any) -> dict[int, list[dict]]:
+    """`edits` of step_run as {step: [edit kwargs, ...]}, or a SchemaRunError naming the first bad entry."""
+    example = "e.g. {5: [{'values': torch.zeros(2, 32)}]}"
+    if not isinstance(edits, dict):
+        raise SchemaRunError(f"edits must map step_index (int) -> list of edit dicts, got {type(edits).__name__}; {example}")
+    checked: dict[int, list[dict]] = {}
+    for step, entry in edits.items():
+        if type(step) is not int or step < 1:
+            raise SchemaRunError(f"edits must map step_index (int) -> list of edit dicts: {step!r} is not a step index; "
+                             f"steps are ints counted from 1; {example}")
+        items = [entry] if isinstance(entry, dict) else entry
+        if not isinstance(items, (list, tuple)) or not all(isinstance(item, dict) for item in items):
+            raise SchemaRunError(f"edits[{step}] must be an edit dict or a list of them, got {type(entry).__name__}")
+        for item in items:
+            unknown = [key for key in item if key not in _EDIT_KEYS]
+            if unknown:
+                raise SchemaRunError(f"edits[{step}]: unknown key {unknown[0]!r}; an edit takes {', '.join(_EDIT_KEYS)}")
+            if "values" not in item:
+                raise SchemaRunError(f"edits[{step}]: an edit needs 'values' (the new value)")
+            depth = item.get("frame_depth")
+            if depth is not None and (type(depth) is not int or depth < 0):
+                raise SchemaRunError(f"edits[{step}]: frame_depth must be a non-negative int, got {depth!r}")
+        checked[step] = list(items)
+    return checked
 
 
 class SchemaInterpreter:
@@ -181,16 +242,24 @@ class SchemaInterpreter:
         self.listeners = list(listeners or [])
         self.step_outputs: Optional[list] = None
 
-    def _execute(self, block: ModelBlockSchema, scope: dict) -> Any:
+    def _execute(self, block: ModelBlockSchema, scope: dict, args: Optional[tuple] = None) -> Any:
+        """Run `block` on `scope`; with `args`, those go positionally and `scope` holds only the keywords
+        (so pre-hooks see `args[0]` as with `module(x)`), while listeners are told every input by name."""
         _check_block(block)
         _check_scope(scope)
+        if args is None:
+            start = lambda program: program.run_root(scope)  # noqa: E731
+            named = scope
+        else:
+            start = lambda program: program.call_block(block, args, dict(scope))  # noqa: E731
+            named = {**dict(zip(block.signature.params, args)), **scope}
         if not self.listeners and not self.capture_values:
-            return _plain_program(block).run_root(scope)
+            return start(_plain_program(block))
         program, observer = _borrow(block, self.listeners, self.capture_values)
         try:
             for listener in self.listeners:
-                listener.on_run_start(block, scope)
-            result = program.run_root(scope)
+                listener.on_run_start(block, named)
+            result = start(program)
             for listener in self.listeners:
                 listener.on_run_end(result)
         finally:
@@ -211,9 +280,12 @@ class SchemaInterpreter:
             names = list(sig.params)
             if len(args) > len(names) and sig.vararg is None:
                 raise SchemaRunError(f"{block.name}.forward takes {len(names)} positional inputs, got {len(args)}")
-            kwargs = {**dict(zip(names, args)), **kwargs}
             if len(args) > len(names):
                 raise SchemaRunError("extra positional inputs for *args are not supported by call(); use run()")
+            twice = [name for name in names[:len(args)] if name in kwargs]
+            if twice:
+                raise SchemaRunError(f"{block.name}.forward got {twice[0]!r} both positionally and by keyword")
+            return self._execute(block, kwargs, tuple(args))
         return self._execute(block, kwargs)
 
     def step_run(self, block: ModelBlockSchema, scope: dict,
@@ -227,10 +299,7 @@ class SchemaInterpreter:
         _check_block(block)
         _check_scope(scope)
         if edits is not None:
-            if not isinstance(edits, dict) or not all(isinstance(k, int) for k in edits):
-                raise SchemaRunError("edits must map step_index (int) -> list of edit dicts, e.g. "
-                                     "{5: [{'values': torch.zeros(2, 32)}]}")
-            edits = {k: [v] if isinstance(v, dict) else list(v) for k, v in edits.items()}
+            edits = _checked_edits(edits)
         self.step_outputs = None
         return self._steps(block, scope, edits)
 
@@ -239,6 +308,7 @@ class SchemaInterpreter:
         stepper = _Stepper(edits, self.listeners)
         program, observer = _borrow(block, [*self.listeners, stepper], self.capture_values)
         runner = greenlet.greenlet(lambda: program.run_root(scope))
+        owner = threading.get_ident()
         finished = False
         try:
             for listener in self.listeners:
@@ -247,11 +317,15 @@ class SchemaInterpreter:
             item = runner.switch()
             while not runner.dead:
                 yield item
+                if threading.get_ident() != owner:
+                    raise SchemaRunError("a stepped run can only be advanced from the thread that started it; call "
+                                         "next() on it from that thread (or start a step_run per thread)")
                 stepper.consumer = greenlet.getcurrent()
                 item = runner.switch()
             finished = True
         finally:
-            if not finished and not runner.dead:
+            stepper.ended = True
+            if not finished and not runner.dead and threading.get_ident() == owner:
                 try:
                     runner.throw(StepAbandoned())
                 except StepAbandoned:
@@ -261,6 +335,10 @@ class SchemaInterpreter:
         for listener in self.listeners:
             listener.on_run_end(item)
         self.step_outputs = outputs_list(item)
+        missed = sorted(step for step in stepper.edits if step > stepper.index)
+        if missed:
+            raise EditError(f"edits for step{'s' if len(missed) > 1 else ''} {', '.join(map(str, missed))} never "
+                            f"applied: the run ended after {stepper.index} steps (its outputs are in step_outputs)")
         return self.step_outputs
 
 
