@@ -41,6 +41,7 @@ from nnschemaparser.traces.record import capture_run
 from nnschemaparser.files.schema_file import schema_to_json
 from nnschemaparser.files.trace_file import save_trace
 
+from hostile_bombs import schema_bombs, trace_bombs
 from hostile_traces import trace_mutations
 
 __all__ = ["Hostile", "CanaryModel", "touch_canary", "build_corpus", "base_files"]
@@ -546,6 +547,12 @@ def build_corpus(canary: str, seed: int = 0) -> list[Hostile]:
     for label in ("activation", "gradient"):
         for name, data, error, limits in trace_mutations(label, files[label], rng):
             entries.append(Hostile(name, "trace", data, error, limits=limits))
+    for name, data, error, limits, early in schema_bombs(json.loads(files["schema"])):
+        entries.append(Hostile(name, "schema", data, error, with_model=not early and not name.startswith("bomb-bare"),
+                               limits=limits, notes={"prescan": early}))
+    for label in ("activation", "gradient"):
+        for name, data, error, limits, early in trace_bombs(label, files[label]):
+            entries.append(Hostile(name, "trace", data, error, limits=limits, notes={"prescan": early}))
     entries.append(Hostile("trace-is-a-schema", "trace", files["schema"], SchemaFormatError))
     entries.append(Hostile("schema-is-a-trace", "schema", files["activation"], MalformedFileError))
     archive = io.BytesIO()

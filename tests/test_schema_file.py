@@ -227,18 +227,28 @@ def test_save_needs_a_schema(tmp_path):
         save_schema(nn.Linear(2, 2), tmp_path / "schema.json")
 
 
-def test_a_computed_getattr_name_is_checked_when_it_runs(tmp_path):
+def test_a_bound_schema_runs_the_callables_of_the_models_own_lowering(tmp_path):
+    """What runs is the fresh lowering of the model: every call target is the very object the
+    parser puts there (a computed getattr is the model's own getattr, as in eager), none decoded."""
     from nnschemaparser.files.allowlist import checked_getattr
 
     model, inputs = make_featureful()
     path = save_schema(_parse(model.eval(), inputs), tmp_path / "schema.json")
     loaded = load_schema(path, model=model)
+    fresh = NNParser.parse_model(model, resolve=False)
+
+    def targets(root):
+        return [(b.path, b.method_name, i.out_var, i.target) for b in root.iter_blocks() for i in b.body
+                if isinstance(i, OpInstruction) and not isinstance(i.target, VarRef)]
+
+    got, want = targets(loaded), targets(fresh)
+    assert len(got) == len(want) > 0
+    for (path_a, method_a, var_a, a), (path_b, method_b, var_b, b) in zip(got, want):
+        assert (path_a, method_a, var_a) == (path_b, method_b, var_b)
+        assert a is b or a == b, (path_a, var_a, a, b)
     computed = [i for b in loaded.iter_blocks() for i in b.body
                 if isinstance(i, OpInstruction) and i.display_name == "getattr" and not isinstance(i.args[1], str)]
-    assert computed and all(i.target is checked_getattr for i in computed)
-    literal = [i for i in loaded.body if isinstance(i, OpInstruction) and i.display_name == "getattr"
-               and isinstance(i.args[1], str)]
-    assert literal and all(i.target is getattr for i in literal)  # checked once, at load time
+    assert computed and all(i.target is getattr for i in computed)
     with pytest.raises(UnsafeReferenceError, match="dunder"):
         checked_getattr(model, "__dict__")
     with pytest.raises(UnsafeReferenceError, match="reaches files"):

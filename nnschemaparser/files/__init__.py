@@ -1,8 +1,10 @@
 """Stage 7, files: safe save and load of schemas and traces (versioned JSON and safetensors).
 
-`file_format` (strict bounded JSON, limits, typed errors), `allowlist` (the exact names a file may
-refer to), `value_codec` (tagged values), `schema_codec` (schema <-> JSON), `schema_file`
-(`save_schema` / `load_schema`, re-binding a live model), `trace_file` (`save_trace` / `load_trace`).
+`file_format` (strict bounded JSON, limits, the decoded-size bound, typed errors), `allowlist` (the
+exact names a file may refer to), `value_codec` (tagged values), `schema_codec` (schema <-> JSON),
+`verification` (the rule of a bound load: the file must equal the model's own fresh lowering, which
+is what then runs), `schema_file` (`save_schema` / `load_schema`), `trace_file` (`save_trace` /
+`load_trace`).
 
 May import: `schema`, `lowering` (the intrinsics a file may name), `runtime`, `parser` (to re-lower
 a bound model), `traces`.

@@ -35,6 +35,8 @@ __all__ = [
     "ModelMismatchError",
     "read_bounded",
     "parse_json",
+    "decoded_size_bound",
+    "check_decoded_size",
     "dump_json",
     "write_atomic",
     "check_header",
@@ -77,6 +79,10 @@ class FileLimits:
     `max_file_bytes` bounds the bytes read (nothing larger is read at all); `max_depth` the nesting
     of JSON arrays and objects; `max_string_chars` any one string; `max_header_bytes` the JSON header
     of a trace file; `max_tensors` the tensors of one trace; `max_dims` the rank of one shape.
+    `max_decoded_bytes` and `max_decode_ratio` bound what a JSON text may cost once decoded: before
+    any structure is built, an upper bound of its Python size is computed from the bytes (see
+    `decoded_size_bound`) and must stay under `max_decoded_bytes` and under `max_decode_ratio`
+    times the text's size (real files are at 18-21; bombs of empty containers at 30 and more).
     """
 
     max_file_bytes: int = 512 * 1024 * 1024
@@ -85,10 +91,12 @@ class FileLimits:
     max_header_bytes: int = 128 * 1024 * 1024
     max_tensors: int = 1_000_000
     max_dims: int = 64
+    max_decoded_bytes: int = 2 * 1024 * 1024 * 1024
+    max_decode_ratio: int = 24
 
     def __post_init__(self) -> None:
         for name in ("max_file_bytes", "max_depth", "max_string_chars", "max_header_bytes", "max_tensors",
-                     "max_dims"):
+                     "max_dims", "max_decoded_bytes", "max_decode_ratio"):
             value = getattr(self, name)
             if type(value) is not int or value <= 0:
                 raise ValueError(f"FileLimits.{name} must be a positive int, got {value!r}")
@@ -208,10 +216,48 @@ def _int(source: str):
     return hook
 
 
+# Upper bounds, in bytes, of what one token costs once decoded by json + the hooks above (CPython,
+# 64-bit): `[` a list (56 + over-allocation); `{` the pairs list and the dict; both also the entry
+# `_check_shape` stacks for them (64); `:` the pair tuple, the dict entry and its growth; `,` a slot
+# and a number object; `"` half a string header. Every string's characters and the decoded text
+# itself are covered by twice the length.
+_TOKEN_COST = ((b"[", 136), (b"{", 296), (b":", 128), (b",", 48), (b'"', 25))
+_DECODE_FIXED = 16 * 1024  # the decoder's own objects (hooks, scanner), whatever the text
+
+
+def decoded_size_bound(data: bytes, start: int = 0, end: Optional[int] = None) -> int:
+    """An upper bound of the memory `parse_json(data[start:end])` allocates, from byte counts alone.
+
+    Counting runs in C over the bytes and allocates nothing (not even the slice), so a refused file
+    costs only itself. Characters inside strings are counted too, which only raises the bound.
+    """
+    end = len(data) if end is None else end
+    return _DECODE_FIXED + 2 * (end - start) + sum(cost * data.count(token, start, end) for token, cost in _TOKEN_COST)
+
+
+def check_decoded_size(data: bytes, limits: FileLimits, source: str, start: int = 0,
+                       end: Optional[int] = None) -> None:
+    """Refuse a JSON text (`data[start:end]`) whose decoded form could pass the limits, before decoding it."""
+    end = len(data) if end is None else end
+    bound = decoded_size_bound(data, start, end)
+    size = end - start
+    if bound > limits.max_decoded_bytes:
+        raise FileLimitError(f"{source}: decoding these {size} bytes could take up to {bound} bytes, over "
+                             f"the limit of {limits.max_decoded_bytes}; pass limits=FileLimits(max_decoded_bytes=...)"
+                             " if you trust the file")
+    amplified = bound - _DECODE_FIXED  # what grows with the text
+    if amplified > limits.max_decode_ratio * max(size, 4096):
+        raise FileLimitError(f"{source}: these {size} bytes would decode to up to {bound} bytes "
+                             f"({amplified / max(size, 1):.0f} times the text; the limit is "
+                             f"{limits.max_decode_ratio}): the file is dense with empty or tiny containers, as a "
+                             "memory bomb is, and is refused before decoding")
+
+
 def parse_json(data: bytes, limits: FileLimits, source: str) -> Any:
     """Decode UTF-8 JSON strictly; every refusal is a typed SchemaFormatError naming `source`."""
     if len(data) > limits.max_file_bytes:
         raise FileLimitError(f"{source}: {len(data)} bytes of JSON, over the limit of {limits.max_file_bytes}")
+    check_decoded_size(data, limits, source)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -227,6 +273,9 @@ def parse_json(data: bytes, limits: FileLimits, source: str) -> Any:
     except RecursionError:
         raise FileLimitError(f"{source}: JSON nesting deeper than {limits.max_depth} levels (too deep to decode); "
                              "a real file is far shallower, so it is refused") from None
+    except MemoryError:
+        raise FileLimitError(f"{source}: decoding {len(data)} bytes of JSON ran out of memory; the file is refused "
+                             "(lower FileLimits.max_decoded_bytes to refuse such files before decoding)") from None
     if type(document) is str and len(document) > limits.max_string_chars:
         raise FileLimitError(f"{source}: a string of {len(document)} characters is over the limit")
     if type(document) is dict or type(document) is list:

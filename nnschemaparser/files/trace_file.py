@@ -25,6 +25,7 @@ from .file_format import (
     FileLimits,
     FormatVersionError,
     MalformedFileError,
+    check_decoded_size,
     check_header,
     dump_json,
     get_bool,
@@ -146,6 +147,7 @@ def _read_header(data: bytes, limits: FileLimits, source: str) -> tuple[dict, di
     if 8 + size > len(data):
         raise MalformedFileError(f"{source}: the header claims {size} bytes but only {len(data) - 8} follow its length "
                                  "(a truncated file?)")
+    check_decoded_size(data, limits, f"{source} (header)", 8, 8 + size)  # before the header is copied out
     header = parse_json(data[8:8 + size], limits, f"{source} (header)")
     if not isinstance(header, dict):
         raise MalformedFileError(f"{source}: the safetensors header is not a JSON object")
@@ -252,8 +254,12 @@ def _decode_steps(items: list, layout: dict, limits: FileLimits, source: str) ->
                 raise MalformedFileError(f"{where}.tensor: the step says {dtype}{list(shape)}, the stored tensor is "
                                          f"{stored_dtype}{list(stored_shape)}")
             used.add(key)
-        sample = tuple(decoder.value(item, f"{where}.sample[{i}]")
-                       for i, item in enumerate(get_list(data, "sample", where)))
+        raw_sample = get_list(data, "sample", where)
+        sample = tuple(decoder.value(item, f"{where}.sample[{i}]") for i, item in enumerate(raw_sample))
+        odd = next((i for i, item in enumerate(sample) if type(item) not in (bool, int, float, complex)), None)
+        if odd is not None:
+            raise MalformedFileError(f"{where}.sample[{odd}]: a sample element is a number, got "
+                                     f"{type(sample[odd]).__name__}")
         container = TensorContainer(shape=shape, dtype=dtype, value=value,
                                     container_id=get_str(raw, "container_id", f"{where}.tensor"),
                                     slot_type=get_str(raw, "slot_type", f"{where}.tensor"))

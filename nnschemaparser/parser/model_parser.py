@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
+import operator
 from typing import Any, Iterator, Mapping, Optional
 
 import torch
@@ -262,6 +264,27 @@ def _dtype(value: Any) -> torch.dtype:
     return dtype
 
 
+_MAX_EXAMPLE_ELEMENTS = 2 ** 31
+
+
+def _example_shape(name: str, shape: Any) -> tuple[int, ...]:
+    """A shape of non-negative ints with a sane element count, or a ParseError saying what is wrong."""
+    try:
+        dims = tuple(shape)
+        if any(isinstance(d, bool) for d in dims):
+            raise TypeError
+        dims = tuple(operator.index(d) for d in dims)
+    except TypeError:
+        raise ParseError(f"the shape of input {name!r} must be a tuple of ints, got {shape!r}") from None
+    if any(d < 0 for d in dims):
+        raise ParseError(f"the shape of input {name!r} has a negative dimension: {dims}; dimensions are >= 0")
+    if math.prod(dims) > _MAX_EXAMPLE_ELEMENTS:
+        raise ParseError(f"the shape {dims} of input {name!r} asks for {math.prod(dims)} elements, more than the "
+                         f"{_MAX_EXAMPLE_ELEMENTS} an example input may have; shapes only need to be representative, "
+                         "or pass the tensor itself as inputs_tensors_values=")
+    return dims
+
+
 def example_inputs(shapes: Optional[Mapping[str, Any]], dtypes: Optional[Mapping[str, Any]],
                    values: Optional[Mapping[str, Any]], device: Optional[torch.device] = None) -> dict[str, Any]:
     """Inputs for the resolution run: given values (cloned), else random tensors of the given shape/dtype.
@@ -279,18 +302,18 @@ def example_inputs(shapes: Optional[Mapping[str, Any]], dtypes: Optional[Mapping
     scope: dict[str, Any] = {}
     generator = torch.Generator().manual_seed(0)
     def random(name: str, shape: Any) -> torch.Tensor:
-        try:
-            shape = tuple(int(d) for d in shape)
-        except (TypeError, ValueError):
-            raise ParseError(f"the shape of input {name!r} must be a tuple of ints (or, for the extras of "
-                             f"a forward(*{name}), a list of such tuples), got {shape!r}") from None
+        shape = _example_shape(name, shape)
         dtype = _dtype(dtypes.get(name, torch.float32))
-        if dtype.is_floating_point or dtype.is_complex:
-            tensor = torch.randn(shape, generator=generator).to(dtype)
-        elif dtype == torch.bool:
-            tensor = torch.randint(0, 2, shape, generator=generator).bool()
-        else:
-            tensor = torch.randint(0, 8, shape, generator=generator).to(dtype)
+        try:
+            if dtype.is_floating_point or dtype.is_complex:
+                tensor = torch.randn(shape, generator=generator).to(dtype)
+            elif dtype == torch.bool:
+                tensor = torch.randint(0, 2, shape, generator=generator).bool()
+            else:
+                tensor = torch.randint(0, 8, shape, generator=generator).to(dtype)
+        except (RuntimeError, MemoryError) as exc:
+            raise ParseError(f"cannot make an example input {name!r} of shape {shape} and dtype {dtype}: {exc}; "
+                             "pass smaller shapes, or the tensor itself as inputs_tensors_values=") from None
         return tensor.to(device) if device is not None else tensor
 
     for name, shape in shapes.items():

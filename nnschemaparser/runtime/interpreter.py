@@ -15,6 +15,7 @@ Depends on engine, listeners, schema and errors.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Optional, Sequence
 
@@ -60,6 +61,9 @@ def _check_scope(scope: Any) -> None:
 def _check_block(block: Any) -> None:
     if not isinstance(block, ModelBlockSchema):
         raise SchemaRunError(f"block must be a ModelBlockSchema (from NNParser.parse_model), got {type(block).__name__}")
+    # A sub-module replaced after parsing (`model.fc2 = nn.Linear(...)`, a LoRA or quantisation
+    # wrapper) needs no check here: every static child call reads the live child and runs the one
+    # the model holds now (compile_calls.CallCompiler.compile_BlockInstruction), as eager does.
 
 
 @dataclass
@@ -76,6 +80,7 @@ class StepInfo:
     block_path: str
     location: Optional[SourceLocation]
     _notify: Optional[Callable[[EditEvent], None]] = field(default=None, repr=False, compare=False)
+    _run: Any = field(default=None, repr=False, compare=False)  # the _Stepper: says whether the run has ended
 
     @property
     def source(self) -> str:
@@ -83,6 +88,9 @@ class StepInfo:
 
     def visible_names(self, frame_depth: Optional[int] = None) -> list[str]:
         depth = self.frame_depth if frame_depth is None else frame_depth
+        if not isinstance(depth, int) or isinstance(depth, bool) or not 0 <= depth < len(self.scope_frames):
+            raise EditError(f"step {self.step_index}: frame_depth {depth!r} is not visible; frames "
+                            f"0..{len(self.scope_frames) - 1} are")
         return sorted(self.scope_frames[depth])
 
     def edit(self, values: Any = None, shape: Any = None, dtype: Any = None, frame_depth: Optional[int] = None,
@@ -93,6 +101,9 @@ class StepInfo:
         variable's current shape and dtype, unless `shape` / `dtype` say which new ones are intended.
         On any error nothing is changed.
         """
+        if self._run is not None and self._run.ended:
+            raise EditError(f"step {self.step_index}: the run has ended, so there is nothing left to edit; edit a "
+                            "step while the run is paused at it (inside the loop over step_run)")
         depth = self.frame_depth if frame_depth is None else frame_depth
         name = out_var or self.out_var
         old = apply_edit(self.scope_frames, depth, name, values, shape, dtype, self.step_index)
@@ -108,7 +119,7 @@ def apply_edit(frames: Sequence[dict], depth: int, name: str, values: Any, shape
     """Validate, then bind `values` to `name` in `frames[depth]`; returns the replaced value."""
     if not frames:
         raise EditError("there is no live frame to edit")
-    if not isinstance(depth, int) or not 0 <= depth < len(frames):
+    if not isinstance(depth, int) or isinstance(depth, bool) or not 0 <= depth < len(frames):
         raise EditError(f"step {step_index}: frame_depth {depth} is not visible; frames 0..{len(frames) - 1} are")
     frame = frames[depth]
     if not name or name not in frame:
@@ -151,6 +162,7 @@ class _Stepper(TraceListener):
 
     def __init__(self, edits: Optional[dict[int, list[dict]]], listeners: Sequence[TraceListener] = ()):
         self.index = 0
+        self.ended = False
         self.edits = edits or {}
         self.consumer: Optional[greenlet.greenlet] = None
         self.listeners = [l for l in listeners if type(l).on_edit is not TraceListener.on_edit]
@@ -166,11 +178,41 @@ class _Stepper(TraceListener):
         instr = event.instruction
         # Positional, in StepInfo's field order: this runs once per step.
         step = StepInfo(self.index, instruction_kind(instr), instr.out_var, event.depth, event.value, event.frames,
-                        instr, event.path, instr.location, self.notify if self.listeners else None)
+                        instr, event.path, instr.location, self.notify if self.listeners else None,
+                        _run=self)
         if self.edits:
             for edit in self.edits.get(self.index, ()):
                 step.edit(**edit)
         self.consumer.switch(step)
+
+
+_EDIT_KEYS = ("values", "shape", "dtype", "frame_depth", "out_var")
+
+
+def _checked_edits(edits: Any) -> dict[int, list[dict]]:
+    """`edits` of step_run as {step: [edit kwargs, ...]}, or a SchemaRunError naming the first bad entry."""
+    example = "e.g. {5: [{'values': torch.zeros(2, 32)}]}"
+    if not isinstance(edits, dict):
+        raise SchemaRunError(f"edits must map step_index (int) -> list of edit dicts, got {type(edits).__name__}; {example}")
+    checked: dict[int, list[dict]] = {}
+    for step, entry in edits.items():
+        if type(step) is not int or step < 1:
+            raise SchemaRunError(f"edits must map step_index (int) -> list of edit dicts: {step!r} is not a step index; "
+                             f"steps are ints counted from 1; {example}")
+        items = [entry] if isinstance(entry, dict) else entry
+        if not isinstance(items, (list, tuple)) or not all(isinstance(item, dict) for item in items):
+            raise SchemaRunError(f"edits[{step}] must be an edit dict or a list of them, got {type(entry).__name__}")
+        for item in items:
+            unknown = [key for key in item if key not in _EDIT_KEYS]
+            if unknown:
+                raise SchemaRunError(f"edits[{step}]: unknown key {unknown[0]!r}; an edit takes {', '.join(_EDIT_KEYS)}")
+            if "values" not in item:
+                raise SchemaRunError(f"edits[{step}]: an edit needs 'values' (the new value)")
+            depth = item.get("frame_depth")
+            if depth is not None and (type(depth) is not int or depth < 0):
+                raise SchemaRunError(f"edits[{step}]: frame_depth must be a non-negative int, got {depth!r}")
+        checked[step] = list(items)
+    return checked
 
 
 class SchemaInterpreter:
@@ -189,6 +231,12 @@ class SchemaInterpreter:
         """Run with `scope`, or, with `call=(args, kwargs)`, as that call (`scope` then names them)."""
         _check_block(block)
         _check_scope(scope)
+        if args is None:
+            start = lambda program: program.run_root(scope)  # noqa: E731
+            named = scope
+        else:
+            start = lambda program: program.call_block(block, args, dict(scope))  # noqa: E731
+            named = {**dict(zip(block.signature.params, args)), **scope}
         if not self.listeners and not self.capture_values:
             program = _plain_program(block)
             return program.run_root(scope) if call is None else program.call_root(*call)
@@ -223,6 +271,9 @@ class SchemaInterpreter:
         names = list(sig.params) if sig is not None else []
         if len(args) > len(names) and (sig is None or sig.vararg is None):
             raise SchemaRunError(f"{block.name}.forward takes {len(names)} positional inputs, got {len(args)}")
+        twice = [name for name in names[:len(args)] if name in kwargs]
+        if twice:
+            raise SchemaRunError(f"{block.name}.forward got {twice[0]!r} both positionally and by keyword")
         scope = {**dict(zip(names, args)), **kwargs}  # what listeners are told the inputs are
         if len(args) > len(names):
             scope[sig.vararg] = tuple(args[len(names):])
@@ -243,10 +294,7 @@ class SchemaInterpreter:
         _check_block(block)
         _check_scope(scope)
         if edits is not None:
-            if not isinstance(edits, dict) or not all(isinstance(k, int) for k in edits):
-                raise SchemaRunError("edits must map step_index (int) -> list of edit dicts, e.g. "
-                                     "{5: [{'values': torch.zeros(2, 32)}]}")
-            edits = {k: [v] if isinstance(v, dict) else list(v) for k, v in edits.items()}
+            edits = _checked_edits(edits)
         self.step_outputs = None
         return self._steps(block, scope, edits)
 
@@ -255,6 +303,7 @@ class SchemaInterpreter:
         stepper = _Stepper(edits, self.listeners)
         program, observer = _borrow(block, [*self.listeners, stepper], self.capture_values)
         runner = greenlet.greenlet(lambda: program.run_root(scope))
+        owner = threading.get_ident()
         finished = False
         try:
             for listener in self.listeners:
@@ -264,11 +313,15 @@ class SchemaInterpreter:
             while not runner.dead:
                 yield item
                 # The generator may be resumed from another greenlet than the one that started it.
+                if threading.get_ident() != owner:
+                    raise SchemaRunError("a stepped run can only be advanced from the thread that started it; call "
+                                         "next() on it from that thread (or start a step_run per thread)")
                 stepper.consumer = greenlet.getcurrent()
                 item = runner.switch()
             finished = True
         finally:
-            if not finished and not runner.dead:
+            stepper.ended = True
+            if not finished and not runner.dead and threading.get_ident() == owner:
                 try:
                     runner.throw(StepAbandoned())
                 except StepAbandoned:
@@ -278,6 +331,10 @@ class SchemaInterpreter:
         for listener in self.listeners:
             listener.on_run_end(item)
         self.step_outputs = outputs_list(item)
+        missed = sorted(step for step in stepper.edits if step > stepper.index)
+        if missed:
+            raise EditError(f"edits for step{'s' if len(missed) > 1 else ''} {', '.join(map(str, missed))} never "
+                            f"applied: the run ended after {stepper.index} steps (its outputs are in step_outputs)")
         return self.step_outputs
 
 
