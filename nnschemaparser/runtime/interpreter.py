@@ -231,12 +231,6 @@ class SchemaInterpreter:
         """Run with `scope`, or, with `call=(args, kwargs)`, as that call (`scope` then names them)."""
         _check_block(block)
         _check_scope(scope)
-        if args is None:
-            start = lambda program: program.run_root(scope)  # noqa: E731
-            named = scope
-        else:
-            start = lambda program: program.call_block(block, args, dict(scope))  # noqa: E731
-            named = {**dict(zip(block.signature.params, args)), **scope}
         if not self.listeners and not self.capture_values:
             program = _plain_program(block)
             return program.run_root(scope) if call is None else program.call_root(*call)
