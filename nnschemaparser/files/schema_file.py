@@ -33,6 +33,7 @@ from .file_format import (
     read_bounded,
     write_atomic,
 )
+from ..parser.special_modules import weight_repr
 from ..schema.model import ModelBlockSchema
 from .schema_codec import FORMAT_NAME, FORMAT_VERSION, SchemaDecoder, SchemaEncoder
 from .value_codec import Resolver
@@ -120,8 +121,19 @@ def _check_structure(schema: ModelBlockSchema, fresh: ModelBlockSchema, source: 
             side = "model" if name in state else "file"
             problems.append(f"{path or 'the root'}: only the {side} has the weight {name!r}")
         for name, rep in block.weights.items():
-            if name in state and tuple(state[name].shape) != tuple(rep.shape):
-                problems.append(f"{path or 'the root'}.{name}: shape {tuple(rep.shape)} in the file, "
-                                f"{tuple(state[name].shape)} in the model")
+            live_rep = weight_repr(state[name]) if name in state else None  # a lazy module's has no shape yet
+            if live_rep is not None and (tuple(live_rep.shape), live_rep.dtype in _UNINITIALISED) != \
+                    (tuple(rep.shape), rep.dtype in _UNINITIALISED):
+                problems.append(f"{path or 'the root'}.{name}: shape {_describe(rep)} in the file, "
+                                f"{_describe(live_rep)} in the model")
     if problems:
         raise _mismatch(source, problems)
+
+
+_UNINITIALISED = "UninitializedParameter", "UninitializedBuffer"
+
+
+def _describe(rep: Any) -> str:
+    if rep.dtype in _UNINITIALISED:
+        return "not yet inferred (an uninitialised lazy tensor)"
+    return str(tuple(rep.shape))

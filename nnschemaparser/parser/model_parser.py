@@ -275,7 +275,8 @@ def _example_shape(name: str, shape: Any) -> tuple[int, ...]:
             raise TypeError
         dims = tuple(operator.index(d) for d in dims)
     except TypeError:
-        raise ParseError(f"the shape of input {name!r} must be a tuple of ints, got {shape!r}") from None
+        raise ParseError(f"the shape of input {name!r} must be a tuple of ints (or, for the extras of a "
+                         f"forward(*{name}), a list of such tuples), got {shape!r}") from None
     if any(d < 0 for d in dims):
         raise ParseError(f"the shape of input {name!r} has a negative dimension: {dims}; dimensions are >= 0")
     if math.prod(dims) > _MAX_EXAMPLE_ELEMENTS:
