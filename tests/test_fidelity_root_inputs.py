@@ -191,7 +191,8 @@ def test_root_running_live_is_listed_in_skipped_and_the_dump():
     assert torch.equal(SchemaInterpreter().run(schema, {"x": x})[0], model(x))
 
 
-def test_cli_card_lists_a_root_that_runs_live(tmp_path, capsys):
+def test_cli_card_lists_a_root_that_runs_live(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the CLI writes its graph file into the current directory
     path = tmp_path / "live_root.py"
     path.write_text(textwrap.dedent('''
         import sys

@@ -416,3 +416,27 @@ def test_inspect_model_widget_needs_example_inputs():
     model, _, _ = mlp_case()
     with pytest.raises(TypeError, match="inputs="):
         inspect_model_widget(model, {})
+
+
+def test_a_paused_run_collected_by_the_garbage_collector_never_blocks_the_collecting_thread():
+    # The collector may run a finalizer anywhere, even while the run thread is busy: the finalizer
+    # posts the close to the run thread and returns at once (waiting for it once deadlocked a suite).
+    import gc
+    import threading as _threading
+
+    from nnschemaparser.widget.state import _RunThread
+
+    worker = _RunThread()
+    release = _threading.Event()
+    worker.call(lambda: None)  # start the run thread
+    busy = _threading.Thread(target=lambda: worker.call(release.wait))
+    busy.start()
+    done = []
+    worker.post(lambda: done.append(True))  # the run thread is busy: this must not wait
+    assert not done
+    release.set()
+    busy.join(10)
+    worker.call(lambda: None)  # after the busy job, the posted one has run (one worker, in order)
+    assert done == [True]
+    gc.collect()
+    worker.shutdown()

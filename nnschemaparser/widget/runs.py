@@ -201,6 +201,8 @@ class StepLog(TraceListener):
         node = self.tree.node_of_instruction(instr)
         if node >= 0:
             record.executed.add(node)
+        if not event.stepped:  # an if test or a while re-evaluation: traced, but no step (spec 000)
+            return
         value = event.value
         if event.path in record.entered_paths:  # a block's first own step may follow calls of its sub-blocks
             record.entered_paths.discard(event.path)

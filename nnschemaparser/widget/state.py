@@ -102,6 +102,13 @@ class _RunThread:
 
         return self._pool.submit(job).result()
 
+    def post(self, fn: Callable[[], Any]) -> None:
+        """Run `fn` on the run thread without waiting for it (for finalizers, which must never block)."""
+        if threading.get_ident() == self._ident:
+            fn()
+        elif self._pool is not None:
+            self._pool.submit(fn)
+
     def shutdown(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
@@ -171,9 +178,20 @@ class _RunDriver:
 
     def __del__(self) -> None:
         # A paused generator left to the garbage collector would be closed on whatever thread
-        # collects it, and its greenlet cannot be switched to from there.
+        # collects it, and its greenlet cannot be switched to from there: it is closed on the run
+        # thread. The collector may run anywhere (inside another run, holding locks), so this posts
+        # the close and never waits for it (waiting deadlocked a later run in the same process).
+        if self.done:
+            return
+        generator, buffers, started = self.generator, self.buffers, self.started
+
+        def close() -> None:
+            generator.close()
+            if started:
+                buffers.restore()
+
         try:
-            self.close()
+            self.thread.post(close)
         except Exception:  # interpreter shutdown: the run thread is gone; nothing left to unwind
             pass
 
