@@ -34,7 +34,8 @@ browser-deps:
 js-deps:
 	@(command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1) || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm) \
 		|| echo 'nodejs and npm could not be installed (needs root): the front end tests will be skipped'
-	@test -d js/node_modules || ! command -v npm >/dev/null 2>&1 || npm ci --prefix js --silent --no-audit --no-fund \
+	@(test -f js/node_modules/.package-lock.json && test js/node_modules/.package-lock.json -nt js/package-lock.json) \
+		|| ! command -v npm >/dev/null 2>&1 || npm ci --prefix js --silent --no-audit --no-fund \
 		|| echo 'npm ci --prefix js failed: the front end tests need js/node_modules'
 
 test: setup browser-deps js-deps

@@ -72,6 +72,7 @@ from .schema.model import (
     WithInstruction,
 )
 from .files.schema_file import load_schema, save_schema
+from .files.verification import SourceMismatchError
 from .inspection.target import TargetError, load_target
 from .files.trace_file import load_trace, save_trace
 from .traces.trace import ActivationTrace, GradientTrace, TraceStep
@@ -97,7 +98,7 @@ __all__ = [
     "write_graph", "format_card", "FlopMeter", "count_forward_flops", "count_parameters", "TargetError",
     "load_target",
     "save_schema", "load_schema", "save_trace", "load_trace", "FileLimits", "MalformedFileError",
-    "FormatVersionError", "FileLimitError", "UnsafeReferenceError", "ModelMismatchError", "UnresolvedReference",
+    "FormatVersionError", "FileLimitError", "UnsafeReferenceError", "ModelMismatchError", "SourceMismatchError", "UnresolvedReference",
     "ActivationRecorder", "ActivationTrace", "GradientTrace", "TraceStep", "ExecutionRecord", "capture_run",
     "TraceDiff", "compare_traces", "diff_summary", "first_divergence", "diffs_to_dataframe", "tensor_statistics",
     "HistogramBins", "histogram_bins", "plot_histograms", "EditEvent",
