@@ -190,6 +190,29 @@ def _heap_reader():
         return rss, "resident set"
 
 
+def sampled_call(run, reading):
+    """(result of run(), peak growth of reading() over its value before the call, growth still held after).
+
+    A thread samples reading() every 0.1 ms while run() runs; shared by every bench that measures memory.
+    """
+    before = reading()
+    peak = [before]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], reading())
+            time.sleep(0.0001)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    result = run()
+    done.set()
+    sampler.join()
+    peak[0] = max(peak[0], reading())
+    return result, peak[0] - before, reading() - before
+
+
 def _distinct_bytes(tensors) -> int:
     seen = {}
     for tensor in tensors:
@@ -209,29 +232,14 @@ def memory_probe(key: str, method: str) -> dict:
     reading, what = _heap_reader()
     with torch.no_grad():
         model(**inputs)  # warm-up: lazy initialisation is not part of the capture
-        before = reading()
-        peak = [before]
-        done = threading.Event()
-
-        def sample() -> None:
-            while not done.is_set():
-                peak[0] = max(peak[0], reading())
-                time.sleep(0.0001)
-
-        sampler = threading.Thread(target=sample)
-        sampler.start()
-        result = run()
-        done.set()
-        sampler.join()
-        peak[0] = max(peak[0], reading())
-        retained = reading() - before
+        result, peak_growth, retained = sampled_call(run, reading)
     if method == "capture_run":
         kept = _distinct_bytes(step.tensor.value for step in result.trace.steps)
     elif method == "hooks+clone":
         kept = _distinct_bytes(hooks.values)
     else:
         kept = 0
-    return {"peak_growth": peak[0] - before, "retained": retained, "distinct_bytes": kept, "measure": what}
+    return {"peak_growth": peak_growth, "retained": retained, "distinct_bytes": kept, "measure": what}
 
 
 def probe_in_child(key: str, method: str) -> dict:

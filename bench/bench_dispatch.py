@@ -35,7 +35,6 @@ import json
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -44,7 +43,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
-from bench_capture import HookCapture, _distinct_bytes, _heap_reader, same, torchlens_runner  # noqa: E402
+from bench_capture import HookCapture, _distinct_bytes, _heap_reader, sampled_call, same, torchlens_runner  # noqa: E402
 from models import small_resnet, tiny_llama, tiny_mixtral, tiny_vit  # noqa: E402
 
 from nnschemaparser import NNParser, SchemaInterpreter  # noqa: E402
@@ -173,27 +172,12 @@ def memory_probe(key: str, method: str) -> dict:
     with torch.no_grad():
         run()  # warm-up: lazy initialisation and compiled programs are not part of the capture
         hooks.values = []
-        before = reading()
-        peak = [before]
-        done = threading.Event()
-
-        def sample() -> None:
-            while not done.is_set():
-                peak[0] = max(peak[0], reading())
-                time.sleep(0.0001)
-
-        sampler = threading.Thread(target=sample)
-        sampler.start()
-        result = run()
-        done.set()
-        sampler.join()
-        peak[0] = max(peak[0], reading())
-        retained = reading() - before
+        result, peak_growth, retained = sampled_call(run, reading)
     if method == "capture_run":
         kept = _distinct_bytes(step.tensor.value for step in result.trace.steps)
     else:
         kept = _distinct_bytes(hooks.values)
-    return {"peak_growth": peak[0] - before, "retained": retained, "distinct_bytes": kept, "measure": what}
+    return {"peak_growth": peak_growth, "retained": retained, "distinct_bytes": kept, "measure": what}
 
 
 def probe_in_child(key: str, method: str) -> dict:
