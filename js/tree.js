@@ -88,8 +88,9 @@ export class TreeView extends TreeModel {
     const [bound, rhs] = node.kind === "B" || node.kind === "b" ? [null, shown] : textParts(shown);
     const source = !this.lowered && (node.kind === "s" || node.extra.src !== undefined);
     const lines = node.extra.end ? `lines ${node.line}–${node.extra.end}` : node.line ? `line ${node.line}` : "";
-    const title = node.kind === "s" ? `${node.count} instructions · ${lines}${this.lowered ? "" : " (expand to see them)"}`
+    const where = node.kind === "s" ? `${node.count} instructions · ${lines} (expand to see them)`
       : node.op ? `${node.op}${lines ? ` · ${lines}` : ""}` : "";
+    const title = source ? `${shown}${node.shape ? `  → ${node.shape}` : ""}\n${where}` : where;
     const toggle = h("button", {
       class: "nnsp-toggle", type: "button", tabindex: "-1",
       "aria-label": isOpen ? "Collapse" : "Expand", disabled: !hasChildren,
@@ -99,8 +100,7 @@ export class TreeView extends TreeModel {
     const badge = source && (node.kind === "s" || node.kind === "o" || node.kind === "r" || node.kind === "x") ? "" : label;
     const row = h("div", { class: `nnsp-row${source ? " nnsp-row-source" : ""}`, "data-node": node.id, title },
       toggle,
-      badge ? h("span", { class: `nnsp-badge nnsp-badge-${badge}` }, badge)
-        : node.kind === "b" ? null : h("span", { class: "nnsp-badge nnsp-badge-none", "aria-hidden": "true" }),
+      badge ? h("span", { class: `nnsp-badge nnsp-badge-${badge}` }, badge) : null,
       h("span", { class: "nnsp-text" }, bound ? h("span", { class: "nnsp-var" }, bound) : null, bound ? " = " : null, rhs),
       node.shape ? h("span", { class: "nnsp-shape" }, node.shape) : null,
       node.kind === "o" && node.op && !source ? h("span", { class: "nnsp-op" }, node.op) : null,

@@ -58,6 +58,8 @@ class StatementIndex:
         self._collect(function, function)
         # Sorted by start; the walk is depth first, so of two starting at one place (`if x: y`) the
         # inner one comes later, and the last statement that holds a position is the innermost.
+        self._of: dict[tuple, Optional[ast.stmt]] = {}
+        self._inside: dict[tuple[int, int], bool] = {}
         self._by_start = sorted(self.statements, key=lambda s: self._spans[id(s)][:2])
 
     @classmethod
@@ -110,6 +112,13 @@ class StatementIndex:
         of those that hold it the innermost starts last."""
         if location is None or not location.lineno:
             return None
+        key = (location.lineno, location.col, location.end_lineno)
+        if key in self._of:  # every layer of a model shares its source positions
+            return self._of[key]
+        self._of[key] = found = self._innermost(location)
+        return found
+
+    def _innermost(self, location: Any) -> Optional[ast.stmt]:
         has_columns = bool(location.end_lineno)
         found = None
         for stmt in reversed(self._by_start):
@@ -127,12 +136,13 @@ class StatementIndex:
     def inside(self, stmt: ast.stmt, context: Optional[ast.AST]) -> bool:
         """Whether `stmt` is nested strictly inside `context` (None: the function itself)."""
         context = self.function if context is None else context
-        parent = self.parent.get(id(stmt))
-        while parent is not None:
-            if parent is context:
-                return True
-            parent = self.parent.get(id(parent))
-        return False
+        key = (id(stmt), id(context))
+        if key not in self._inside:
+            parent = self.parent.get(id(stmt))
+            while parent is not None and parent is not context:
+                parent = self.parent.get(id(parent))
+            self._inside[key] = parent is not None
+        return self._inside[key]
 
     def is_compound_of(self, stmt: ast.stmt, kind: str, location: Any) -> bool:
         """Whether an instruction of `kind` ("if", "for", "try", ...) at `location` is the compound
