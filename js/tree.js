@@ -222,6 +222,7 @@ export class TreeView extends TreeModel {
     flag.hidden = !(never || live);
     flag.textContent = never ? "never executed" : live ? "ran as module" : "";
     flag.classList.toggle("nnsp-flag-never", never);
+    node.el.classList.toggle("nnsp-never", never);  // dimmed, not hidden
     flag.title = never ? "no run so far entered this block" : live ? "called, but ran as the real module (outside the schema)" : "";
   }
 

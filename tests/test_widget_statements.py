@@ -265,3 +265,19 @@ def test_a_block_without_source_keeps_its_lowered_rows():
     tree = BlockTree(schema)
     assert not any(n.kind == "s" for n in tree.nodes if n.block == 0)
     assert any(n.text.startswith("$t") and tree.nodes[n.parent].kind == "B" for n in tree.nodes if n.block == 0)
+
+
+def test_the_widget_starts_in_the_source_view_and_show_lowered_is_a_synced_trait():
+    pytest.importorskip("anywidget")
+    from nnschemaparser.widget.inspector import InspectorWidget
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 4)
+    widget = InspectorWidget(parsed(Decorated(), x=x), {"x": x}, gradients=False)
+    assert widget.show_lowered is False and widget.get_state()["show_lowered"] is False
+    assert widget.trait_metadata("show_lowered", "sync") is True
+    widget.show_lowered = True
+    assert widget.get_state()["show_lowered"] is True
+    kinds = {row[2] for row in widget.tree["rows"]}
+    assert "s" in kinds, "the rows sent are those of the source view; the browser lowers them itself"
+    widget.close()

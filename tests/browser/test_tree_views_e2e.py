@@ -148,6 +148,24 @@ def test_source_view_by_default_lowered_view_by_toggle_and_steps_highlight_state
     assert not block.locator(".nnsp-kind-s > .nnsp-row").count(), "no statement rows in the lowered view"
     assert _kernel_state(page)["show_lowered"] is True
     _screens(page, root, folder, "tree-lowered")
+
+    # back in the source view, a search result inside a folded statement opens it and is highlighted
+    root.locator(".nnsp-title").click()
+    page.keyboard.press("l")
+    expect(tree).to_have_attribute("data-view", "source")
+    expect(statement_row).to_have_class(re.compile("nnsp-current"))
+    root.locator(".nnsp-title").click()
+    page.keyboard.press("/")
+    page.keyboard.press("Control+a")
+    page.keyboard.type("getattr(self, 'split_size')")
+    page.keyboard.press("Enter")
+    current = tree.locator(".nnsp-row.nnsp-current")
+    expect(current).to_have_count(1)
+    expect(current.locator(".nnsp-text")).to_have_text(re.compile(r"^\$t\d+ = getattr\(self, 'split_size'\)$"))
+    expect(current).to_be_visible()
+    holder = current.locator("xpath=../../..")  # the statement's treeitem, opened
+    expect(holder).to_have_class(re.compile("nnsp-kind-s"))
+    expect(holder).to_have_attribute("aria-expanded", "true")
     (folder / "rows.json").write_text(json.dumps({
         "block": "transformer.h.0.attn", "model": "GPT2LMHeadModel, 2 layers, n_embd 32, eager attention",
         "source_view_rows": len(source_rows), "lowered_view_rows": len(lowered_rows),
