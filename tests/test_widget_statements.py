@@ -205,6 +205,8 @@ def test_the_statement_index_maps_tests_targets_and_lambda_bodies_to_their_state
     assert index.target_text(loop) == "i, layer"
 
     class Loc:
+        filename = "model.py"
+
         def __init__(self, lineno, col, end_lineno=1):
             self.lineno, self.col, self.end_lineno = lineno, col, end_lineno
 
@@ -218,6 +220,12 @@ def test_the_statement_index_maps_tests_targets_and_lambda_bodies_to_their_state
     assert index.text(index.of(Loc(17, 11))) == "return (y + 1)"
     assert index.of(Loc(17, 11, 0)) is index.of(Loc(18, 0, 0)), "without columns: by line"
     assert index.of(None) is None
+
+    class FileLoc(Loc):
+        filename = "other.py"
+
+    elsewhere = StatementIndex(source, 10, "model.py")
+    assert elsewhere.of(FileLoc(12, 36)) is None, "a location in another file is no statement of this one"
 
 
 def test_one_line_drops_comments_joins_brackets_and_elides_long_statements():

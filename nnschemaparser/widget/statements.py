@@ -1,6 +1,6 @@
 """The source statements of a block, for the tree's statement rows ("reads like the source").
 
-`StatementIndex(signature)` parses a block's forward source (a `FunctionSchema` with `source`,
+`StatementIndex.of_signature(signature)` parses a block's forward source (a `FunctionSchema` with `source`,
 `filename` and `firstlineno`) and knows every statement in it by its span in the *file*: absolute
 lines, and the columns the lowering writes into each `SourceLocation` (the file's columns, not those
 of the dedented text `ast` parsed). It answers three questions:
@@ -42,8 +42,9 @@ if hasattr(ast, "TryStar"):  # Python 3.11+
 class StatementIndex:
     """Every statement of one function's source, addressed by its span in the file."""
 
-    def __init__(self, source: str, firstlineno: int):
+    def __init__(self, source: str, firstlineno: int, filename: str = ""):
         self.firstlineno = firstlineno
+        self.filename = filename
         self.lines = source.splitlines()
         dedented = textwrap.dedent(source)
         self.indent = _indent_removed(self.lines, dedented.splitlines())
@@ -68,7 +69,7 @@ class StatementIndex:
         if signature is None or not getattr(signature, "source", ""):
             return None
         try:
-            return cls(signature.source, signature.firstlineno)
+            return cls(signature.source, signature.firstlineno, signature.filename)
         except (SyntaxError, ValueError):
             return None
 
@@ -112,6 +113,8 @@ class StatementIndex:
         of those that hold it the innermost starts last."""
         if location is None or not location.lineno:
             return None
+        if self.filename and location.filename and location.filename != self.filename:
+            return None  # lowered from another file's source: no statement of this one
         key = (location.lineno, location.col, location.end_lineno)
         if key in self._of:  # every layer of a model shares its source positions
             return self._of[key]
