@@ -93,7 +93,7 @@ def table_page(rows: list[dict], columns: list[str], page: int = 0, size: int = 
 def _after_command(state: InspectorState, message: dict) -> Any:
     """With `with_hist`, a stepping command's reply carries the new step's histograms, so the browser
     updates its whole view after one round trip instead of two."""
-    if not message.get("with_hist") or state.current is None:
+    if not message.get("with_hist") or state.position is None:
         return None
     return {"hist": state.histograms()}
 
