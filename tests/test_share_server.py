@@ -404,3 +404,18 @@ def test_a_request_body_is_read_with_the_bounded_strict_reader(server):
     status, answer, _ = post(f"{server.url}/api/v1/share", b'{"graph": NaN}')
     assert status == 400 and "the JSON token NaN is not allowed" in answer["error"]
     assert get(f"{server.url}/healthz")[0] == 200  # still serving
+
+
+def test_a_share_too_large_for_the_deployment_is_one_line_naming_share_graph_only(models, tmp_path_factory, capsys):
+    small = Server(tmp_path_factory.mktemp("small"), "--max-body", "4000")  # the graph fits, not its schema
+    try:
+        code, out, err = run_command(capsys, f"{models}:TwoLayer", "--input", "2,16", "--share", "--api", small.url)
+        assert code == 1 and out == ""
+        assert err.strip().splitlines()[-1].startswith(
+            f"nnschemaparser: error: PlanAPIError: {small.url}/api/v1/plan: refused the request as too large (HTTP "
+            "413; --share-graph-only sends the graph without its schema): the request body is ")
+        code, out, _ = run_command(capsys, f"{models}:TwoLayer", "--input", "2,16", "--share", "--share-graph-only",
+                                   "--api", small.url)
+        assert code == 0 and out.splitlines()[-1].startswith(f"Share: {small.url}/p/")
+    finally:
+        small.stop()

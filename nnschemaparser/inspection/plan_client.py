@@ -78,6 +78,8 @@ def request_plan(api: str, graph: dict[str, Any], *, base: Optional[dict[str, An
         detail = _server_message(exc.read(64 * 1024))
         if exc.code == 429:
             what = "rate limited (HTTP 429); set NEURARCH_API_KEY to lift the per-IP limit"
+        elif exc.code == 413 and "schema" in payload:
+            what = "refused the request as too large (HTTP 413; --share-graph-only sends the graph without its schema)"
         elif exc.code >= 500:
             what = f"server error (HTTP {exc.code})"
         else:
