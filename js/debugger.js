@@ -209,12 +209,14 @@ export class CallStackPanel {
       return;
     }
     frames.forEach((/** @type {Record<string, any>} */ frame, /** @type {number} */ index) => {
+      const pending = Boolean(frame.pending);  // the callee of a pause before a call: not entered yet
       this.frames.append(h("li", {},
-        h("button", { class: `nnsp-frame${frame.current ? " nnsp-frame-current" : ""}`, type: "button",
-          "aria-label": `Frame ${index}: ${frame.block || "root"}`, onclick: () => this.select(index) },
-        `${frame.block || "(root)"}`)));
+        h("button", { class: `nnsp-frame${frame.current ? " nnsp-frame-current" : ""}${pending ? " nnsp-frame-pending" : ""}`, type: "button",
+          "aria-label": `Frame ${index}: ${frame.block || "root"}${pending ? " (about to be called)" : ""}`, onclick: () => this.select(index) },
+        pending ? `→ ${frame.block} (about to be called)` : `${frame.block || "(root)"}`)));
     });
-    this.select(frames.length - 1, false);
+    const current = frames.findIndex((/** @type {Record<string, any>} */ f) => f.current);
+    this.select(current >= 0 ? current : frames.length - 1, false);
   }
 
   /** @param {number} index @param {boolean} [show] */

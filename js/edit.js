@@ -15,6 +15,7 @@ export class EditPanel {
    */
   constructor(container, channel, { isStatic = false } = {}) {
     this.channel = channel;
+    this.isStatic = isStatic;
     this.target = h("div", { class: "nnsp-edit-target" }, "no step to edit yet");
     this.action = h("select", { class: "nnsp-input", "aria-label": "Edit action", disabled: isStatic,
       onchange: () => this.syncArgument() },
@@ -65,7 +66,10 @@ export class EditPanel {
    * @param {string} [error]
    */
   update(info, edits, error) {
-    if (info && info.index) {
+    this.applyButton.disabled = this.isStatic || Boolean(info && info.pause);
+    if (info && info.pause === "call") {
+      this.target.textContent = `paused before the call of ${info.callee}: nothing to edit here (Step into it, or edit the step that bound an argument)`;
+    } else if (info && info.index) {
       const shape = info.shape ? `${info.dtype}[${info.shape.join(", ")}]` : info.type;
       this.target.textContent = `edit step ${info.index}: ${info.var || "(binds nothing)"} · ${shape}`;
     } else this.target.textContent = "no step to edit yet";

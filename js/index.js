@@ -42,7 +42,7 @@ function render({ model, el }) {
   let viewUpdated = Promise.resolve();
 
   const STEPPING = new Set(["step", "step_over", "continue", "run_to", "reset"]);
-  STEPPING.add("step_out").add("run_to_here").add("run_to_trace");
+  STEPPING.add("step_into").add("step_out").add("run_to_here").add("run_to_trace");
   let stepping = 0;
   /**
    * @param {string} command
@@ -200,9 +200,11 @@ function render({ model, el }) {
   function onStep() {
     const info = model.get("step_info") || {};
     renderStepInfo(stepBox, info, isStatic ? "static" : model.get("status"));
-    toolbar.setStatus(model.get("status"), model.get("step_index"), info.run);
+    toolbar.setStatus(model.get("status"), model.get("step_index"), info.run, info.pause ? info.callee : "");
     editPanel.update(info, model.get("edit_list"));
-    if (info.index) {
+    stepBox.parentElement?.classList.toggle("nnsp-paused-call", info.pause === "call");
+    sourceBox.classList.toggle("nnsp-source-pause", info.pause === "call");
+    if (info.index || info.pause) {
       viewUpdated = Promise.all([
         info.node >= 0 ? tree.reveal(info.node, info.ancestors) : null,
         source.show(info.source_block, info.line, info).then(() => source.inline()),
@@ -210,7 +212,7 @@ function render({ model, el }) {
       ]).catch(() => undefined);
     }
     if (activeTab === "Trace") table.refreshSoon();
-    if (info.index && !pinned && info.trace_step) tensorView.show({ trace_step: info.trace_step });
+    if ((info.index || info.pause) && !pinned && info.trace_step) tensorView.show({ trace_step: info.trace_step });
   }
   function onRuns() {
     const runs = model.get("runs") || [];
@@ -225,7 +227,8 @@ function render({ model, el }) {
   const onBlocks = () => tree.setBlocks(model.get("blocks"));
   const onLowered = () => setLowered(Boolean(model.get("show_lowered")));
   const onStatus = () => {
-    toolbar.setStatus(model.get("status"), model.get("step_index"), (model.get("step_info") || {}).run);
+    const info = model.get("step_info") || {};
+    toolbar.setStatus(model.get("status"), model.get("step_index"), info.run, info.pause ? info.callee : "");
   };
 
   root.addEventListener("keydown", (event) => {

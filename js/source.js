@@ -91,6 +91,10 @@ export class SourceView {
       const code = /** @type {HTMLElement} */ (el.querySelector(".nnsp-code"));
       const [before, piece, after] = columnPieces(code.dataset.text || "", col, endCol, (endLine || line) > line);
       if (piece) clear(code).append(before, h("span", { class: "nnsp-col-current" }, piece), after);
+      // a statement over several lines (a call with its arguments below it): show its next lines too,
+      // as far as the pane allows with its first line still in view
+      const last = endLine && endLine > line ? this.body.querySelector(`.nnsp-line[data-line="${Math.min(endLine, line + 6)}"]`) : null;
+      if (last) scrollWithin(this.container, last);
       scrollWithin(this.container, el);
     }
   }

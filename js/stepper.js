@@ -1,10 +1,12 @@
 // The stepper: the Step / Step over / Step out / Continue / Run to / Reset buttons with their
-// keyboard shortcuts, and the card describing the current StepInfo.
+// keyboard shortcuts, and the card describing the current StepInfo, or the pause before a
+// sub-block call ("about to call transformer.h.1.attn(hidden_states, …)") where Step (into) and
+// Step over are a choice.
 
 import { h, clear, fmt } from "./dom.js";
 
 /** @type {Record<string, string>} */
-export const SHORTCUTS = { s: "step", o: "step_over", u: "step_out", c: "continue", r: "reset" };
+export const SHORTCUTS = { s: "step", i: "step_into", o: "step_over", u: "step_out", c: "continue", r: "reset" };
 
 /**
  * @param {(command: string, args?: Record<string, unknown>) => unknown} send
@@ -13,7 +15,7 @@ export const SHORTCUTS = { s: "step", o: "step_over", u: "step_out", c: "continu
 export function createToolbar(send, { isStatic }) {
   /** @param {string} label @param {string} command @param {string} key @param {Record<string, unknown>} [extra] */
   const button = (label, command, key, extra = {}) => h("button", {
-    class: "nnsp-button", type: "button", "aria-label": label, title: `${label} (${key})`,
+    class: "nnsp-button", type: "button", "aria-label": label, title: `${TITLES[command] || label} (${key})`,
     "data-command": command, disabled: isStatic, onclick: () => send(command), ...extra,
   }, label);
   const runToInput = h("input", {
@@ -27,7 +29,7 @@ export function createToolbar(send, { isStatic }) {
   };
   const status = h("span", { class: "nnsp-status", role: "status", "aria-live": "polite" });
   const el = h("div", { class: "nnsp-toolbar", role: "toolbar", "aria-label": "Stepper" },
-    button("Step", "step", "s"),
+    button("Step", "step", "s or i"),
     button("Step over", "step_over", "o"),
     button("Step out", "step_out", "u"),
     button("Continue", "continue", "c"),
@@ -40,13 +42,22 @@ export function createToolbar(send, { isStatic }) {
   return {
     el,
     runToInput,
-    /** @param {string} state @param {number} [stepIndex] @param {string} [run] */
-    setStatus(state, stepIndex, run) {
-      status.textContent = `${run ? `${run} · ` : ""}${state}${stepIndex ? ` · step ${stepIndex}` : ""}`;
+    /** @param {string} state @param {number} [stepIndex] @param {string} [run] @param {string} [callee] paused before its call */
+    setStatus(state, stepIndex, run, callee) {
+      status.textContent = `${run ? `${run} · ` : ""}${state}${stepIndex ? ` · step ${stepIndex}` : ""}${callee ? ` · before ${callee}` : ""}`;
       status.dataset.state = state;
     },
   };
 }
+
+/** @type {Record<string, string>} */
+const TITLES = {
+  step: "Step into: run one instruction; stops before a sub-block call, and from there enters it",
+  step_over: "Step over: run to the next step of this frame; before a call, run the call whole",
+  step_out: "Step out: run until the current block has returned",
+  continue: "Continue to the next breakpoint, or the end",
+  reset: "Reset: start a new run, replaying the queued edits",
+};
 
 /** @param {string} name @param {string} value @param {string} [cls] */
 function field(name, value, cls = "") {
@@ -60,6 +71,10 @@ function field(name, value, cls = "") {
  */
 export function renderStepInfo(container, info, status) {
   clear(container);
+  if (info && info.pause === "call") {
+    renderCallPause(container, info);
+    return;
+  }
   if (!info || !info.index) {
     container.append(h("div", { class: "nnsp-empty" },
       status === "static" ? "static page: the tree and the last run's trace" : "Press Step (s) to run the first instruction."));
@@ -79,5 +94,34 @@ export function renderStepInfo(container, info, status) {
       field("value", shape, "nnsp-field-wide"),
       ...(info.stats ? ["mean", "std", "min", "max"].map((k) => field(k, fmt(info.stats[k]), "nnsp-num")) : []),
     ),
+  );
+}
+
+/** @param {Record<string, any>} arg */
+function argumentValue(arg) {
+  if (arg.shape) return `${arg.dtype}[${arg.shape.join(", ")}]`;
+  return arg.value !== undefined ? arg.value : arg.type;
+}
+
+// The pause before a sub-block call: what is about to be called, with which arguments, and what
+// each of the three steps does from here.
+/** @param {HTMLElement} container @param {Record<string, any>} info */
+export function renderCallPause(container, info) {
+  const args = /** @type {Record<string, any>[]} */ (info.args || []);
+  const short = args.map((a) => a.name).slice(0, 3).join(", ") + (args.length > 3 ? ", …" : "");
+  container.append(
+    h("div", { class: "nnsp-step-title nnsp-pause-title" },
+      h("span", { class: "nnsp-step-index" }, info.index ? `after step ${info.index}` : "before step 1"),
+      h("span", { class: "nnsp-badge nnsp-badge-pause" }, "paused"),
+      h("code", { class: "nnsp-step-text nnsp-pause-text" }, `about to call ${info.callee}(${short})`)),
+    h("table", { class: "nnsp-table nnsp-args-table", "aria-label": `Arguments of the call of ${info.callee}` },
+      h("tbody", {}, ...args.map((a) => h("tr", {},
+        h("td", { class: "nnsp-var-name" }, a.name),
+        h("td", {}, argumentValue(a)),
+        h("td", { class: "nnsp-num" }, a.stats ? `μ ${fmt(a.stats.mean)} σ ${fmt(a.stats.std)}` : ""))))),
+    h("div", { class: "nnsp-note nnsp-pause-help" },
+      info.interpreted
+        ? `Step (s) enters ${info.callee} · Step over (o) runs it whole · Step out (u) leaves ${info.block || "this block"}`
+        : `${info.callee} is not interpreted: Step and Step over both run it as one step · Step out (u) leaves ${info.block || "this block"}`),
   );
 }

@@ -41,8 +41,8 @@ from .inspection.inspector import (GraphMismatchWarning, InputEdge, ModelInspect
                                    OpInfo)
 from .inspection.export_flow import GraphExportError
 from .inspection.op_filter import PALETTIZABLE_OP_TYPES, QUANTIZABLE_OP_TYPES
-from .runtime.interpreter import SchemaInterpreter, StepInfo
-from .runtime.listeners import BlockEvent, EditEvent, InstructionEvent, TraceListener
+from .runtime.interpreter import CallPause, SchemaInterpreter, StepInfo
+from .runtime.listeners import BlockEvent, CallEvent, EditEvent, InstructionEvent, TraceListener
 from .inspection.metadata import ModelMetadata, ModuleMetadata, inspect_model
 from .parser.model_parser import NNParser
 from .traces.record import ExecutionRecord, capture_run
@@ -82,8 +82,8 @@ from .traces.text_trace import TraceRecorder
 __version__ = "0.1.0"
 
 __all__ = [
-    "NNParser", "SchemaInterpreter", "StepInfo", "TraceRecorder", "TraceListener", "BlockEvent",
-    "InstructionEvent", "dump_schema", "format_schema",
+    "NNParser", "SchemaInterpreter", "StepInfo", "CallPause", "TraceRecorder", "TraceListener", "BlockEvent",
+    "InstructionEvent", "CallEvent", "dump_schema", "format_schema",
     "ModelBlockSchema", "FunctionSchema", "TensorRepr", "TensorReprWithValue", "TensorContainer", "VarRef",
     "BlockRef", "Const", "SliceOf", "SourceLocation", "Instruction", "OpInstruction", "BlockInstruction",
     "ControlInstruction", "TryInstruction", "WithInstruction", "FunctionInstruction", "RaiseInstruction",

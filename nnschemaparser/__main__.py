@@ -1,8 +1,9 @@
 """`python -m nnschemaparser ...` and the `nnschemaparser` console script.
 
 `nnschemaparser serve ...` runs the plan and share server (widget/share_server.py); anything else
-is the inspection command (inspection/cli.py). The dispatch lives at the root because the server
-(a view stage) may not be imported by the inspection stage.
+is the inspection command (inspection/cli.py), given the encoder of the schema `--share` uploads
+(widget/shared_page.py). The dispatch lives at the root because the server and the schema file
+encoder (later stages) may not be imported by the inspection stage.
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return serve(argv[1:])
     from .inspection.cli import main as inspect
 
-    return inspect(argv)
+    return inspect(argv, share_schema=_share_document)
+
+
+def _share_document(schema):
+    """The schema document `--share` uploads (widget/shared_page.py), imported only when sharing."""
+    from .widget.shared_page import share_document
+
+    return share_document(schema)
 
 
 if __name__ == "__main__":

@@ -449,7 +449,9 @@ def test_call_of_a_container_entry_chosen_by_a_variable_names_that_variable_in_i
 
     schema = run(KeyedDispatch(), x=randn(2, 4))
     refs = [i.block_ref for i in _instructions(schema.body) if isinstance(i, BlockInstruction)]
-    assert [(r.path, r.index_var) for r in refs] == [("experts", "key"), ("layers", "position")]
+    assert [(r.path, r.index_var) for r in refs[:2]] == [("experts", "key"), ("layers", "position")]
+    # self.layers[0](x): the constant index is bound to a scope variable, which its BlockRef names
+    assert len(refs) == 3 and refs[2].path == "layers" and _assigned_literals(schema.body)[refs[2].index_var] == 0
 
 
 def test_container_positions_and_chain_marks_survive_a_schema_file(tmp_path):
@@ -464,3 +466,79 @@ def test_container_positions_and_chain_marks_survive_a_schema_file(tmp_path):
     assert [c.splat_args for c in calls] == [False, True, False]
     x = torch.randn(2, 4)
     assert torch.equal(SchemaInterpreter().run(loaded, {"x": x.clone()})[0], model(x))
+
+
+# ------------------------------------------------------------ constant container indices
+
+
+def _assigned_literals(body) -> dict:
+    """out_var -> value for every `$t = <int or str literal>` instruction of `body` (nested bodies too)."""
+    from nnschemaparser import OpInstruction
+
+    return {i.out_var: i.args[0] for i in _instructions(body)
+            if isinstance(i, OpInstruction) and i.qualified_name == "nnschemaparser.lowering.intrinsics.assign"
+            and len(i.args) == 1 and type(i.args[0]) in (int, str)}
+
+
+class ConstantEntries(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+        self.seq = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+        self.experts = nn.ModuleDict({"a": nn.Linear(4, 4), "b": nn.Linear(4, 4)})
+
+    def forward(self, x):
+        h = self.layers[0](x)
+        h = self.layers[-1](h)
+        h = self.seq[0](h)
+        return self.experts["b"](h)
+
+
+# (container path, constant, entry entered)
+CONSTANT_CALLS = [("layers", 0, "layers.0"), ("layers", -1, "layers.2"), ("seq", 0, "seq.0"),
+                  ("experts", "b", "experts.b")]
+
+
+def test_a_constant_index_into_a_container_is_a_block_call_whose_index_var_holds_the_constant():
+    from nnschemaparser import BlockInstruction, SchemaInterpreter
+
+    model = ConstantEntries().eval()
+    schema = run(model, x=randn(2, 4))
+    calls = [i for i in _instructions(schema.body) if isinstance(i, BlockInstruction)]
+    literals = _assigned_literals(schema.body)
+    assert [(c.block_ref.path, literals[c.block_ref.index_var]) for c in calls] == [
+        (path, key) for path, key, _ in CONSTANT_CALLS]
+    assert all(c.callee_var is not None and c.block_ref.index_var.startswith("$t") for c in calls)
+    # at run time each call enters the entry's own block, with its index variable in the caller's scope
+    entered = {}
+    for step in SchemaInterpreter().step_run(schema, {"x": torch.randn(2, 4)}):
+        if step.frame_depth == 1 and step.block_path not in entered:
+            entered[step.block_path] = {c.block_ref.index_var: step.scope_frames[0].get(c.block_ref.index_var)
+                                        for c in calls}
+    assert list(entered) == [entry for _, _, entry in CONSTANT_CALLS]
+    for (path, key, entry), call in zip(CONSTANT_CALLS, calls):
+        assert entered[entry][call.block_ref.index_var] == key
+
+
+def test_a_constant_index_into_self_names_its_index_var_too():
+    from nnschemaparser import BlockInstruction
+
+    model = IndexingSequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4), nn.Linear(4, 4))
+    schema = run(model, x=randn(2, 4))
+    literals = _assigned_literals(schema.body)
+    calls = [i for i in _instructions(schema.body) if isinstance(i, BlockInstruction) and i.block_ref.path == ""]
+    assert [literals[c.block_ref.index_var] for c in calls] == [0, -1, 0]
+
+
+def test_constant_index_block_refs_survive_a_schema_file_and_the_loaded_schema_runs_exactly(tmp_path):
+    from nnschemaparser import BlockInstruction, SchemaInterpreter, load_schema, save_schema
+
+    model = ConstantEntries().eval()
+    schema = run(model, x=randn(2, 4, requires_grad=False))
+    path = save_schema(schema, tmp_path / "constant.schema.json")
+    original = [(i.block_ref, i.callee_var) for i in _instructions(schema.body) if isinstance(i, BlockInstruction)]
+    for loaded in (load_schema(path), load_schema(path, model=model)):
+        refs = [(i.block_ref, i.callee_var) for i in _instructions(loaded.body) if isinstance(i, BlockInstruction)]
+        assert refs == original and len(refs) == 4
+    x = torch.randn(2, 4)
+    assert torch.equal(SchemaInterpreter().run(load_schema(path, model=model), {"x": x.clone()})[0], model(x))

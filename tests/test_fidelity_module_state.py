@@ -144,3 +144,46 @@ def test_child_replaced_in_forward_is_the_one_called(big):
     x = torch.full((4,), 1000.0 if big else 1.0)
     assert torch.equal(SchemaInterpreter().run(schema, {"x": x})[0], eager(x))
     assert (model.proj is not schema.sub_blocks["proj"].module) == big
+
+
+class _LazyHookInstaller(nn.Module):
+    """Installs a forward hook on its child at the first call and records that in a private flag,
+    as transformers' `capture_outputs` does (`_output_capturing_hooks_installed`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(4, 4)
+
+    def forward(self, x):
+        if not getattr(self, "_hooks_installed", False):
+            self.inner.register_forward_hook(lambda module, args, output: output * 2)
+            self._hooks_installed = True
+        return self.inner(x) + 1
+
+
+def test_parse_leaves_a_lazily_installed_hook_and_its_flag_as_it_found_them():
+    torch.manual_seed(0)
+    model = _LazyHookInstaller()
+    x = torch.randn(2, 4)
+    twin = copy.deepcopy(model)
+    NNParser.parse_model(model=model, inputs_tensors_values={"x": x})
+    assert not model.inner._forward_hooks
+    assert "_hooks_installed" not in model.__dict__
+    # The model still works as it did before parsing: its first call installs the hook.
+    assert torch.equal(model(x), twin(x))
+    assert model.inner._forward_hooks
+
+
+def test_transformers_capture_outputs_still_records_hidden_states_after_parse():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.SegformerConfig(
+        num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32], patch_sizes=[7, 3],
+        strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2], decoder_hidden_size=32)
+    torch.manual_seed(0)
+    model = transformers.SegformerForSemanticSegmentation(config).eval()
+    pixels = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        expected = copy.deepcopy(model)(pixel_values=pixels).logits
+        schema = NNParser.parse_model(model=model, inputs_tensors_values={"pixel_values": pixels})
+        assert torch.equal(model(pixel_values=pixels).logits, expected)
+        assert torch.equal(SchemaInterpreter().call(schema, pixel_values=pixels).logits, expected)

@@ -32,7 +32,7 @@ def _assert_every_step_shows_its_own_line(state: InspectorState) -> int:
         lines = source["text"].split("\n")
         shown = lines[view["line"] - source["first"]]
         assert shown == _file_line(view["file"], view["line"]), (view["index"], view["block"], view["line"])
-        loc = state.current.location
+        loc = state.position.location  # a step, or the pause before a call (its call site)
         if loc.end_lineno == loc.lineno:  # the column range is a token-aligned piece of that line
             piece = shown[view["col"]:view["end_col"]]
             assert piece and piece == piece.strip(), (view["index"], piece)
@@ -127,6 +127,8 @@ def test_an_unused_split_piece_has_no_gradient_flowing_and_capture_run_does_not_
 
 def _to_edit_point(state: InspectorState, var: str, block_suffix: str):
     while state.step() is not None and state.status == "paused":
+        if state.pause is not None:  # before a call: not a step to edit
+            continue
         if state.current.out_var == var and state.current.block_path.endswith(block_suffix):
             return state.current
     raise AssertionError(f"no step binds {var} in {block_suffix}")

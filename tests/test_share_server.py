@@ -1,4 +1,9 @@
-"""`nnschemaparser serve` started for real on 127.0.0.1, and the CLI's --plan --api / --share against it."""
+"""`nnschemaparser serve` started for real on 127.0.0.1, and the CLI's --plan --api / --share against it.
+
+`main` here is `inspection.cli.main` called without a schema encoder, which shares the graph only
+(as an older client does); `command` is the console script's entry point (`nnschemaparser.__main__`),
+whose `--share` uploads the schema too and whose share opens in the inspector's static page.
+The browser checks of that page are in tests/browser/test_shared_page_e2e.py."""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
+from nnschemaparser.__main__ import main as command  # noqa: E402
 from nnschemaparser.inspection.cli import main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,7 +176,8 @@ def test_a_body_over_the_size_limit_is_413_and_a_bad_graph_is_400(server):
     status, answer, _ = post(f"{server.url}/api/v1/plan", json.dumps({"graph": {"format": "x"}}).encode())
     assert status == 400 and answer["error"] == "graph has format 'x', expected 'neurarch/1'"
     status, answer, _ = post(f"{server.url}/api/v1/plan", b"{oops")
-    assert status == 400 and answer["error"] == "the request body is not JSON"
+    assert status == 400 and answer["error"] == ("the request body: not valid JSON at line 1 column 2: Expecting "
+                                                 "property name enclosed in double quotes")
 
 
 def test_the_rate_limit_is_one_line_and_exit_1_and_a_bearer_key_lifts_it(strict_server, models, tmp_path, capsys,
@@ -254,3 +261,161 @@ def test_the_deployment_reports_a_forward_that_fails_as_a_blocker_and_fail_on_bl
     assert "Blockers        the forward does not run" in out
     code, out, _ = run(capsys, f"{models}:Broken", "--input", "2,16", "--plan", "--api", server.url)
     assert code == 0 and "the forward does not run" in out
+
+
+# ------------------------------------------------------------ shares with a schema: the inspector's page
+
+
+def run_command(capsys, *argv: str) -> tuple[int, str, str]:
+    code = command(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def share_token(server, out: str) -> str:
+    last = out.rstrip("\n").splitlines()[-1]
+    match = re.fullmatch(re.escape(server.url) + r"/p/([A-Za-z0-9_-]{24,})", last.removeprefix("Share: "))
+    assert last.startswith("Share: ") and match, last
+    return match.group(1)
+
+
+def page_payload(text: str) -> dict:
+    """The JSON payload of an inspector static page (its `nnsp-data` element)."""
+    found = re.search(r'<script type="application/json" id="nnsp-data">(.*?)</script>', text, re.S)
+    assert found, "no nnsp-data element: not the inspector's static page"
+    return json.loads(found.group(1).replace("<\\/", "</"))
+
+
+def test_share_from_the_command_uploads_the_schema_and_the_page_is_the_inspector_with_the_models_blocks(
+        server, models, tmp_path, capsys):
+    from nnschemaparser import load_schema
+    from nnschemaparser.files.schema_file import schema_from_json
+    from nnschemaparser.widget.static_html import content_security_policy
+
+    code, out, err = run_command(capsys, f"{models}:TwoLayer", "--input", "2,16", "--share", "--api", server.url)
+    assert code == 0 and "to share it with its schema" in err
+    token = share_token(server, out)
+    status, page, headers = get(f"{server.url}/p/{token}")
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    text = page.decode()
+    # the inspector's static page: the built bundle, one module script, allowed by its hash only
+    assert '<div id="nnsp-static"></div>' in text and text.count('<script type="module">') == 1
+    policy = headers["Content-Security-Policy"]
+    assert policy == content_security_policy(text)
+    assert policy.startswith("default-src 'none'; script-src 'sha256-") and "unsafe-inline'; base" in policy
+    assert "script-src 'unsafe-inline'" not in policy and "connect-src" not in policy
+    # the model's blocks, as the tree shows them, and the card the command printed, above the page
+    rows = page_payload(text)["traits"]["tree"]["rows"]
+    # a row: [index, parent, kind, text, shape, ..., extra]; kind "B" is a block
+    blocks = {(row[3], row[-1].get("path")) for row in rows if row[2] == "B"}
+    assert blocks == {("TwoLayer", ""), ("fc1 · Linear", "fc1"), ("fc2 · Linear", "fc2")}, blocks
+    assert any(row[3].endswith("CALL fc1(x)") and row[4] == "float32[2, 32]" for row in rows)
+    card = out.rstrip("\n").rsplit("\n", 1)[0]  # everything before the Share line
+    import html as html_module
+    assert html_module.escape(card.splitlines()[1]) in text and "| Runs            yes" in text
+    # the stored schema: decodable without a model, the same blocks as the model's own schema
+    status, body, _ = get(f"{server.url}/api/v1/schemas/{token}")
+    assert status == 200
+    shared = schema_from_json(json.loads(body))
+    assert sorted(b.path for b in shared.iter_blocks()) == ["", "fc1", "fc2"]
+    assert shared.module is None and shared.sub_blocks["fc1"].module_type == "torch.nn.modules.linear.Linear"
+    # no absolute path of the uploader's machine: files are named relative to the current directory
+    assert [entry["path"] for entry in json.loads(body)["files"]] == ["served_models.py",
+                                                                       "torch/nn/modules/linear.py"]
+    (tmp_path / "shared.schema.json").write_bytes(body)
+    assert load_schema(tmp_path / "shared.schema.json").name == "TwoLayer"
+
+
+def test_share_graph_only_and_an_old_clients_graph_get_the_graph_page(server, models, tmp_path, capsys):
+    code, out, err = run_command(capsys, f"{models}:TwoLayer", "--input", "2,16", "--share", "--share-graph-only",
+                                 "--api", server.url)
+    assert code == 0 and "to share it\n" in err
+    token = share_token(server, out)
+    graph = json.loads((tmp_path / "TwoLayer.neurarch.json").read_text())
+    status, answer, _ = post(f"{server.url}/api/v1/share", json.dumps({"graph": graph}).encode())  # an old client
+    assert status == 200
+    legacy = "L" * 24  # a share an older server stored: its graph file only, the page rendered when asked
+    (server.store / f"{legacy}.json").write_text(json.dumps(graph))
+    for shared in (token, answer["id"], legacy):
+        status, page, headers = get(f"{server.url}/p/{shared}")
+        text = page.decode()
+        assert status == 200 and "<h1>TwoLayer</h1>" in text and "<code>fc1</code> <b>linear</b>" in text
+        assert "<script" not in text and "Shared as a graph only" in text
+        assert headers["Content-Security-Policy"].startswith("default-src 'none'; style-src 'unsafe-inline'")
+        assert get(f"{server.url}/api/v1/schemas/{shared}")[0] == 404
+
+
+def test_share_graph_only_without_share_is_bad_usage(models, capsys):
+    code, _, err = run_command(capsys, f"{models}:TwoLayer", "--input", "2,16", "--share-graph-only")
+    assert code == 2 and "--share-graph-only only changes what --share uploads: add --share" in err
+
+
+def _schema_document(models) -> dict:
+    import importlib.util
+
+    from nnschemaparser import NNParser
+    from nnschemaparser.widget.shared_page import share_document
+
+    spec = importlib.util.spec_from_file_location("served_models", models)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    schema = NNParser.parse_model(model=module.TwoLayer().eval(), inputs_tensors_shapes={"x": (2, 16)})
+    return share_document(schema)
+
+
+def _hostile(document: dict, kind: str) -> dict:
+    document = json.loads(json.dumps(document))
+    op = next(i for i in document["root"]["sub_blocks"]["fc1"]["signature"]["body"] if i["type"] == "op")
+    if kind == "callable":
+        op["target"] = {"kind": "callable", "name": "os.system"}
+    elif kind == "field":
+        op["exec"] = "import os"
+    elif kind == "format":
+        document["format"] = "pickle"
+    return document
+
+
+@pytest.mark.parametrize("kind, status, message", [
+    ("callable", 400, "the shared schema is refused: schema: "),
+    ("field", 400, "the shared schema is refused: schema: "),
+    ("format", 400, "this is not a nnschemaparser-schema file"),
+])
+def test_a_hostile_schema_is_refused_and_nothing_is_stored(server, models, tmp_path, kind, status, message):
+    assert main([f"{models}:TwoLayer", "--input", "2,16"]) == 0
+    graph = json.loads((tmp_path / "TwoLayer.neurarch.json").read_text())
+    before = sorted(p.name for p in server.store.glob("*"))
+    schema = _hostile(_schema_document(models), kind)
+    for url, body in ((f"{server.url}/api/v1/share", {"graph": graph, "schema": schema}),
+                      (f"{server.url}/api/v1/plan", {"graph": graph, "schema": schema, "share": True})):
+        code, answer, _ = post(url, json.dumps(body).encode())
+        assert code == status and message in answer["error"], answer
+    assert sorted(p.name for p in server.store.glob("*")) == before
+
+
+def test_a_request_body_is_read_with_the_bounded_strict_reader(server):
+    bomb = b'{"graph": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    status, answer, _ = post(f"{server.url}/api/v1/share", bomb)
+    assert status == 413 and "dense with empty or tiny containers" in answer["error"]
+    deep = b'{"graph": ' + b"[" + b" " * 40 * 1000 + b"[" * 999 + b"]" * 1000 + b"}"  # padded: not a bomb
+    status, answer, _ = post(f"{server.url}/api/v1/share", deep)
+    assert status == 413 and "JSON nesting deeper than 128 levels" in answer["error"]
+    status, answer, _ = post(f"{server.url}/api/v1/share", b'{"graph": 1, "graph": 2}')
+    assert status == 400 and "duplicate key 'graph'" in answer["error"]
+    status, answer, _ = post(f"{server.url}/api/v1/share", b'{"graph": NaN}')
+    assert status == 400 and "the JSON token NaN is not allowed" in answer["error"]
+    assert get(f"{server.url}/healthz")[0] == 200  # still serving
+
+
+def test_a_share_too_large_for_the_deployment_is_one_line_naming_share_graph_only(models, tmp_path_factory, capsys):
+    small = Server(tmp_path_factory.mktemp("small"), "--max-body", "4000")  # the graph fits, not its schema
+    try:
+        code, out, err = run_command(capsys, f"{models}:TwoLayer", "--input", "2,16", "--share", "--api", small.url)
+        assert code == 1 and out == ""
+        assert err.strip().splitlines()[-1].startswith(
+            f"nnschemaparser: error: PlanAPIError: {small.url}/api/v1/plan: refused the request as too large (HTTP "
+            "413; --share-graph-only sends the graph without its schema): the request body is ")
+        code, out, _ = run_command(capsys, f"{models}:TwoLayer", "--input", "2,16", "--share", "--share-graph-only",
+                                   "--api", small.url)
+        assert code == 0 and out.splitlines()[-1].startswith(f"Share: {small.url}/p/")
+    finally:
+        small.stop()

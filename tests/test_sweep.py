@@ -72,3 +72,11 @@ def test_sweep_flags_a_schema_result_that_differs_from_eager(monkeypatch):
     monkeypatch.setattr(sweep.SchemaInterpreter, "call", off_by_one_ulp)
     row = run_case("tiny", "local", Tiny, lambda m: {"x": torch.randn(2, 4)})
     assert row.status == "wrong" and "values differ" in row.detail
+
+
+def test_the_all_subset_includes_the_ten_local_fixture_architectures():
+    from nnschemaparser.validation.sweep import _cases
+
+    local = [name for name, family, _, _ in _cases("local", None)]
+    assert len(local) == 10 and all(name.startswith("local:") for name in local)
+    assert set(local) <= {name for name, *_ in _cases("all", None)}

@@ -70,7 +70,7 @@ def test_the_installed_wheel_imports_the_widget_and_renders_its_static_page(whee
         "from nnschemaparser.widget import inspect_model_widget\n"
         "torch.manual_seed(0)\n"
         "widget = inspect_model_widget(MLP().eval(), {'x': torch.randn(2, 784)})\n"
-        "widget.step(); widget.step()\n"
+        "widget.step(); widget.step(); widget.step()  # the first Step stops before the call of fc1\n"
         f"page = widget.to_html({str(tmp_path / 'page.html')!r}).read_text()\n"
         "assert 'createStaticModel' in page and 'nnsp-data' in page\n"
         "print('ok', widget.step_index)\n")

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from nnschemaparser import SchemaInterpreter
+from nnschemaparser.runtime.interpreter import CallPause
 from nnschemaparser.schema.errors import EditError
 from nnschemaparser.widget import InspectorError, InspectorOptions, InspectorState
 from nnschemaparser.widget.messages import handle_message
@@ -31,13 +32,21 @@ def _reply(state, **message):
 # -- stepping ------------------------------------------------------------------------------------
 
 
+def _where(item) -> tuple:
+    if isinstance(item, CallPause):
+        return ("before call", item.after_step, item.callee_path)
+    return (item.step_index, item.out_var, item.block_path)
+
+
 def test_steps_follow_step_run_one_instruction_at_a_time(mlp):
+    # Step stops at each StepInfo and at each pause before a sub-block call, as step_run yields them
     _, x, schema, state = mlp
-    expected = [(s.step_index, s.out_var, s.block_path) for s in SchemaInterpreter().step_run(schema, {"x": x})]
+    expected = [_where(s) for s in SchemaInterpreter().step_run(schema, {"x": x}, pause_before_calls=True)]
     seen = []
     while state.step() is not None and state.status == "paused":
-        seen.append((state.current.step_index, state.current.out_var, state.current.block_path))
+        seen.append(_where(state.position))
     assert seen == expected and state.status == "finished"
+    assert seen[0] == ("before call", 0, "fc1") and seen[1] == (1, "$t1", "fc1")
 
 
 def test_step_over_runs_a_sub_block_call_whole(mlp):
@@ -71,10 +80,11 @@ def test_a_run_can_be_stepped_from_different_threads(mlp):
     import threading
 
     *_, state = mlp
-    state.step()
+    state.step()  # before the call of fc1
     worker = threading.Thread(target=state.step)
     worker.start()
     worker.join()
+    state.step()
     state.step()
     assert state.step_index == 3 and state.status == "paused" and state.error == ""
     state.close()
@@ -191,7 +201,7 @@ def test_bad_edits_say_what_is_wrong_and_change_nothing(mlp, action, argument, m
 def test_scale_refuses_integer_tensors_and_points_to_expressions():
     model, x, schema = mlp_case()
     state = InspectorState(schema, {"x": x})
-    state.step()
+    state.run_to(1)
     step = state.current
     step.scope_frames[step.frame_depth]["n"] = torch.arange(3)
     from nnschemaparser.widget.edits import EditSpec, apply_edit_spec
@@ -331,8 +341,9 @@ def test_children_and_source_messages_answer_from_the_tree(mlp):
 
 def test_stepping_commands_can_bring_the_new_steps_histograms(mlp):
     *_, state = mlp
-    plain = _reply(state, type="step")
+    plain = _reply(state, type="step")  # stops before the call of fc1
     assert plain["ok"] and plain["data"] is None
+    _reply(state, type="step")  # step 1: $t1 = linear(...) in fc1
     data = _reply(state, type="step", with_hist=True)["data"]
     assert data["hist"]["trace_step"] == 2 and data["hist"]["var"] == "$t1"  # step 2: RETURN $t1
     assert sum(data["hist"]["activation"]["counts"]) == 512, "the return shows the tensor it returns"
@@ -393,6 +404,7 @@ def test_widget_methods_mirror_the_buttons_and_traits_follow_the_state():
     params = copy.deepcopy(model.state_dict())
     widget = inspect_model_widget(model, {"x": x})
     assert not model.training and all(torch.equal(params[k], v) for k, v in model.state_dict().items())
+    assert widget.step() is widget.pause and widget.pause.callee_path == "fc1"  # before the call of fc1
     for _ in range(3):
         widget.step()
     assert widget.step_index == 3 and widget.step_info["var"] == "hidden" and widget.current.out_var == "hidden"

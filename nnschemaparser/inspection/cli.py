@@ -4,7 +4,7 @@
                    [--dump schema.txt] [--trace trace.txt] [--summary] [--card] [--depth N] [--verbose]
                    [--plan [--batch-size N --precision fp16 --mode training --optimizer adam
                     --epoch-samples N --gpu-table FILE.json --plan-json FILE] [--base OTHER.neurarch.json]
-                    [--fail-on-block] [--api URL] [--share]]
+                    [--fail-on-block] [--api URL] [--share [--share-graph-only]]]
 
 TARGET is `path/to/file.py:Name`, `package.module:Name` or `hf:<model_type>` (see target.py). Each
 --input is one positional input of forward: its shape, and optionally `:dtype`. The model is put in
@@ -19,7 +19,11 @@ the neurarch-trace file (neurarch_graph.py), `--format nnsp` the project's riche
 machine unless `--api URL` (or `NEURARCH_API`) names a deployment (`nnschemaparser serve`), which
 then computes the card (`NEURARCH_API_KEY` is sent as a bearer token); `--share` (needs a
 deployment) stores the graph there and prints `Share: URL` last. `--base`, `--share` and
-`--fail-on-block` imply `--plan`.
+`--fail-on-block` imply `--plan`. When `main` is given `share_schema` (the `nnschemaparser`
+command's entry point, the root `__main__`, passes widget.shared_page.share_document: this stage
+may not import the files or widget stages), `--share` also uploads the model's schema file document
+(the lowered forward: variable names, source text, shapes and dtypes; no weights), which the
+deployment's page of the share opens in the inspector; `--share-graph-only` keeps it to the graph.
 
 stdout carries only what was asked for (the summary, `-o -`, the cards, the Share line; the card
 alone when nothing is asked); progress and notices go to stderr. Exit status: 0 on success, 1 on
@@ -41,7 +45,7 @@ import os
 import sys
 import traceback
 from dataclasses import dataclass
-from typing import Optional, Sequence, TextIO
+from typing import Any, Callable, Optional, Sequence, TextIO
 
 import torch
 from torch import nn
@@ -169,7 +173,10 @@ def _argument_parser() -> argparse.ArgumentParser:
     plan.add_argument("--fail-on-block", action="store_true",
                       help="exit 2 when the card reports a blocker (implies --plan)")
     plan.add_argument("--share", action="store_true",
-                      help="store the graph at an unguessable URL of the deployment (implies --plan)")
+                      help="store the graph and the model's schema (no weights) at an unguessable URL of the "
+                           "deployment, whose page opens it in the inspector (implies --plan)")
+    plan.add_argument("--share-graph-only", action="store_true",
+                      help="with --share, upload the graph only, not the schema (its forward's source and names)")
     plan.add_argument("--api", metavar="URL", default=None,
                       help="the deployment to ask (default: $NEURARCH_API; none: computed locally)")
     plan.add_argument("--batch-size", type=int, default=32, metavar="N", help="batch size to plan for (default 32)")
@@ -206,6 +213,8 @@ def _check_usage(args: argparse.Namespace) -> None:
     args.api = args.api or os.environ.get("NEURARCH_API") or None
     if args.plan and args.output == "-":
         raise _Usage("-o - writes the graph to stdout, which the plan card needs: give -o a file name")
+    if args.share_graph_only and not args.share:
+        raise _Usage("--share-graph-only only changes what --share uploads: add --share")
     if args.share and not args.api:
         raise _Usage("--share stores the graph on a deployment: give --api URL or set NEURARCH_API "
                      "(run one with: nnschemaparser serve)")
@@ -232,13 +241,15 @@ def _write_graph_file(args: argparse.Namespace, graph: dict, name: str, stdout: 
 
 
 def _print_plan(args: argparse.Namespace, graph: dict, base: Optional[dict], options: PlanOptions,
-                source: str, stdout: TextIO, stderr: TextIO) -> int:
+                source: str, stdout: TextIO, stderr: TextIO, schema: Optional[dict] = None) -> int:
     """Print the plan card (and the Share line); the exit status the card calls for."""
     share_url = None
     if args.api:
-        _note(stderr, f"sending the graph to {args.api} for its plan" + (" and to share it" if args.share else ""))
+        shared = " and to share it" + (" with its schema" if schema is not None else "") if args.share else ""
+        _note(stderr, f"sending the graph to {args.api} for its plan{shared}")
         answer = request_plan(args.api, graph, base=base, target=args.target, source=source, options=options,
-                              api_key=os.environ.get("NEURARCH_API_KEY") or None, share=args.share)
+                              api_key=os.environ.get("NEURARCH_API_KEY") or None, share=args.share,
+                              schema=schema if args.share else None)
         plan, card = answer["plan"], answer["card"]
         share_url = answer.get("shareUrl")
     else:
@@ -253,7 +264,20 @@ def _print_plan(args: argparse.Namespace, graph: dict, base: Optional[dict], opt
     return 2 if args.fail_on_block and plan.get("blockers") else 0
 
 
-def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+def _shared_schema(args: argparse.Namespace, inspector: ModelInspector, share_schema: Optional[Callable[[Any], dict]],
+                   stderr: TextIO) -> Optional[dict]:
+    """The schema document `--share` uploads, or None (graph only: asked for, or not encodable)."""
+    if not args.share or args.share_graph_only or share_schema is None:
+        return None
+    try:
+        return share_schema(inspector.schema)
+    except Exception as exc:  # a schema the file format cannot hold: the share still has its graph
+        _note(stderr, f"notice: the schema cannot be shared ({_one_line(exc)}); sharing the graph only")
+        return None
+
+
+def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO,
+         share_schema: Optional[Callable[[Any], dict]] = None) -> int:
     _check_usage(args)
     options = _plan_options(args) if args.plan else None
     base = read_graph(args.base) if args.base else None
@@ -304,7 +328,8 @@ def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         stdout.write(format_card(inspector, name=name, source=target.source,
                                  matches_eager=first_mismatch(eager, inspector.result) is None))
     if args.plan:
-        return _print_plan(args, neurarch, base, options, target.source, stdout, stderr)
+        return _print_plan(args, neurarch, base, options, target.source, stdout, stderr,
+                           schema=_shared_schema(args, inspector, share_schema, stderr))
     return 0
 
 
@@ -314,8 +339,9 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run the command with `argv` (default: sys.argv[1:]); returns the exit status."""
+def main(argv: Optional[Sequence[str]] = None, *, share_schema: Optional[Callable[[Any], dict]] = None) -> int:
+    """Run the command with `argv` (default: sys.argv[1:]); returns the exit status. `share_schema`
+    turns a schema into the document `--share` uploads with the graph (None: the graph only)."""
     parser = _argument_parser()
     try:
         args = parser.parse_args(argv)
@@ -323,7 +349,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     stdout, stderr = sys.stdout, sys.stderr
     try:
-        return _run(args, stdout, stderr)
+        return _run(args, stdout, stderr, share_schema)
     except _Usage as exc:
         parser.print_usage(stderr)
         print(f"nnschemaparser: error: {exc}", file=stderr)

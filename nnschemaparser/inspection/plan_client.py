@@ -1,12 +1,14 @@
 """The CLI's side of a plan deployment: POST the graph to `<api>/api/v1/plan` and read the card back.
 
     response = request_plan("http://127.0.0.1:8000", graph, base=None, target="m.py:Net", source="m.py",
-                            options=PlanOptions(), api_key=None, share=False)
+                            options=PlanOptions(), api_key=None, share=False, schema=None)
     response["card"], response["plan"], response.get("shareUrl")
 
 The request body is `{"graph", "base", "target", "source", "options", "share"}` (`source`: the
 file or module the card names; the graph carries layer
-types, shapes and hyperparameters: no weights, no source). `api_key` is sent as
+types, shapes and hyperparameters: no weights, no source), plus `"schema"` when sharing with one:
+the model's schema file document (the lowered forward with its variable names, source text, shapes
+and dtypes; no weights), which the deployment shows in the inspector's page of the share. `api_key` is sent as
 `Authorization: Bearer <key>` (it lifts the server's per-IP rate limit). The HTTP timeout is
 `API_TIMEOUT` (30 s). Every failure, a network error, a rate limit (429), a server error or an
 answer that is not a plan, raises `PlanAPIError` with one line that says what happened.
@@ -55,11 +57,16 @@ def _server_message(body: bytes) -> str:
 
 def request_plan(api: str, graph: dict[str, Any], *, base: Optional[dict[str, Any]] = None,
                  target: Optional[str] = None, source: Optional[str] = None, options: Optional[PlanOptions] = None,
-                 api_key: Optional[str] = None, share: bool = False, timeout: float = API_TIMEOUT) -> dict[str, Any]:
-    """POST the graph for a plan; return the server's answer (`card`, `plan`, and `shareUrl` when shared)."""
+                 api_key: Optional[str] = None, share: bool = False, schema: Optional[dict[str, Any]] = None,
+                 timeout: float = API_TIMEOUT) -> dict[str, Any]:
+    """POST the graph for a plan; return the server's answer (`card`, `plan`, and `shareUrl` when shared).
+    `schema` (a schema file document) is sent only with `share`."""
     url = plan_url(api)
-    body = json.dumps({"graph": graph, "base": base, "target": target, "source": source,
-                       "options": (options or PlanOptions()).as_json(), "share": bool(share)}).encode()
+    payload = {"graph": graph, "base": base, "target": target, "source": source,
+               "options": (options or PlanOptions()).as_json(), "share": bool(share)}
+    if share and schema is not None:
+        payload["schema"] = schema
+    body = json.dumps(payload).encode()
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
@@ -71,6 +78,8 @@ def request_plan(api: str, graph: dict[str, Any], *, base: Optional[dict[str, An
         detail = _server_message(exc.read(64 * 1024))
         if exc.code == 429:
             what = "rate limited (HTTP 429); set NEURARCH_API_KEY to lift the per-IP limit"
+        elif exc.code == 413 and "schema" in payload:
+            what = "refused the request as too large (HTTP 413; --share-graph-only sends the graph without its schema)"
         elif exc.code >= 500:
             what = f"server error (HTTP {exc.code})"
         else:

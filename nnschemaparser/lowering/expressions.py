@@ -69,6 +69,18 @@ def op_instruction(out_var: str, target: Any, args: list, kwargs: Optional[dict]
                          mutates=mutates)
 
 
+_CONTAINERS = (nn.ModuleList, nn.Sequential, nn.ModuleDict)
+
+
+def _constant_key(node: ast.expr) -> Optional[int | str]:
+    """The int (`0`, `-1`) or str (`"a"`) a subscript's index is written as, else None (bools are not indices)."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
+        value = node.operand.value
+        return -value if type(value) is int else None
+    if isinstance(node, ast.Constant) and type(node.value) in (int, str):
+        return node.value
+    return None
+
 class ExpressionLowering:
     """Mixin of FunctionLowering: everything about expressions."""
 
@@ -673,13 +685,19 @@ class ExpressionLowering:
         # Loop variable over a module container: `for layer in self.layers: layer(x)`.
         if isinstance(func, ast.Name) and func.id in self.module_vars:
             return BlockRef(path=self.module_vars[func.id], index_var=self.module_index_vars.get(func.id)), func.id
-        # self.container[key](...): dispatch into a ModuleList/ModuleDict by the scope variable `key`.
+        # self.container[key](...): dispatch into a ModuleList/Sequential/ModuleDict by the scope variable `key`.
         if isinstance(func, ast.Subscript) and isinstance(func.slice, ast.Name) and module is not None:
             path, child = self.self_module_attr(func.value)
-            if isinstance(child, (nn.ModuleList, nn.ModuleDict)):
+            if isinstance(child, _CONTAINERS):
                 callee = self.expr_operand(func)
                 if isinstance(callee, VarRef):
                     return BlockRef(path=path, index_var=func.slice.id), callee.name
+        # self.container[0](...), self.layers[-1](...), self.experts["a"](...): the constant is bound to a
+        # scope variable first, which the BlockRef names, as for a variable index.
+        if isinstance(func, ast.Subscript) and module is not None:
+            found = self.constant_entry(func)
+            if found is not None:
+                return found
         if not isinstance(func, ast.Attribute) or module is None:
             return None
         # super().method(...) / super(Cls, self).method(...)
@@ -718,6 +736,27 @@ class ExpressionLowering:
                 self.ctx.requests.append(_request("", func.attr, fn, owner))
                 return BlockRef(path="", method=func.attr), None
         return None
+
+    def constant_entry(self, func: ast.Subscript) -> Optional[tuple[BlockRef, str]]:
+        """`self.c[K](...)` with K a constant naming an existing entry of the container `self.c` (or of
+        `self`): lowered as `$i = K; $m = self.c[$i]`, returned as (BlockRef(c, index_var=$i), $m)."""
+        key = _constant_key(func.slice)
+        if key is None:
+            return None
+        path, child = self.self_module_attr(func.value)
+        if not isinstance(child, _CONTAINERS):
+            return None
+        if isinstance(child, nn.ModuleDict):
+            if not isinstance(key, str) or key not in child:
+                return None
+        elif not isinstance(key, int) or not -len(child) <= key < len(child):
+            return None  # out of range: left to the plain subscript, which raises as Python does
+        container = self.expr_operand(func.value)
+        index_var = self.new_temp()
+        self.emit(op_instruction(index_var, intrinsics.assign, [key], style="value"), func.slice)
+        callee = self.new_temp()
+        self.emit(op_instruction(callee, operator.getitem, [container, VarRef(index_var)], style="subscript"), func)
+        return BlockRef(path=path, index_var=index_var), callee
 
     @staticmethod
     def _framework_method(owner: Optional[type]) -> bool:

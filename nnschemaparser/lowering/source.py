@@ -65,16 +65,19 @@ def function_source(fn: Callable) -> FunctionSource:
     """Parse the definition of `fn` (already unwrapped) and return its FunctionDef node.
 
     Line numbers in the returned node are absolute line numbers of `filename`. Results are cached
-    per code object: the lowering reads the tree and never changes it.
+    per code object and file: the lowering reads the tree and never changes it. (Code objects
+    compare equal without their file, so the same function at the same line of two files would
+    otherwise share the first one's source and file name.)
     """
     code = getattr(fn, "__code__", None)
-    cached = _SOURCES.get(code) if code is not None else None
+    key = (code.co_filename, code) if code is not None else None
+    cached = _SOURCES.get(key) if key is not None else None
     if cached is not None:
         return cached
     result = _read_function_source(fn)
     if len(_SOURCES) > 8192:
         _SOURCES.clear()
-    _SOURCES[code] = result
+    _SOURCES[key] = result
     return result
 
 

@@ -74,6 +74,9 @@ def snapshot(value: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
 class ClassAndHooks:
     """A module's class, hook dicts and private attributes, as a run may change them.
 
+    Restoring puts all of them back as they were, and removes private attributes the run added, so
+    hooks and the flags that record them stay consistent.
+
     A lazy module's first call (`nn.LazyLinear`) infers its shapes in a forward pre-hook, removes
     that hook and its load hook, deletes the handles and turns into its `cls_to_become`; restoring
     puts all of that back, so the module stays uninitialised as the user had it.
@@ -92,6 +95,11 @@ class ClassAndHooks:
         module = self.module
         if type(module) is not self.cls:
             module.__class__ = self.cls
+        # A private attribute the run added goes too: it may record what the run did to the hooks
+        # restored below (transformers' `_output_capturing_hooks_installed` says its hooks are there;
+        # kept alone, the model would never install them again and lose its hidden states).
+        for key in [k for k in module.__dict__ if k.startswith("_") and k not in self.private]:
+            del module.__dict__[key]
         for key, value in self.private.items():
             if module.__dict__.get(key, _ABSENT) is not value:
                 module.__dict__[key] = value

@@ -7,7 +7,7 @@ functions, closures, lazy generators, method units), `compile_calls` (ops and su
 `Module._call_impl` runs them) and `observer` (the hooks that listeners, captures and stepping use).
 `argument_binding` and `unbound_reads` reproduce CPython's binding and unbound-name errors;
 `listeners` turns observer calls into events; `interpreter` is the public driver
-(`SchemaInterpreter.run / call / step_run`, `StepInfo`, edits).
+(`SchemaInterpreter.run / call / step_run`, `StepInfo`, `CallPause`, edits).
 
 May import: `schema` only. It never imports the lowering: a schema runs without its source.
 """

@@ -4,8 +4,10 @@
 and with an observed program otherwise. `step_run` runs the observed program inside a greenlet and
 pauses it after each leaf instruction, yielding a `StepInfo` (not on the instructions of an `if` test
 or of a `while` re-evaluation, as spec 000 says; traces still record those); edits apply to the paused frames and
-are reported to the listeners (`TraceListener.on_edit`). The execution rules are the engine's,
-written once; this module only drives them.
+are reported to the listeners (`TraceListener.on_edit`). With `pause_before_calls=True` it also
+pauses before each sub-block call, yielding a `CallPause` (the callee, the call site, its
+arguments): a pause is not a step, so step indices (edits, forks, traces) are the same with or
+without them. The execution rules are the engine's, written once; this module only drives them.
 
 Observed programs are compiled once per schema and lent to one run at a time, with that run's
 listeners plugged into their observer; a one-call capture therefore costs no compilation.
@@ -26,10 +28,12 @@ from .argument_binding import live_signature
 from .observer import StepAbandoned
 from .program import Program
 from ..schema.errors import EditError, SchemaRunError
-from .listeners import EditEvent, EventObserver, InstructionEvent, TraceListener, instruction_kind
+from .listeners import CallEvent, EditEvent, EventObserver, InstructionEvent, TraceListener, instruction_kind
+from .operands import getter, operand_spec
 from ..schema.model import Instruction, ModelBlockSchema, SourceLocation
+from ..schema.notation import operand_text
 
-__all__ = ["SchemaInterpreter", "StepInfo", "outputs_list"]
+__all__ = ["SchemaInterpreter", "StepInfo", "CallPause", "outputs_list"]
 
 def _programs(block: ModelBlockSchema) -> dict:
     """The compiled programs cached on the schema itself: they live and die with it (a cache keyed
@@ -114,6 +118,75 @@ class StepInfo:
             self.value = self.scope_frames[self.frame_depth][self.out_var]
 
 
+@dataclass
+class CallPause:
+    """A stepped run paused *before* a sub-block call (`step_run(..., pause_before_calls=True)`).
+
+    Not a step: `after_step` steps have run, and the next step (`after_step + 1`) is the callee's
+    first instruction when the callee is interpreted, else the call's own completion step. The
+    call is `instruction` in `block_path` at frame `frame_depth`; `callee_path` names what it calls
+    (`transformer.h.1.attn`), `callee` is that block (None when it is not in the schema).
+    `arguments()` reads the values the call is about to pass. Nothing can be edited here: edit the
+    step that bound an argument, or step into the call.
+    """
+
+    after_step: int
+    instruction: Instruction
+    callee_path: str
+    callee: Optional[ModelBlockSchema]
+    block_path: str
+    frame_depth: int
+    frame: dict
+    scope_frames: tuple
+    location: Optional[SourceLocation]
+
+    kind = "call"
+
+    @property
+    def source(self) -> str:
+        return str(self.location) if self.location is not None else ""
+
+    @property
+    def interpreted(self) -> bool:
+        """Whether stepping into the call reaches the callee's own instructions (its schema runs)."""
+        callee = self.callee
+        return callee is not None and callee.skip_reason is None and callee.signature is not None
+
+    def arguments(self) -> list[tuple[str, Any]]:
+        """(label, value) of each argument the call passes, in order: a positional argument by its
+        operand (`hidden_states`, `*args`), a keyword one by its keyword; a `**kwargs` splat by its
+        keys. An operand that cannot be read (yet) is left out."""
+        instr, frame = self.instruction, self.frame
+        out: list[tuple[str, Any]] = []
+        stars = set(getattr(instr, "star_args", ()) or ())
+
+        def read(op: Any) -> Any:
+            return getter(*operand_spec(op))(frame)
+
+        for index, op in enumerate(getattr(instr, "args", ())):
+            try:
+                out.append((("*" if index in stars else "") + operand_text(op), read(op)))
+            except Exception:  # noqa: BLE001 - a view of the call; the call itself will say what is wrong
+                continue
+        args_var = getattr(instr, "args_var", None)
+        if args_var is not None and args_var in frame:
+            out.append((f"*{args_var}", frame[args_var]))
+        for key, op in getattr(instr, "kwargs", {}).items():
+            try:
+                out.append((key, read(op)))
+            except Exception:  # noqa: BLE001
+                continue
+        kwargs_var = getattr(instr, "kwargs_var", None)
+        extra = frame.get(kwargs_var) if kwargs_var is not None else None
+        if isinstance(extra, dict):
+            out.extend((str(key), value) for key, value in extra.items())
+        return out
+
+    def __repr__(self) -> str:
+        names = ", ".join(label for label, _ in self.arguments())
+        return f"CallPause(after step {self.after_step}: about to call {self.callee_path}({names}) at {self.source})"
+
+
 def apply_edit(frames: Sequence[dict], depth: int, name: str, values: Any, shape: Any, dtype: Any,
                step_index: int) -> Any:
     """Validate, then bind `values` to `name` in `frames[depth]`; returns the replaced value."""
@@ -160,9 +233,11 @@ def apply_edit(frames: Sequence[dict], depth: int, name: str, values: Any, shape
 class _Stepper(TraceListener):
     """Pauses the run after each instruction by switching to the consumer's greenlet."""
 
-    def __init__(self, edits: Optional[dict[int, list[dict]]], listeners: Sequence[TraceListener] = ()):
+    def __init__(self, edits: Optional[dict[int, list[dict]]], listeners: Sequence[TraceListener] = (),
+                 pause_before_calls: bool = False):
         self.index = 0
         self.ended = False
+        self.pause_before_calls = pause_before_calls
         self.edits = edits or {}
         self.consumer: Optional[greenlet.greenlet] = None
         self.listeners = [l for l in listeners if type(l).on_edit is not TraceListener.on_edit]
@@ -184,6 +259,13 @@ class _Stepper(TraceListener):
             for edit in self.edits.get(self.index, ()):
                 step.edit(**edit)
         self.consumer.switch(step)
+
+    def on_before_call(self, event: CallEvent) -> None:
+        if not event.stepped or not self.pause_before_calls:
+            return
+        instr = event.instruction
+        self.consumer.switch(CallPause(self.index, instr, event.callee_path, event.callee, event.path, event.depth,
+                                       event.frame, event.frames, instr.location))
 
 
 _EDIT_KEYS = ("values", "shape", "dtype", "frame_depth", "out_var")
@@ -273,9 +355,13 @@ class SchemaInterpreter:
             scope[sig.vararg] = tuple(args[len(names):])
         return self._execute(block, scope, (args, kwargs))
 
-    def step_run(self, block: ModelBlockSchema, scope: dict,
-                 edits: Optional[dict[int, list[dict]]] = None) -> Generator[StepInfo, None, list]:
+    def step_run(self, block: ModelBlockSchema, scope: dict, edits: Optional[dict[int, list[dict]]] = None,
+                 pause_before_calls: bool = False) -> Generator[StepInfo, None, list]:
         """Yield one StepInfo per executed instruction; return (and store in step_outputs) the outputs.
+
+        `pause_before_calls=True` also yields a `CallPause` before each sub-block call (a child's
+        forward, a method schema, a module value with a block): not a step, so the StepInfo
+        indices are the same as without it.
 
         The instructions of an `if` test, and of a `while` test after its first evaluation, are not
         steps (condition expressions of if/while re-evaluations are not stepped); captures and
@@ -290,12 +376,12 @@ class SchemaInterpreter:
         if edits is not None:
             edits = _checked_edits(edits)
         self.step_outputs = None
-        return self._steps(block, scope, edits)
+        return self._steps(block, scope, edits, bool(pause_before_calls))
 
-    def _steps(self, block: ModelBlockSchema, scope: dict,
-               edits: Optional[dict[int, list[dict]]]) -> Generator[StepInfo, None, list]:
-        stepper = _Stepper(edits, self.listeners)
-        program, observer = _borrow(block, [*self.listeners, stepper], self.capture_values)
+    def _steps(self, block: ModelBlockSchema, scope: dict, edits: Optional[dict[int, list[dict]]],
+               pause_before_calls: bool = False) -> Generator[StepInfo, None, list]:
+        stepper = _Stepper(edits, self.listeners, pause_before_calls)
+        program, observer = _borrow(block, [*self.listeners, stepper], self.capture_values, pause_before_calls)
         runner = greenlet.greenlet(lambda: program.run_root(scope))
         owner = threading.get_ident()
         finished = False
@@ -321,7 +407,7 @@ class SchemaInterpreter:
                 except StepAbandoned:
                     pass
             if runner.dead:
-                _give_back(block, program, observer)
+                _give_back(block, program, observer, pause_before_calls)
         for listener in self.listeners:
             listener.on_run_end(item)
         self.step_outputs = outputs_list(item)
@@ -334,25 +420,27 @@ class SchemaInterpreter:
 
 # Observed programs, compiled once per block and lent to one run at a time. A run that is still in
 # progress (a paused step_run, a run nested in another) simply gets a freshly compiled one.
+# Programs that announce sub-block calls (for pauses before calls) are kept apart ("idle_calls"):
+# the others are compiled without those announcements.
 def _borrow(block: ModelBlockSchema, listeners: Sequence[TraceListener],
-            capture_values: bool) -> tuple[Program, EventObserver]:
-    idle = _programs(block)["idle"]
+            capture_values: bool, calls: bool = False) -> tuple[Program, EventObserver]:
+    idle = _programs(block).setdefault("idle_calls" if calls else "idle", [])
     try:
-        program, observer = idle.pop() if idle else _compile_observed(block)
+        program, observer = idle.pop() if idle else _compile_observed(block, calls)
     except IndexError:  # another thread took the last one
-        program, observer = _compile_observed(block)
+        program, observer = _compile_observed(block, calls)
     observer.configure(listeners, capture_values)
     return program, observer
 
 
-def _compile_observed(block: ModelBlockSchema) -> tuple[Program, EventObserver]:
+def _compile_observed(block: ModelBlockSchema, calls: bool = False) -> tuple[Program, EventObserver]:
     observer = EventObserver()
-    return Program(block, observer), observer
+    return Program(block, observer, calls=calls), observer
 
 
-def _give_back(block: ModelBlockSchema, program: Program, observer: EventObserver) -> None:
+def _give_back(block: ModelBlockSchema, program: Program, observer: EventObserver, calls: bool = False) -> None:
     observer.reset()
     observer.configure(())
-    idle = _programs(block)["idle"]
+    idle = _programs(block).setdefault("idle_calls" if calls else "idle", [])
     if len(idle) < 4:
         idle.append((program, observer))

@@ -31,7 +31,7 @@ from ..schema.model import (
     TensorReprWithValue,
 )
 
-__all__ = ["TraceListener", "BlockEvent", "InstructionEvent", "EditEvent", "EventObserver", "instruction_kind",
+__all__ = ["TraceListener", "BlockEvent", "InstructionEvent", "CallEvent", "EditEvent", "EventObserver", "instruction_kind",
            "snapshot"]
 
 
@@ -66,6 +66,24 @@ class InstructionEvent:
     path: str
     value: Any
     has_value: bool
+    frames: tuple
+    stepped: bool = True
+
+
+@dataclass(slots=True)
+class CallEvent:
+    """A sub-block call is about to run: `instruction` in `block` (at `path`, frame `depth`) calls
+    `callee` (its block; None when it is not in the schema), named `callee_path`. No value yet and
+    not a step: only stepped runs that pause before calls report it (`step_run(pause_before_calls=True)`);
+    `stepped` is False inside an `if` test or a `while` re-evaluation, as for instructions."""
+
+    instruction: Instruction
+    frame: dict
+    depth: int
+    block: ModelBlockSchema
+    path: str
+    callee: Optional[ModelBlockSchema]
+    callee_path: str
     frames: tuple
     stepped: bool = True
 
@@ -106,6 +124,9 @@ class TraceListener:
 
     def on_before_mutation(self, instruction: Instruction, frame: dict) -> None:
         """An instruction that may change its operands in place is about to run."""
+
+    def on_before_call(self, event: "CallEvent") -> None:
+        """A sub-block call is about to run (only in stepped runs that pause before calls; not a step)."""
 
     def on_edit(self, event: "EditEvent") -> None:
         """A stepped run's edit replaced a variable of a live frame (see SchemaInterpreter.step_run)."""
@@ -164,6 +185,7 @@ class EventObserver(Observer):
         # Only listeners that override a hook are called for it, and no event is built for a hook
         # nobody listens to: block events and instruction events are the per-step cost.
         self._mutation_listeners = _overriding(self.listeners, "on_before_mutation")
+        self._call_listeners = _overriding(self.listeners, "on_before_call")
         self._enter_listeners = _overriding(self.listeners, "on_block_enter")
         self._exit_listeners = _overriding(self.listeners, "on_block_exit")
         self._instruction_listeners = _overriding(self.listeners, "on_instruction")
@@ -239,6 +261,17 @@ class EventObserver(Observer):
     def before(self, instr: Instruction, frame: dict) -> None:
         for listener in self._mutation_listeners:
             listener.on_before_mutation(instr, frame)
+
+    def before_call(self, instr: Instruction, frame: dict, callee: Optional[ModelBlockSchema], callee_path: str) -> None:
+        if not self._call_listeners:
+            return
+        frames = self._frames_tuple
+        if frames is None:
+            frames = self._frames_tuple = tuple(self.frames)
+        event = CallEvent(instr, frame, self._depth, self._block, self._path, callee, callee_path, frames,
+                          self.conditions == 0)
+        for listener in self._call_listeners:
+            listener.on_before_call(event)
 
     def after(self, instr: Instruction, frame: dict) -> None:
         returns = instr.__class__ is ReturnInstruction or isinstance(instr, ReturnInstruction)

@@ -57,6 +57,10 @@ class Observer:
     def after(self, instr: Instruction, frame: dict) -> None:
         """A leaf instruction ran; its value (if any) is `frame[instr.out_var]`."""
 
+    def before_call(self, instr: Instruction, frame: dict, callee: Any, callee_path: str) -> None:
+        """A sub-block call (`instr`) is about to run `callee` (its block, or None when it is not in
+        the schema). Only programs compiled with `Program(..., calls=True)` report it."""
+
     def begin_condition(self) -> None:
         """The test of an `if` (or a `while` re-evaluation) starts: its instructions are not steps."""
 

@@ -5,6 +5,9 @@ instruction becomes a small closure that reads operands from the frame, calls th
 callable and binds the result; nothing else runs. `Program(root, observer)` compiles the same rules
 wrapped with calls to an `Observer` (block enter/exit, after each leaf instruction, before a mutating
 one): listeners, captures and stepping are all observers, and a plain run pays for none of them.
+`Program(root, observer, calls=True)` also reports each sub-block call before it runs
+(`Observer.before_call`: a child's forward, a method schema, a module value with a block); only
+stepped runs that pause before calls compile it, so runs and captures pay nothing for it.
 
 This module holds what ties the parts together: the cached invokers that run a block as
 `module(*args, **kwargs)` would (hooks from `module_hooks`, decorators re-bound by `functions`),
@@ -34,9 +37,10 @@ from .observer import BREAK, CONTINUE, RETURN, RETURN_SLOT, Observer, StepAbando
 from .operands import fusable_method_call, names_read
 
 _Module = nn.Module
-from ..schema.model import ControlInstruction, FunctionSchema, Instruction, ModelBlockSchema, ReturnInstruction, TryInstruction, WithInstruction
+from ..schema.model import (BlockInstruction, ControlInstruction, FunctionSchema, Instruction, ModelBlockSchema,
+                            OpInstruction, ReturnInstruction, TryInstruction, VarRef, WithInstruction)
 
-__all__ = ['Program', 'entry_signature', 'Observer', 'InterpretedFunction', 'BREAK', 'CONTINUE', 'RETURN', 'RETURN_SLOT', 'StepAbandoned', 'rebindable']
+__all__ = ['Program', 'callee_label', 'entry_signature', 'Observer', 'InterpretedFunction', 'BREAK', 'CONTINUE', 'RETURN', 'RETURN_SLOT', 'StepAbandoned', 'rebindable']
 
 
 def entry_signature(module: Any, forward_signature: Optional[FunctionSchema]) -> Optional[FunctionSchema]:
@@ -54,12 +58,20 @@ def entry_signature(module: Any, forward_signature: Optional[FunctionSchema]) ->
     return forward_signature
 
 
+def callee_label(block: ModelBlockSchema) -> str:
+    """How a call of `block` is named: its path (`transformer.h.1.attn`), a method schema's with its
+    method (`transformer.h.1.attn._attn`), the root's by its name."""
+    path = block.path or block.name
+    return f"{path}.{block.method_name}" if block.method_name else path
+
+
 class Program(CallCompiler, ControlCompiler):
     """A schema tree compiled for one mode: plain (`observer=None`) or observed."""
 
-    def __init__(self, root: ModelBlockSchema, observer: Optional[Observer] = None):
+    def __init__(self, root: ModelBlockSchema, observer: Optional[Observer] = None, calls: bool = False):
         self.root = root
         self.observer = observer
+        self.observe_calls = observer is not None and calls
         self.units: dict[int, Unit] = {}
         self.invokers: dict[int, Callable] = {}
         self.module_invokers: dict[int, Callable] = {}
@@ -265,6 +277,52 @@ class Program(CallCompiler, ControlCompiler):
 
         return read_weights_first
 
+    def _call_announcer(self, instr: Instruction, unit: Unit) -> Optional[Callable[[dict], None]]:
+        """For a call of a sub-block, `announce(frame)` telling the observer what it is about to call;
+        None for any other instruction. A call of a module value (`layer(x)` over a ModuleList) is
+        announced only when the value is a module with a block here (not for a tensor's method)."""
+        before_call = self.observer.before_call
+        by_module = self.by_module
+        if isinstance(instr, BlockInstruction):
+            ref = instr.block_ref
+            if instr.callee_var is not None:
+                name, method = instr.callee_var, ref.method
+
+                def announce_value(f: dict) -> None:
+                    block = by_module.get(id(f.get(name)))
+                    if block is not None and method is not None:
+                        block = block.methods.get(method)
+                    before_call(instr, f, block, callee_label(block) if block is not None else
+                                name + (f".{method}" if method else ""))
+
+                return announce_value
+            try:
+                block = unit.block.find(ref.path)
+            except KeyError:
+                block = None
+            if block is not None and ref.method is not None:
+                block = block.methods.get(ref.method)
+            owner = unit.block.path
+            label = callee_label(block) if block is not None else ".".join(
+                part for part in (owner, ref.path, ref.method) if part)
+
+            def announce(f: dict) -> None:
+                before_call(instr, f, block, label)
+
+            return announce
+        if isinstance(instr, OpInstruction) and isinstance(instr.target, VarRef):
+            name = instr.target.name
+
+            def announce_module(f: dict) -> None:
+                value = f.get(name)
+                if isinstance(value, _Module):
+                    block = by_module.get(id(value))
+                    if block is not None:
+                        before_call(instr, f, block, callee_label(block))
+
+            return announce_module
+        return None
+
     def compile(self, instr: Instruction, unit: Unit) -> Callable:
         return self.fresh_weights(self._compile(instr, unit), names_read(instr), unit)
 
@@ -275,6 +333,18 @@ class Program(CallCompiler, ControlCompiler):
         if observer is None or isinstance(instr, (ControlInstruction, TryInstruction, WithInstruction)):
             return fn
         after = observer.after
+        if self.observe_calls:
+            announce = self._call_announcer(instr, unit)
+            if announce is not None:
+                def observed_call(f: dict, _fn=fn, _i=instr, _announce=announce) -> Any:
+                    _announce(f)
+                    if _i.__class__ is OpInstruction and _i.mutates:
+                        observer.before(_i, f)
+                    signal = _fn(f)
+                    after(_i, f)
+                    return signal
+
+                return observed_call
         if getattr(instr, "mutates", False):
             before = observer.before
 

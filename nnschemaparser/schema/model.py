@@ -127,7 +127,10 @@ class BlockRef:
     `index_var` names the scope variable holding the container index or key for dynamic dispatch:
     a call of the loop variable of `for layer in self.layers` refers to `layers` with the loop's
     `index_var` (`$layer_index`), whose value picks the entry (`layers.<index>`); `self.experts[key](x)`
-    names `key`.
+    names `key`. A constant index (`self.layers[0](x)`, `self.layers[-1](x)`, `self.experts["a"](x)`,
+    `self[0](x)`) is bound to a temporary first (`$t2 = 0`), which `index_var` names, so every call of
+    a container entry has the same form: the container's path, the variable holding the index or key,
+    and the instruction's `callee_var` holding the entry.
     `method` names a method schema of the referenced module (None: its forward). `path == ""` refers
     to the block itself (a call to one of its own methods).
     """

@@ -17,7 +17,9 @@ A `Breakpoint` is one place or condition where Continue (and step over/out) stop
 
 `Breakpoints.check(step, previous)` gives the reason of the first breakpoint that hits, or None.
 `Navigation` gives `InspectorState` its `break_at`, `break_on_nonfinite`, `clear_breakpoints`, `search`,
-`step_out` and `call_stack` (a mixin over the state's `_advance`, `current`, `tree` and `breakpoints`).
+`step_out`, `call_stack` and the view of a pause before a sub-block call (`view_pause`: the callee,
+the call site, its arguments) — a mixin over the state's `_advance`, `current`, `pause`, `tree` and
+`breakpoints`.
 
 Depends on the interpreter's StepInfo, the traces' statistics and the widget's tree only.
 """
@@ -29,7 +31,8 @@ from typing import Any, Callable, Mapping, Optional
 
 import torch
 
-from ..runtime.interpreter import StepInfo
+from ..runtime.interpreter import CallPause, StepInfo
+from ..schema.model import VarRef
 from ..traces.frames import tensor_statistics
 from .tree import BlockTree
 
@@ -180,10 +183,11 @@ class Navigation:
         """Run until the current block (or function) has returned: the first step in an outer frame.
         Stops earlier at a breakpoint hit."""
         self._new_action()
-        if self.current is None:
+        position = self.pause if self.pause is not None else self.current
+        if position is None:
             self._advance()
             return self.current
-        depth = self.current.frame_depth
+        depth = position.frame_depth  # before a call: the caller's frame, which the call is part of
         while self._advance_checked():
             if self.current.frame_depth < depth:
                 break
@@ -314,8 +318,10 @@ class Navigation:
 
     def call_stack(self) -> list[dict]:
         """The frames of the paused step, root first: block path, tree node, visible variables
-        (name, type, shape and mean/std/min/max of tensors)."""
-        step = self.current
+        (name, type, shape and mean/std/min/max of tensors). Paused before a call, the callee comes
+        last as a pending frame (`"pending": True`) holding the arguments it is about to get."""
+        pause = self.pause
+        step = pause if pause is not None else self.current
         if step is None or self.status != "paused":
             return []
         blocks = list(self.active.block_stack)
@@ -324,24 +330,96 @@ class Navigation:
             path, node = blocks[depth] if depth < len(blocks) else (step.block_path, -1)
             frames.append({"depth": depth, "block": path, "node": node, "vars": _frame_vars(frame),
                            "current": depth == step.frame_depth})
+        if pause is not None:
+            callee = pause.callee
+            node = self.tree.node_of_block(callee) if callee is not None else -1
+            frames.append({"depth": len(frames), "block": pause.callee_path, "node": node, "pending": True,
+                           "vars": _frame_vars(dict(pause.arguments()), hidden=False), "current": False})
         return frames
 
+    # -- the pause before a sub-block call ---------------------------------------------------------
 
-def _frame_vars(frame: Mapping[str, Any], limit: int = 40) -> list[dict]:
+    def _argument_vars(self, pause: CallPause) -> dict[str, str]:
+        """label -> the caller's variable each argument is read from (for its trace step)."""
+        instr = pause.instruction
+        out = {}
+        for op in getattr(instr, "args", ()):
+            if isinstance(op, VarRef):
+                out[op.name] = op.name
+        for key, op in getattr(instr, "kwargs", {}).items():
+            if isinstance(op, VarRef):
+                out[key] = op.name
+        return out
+
+    def pause_trace_step(self) -> Optional[int]:
+        """Paused before a call: the trace step of its first tensor argument (what the histograms
+        show there), or None."""
+        pause = self.pause
+        if pause is None:
+            return None
+        names = self._argument_vars(pause)
+        log = self._driver.log
+        for label, value in pause.arguments():
+            if isinstance(value, torch.Tensor) and label in names:
+                trace_step = log.trace_step_of(pause.frame_depth, names[label])
+                if trace_step is not None:
+                    return trace_step
+        return None
+
+    def view_pause(self) -> dict:
+        """The paused-before-a-call state as the widget shows it: the call site's node and source
+        line (what is highlighted), the callee, and each argument's type, shape and stats."""
+        pause = self.pause
+        tree = self.tree
+        node = tree.node_of_instruction(pause.instruction)
+        names = self._argument_vars(pause)
+        log = self._driver.log
+        args = []
+        for label, value in pause.arguments():
+            item = _value_view(label, value)
+            if label in names and isinstance(value, torch.Tensor):
+                item["trace_step"] = log.trace_step_of(pause.frame_depth, names[label])
+            args.append(item)
+        callee = pause.callee
+        loc = pause.location
+        view = {"index": self.step_index, "run": self.active.name, "pause": "call", "kind": "call",
+                "var": pause.instruction.out_var, "block": pause.block_path, "depth": pause.frame_depth,
+                "node": node, "ancestors": tree.ancestors(node) if node >= 0 else [],
+                "source_block": tree.block_of(node) if node >= 0 else -1,
+                "line": loc.lineno if loc is not None else 0, "file": loc.filename if loc is not None else "",
+                "type": "call", "callee": pause.callee_path,
+                "callee_node": tree.node_of_block(callee) if callee is not None else -1,
+                "interpreted": pause.interpreted, "next_step": pause.after_step + 1, "args": args,
+                "text": f"{pause.callee_path}({', '.join(a['name'] for a in args)})",
+                "trace_step": self.pause_trace_step(), "edited": False}
+        if loc is not None and loc.end_lineno:
+            view.update(col=loc.col, end_line=loc.end_lineno, end_col=loc.end_col)
+        return view
+
+
+def _frame_vars(frame: Mapping[str, Any], limit: int = 40, hidden: bool = True) -> list[dict]:
+    """The variables of a frame as the call stack lists them (`hidden`: leave out temporaries,
+    modules and parameters)."""
     out = []
     for name, value in frame.items():
-        if name.startswith("$") or isinstance(value, torch.nn.Module) or isinstance(value, torch.nn.Parameter):
+        if hidden and (name.startswith("$") or isinstance(value, torch.nn.Module) or
+                       isinstance(value, torch.nn.Parameter)):
             continue
-        item: dict[str, Any] = {"name": name, "type": type(value).__name__}
-        if isinstance(value, torch.Tensor):
-            item["shape"] = list(value.shape)
-            item["dtype"] = str(value.dtype).replace("torch.", "")
-            if value.numel() and (value.is_floating_point() or value.is_complex()):
-                stats = tensor_statistics(value)
-                item["stats"] = {k: stats[k] for k in ("mean", "std", "min", "max")}
-        elif isinstance(value, (bool, int, float, str)) or value is None:
-            item["value"] = repr(value)[:80]
-        out.append(item)
+        out.append(_value_view(name, value))
         if len(out) >= limit:
             break
     return out
+
+
+def _value_view(name: str, value: Any) -> dict:
+    """name, type, and for a tensor its shape, dtype and stats; for a small scalar its repr."""
+    item: dict[str, Any] = {"name": name, "type": type(value).__name__}
+    if isinstance(value, torch.Tensor):
+        item["shape"] = list(value.shape)
+        item["dtype"] = str(value.dtype).replace("torch.", "")
+        if value.numel() and (value.is_floating_point() or value.is_complex()):
+            stats = tensor_statistics(value)
+            item["stats"] = {k: stats[k] for k in ("mean", "std", "min", "max")}
+    elif isinstance(value, (bool, int, float, str)) or value is None:
+        item["value"] = repr(value)[:80]
+    return item

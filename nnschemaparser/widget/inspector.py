@@ -24,7 +24,7 @@ import anywidget
 import traitlets
 
 from ..traces.sampling import CaptureLimits
-from ..runtime.interpreter import StepInfo
+from ..runtime.interpreter import CallPause, StepInfo
 from ..parser.model_parser import NNParser
 from ..schema.model import ModelBlockSchema
 from .edits import EditSpec
@@ -130,12 +130,18 @@ class InspectorWidget(anywidget.AnyWidget):
 
     # -- the buttons ---------------------------------------------------------------------------
 
-    def step(self) -> Optional[StepInfo]:
-        """Run one instruction (into sub-blocks); the button "Step"."""
+    def step(self) -> "Optional[StepInfo | CallPause]":
+        """Step into: run one instruction, or stop before a sub-block call (a CallPause: "about to
+        call ..."); from that pause, enter the callee. The button "Step" (keys s, i)."""
         return self._do(self._state.step)
 
+    def step_into(self) -> "Optional[StepInfo | CallPause]":
+        """The same as `step`: one instruction, stopping before a sub-block call, entering it from there."""
+        return self._do(self._state.step_into)
+
     def step_over(self) -> Optional[StepInfo]:
-        """Run to the next instruction of this frame or an outer one; the button "Step over"."""
+        """Run to the next instruction of this frame or an outer one (from the pause before a call:
+        the call's own completion step); the button "Step over" (o)."""
         return self._do(self._state.step_over)
 
     def continue_(self) -> Optional[StepInfo]:
@@ -211,7 +217,8 @@ class InspectorWidget(anywidget.AnyWidget):
         return list(self._state.breakpoints.hits)
 
     def step_out(self) -> Optional[StepInfo]:
-        """Run until the current block has returned (the first step of the caller's frame)."""
+        """Run until the current block has returned (the first step of the caller's frame); the
+        button "Step out" (u). From the pause before a call, the caller's block is the one left."""
         return self._do(self._state.step_out)
 
     def call_stack(self) -> list[dict]:
@@ -223,8 +230,13 @@ class InspectorWidget(anywidget.AnyWidget):
 
     @property
     def current(self) -> Optional[StepInfo]:
-        """The current StepInfo (None before the first step)."""
+        """The current StepInfo (None before the first step); see `pause` for a pause before a call."""
         return self._state.current
+
+    @property
+    def pause(self) -> Optional[CallPause]:
+        """The pause before a sub-block call the run is stopped at (None when it is at a step)."""
+        return self._state.pause
 
     @property
     def state(self) -> InspectorState:

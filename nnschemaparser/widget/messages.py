@@ -2,7 +2,7 @@
 
 The browser sends `{"type": ..., "id": n, ...}`; `handle_message` calls `on_<type>` and returns
 `{"type": "reply", "id": n, "ok": true, "data": ...}` or `{"ok": false, "error": "..."}`. Commands
-(step, step_over, continue, run_to, reset, edit, ...) change the state and the widget then syncs
+(step, step_into, step_over, step_out, continue, run_to, reset, edit, ...) change the state and the widget then syncs
 its small traits; queries (children, source, table, compare, hist) return data that is never kept in
 a trait: the tree's subtrees, a page of a run's trace, a page of a comparison, histogram bins.
 Replies are JSON-safe: non-finite floats travel as the strings "nan", "inf", "-inf".
@@ -93,7 +93,7 @@ def table_page(rows: list[dict], columns: list[str], page: int = 0, size: int = 
 def _after_command(state: InspectorState, message: dict) -> Any:
     """With `with_hist`, a stepping command's reply carries the new step's histograms, so the browser
     updates its whole view after one round trip instead of two."""
-    if not message.get("with_hist") or state.current is None:
+    if not message.get("with_hist") or state.position is None:
         return None
     return {"hist": state.histograms()}
 
@@ -104,6 +104,11 @@ class _Handlers:
     @staticmethod
     def on_step(state: InspectorState, message: dict) -> Any:
         state.step()
+        return _after_command(state, message)
+
+    @staticmethod
+    def on_step_into(state: InspectorState, message: dict) -> Any:
+        state.step_into()
         return _after_command(state, message)
 
     @staticmethod

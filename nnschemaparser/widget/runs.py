@@ -176,6 +176,11 @@ class StepLog(TraceListener):
         self._seen_trace = len(steps)
         return last
 
+    def trace_step_of(self, depth: int, var: str) -> Optional[int]:
+        """The latest trace step that bound `var` in frame `depth` so far (None: none did)."""
+        self._map_new_trace_steps(len(self.record.steps))
+        return self._last_of_var.get((depth, var))
+
     def on_run_start(self, root: ModelBlockSchema, scope: dict) -> None:
         self._map_new_trace_steps(0)
         for value in scope.values():

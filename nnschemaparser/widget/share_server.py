@@ -5,17 +5,29 @@
 
 Routes:
 
-- `POST /api/v1/plan`: body `{"graph", "base"?, "target"?, "source"?, "options"?, "share"?}` (what
-  `plan_client.request_plan` sends). The graph (and base) are validated as `.neurarch.json`
-  graphs, the plan is computed by `inspection.plan.compute_plan` (the same code as the CLI's local
-  `--plan`) and the answer is `{"card", "plan"}`, plus `{"shareUrl", "id"}` when `share` is true.
-  Nothing of a plain plan request is kept.
-- `POST /api/v1/share`: body `{"graph"}`; stores it and answers `{"shareUrl", "id"}`.
-- `GET /p/<id>`: the page of a shared graph (its plan card, its layers by scope, its nodes), one
-  self-contained HTML page with no script. `GET /api/v1/graphs/<id>`: the stored graph as JSON.
+- `POST /api/v1/plan`: body `{"graph", "base"?, "target"?, "source"?, "options"?, "share"?,
+  "schema"?}` (what `plan_client.request_plan` sends). The graph (and base) are validated as
+  `.neurarch.json` graphs, the plan is computed by `inspection.plan.compute_plan` (the same code as
+  the CLI's local `--plan`) and the answer is `{"card", "plan"}`, plus `{"shareUrl", "id"}` when
+  `share` is true. Nothing of a plain plan request is kept (a `schema` is read only when sharing).
+- `POST /api/v1/share`: body `{"graph", "schema"?}`; stores it and answers `{"shareUrl", "id"}`.
+- `GET /p/<id>`: the page of a share. With a schema (what `nnschemaparser ... --share` uploads:
+  shared_page.share_document), the inspector's static page of that schema (its block tree, shapes,
+  sources; static_html.py) under the plan card; for a graph-only share, the card, the layers by scope
+  and the nodes, with no script. Both are one self-contained page sent with a Content-Security-Policy
+  that fetches nothing (the inspector's one script is allowed by its hash). The page is rendered
+  once, when the share is stored, so a GET only reads a file.
+  `GET /api/v1/graphs/<id>`: the stored graph as JSON; `GET /api/v1/schemas/<id>`: the stored
+  schema document (404 for a graph-only share), which `load_schema` reads.
 - `GET /healthz`: `{"ok": true}`.
 
-Shared graphs are stored as files in `--store` (default: a new temporary folder) under ids made by
+An uploaded schema is hostile data: the request body is read with the schema files' strict bounded
+JSON reader (`files.file_format.parse_json`: nesting, string, number and decoded-size bounds) and
+the schema is decoded by the schema file loader without a model (shared_page.check_shared_schema:
+every record typed and checked, nothing imported, evaluated or called, never run); a body it
+refuses is 400 (413 past a size bound), naming the problem.
+
+Shares are stored as files in `--store` (default: a new temporary folder) under ids made by
 `secrets.token_urlsafe(18)` (144 random bits): the URL cannot be guessed, and anyone who has it can
 open it. Limits: a request body over `--max-body` bytes is refused with 413, a graph over
 `MAX_SERVED_NODES` nodes with 400; each client IP may make `--rate-limit` POST requests per
@@ -25,13 +37,13 @@ Errors answer `{"error": "..."}`.
 
 The server lives in the widget stage because it serves pages (it may import `inspection` for the
 graph checks and the plan); the root `__main__` dispatches `nnschemaparser serve` here.
-Depends on inspection (neurarch_graph, plan, gpu_table), starlette and uvicorn (the `serve` extra).
+Depends on inspection (neurarch_graph, plan, gpu_table), files (file_format), the widget's shared_page
+and static_html, starlette and uvicorn (the `serve` extra).
 """
 
 from __future__ import annotations
 
 import argparse
-import html
 import json
 import os
 import re
@@ -45,9 +57,13 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from ..files.file_format import FileLimitError, dump_json, parse_json
 from ..inspection.gpu_table import GPUTableError
 from ..inspection.neurarch_graph import GraphFileError, validate_graph
 from ..inspection.plan import PlanError, compute_plan, format_plan_card, options_from_json
+from ..schema.errors import SchemaFormatError
+from .shared_page import check_shared_schema, graph_page, inspector_page, share_limits
+from .static_html import content_security_policy
 
 __all__ = ["create_app", "main", "RateLimiter", "GraphStore", "MAX_SERVED_NODES", "DEFAULT_MAX_BODY"]
 
@@ -86,59 +102,64 @@ class RateLimiter:
 
 
 class GraphStore:
-    """Shared graphs as `<id>.json` files in one folder; ids from `secrets.token_urlsafe`."""
+    """Shares as files in one folder, under ids from `secrets.token_urlsafe`: `<id>.json` (the graph),
+    `<id>.html` (its page) and, when a schema was shared, `<id>.schema.json` (its document)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
 
-    def put(self, graph: dict[str, Any]) -> str:
-        while True:
-            token = secrets.token_urlsafe(18)
-            path = self.folder / f"{token}.json"
-            try:
-                with open(path, "x") as handle:  # never overwrite another share
-                    json.dump(graph, handle)
-                return token
-            except FileExistsError:  # pragma: no cover - 144 random bits
-                continue
+    @staticmethod
+    def new_token() -> str:
+        return secrets.token_urlsafe(18)
+
+    def put(self, token: str, graph: dict[str, Any], page: Optional[str] = None,
+            schema: Optional[dict[str, Any]] = None) -> bool:
+        """Store a share under `token` (False when the token is taken: draw another). Its schema and page
+        are written before the graph, whose file makes the id visible; no file is ever overwritten."""
+        try:
+            if schema is not None:
+                with open(self.folder / f"{token}.schema.json", "xb") as handle:
+                    handle.write(dump_json(schema))
+            if page is not None:
+                with open(self.folder / f"{token}.html", "x", encoding="utf-8") as handle:
+                    handle.write(page)
+            with open(self.folder / f"{token}.json", "x") as handle:
+                json.dump(graph, handle)
+            return True
+        except FileExistsError:  # pragma: no cover - 144 random bits
+            return False
+
+    def _path(self, token: str, suffix: str) -> Optional[Path]:
+        if not _ID.match(token) or not (self.folder / f"{token}.json").is_file():
+            return None
+        path = self.folder / f"{token}{suffix}"
+        return path if path.is_file() else None
 
     def get(self, token: str) -> Optional[dict[str, Any]]:
-        if not _ID.match(token):
-            return None
-        path = self.folder / f"{token}.json"
-        if not path.is_file():
-            return None
-        return json.loads(path.read_text())
+        path = self._path(token, ".json")
+        return None if path is None else json.loads(path.read_text())
+
+    def page(self, token: str) -> Optional[str]:
+        """The stored page (None for a share stored by an older server, or no such share)."""
+        path = self._path(token, ".html")
+        return None if path is None else path.read_text(encoding="utf-8")
+
+    def schema(self, token: str) -> Optional[bytes]:
+        path = self._path(token, ".schema.json")
+        return None if path is None else path.read_bytes()
 
 
-def _graph_page(graph: dict[str, Any], card: str) -> str:
-    """The page of a shared graph: the card, the layers grouped by scope, the node table."""
-    esc = html.escape
-    nodes = graph.get("nodes", [])
-    by_scope: dict[str, list[dict]] = {}
-    for node in nodes:
-        by_scope.setdefault(str(node.get("scope", "")), []).append(node)
-    tree = []
-    for scope in sorted(by_scope):
-        items = "".join(f"<li><code>{esc(str(n.get('id')))}</code> <b>{esc(str(n.get('type')))}</b> "
-                        f"{esc(json.dumps(n.get('outputShape')))}</li>" for n in by_scope[scope])
-        tree.append(f"<details open><summary>{esc(scope or '(root)')} <small>{len(by_scope[scope])} nodes"
-                    f"</small></summary><ul>{items}</ul></details>")
-    rows = "".join(
-        "<tr>" + "".join(f"<td>{esc(str(v))}</td>" for v in (
-            n.get("id"), n.get("type"), n.get("scope"), json.dumps(n.get("inputShape")),
-            json.dumps(n.get("outputShape")), n.get("paramCount"), json.dumps(n.get("params"))[:300])) + "</tr>"
-        for n in nodes)
-    title = esc(str(graph.get("name") or "graph"))
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{title} · nnschemaparser</title>"
-            "<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:70em}pre{background:#f6f6f6;"
-            "padding:1em}table{border-collapse:collapse;font-size:90%}td,th{border:1px solid #ddd;padding:2px 6px;"
-            "text-align:left}code{font-size:95%}</style></head><body>"
-            f"<h1>{title}</h1><pre>{esc(card)}</pre><h2>Layers by scope</h2>{''.join(tree)}"
-            f"<h2>Nodes</h2><table><tr><th>id</th><th>type</th><th>scope</th><th>input</th><th>output</th>"
-            f"<th>params</th><th>hyperparameters</th></tr>{rows}</table>"
-            f"<p><a href='../api/v1/graphs/{esc(str(graph.get('_id', '')))}'>the graph as JSON</a></p></body></html>")
+_GRAPH_PAGE_POLICY = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; " \
+                     "frame-ancestors 'none'"
+
+
+def _page_headers(page: str) -> dict[str, str]:
+    try:
+        policy = content_security_policy(page)  # the inspector page: its one script by hash
+    except ValueError:
+        policy = _GRAPH_PAGE_POLICY  # the graph page has no script
+    return {"Content-Security-Policy": policy, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
 
 
 def create_app(store: Optional[Path] = None, *, rate_limit: int = 30, window: float = 60.0,
@@ -147,12 +168,13 @@ def create_app(store: Optional[Path] = None, *, rate_limit: int = 30, window: fl
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
     from starlette.requests import Request
-    from starlette.responses import HTMLResponse, JSONResponse
+    from starlette.responses import HTMLResponse, JSONResponse, Response
     from starlette.routing import Route
 
     graphs = GraphStore(Path(store) if store is not None else Path(tempfile.mkdtemp(prefix="nnsp-shares-")))
     limiter = RateLimiter(rate_limit, window)
     keys = {k for k in api_keys if k}
+    limits = share_limits(max_body)
 
     def refuse(status: int, message: str) -> JSONResponse:
         return JSONResponse({"error": message}, status_code=status)
@@ -182,9 +204,11 @@ def create_app(store: Optional[Path] = None, *, rate_limit: int = 30, window: fl
                 raise _Refused(413, f"the request body is more than the limit of {max_body} bytes")
             chunks.append(chunk)
         try:
-            return json.loads(b"".join(chunks) or b"null")
-        except ValueError:
-            raise _Refused(400, "the request body is not JSON") from None
+            return parse_json(b"".join(chunks) or b"null", limits, "the request body")
+        except FileLimitError as exc:
+            raise _Refused(413, str(exc)) from None
+        except SchemaFormatError as exc:
+            raise _Refused(400, str(exc)) from None
 
     def checked(graph: Any, where: str) -> dict[str, Any]:
         try:
@@ -199,6 +223,27 @@ def create_app(store: Optional[Path] = None, *, rate_limit: int = 30, window: fl
     def share_url(request: Request, token: str) -> str:
         root = (public_url or str(request.base_url)).rstrip("/")
         return f"{root}/p/{token}"
+
+    def render(graph: dict[str, Any], schema: Any, card: str, token: str) -> tuple[str, Optional[dict[str, Any]]]:
+        """The share's page (the inspector's for a schema, else the graph page) and the schema to keep."""
+        title = str(graph.get("name") or "graph")
+        if schema is None:
+            return graph_page(graph, card, token), None
+        try:
+            decoded = check_shared_schema(schema, limits)
+        except SchemaFormatError as exc:
+            raise _Refused(400, f"the shared schema is refused: {exc}") from None
+        try:
+            return inspector_page(decoded, title, card), schema
+        except Exception as exc:  # a decoded schema the page cannot show: refused, never a crash
+            raise _Refused(400, f"the shared schema cannot be shown: {type(exc).__name__}: {exc}") from None
+
+    async def store(graph: dict[str, Any], schema: Any, card: str) -> str:
+        while True:
+            token = graphs.new_token()
+            page, kept = await run_in_threadpool(render, graph, schema, card, token)
+            if await run_in_threadpool(graphs.put, token, graph, page, kept):
+                return token
 
     async def plan(request: Request):
         try:
@@ -220,7 +265,7 @@ def create_app(store: Optional[Path] = None, *, rate_limit: int = 30, window: fl
             source = source[:200]
             answer = {"plan": result, "card": format_plan_card(result, source=source)}
             if body.get("share"):
-                token = await run_in_threadpool(graphs.put, graph)
+                token = await store(graph, body.get("schema"), answer["card"])
                 answer.update(id=token, shareUrl=share_url(request, token))
             return JSONResponse(answer)
         except _Refused as exc:
@@ -232,7 +277,9 @@ def create_app(store: Optional[Path] = None, *, rate_limit: int = 30, window: fl
             body = await read_json(request)
             if not isinstance(body, dict) or "graph" not in body:
                 raise _Refused(400, "the body must be a JSON object with a 'graph'")
-            token = await run_in_threadpool(graphs.put, checked(body["graph"], "graph"))
+            graph = checked(body["graph"], "graph")
+            card = format_plan_card(await run_in_threadpool(compute_plan, graph))
+            token = await store(graph, body.get("schema"), card)
             return JSONResponse({"id": token, "shareUrl": share_url(request, token)})
         except _Refused as exc:
             return refuse(exc.status, str(exc))
@@ -244,14 +291,25 @@ def create_app(store: Optional[Path] = None, *, rate_limit: int = 30, window: fl
         graph = await run_in_threadpool(stored, request)
         return JSONResponse(graph) if graph is not None else refuse(404, "no shared graph has this id")
 
-    async def graph_page(request: Request):
-        graph = await run_in_threadpool(stored, request)
-        if graph is None:
-            return HTMLResponse("<!doctype html><p>No shared graph has this id.</p>", status_code=404)
-        card = format_plan_card(compute_plan(graph))
-        page = _graph_page({**graph, "_id": request.path_params["token"]}, card)
-        return HTMLResponse(page, headers={"Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'",
-                                           "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"})
+    def stored_page(token: str) -> Optional[str]:
+        page = graphs.page(token)
+        if page is not None:
+            return page
+        graph = graphs.get(token)  # a share stored before pages were kept: rendered now
+        return None if graph is None else graph_page(graph, format_plan_card(compute_plan(graph)), token)
+
+    async def share_page(request: Request):
+        page = await run_in_threadpool(stored_page, request.path_params["token"])
+        if page is None:
+            return HTMLResponse("<!doctype html><p>No shared graph has this id.</p>", status_code=404,
+                                headers=_page_headers(""))
+        return HTMLResponse(page, headers=_page_headers(page))
+
+    async def schema_json(request: Request):
+        data = await run_in_threadpool(graphs.schema, request.path_params["token"])
+        if data is None:
+            return refuse(404, "no shared schema has this id (a graph-only share has none)")
+        return Response(data, media_type="application/json")
 
     async def health(request: Request):
         return JSONResponse({"ok": True})
@@ -260,7 +318,8 @@ def create_app(store: Optional[Path] = None, *, rate_limit: int = 30, window: fl
         Route("/api/v1/plan", plan, methods=["POST"]),
         Route("/api/v1/share", share, methods=["POST"]),
         Route("/api/v1/graphs/{token}", graph_json, methods=["GET"]),
-        Route("/p/{token}", graph_page, methods=["GET"]),
+        Route("/api/v1/schemas/{token}", schema_json, methods=["GET"]),
+        Route("/p/{token}", share_page, methods=["GET"]),
         Route("/healthz", health, methods=["GET"]),
     ])
 

@@ -1,7 +1,8 @@
 """The inspector's Python-side state machine: one stepped run at a time, its edits, the runs so far.
 
 `InspectorState` drives `SchemaInterpreter.step_run` one StepInfo at a time (step, step over,
-continue, run to, reset), applies and queues edits (a run with edits is a fork of the base run),
+continue, run to, reset; Step also stops at the pause before a sub-block call, a `CallPause`, so
+that into and over are a choice there), applies and queues edits (a run with edits is a fork of the base run),
 keeps every finished run as a `RunRecord` (with its ActivationTrace and GradientTrace), compares two
 runs with `compare_traces` and bins a step's activation and gradient with `histogram_bins`. Its
 `view_*` methods give the small JSON dicts the widget syncs as traits; the browser's requests are
@@ -38,7 +39,7 @@ from ..traces.compare import TraceDiff, compare_traces, diff_summary
 from ..schema.errors import EditError, NNSchemaError
 from ..traces.frames import diffs_to_dataframe, tensor_statistics
 from ..traces.histograms import histogram_bins
-from ..runtime.interpreter import SchemaInterpreter, StepInfo
+from ..runtime.interpreter import CallPause, SchemaInterpreter, StepInfo
 from ..schema.model import ModelBlockSchema
 from .edits import EditSpec, apply_edit_spec, parse_edit
 from .runs import RunRecord, StepLog, default_loss, new_record
@@ -135,19 +136,20 @@ class _RunDriver:
     def __init__(self, state: "InspectorState", record: RunRecord):
         self.record = record
         self.thread = state.run_thread
-        log = StepLog(record, state.tree, keep_live=state.options.gradients)
+        self.log = log = StepLog(record, state.tree, keep_live=state.options.gradients)
         self.interpreter = SchemaInterpreter(listeners=[record.recorder, log])
-        self.generator = self.interpreter.step_run(state.schema, _clone_scope(state.scope))
+        self.generator = self.interpreter.step_run(state.schema, _clone_scope(state.scope), pause_before_calls=True)
         self.rng = state.rng_state.clone()
         self.buffers = state.buffers
         self.started = False
         self.done = False
 
-    def advance(self) -> Optional[StepInfo]:
-        """The next StepInfo, or None when the run has returned (its outputs are then in the record)."""
+    def advance(self) -> "Optional[StepInfo | CallPause]":
+        """The next StepInfo (or CallPause, before a sub-block call), or None when the run has returned
+        (its outputs are then in the record)."""
         return self.thread.call(self._advance)
 
-    def _advance(self) -> Optional[StepInfo]:
+    def _advance(self) -> "Optional[StepInfo | CallPause]":
         if not self.started:
             self.buffers.restore()  # every run starts from the model's state at construction
             self.started = True
@@ -219,6 +221,7 @@ class InspectorState(Navigation, TensorRequests):
         self.runs: list[RunRecord] = []
         self.edits: list[EditSpec] = []
         self.current: Optional[StepInfo] = None
+        self.pause: Optional[CallPause] = None  # paused before a sub-block call (after `current`)
         self.status = "ready"
         self.error = ""
         self.last_compare: Optional[dict] = None
@@ -274,6 +277,7 @@ class InspectorState(Navigation, TensorRequests):
         self.runs.append(record)
         self._driver = _RunDriver(self, record)
         self.current = None
+        self.pause = None
         self.status = "ready"
         self.error = ""
 
@@ -289,17 +293,27 @@ class InspectorState(Navigation, TensorRequests):
     def _new_record(self, fork: bool, edits: list[EditSpec]) -> RunRecord:
         return new_record(self._name(fork), edits, self.options.gradients, self.options.limits)
 
-    def _advance(self) -> bool:
-        """One step; False when the run cannot go on (finished or failed)."""
+    def _advance(self, stop_at_calls: bool = False) -> bool:
+        """One step (with `stop_at_calls`, or the pause before a sub-block call that comes first);
+        False when the run cannot go on (finished or failed)."""
         if self.status in ("finished", "error"):
             return False
-        try:
-            step = self._driver.advance()
-        except Exception as exc:
-            self.status = "error"
-            self.error = f"the run failed at step {self.step_index + 1}: {type(exc).__name__}: {exc}"
-            self.active.error = self.error
-            return False
+        while True:
+            try:
+                step = self._driver.advance()
+            except Exception as exc:
+                self.pause = None
+                self.status = "error"
+                self.error = f"the run failed at step {self.step_index + 1}: {type(exc).__name__}: {exc}"
+                self.active.error = self.error
+                return False
+            if not isinstance(step, CallPause):
+                break
+            if stop_at_calls:
+                self.pause = step
+                self.status = "paused"
+                return True
+        self.pause = None
         if step is None:
             self._finish()
             return False
@@ -335,16 +349,26 @@ class InspectorState(Navigation, TensorRequests):
         if self.status != "error":
             self.error = ""
 
-    def step(self) -> Optional[StepInfo]:
-        """Run one instruction (stepping into sub-blocks); returns the new current StepInfo."""
+    @property
+    def position(self) -> "Optional[StepInfo | CallPause]":
+        """Where the run is paused: the pause before a sub-block call, else the current step."""
+        return self.pause if self.pause is not None else self.current
+
+    def step(self) -> "Optional[StepInfo | CallPause]":
+        """Step into: run one instruction, or stop at the pause before a sub-block call when one comes
+        first; from that pause, enter the callee (its first instruction). Returns `position`."""
         self._new_action()
-        self._advance()
-        return self.current
+        self._advance(stop_at_calls=True)
+        return self.position
+
+    step_into = step
 
     def step_over(self) -> Optional[StepInfo]:
-        """Run until the next step in the current frame or an outer one (a sub-block call runs whole)."""
+        """Run until the next step in the current frame or an outer one (a sub-block call runs whole;
+        from the pause before a call, that is the call's own completion step)."""
         self._new_action()
-        depth = self.current.frame_depth if self.current is not None else None
+        position = self.position
+        depth = position.frame_depth if position is not None else None
         while self._advance():
             if depth is None or self.current.frame_depth <= depth:
                 break
@@ -380,6 +404,9 @@ class InspectorState(Navigation, TensorRequests):
 
     def edit(self, action: str, argument: Any = None) -> EditSpec:
         """Edit the current step's value now and queue the edit; the run becomes a fork of the base run."""
+        if self.pause is not None:
+            raise EditError(f"paused before the call of {self.pause.callee_path}: there is no value of a step to edit "
+                            "here; Step into the call, Step over it, or edit the step that bound an argument")
         if self.current is None or self.status != "paused":
             raise EditError("there is no paused step to edit; press Step first" if self.status == "ready" else
                             f"the run is {self.status}; press Reset to start a new run, then step to an edit point")
@@ -451,6 +478,8 @@ class InspectorState(Navigation, TensorRequests):
         """Activation and gradient bins of one step, by StepInfo index (default: the current step) or
         by trace step number; computed with the traces' `histogram_bins`."""
         record = self.run(run)
+        if trace_step is None and step is None and self.pause is not None and record is self.active:
+            trace_step = self.pause_trace_step()  # paused before a call: its first tensor argument
         if trace_step is None:
             index = self.step_index if step is None and record is self.active else step
             if index is None:
@@ -504,6 +533,8 @@ class InspectorState(Navigation, TensorRequests):
     # -- views (the small JSON state the widget syncs) -----------------------------------------
 
     def view_step(self) -> dict:
+        if self.pause is not None:
+            return self.view_pause()
         step = self.current
         if step is None:
             return {"index": 0, "run": self.active.name}

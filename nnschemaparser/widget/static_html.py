@@ -15,11 +15,18 @@ steps looked at keep the widget's cap (128 cells per side); the sample keeps at 
 MAX_SAMPLED_TENSORS steps per run at SAMPLED_SIDE cells per side, so a run adds at most
 MAX_SAMPLED_TENSORS * SAMPLED_SIDE**2 numbers (about 1 MB of JSON) beyond its trace rows and bins.
 
+The page's one executable script is the inline module script (the bundle and a two-line boot);
+the payload sits in a `type="application/json"` element, escaped so that it cannot end it.
+`content_security_policy(page)` gives the policy a server sends with a page (share_server.py):
+scripts only by that script's SHA-256, styles inline, nothing fetched.
+
 Depends on the widget's state, runs, messages and tensor_views modules; never on anywidget.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
 from pathlib import Path
@@ -31,8 +38,8 @@ from .runs import TRACE_COLUMNS, RunRecord
 from .state import InspectorState
 from .tensor_views import STATS, TensorViewError, layer_series
 
-__all__ = ["static_payload", "static_page", "write_static_html", "MAX_HISTOGRAM_STEPS", "MAX_SAMPLED_TENSORS",
-           "SAMPLED_SIDE"]
+__all__ = ["static_payload", "static_page", "write_static_html", "content_security_policy", "MAX_HISTOGRAM_STEPS",
+           "MAX_SAMPLED_TENSORS", "SAMPLED_SIDE"]
 
 MAX_HISTOGRAM_STEPS = 400
 MAX_SAMPLED_TENSORS = 12
@@ -187,27 +194,48 @@ def _script_safe(text: str) -> str:
     return text.replace("</", "<\\/").replace("<!--", "<\\!--")
 
 
-def static_page(state: InspectorState, title: str = "") -> str:
-    """The HTML text of the static page."""
+_MODULE_SCRIPT = '<script type="module">'
+_BOOT = ('const __data = JSON.parse(document.getElementById("nnsp-data").textContent);\n'
+         '__nnsp["index"].default.render({ model: __nnsp["index"].createStaticModel(__data), '
+         'el: document.getElementById("nnsp-static") });\n')
+
+
+def static_page(state: InspectorState, title: str = "", preface: str = "") -> str:
+    """The HTML text of the static page; `preface` (plain text, e.g. a plan card) is shown above the
+    inspector, escaped."""
     bundle = (_STATIC / "widget.js").read_text()
     css = (_STATIC / "widget.css").read_text()
     if "</script" in bundle.lower():
         raise ValueError("static/widget.js contains '</script', which cannot be inlined; rebuild it")
     data = _script_safe(json.dumps(static_payload(state, title), separators=(",", ":"), default=str))
     name = html.escape(title or state.schema.name)
-    boot = ('const __data = JSON.parse(document.getElementById("nnsp-data").textContent);\n'
-            '__nnsp["index"].default.render({ model: __nnsp["index"].createStaticModel(__data), '
-            'el: document.getElementById("nnsp-static") });\n')
+    top = (f"<pre class=\"nnsp-preface\" aria-label=\"Plan card\">{html.escape(preface)}</pre>\n"
+           if preface else "")
     return (
         "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         "<meta name=\"color-scheme\" content=\"light dark\">\n"
         f"<title>{name} · nnschemaparser</title>\n<style>\n{css}\n"
         "body { margin: 16px; background: #fafafa; }\n"
-        "@media (prefers-color-scheme: dark) { body { background: #121212; } }\n</style>\n</head>\n<body>\n"
-        "<div id=\"nnsp-static\"></div>\n"
+        ".nnsp-preface { font: 12px/1.35 ui-monospace, monospace; overflow-x: auto; margin: 0 0 12px; }\n"
+        "@media (prefers-color-scheme: dark) { body { background: #121212; } .nnsp-preface { color: #ddd; } }\n"
+        "</style>\n</head>\n<body>\n"
+        f"{top}<div id=\"nnsp-static\"></div>\n"
         f"<script type=\"application/json\" id=\"nnsp-data\">{data}</script>\n"
-        f"<script type=\"module\">\n{bundle}\n{boot}</script>\n</body>\n</html>\n"
+        f"{_MODULE_SCRIPT}\n{bundle}\n{_BOOT}</script>\n</body>\n</html>\n"
     )
+
+
+def content_security_policy(page: str) -> str:
+    """The Content-Security-Policy to serve `page` (a static_page text) with: its module script by
+    hash, inline styles, and nothing else (no fetch, no other script, no frame, no form, no base)."""
+    start = page.rfind(_MODULE_SCRIPT)
+    end = page.rfind("</script>")
+    if start < 0 or end < start:
+        raise ValueError("not a static inspector page: it has no module script")
+    script = page[start + len(_MODULE_SCRIPT):end]
+    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
+    return (f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; "
+            "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
 
 def write_static_html(state: InspectorState, path: str | Path, title: Optional[str] = None) -> Path:

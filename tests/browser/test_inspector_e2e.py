@@ -82,8 +82,12 @@ def test_step_edit_and_compare_in_jupyterlab(lab, browser, artifacts):
     expect(tree).to_contain_text("fc1 · Linear")
     assert _kernel_state(page)["step_index"] == 0
 
-    # Step three times from the UI; the kernel agrees
+    # Step from the UI: the first Step stops before the call of fc1 (no step yet), then three steps;
+    # the kernel agrees
     step = root.get_by_role("button", name="Step", exact=True)
+    step.click()
+    expect(root.locator(".nnsp-status")).to_contain_text("before fc1")
+    assert _kernel_state(page)["step_index"] == 0
     timings = [_step_and_time(root, step, expect, n) for n in (1, 2, 3)]
     expect(root.locator(".nnsp-row.nnsp-current")).to_contain_text("hidden = self.fc1(x)")
     expect(root.locator(".nnsp-line-current")).to_contain_text("hidden = self.fc1(x)")
@@ -128,6 +132,7 @@ def test_step_edit_and_compare_in_jupyterlab(lab, browser, artifacts):
     root.locator(".nnsp-title").click()
     page.keyboard.press("r")
     expect(root.locator(".nnsp-status")).to_contain_text("ready")
+    page.keyboard.press("s")  # before the call of fc1
     page.keyboard.press("s")
     page.keyboard.press("s")
     expect(root.locator(".nnsp-status")).to_contain_text("step 2")

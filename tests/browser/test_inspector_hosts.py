@@ -35,6 +35,8 @@ def _env() -> dict:
 
 def _step_three_times(root, expect) -> None:
     step = root.get_by_role("button", name="Step", exact=True)
+    step.click()  # the first Step stops before the call of fc1
+    expect(root.locator(".nnsp-status")).to_contain_text("before fc1", timeout=60_000)
     for n in (1, 2, 3):
         step.click()
         expect(root.locator(".nnsp-status")).to_contain_text(f"step {n}", timeout=60_000)
@@ -108,6 +110,8 @@ def test_the_notebook_runs_in_marimo(browser, artifacts, tmp_path):
         root.locator(".nnsp-title").click()
         page.keyboard.press("r")
         expect(root.locator(".nnsp-status")).to_contain_text("ready")
+        page.keyboard.press("s")  # before the call of fc1
+        expect(root.locator(".nnsp-status")).to_contain_text("before fc1")
         page.keyboard.press("s")
         expect(root.locator(".nnsp-status")).to_contain_text(re.compile(r"paused · step 1"))
         root.screenshot(path=str(artifacts / "host-marimo.png"))
