@@ -71,6 +71,9 @@ class InspectorWidget(anywidget.AnyWidget):
     runs = traitlets.List().tag(sync=True)
     edit_list = traitlets.List().tag(sync=True)
     blocks = traitlets.Dict().tag(sync=True)
+    #: The tree's lowered view: one row per instruction ($t temporaries, attribute fetches) instead
+    #: of one per source statement; the browser's "Lowered" button and `l` key set it too.
+    show_lowered = traitlets.Bool(False).tag(sync=True)
 
     def __init__(self, schema: ModelBlockSchema, scope: Mapping[str, Any], *, gradients: bool = True,
                  loss_fn: Optional[Callable[[list], Any]] = None, namespace: Optional[Mapping[str, Any]] = None,
