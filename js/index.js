@@ -175,7 +175,7 @@ function render({ model, el }) {
   const navBox = h("div", { class: "nnsp-nav" });
   const stackBox = h("div", { class: "nnsp-stack" });
   const nav = new NavigatorPanel(navBox, channel, {
-    isStatic, send,
+    isStatic, send, lowered: () => tree.lowered,
     jump: (result) => Promise.all([tree.reveal(result.node, result.ancestors, { into: true }), source.show(result.source_block, result.line)]),
     onBreakpoints: (view) => source.setBreakpoints(view.items),
   });

@@ -289,3 +289,16 @@ def test_the_widget_starts_in_the_source_view_and_show_lowered_is_a_synced_trait
     kinds = {row[2] for row in widget.tree["rows"]}
     assert "s" in kinds, "the rows sent are those of the source view; the browser lowers them itself"
     widget.close()
+
+
+def test_search_results_and_breakpoint_labels_carry_the_source_text_the_row_shows():
+    torch.manual_seed(0)
+    x = torch.randn(2, 4)
+    state = InspectorState(parsed(Decorated(), x=x), {"x": x})
+    found = [r for r in state.search("h = self.fc(x)") if r["kind"] == "call"]
+    assert found and found[0]["source"] == "h = self.fc(x)"
+    assert "CALL" in found[0]["text"]  # the lowered text stays for the lowered view
+    state.break_at(found[0]["node"])
+    assert state.view_breakpoints()["items"][0]["label"].endswith("h = self.fc(x)")
+    statement = state.search("shift(h) + self.scaled")[0]
+    assert statement["kind"] == "statement" and statement["source"] == statement["text"]

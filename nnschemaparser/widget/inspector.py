@@ -181,12 +181,13 @@ class InspectorWidget(anywidget.AnyWidget):
 
     def search(self, query: str, limit: int = 200) -> Any:
         """The tree rows matching `query` (block paths like "h.1.attn" first, then variables, op names,
-        instruction text) as a DataFrame: node, kind, text, op, shape, line, block, path, ancestors."""
+        instruction text) as a DataFrame: node, kind, text, source (the source text the row shows in
+        the source view, "" where that is `text`), op, shape, line, block, path, ancestors."""
         import pandas as pd
 
         with self._lock:
             rows = self._state.search(query, limit)
-        return pd.DataFrame(rows, columns=["node", "kind", "text", "op", "shape", "line", "block", "path",
+        return pd.DataFrame(rows, columns=["node", "kind", "text", "source", "op", "shape", "line", "block", "path",
                                            "ancestors"])
 
     def break_at(self, where: Any = None, *, line: Optional[int] = None, file: str = "",

@@ -357,13 +357,23 @@ class BlockTree:
         return found
 
     def describe(self, index: int) -> dict:
-        """One node for a search result or a breakpoint list: its row fields, block and ancestors."""
+        """One node for a search result or a breakpoint list: its row fields (`source`: the text the
+        source view shows for it, "" where that is `text`), block and ancestors."""
         node = self.nodes[index]
         owner = self.blocks.get(node.block)
-        return {"node": index, "kind": KINDS.get(node.kind, node.kind), "text": node.text, "op": node.op,
+        return {"node": index, "kind": KINDS.get(node.kind, node.kind), "text": node.text,
+                "source": self.source_text(index), "op": node.op,
                 "shape": node.shape, "line": node.line, "block": owner.path if owner is not None else "",
                 "path": (node.extra or {}).get("path", "") if node.kind == "B" else "",
                 "ancestors": self.ancestors(index), "source_block": node.block}
+
+    def source_text(self, index: int) -> str:
+        """The source text a row shows in the source view: a statement row's own text, the statement
+        text of a one-instruction statement or compound row, "" for the others (they show `text`)."""
+        node = self.nodes[index]
+        if node.kind == "s":
+            return node.text
+        return (node.extra or {}).get("src", "")
 
     def find_block(self, path: str) -> int:
         """The node of the block at `path`, or of the one block whose path ends with `.path`."""
