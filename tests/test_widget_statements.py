@@ -302,3 +302,19 @@ def test_search_results_and_breakpoint_labels_carry_the_source_text_the_row_show
     assert state.view_breakpoints()["items"][0]["label"].endswith("h = self.fc(x)")
     statement = state.search("shift(h) + self.scaled")[0]
     assert statement["kind"] == "statement" and statement["source"] == statement["text"]
+
+
+def test_the_current_step_names_the_source_statement_it_belongs_to(case):
+    _, _, inputs, schema, _ = case
+    state = InspectorState(schema, inputs)
+    seen = set()
+    for _ in range(40):
+        state.step()
+        view = state.view_step()
+        if view.get("pause"):
+            continue
+        assert view["statement"] == state.tree.source_text(state.tree.statement_nodes.get(view["node"], view["node"]))
+        if view["text"].startswith("$t"):  # a temporary: its statement's own source text
+            assert view["statement"] and not view["statement"].startswith("$t")
+            seen.add(view["statement"])
+    assert seen
