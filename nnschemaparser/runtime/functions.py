@@ -277,6 +277,8 @@ def annotate(exc: BaseException, unit: Unit, here: Any) -> None:
         if "_blk" in local:
             break
         candidate = local.get("_i")
+        if candidate is None and "_at" in local:  # a generated body: the instruction of the failing line
+            candidate = local["_at"].get(tb.tb_lineno, (None,))[0]
         if isinstance(candidate, Instruction):
             instr = candidate
         tb = tb.tb_next

@@ -31,10 +31,11 @@ from .argument_binding import live_signature, root_call
 from .functions import InterpretedFunction, Unit, rebind_wrapper, rebindable
 from .module_hooks import call_with_hooks, global_hooks_active
 from .observer import BREAK, CONTINUE, RETURN, RETURN_SLOT, Observer, StepAbandoned
-from .operands import fusable_method_call, names_read
+from .bodies import BodyEntry, fuse_body
+from .operands import Piece, fusable_method_call, names_read, piece_closure
 
 _Module = nn.Module
-from ..schema.model import ControlInstruction, FunctionSchema, Instruction, ModelBlockSchema, ReturnInstruction, TryInstruction, WithInstruction
+from ..schema.model import BreakInstruction, ContinueInstruction, ControlInstruction, FunctionSchema, Instruction, ModelBlockSchema, ReturnInstruction, TryInstruction, WithInstruction
 
 __all__ = ['Program', 'entry_signature', 'Observer', 'InterpretedFunction', 'BREAK', 'CONTINUE', 'RETURN', 'RETURN_SLOT', 'StepAbandoned', 'rebindable']
 
@@ -235,22 +236,43 @@ class Program(CallCompiler, ControlCompiler):
     # -- compilation ------------------------------------------------------------------------
 
     def compile_list(self, instrs: list[Instruction], unit: Unit) -> list[Callable]:
-        if self.observer is not None:
-            return [self.compile(instr, unit) for instr in instrs]
-        # Plain runs fuse `$t = getattr(obj, 'm')` + `out = obj.m(...)` into one closure: nobody
-        # observes the bound method, and half the dispatches of method-heavy code disappear.
-        compiled = []
+        """`instrs` as one generated function (see `bodies.fuse_body`): `[body]`, or `[]` for none."""
+        if not instrs:
+            return []
+        observer = self.observer
+        entries = []
         index = 0
         while index < len(instrs):
             instr = instrs[index]
-            if index + 1 < len(instrs) and fusable_method_call(instr, instrs[index + 1]):
-                fused = self.compile_method_call(instr, instrs[index + 1], unit)
-                compiled.append(self.fresh_weights(fused, names_read(instr) + names_read(instrs[index + 1]), unit))
+            # Plain runs fuse `$t = getattr(obj, 'm')` + `out = obj.m(...)` into one piece: nobody
+            # observes the bound method, and half the dispatches of method-heavy code disappear.
+            if observer is None and index + 1 < len(instrs) and fusable_method_call(instr, instrs[index + 1]):
+                call = instrs[index + 1]
+                entries.append(BodyEntry(call, instr, self.compile_method_call(instr, call, unit),
+                                         self.weights_read(names_read(instr) + names_read(call), unit),
+                                         True, False, None))
                 index += 2
                 continue
-            compiled.append(self.compile(instr, unit))
+            control = isinstance(instr, (ControlInstruction, TryInstruction, WithInstruction))
+            if isinstance(instr, ReturnInstruction):
+                item, ends = self.return_piece(instr), "return"
+            elif isinstance(instr, (BreakInstruction, ContinueInstruction)):
+                item = Piece("pass", {"_i": instr})
+                ends = "break" if isinstance(instr, BreakInstruction) else "continue"
+            else:
+                item, ends = getattr(self, "compile_" + type(instr).__name__)(instr, unit), None
+            entries.append(BodyEntry(instr, None, item, self.weights_read(names_read(instr), unit), not control,
+                                     bool(getattr(instr, "mutates", False)), ends))
             index += 1
-        return compiled
+        return [fuse_body(entries, observer, unit.module, unit.direct_weights)]
+
+    @staticmethod
+    def weights_read(names: list, unit: Unit) -> tuple:
+        """The (ref, attr) weights among `names` that `unit` reads live before an instruction."""
+        if not unit.weights or not names:
+            return ()
+        mapping = dict(unit.weights)
+        return tuple((ref, mapping[ref]) for ref in dict.fromkeys(names) if ref in mapping)
 
     @staticmethod
     def fresh_weights(fn: Callable, names: list, unit: Unit) -> Callable:
@@ -271,6 +293,8 @@ class Program(CallCompiler, ControlCompiler):
     def _compile(self, instr: Instruction, unit: Unit) -> Callable:
         kind = type(instr).__name__
         fn = getattr(self, "compile_" + kind)(instr, unit)
+        if isinstance(fn, Piece):
+            fn = piece_closure("run", fn)
         observer = self.observer
         if observer is None or isinstance(instr, (ControlInstruction, TryInstruction, WithInstruction)):
             return fn

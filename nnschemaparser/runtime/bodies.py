@@ -1,0 +1,106 @@
+"""A list of instructions spliced into one straight-line generated function over the frame dict.
+
+`Program.compile_list` hands `fuse_body` one entry per instruction: the instruction's `Piece`
+(source text, from `compile_calls`) or, for control flow and the rarer statements, its closure,
+with the weights it reads. The result is one function `body(f)`: each piece's text in order (its
+names suffixed so that pieces stay apart), the live weight reads before it, the observer's
+`before`/`after` calls around it in an observed program, a closure called where a piece is
+missing (`s = c(f)`, its signal passed up), and `return RETURN` / `BREAK` / `CONTINUE` where the
+instruction ends the list. These are the execution rules of the closures, written out once per
+list instead of one call per instruction (the closure call, the run loop's signal test and the
+weight-read wrapper were most of the per-instruction cost on dispatch-bound models).
+
+Error reports read the running instruction from the default argument `_at` (line number →
+(instruction, fused getattr)), as they read `_i` / `_r` in a closure. The source of identical
+blocks (the 32 layers of a stack) is identical, so they share one code object.
+
+Depends on `operands` and `observer`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from .observer import BREAK, CONTINUE, RETURN, RETURN_SLOT, Observer
+from .operands import Piece, _factory, renamed
+
+__all__ = ["fuse_body", "BodyEntry"]
+
+_MISSING = object()
+
+
+class BodyEntry:
+    """One instruction of a list: its piece or closure, the fused getattr (if any), the weights it reads."""
+
+    __slots__ = ("instr", "fetch", "item", "weights", "leaf", "mutates", "ends")
+
+    def __init__(self, instr: Any, fetch: Any, item: Any, weights: tuple, leaf: bool, mutates: bool,
+                 ends: Optional[str]):
+        self.instr = instr
+        self.fetch = fetch
+        self.item = item
+        self.weights = weights  # ((ref, attr), ...) read live before the instruction
+        self.leaf = leaf  # an observed program reports it (`after`); control flow is not reported
+        self.mutates = mutates
+        self.ends = ends  # "return" / "break" / "continue" for the instructions that end the list
+
+
+def _slow_reader(module: Any) -> Callable[[str], Any]:
+    buffers = getattr(module, "_buffers", {})
+
+    def slow(attr: str) -> Any:
+        return buffers[attr] if attr in buffers else getattr(module, attr)
+
+    return slow
+
+
+def fuse_body(entries: list, observer: Optional[Observer], module: Any, direct_weights: bool) -> Callable[[dict], Any]:
+    """The function `body(f)` running `entries` in order; returns a signal (or None), as `run_list` does."""
+    env: dict = {"SR": RETURN, "SB": BREAK, "SC": CONTINUE, "RS": RETURN_SLOT}
+    lines: list[str] = []
+    at: dict = {}
+    first_line = 3  # line 1: `def factory`, line 2: `def body`
+    if any(entry.weights for entry in entries):
+        env["UMOD"] = module
+        if direct_weights:
+            env.update(UP=module._parameters, UM=_MISSING, USLOW=_slow_reader(module))
+    if observer is not None:
+        env.update(UBEFORE=observer.before, UAFTER=observer.after)
+    for k, entry in enumerate(entries):
+        for j, (ref, attr) in enumerate(entry.weights):
+            env[f"wr{k}_{j}"], env[f"wa{k}_{j}"] = ref, attr
+            if direct_weights:
+                lines.append(f"w = UP.get(wa{k}_{j}, UM)")
+                lines.append(f"f[wr{k}_{j}] = w if w is not UM else USLOW(wa{k}_{j})")
+            else:
+                lines.append(f"f[wr{k}_{j}] = getattr(UMOD, wa{k}_{j})")
+        observed = observer is not None and entry.leaf
+        if observed:
+            env[f"o{k}"] = entry.instr
+            if entry.mutates:
+                lines.append(f"UBEFORE(o{k}, f)")
+        item = entry.item
+        if isinstance(item, Piece):
+            names = frozenset(n for n in item.env if n not in ("_i", "_r"))
+            text = renamed(item.text, names, f"_{k}") if names else item.text
+            for name in names:
+                env[f"{name}_{k}"] = item.env[name]
+            own = text.split("\n")
+        else:
+            env[f"c{k}"] = item
+            own = [f"s = c{k}(f)", "if s is not None:", "    return s"] if not entry.leaf else [f"c{k}(f)"]
+        for line in own:
+            at[first_line + len(lines)] = (entry.instr, entry.fetch)
+            lines.append(line)
+        if observed:
+            lines.append(f"UAFTER(o{k}, f)")
+        if entry.ends is not None:
+            lines.append("return " + {"return": "SR", "break": "SB", "continue": "SC"}[entry.ends])
+            break  # nothing after it runs
+    env["_at"] = at
+    body = "\n        ".join(lines) or "pass"
+    source = (f"def factory({', '.join(env)}):\n"
+              f"    def body(f, _at=_at):\n"
+              f"        {body}\n"
+              f"    return body\n")
+    return _factory(source)(**env)
