@@ -29,7 +29,7 @@ from .compile_calls import CallCompiler
 from .compile_control import ControlCompiler
 from .argument_binding import live_signature, root_call
 from .functions import InterpretedFunction, Unit, rebind_wrapper, rebindable
-from .module_hooks import call_with_hooks, global_hooks_active
+from .module_hooks import GLOBAL_HOOK_DICTS, call_with_hooks, global_hooks_active
 from .observer import BREAK, CONTINUE, RETURN, RETURN_SLOT, Observer, StepAbandoned
 from .bodies import BodyEntry, fuse_body
 from .operands import Piece, fusable_method_call, names_read, piece_closure
@@ -97,7 +97,7 @@ class Program(CallCompiler, ControlCompiler):
             invoke = self._direct(block)
         elif type(block.module).__call__ is not _Module.__call__:
             invoke = self._through_call_override(block.module, self._direct(block))
-        else:
+        elif block.wrapper is not None or len(GLOBAL_HOOK_DICTS) != 4:
             direct = self._direct(block)
             module = block.module
 
@@ -106,7 +106,36 @@ class Program(CallCompiler, ControlCompiler):
                         or module._backward_pre_hooks or global_hooks_active() or "forward" in module.__dict__):
                     return call_with_hooks(module, args, kwargs, direct)
                 return direct(args, kwargs)
+        else:
+            invoke = self._bound_invoker(block)
         self.invokers[id(block)] = invoke
+        return invoke
+
+    def _bound_invoker(self, block: ModelBlockSchema) -> Callable[[Any, dict], Any]:
+        """`invoke` for a forward block without decorators: the hook test, the binding and the run
+        in one function (what `_direct` and `Unit.bind` do, without their two calls per block)."""
+        direct = self._direct(block)
+        module = block.module
+        unit = self.unit(block)
+        params, simple, count = unit.params, unit.simple, len(unit.params)
+        self_name, self_value, defaults, general = unit.self_name, unit.self_value, unit.schema.defaults, unit._binder
+        g0, g1, g2, g3 = GLOBAL_HOOK_DICTS
+        observer, run, observed_run = self.observer, unit.run, self._observed_run
+
+        def invoke(args: Any, kwargs: dict) -> Any:
+            if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                    or module._backward_pre_hooks or g0 or g1 or g2 or g3 or "forward" in module.__dict__):
+                return call_with_hooks(module, args, kwargs, direct)
+            if simple and not kwargs and len(args) == count:
+                frame = dict(zip(params, args))
+            else:
+                frame = general(args, kwargs, defaults)
+            if self_name is not None:
+                frame[self_name] = self_value
+            if observer is None:
+                return run(frame)
+            return observed_run(observer, block, unit, frame)
+
         return invoke
 
     @staticmethod
