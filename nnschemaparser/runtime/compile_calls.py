@@ -19,7 +19,7 @@ from torch import nn
 
 from .argument_binding import nested_qualname
 from .functions import InterpretedFunction, Unit
-from .operands import Piece, args_builder, call_piece, getter, operand_spec, operand_text
+from .operands import Piece, args_builder, attribute_name, call_piece, getter, operand_spec, operand_text, operator_piece
 from ..schema.model import BlockInstruction, FunctionInstruction, OpInstruction, VarRef
 
 __all__ = ['CallCompiler']
@@ -48,6 +48,12 @@ class CallCompiler:
         env = {"_i": call, "_r": fetch, "out": call.out_var, "attr": fetch.args[1], "call_value": self.call_value,
                "Module": _Module}
         receiver = operand_text(fetch.args[0], "rv", env)
+        name = attribute_name(fetch.args[1])
+        if name is not None:  # `x.view`, as the source wrote it
+            del env["attr"]
+            return call_piece(f"m = {receiver}.{name}\n"
+                              "f[out] = call_value(m, {lists}) if isinstance(m, Module) else m({call})",
+                              env, call.args, call.kwargs, call.star_args, call.args_var, call.kwargs_var, "m")
         # A module's method (its forward, say) goes through call_value, which runs its block; any
         # other callable is called directly, as call_value would.
         return call_piece(f"m = getattr({receiver}, attr)\n"
@@ -62,6 +68,10 @@ class CallCompiler:
             return call_piece("m = f[tname]\n"
                               "f[out] = call_value(m, {lists}) if isinstance(m, Module) else m({call})",
                               env, instr.args, instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var, "m")
+        if not instr.kwargs and not instr.star_args and instr.args_var is None and instr.kwargs_var is None:
+            inline = operator_piece(out, target, instr.args, {"_i": instr})
+            if inline is not None:
+                return inline
         return call_piece("f[out] = t({call})", {"_i": instr, "out": out, "t": target}, instr.args, instr.kwargs,
                           instr.star_args, instr.args_var, instr.kwargs_var, "t")
 

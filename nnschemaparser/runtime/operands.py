@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import keyword
+import operator
 import tokenize
 from operator import itemgetter
 from typing import Any, Callable, Optional
@@ -206,6 +207,43 @@ def call_piece(statement: str, env: dict, args: list, kwargs: dict, star_args: t
     own = [f"{k}={text}" for k, text in pairs] if plain_keys else ["**" + display] if pairs else []
     call = ", ".join([*positional, *own, *(["**f[kv]"] if kwargs_var is not None else [])])
     return Piece(statement.replace("{call}", call).replace("{lists}", lists), env)
+
+
+# Calls of these callables are written as the operator itself (`operator.add(a, b)` is `a + b`:
+# the same C slot, the same errors) so that the generated code pays no call for them.
+_OPERATORS = {operator.add: "{0} + {1}", operator.sub: "{0} - {1}", operator.mul: "{0} * {1}",
+              operator.truediv: "{0} / {1}", operator.floordiv: "{0} // {1}", operator.mod: "{0} % {1}",
+              operator.pow: "{0} ** {1}", operator.matmul: "{0} @ {1}", operator.and_: "{0} & {1}",
+              operator.or_: "{0} | {1}", operator.xor: "{0} ^ {1}", operator.lshift: "{0} << {1}",
+              operator.rshift: "{0} >> {1}", operator.getitem: "{0}[{1}]", operator.neg: "-{0}",
+              operator.pos: "+{0}", operator.invert: "~{0}", operator.not_: "not {0}", operator.is_: "{0} is {1}",
+              operator.is_not: "{0} is not {1}", operator.eq: "{0} == {1}", operator.ne: "{0} != {1}",
+              operator.lt: "{0} < {1}", operator.le: "{0} <= {1}", operator.gt: "{0} > {1}", operator.ge: "{0} >= {1}"}
+
+
+def attribute_name(op: Any) -> Optional[str]:
+    """The attribute `op` names when it is a constant identifier (`getattr(x, 'weight')` is `x.weight`)."""
+    kind, value = operand_spec(op)
+    if kind == "const" and type(value) is str and value.isidentifier() and not keyword.iskeyword(value) \
+            and not value.startswith("__"):
+        return value
+    return None
+
+
+def operator_piece(out: str, target: Any, args: list, env: dict) -> Optional[Piece]:
+    """`f[out] = a + b` (or `x.name` for a constant getattr) for a call of an operator, else None."""
+    try:
+        template = _OPERATORS.get(target)
+    except TypeError:  # an unhashable callable
+        return None
+    if template is None and target is getattr and len(args) == 2 and attribute_name(args[1]) is not None:
+        env = dict(env, out=out)
+        return Piece(f"f[out] = {operand_text(args[0], 'p0', env)}.{attribute_name(args[1])}", env)
+    if template is None or len(args) != template.count("{"):
+        return None
+    env = dict(env, out=out)
+    texts = [operand_text(op, f"p{i}", env) for i, op in enumerate(args)]
+    return Piece("f[out] = " + template.format(*texts), env)
 
 
 def piece_closure(name: str, piece: Piece) -> Callable[[dict], Any]:
