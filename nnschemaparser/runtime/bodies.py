@@ -14,12 +14,14 @@ Error reports read the running instruction from the default argument `_at` (line
 (instruction, fused getattr)), as they read `_i` / `_r` in a closure. The source of identical
 blocks (the 32 layers of a stack) is identical, so they share one code object.
 
-Depends on `operands` and `observer`.
+Depends on torch, `operands` and `observer`.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
+
+from torch import Tensor
 
 from .observer import BREAK, CONTINUE, RETURN, RETURN_SLOT, Observer
 from .operands import Piece, _factory, renamed
@@ -54,8 +56,13 @@ def _slow_reader(module: Any) -> Callable[[str], Any]:
     return slow
 
 
-def fuse_body(entries: list, observer: Optional[Observer], module: Any, direct_weights: bool) -> Callable[[dict], Any]:
-    """The function `body(f)` running `entries` in order; returns a signal (or None), as `run_list` does."""
+def fuse_body(entries: list, observer: Optional[Observer], module: Any, direct_weights: bool,
+              tensor_results: bool = False) -> Callable[[dict], Any]:
+    """The function `body(f)` running `entries` in order; returns a signal (or None), as `run_list` does.
+
+    With `tensor_results`, `after` is called only where the instruction returned or bound a tensor:
+    the observer's own first test when its listeners want tensor results only (see `Program`).
+    """
     env: dict = {"SR": RETURN, "SB": BREAK, "SC": CONTINUE, "RS": RETURN_SLOT}
     lines: list[str] = []
     at: dict = {}
@@ -65,7 +72,7 @@ def fuse_body(entries: list, observer: Optional[Observer], module: Any, direct_w
         if direct_weights:
             env.update(UP=module._parameters, UM=_MISSING, USLOW=_slow_reader(module))
     if observer is not None:
-        env.update(UBEFORE=observer.before, UAFTER=observer.after)
+        env.update(UBEFORE=observer.before, UAFTER=observer.after, UT=Tensor)
     for k, entry in enumerate(entries):
         for j, (ref, attr) in enumerate(entry.weights):
             env[f"wr{k}_{j}"], env[f"wa{k}_{j}"] = ref, attr
@@ -92,7 +99,13 @@ def fuse_body(entries: list, observer: Optional[Observer], module: Any, direct_w
         for line in own:
             at[first_line + len(lines)] = (entry.instr, entry.fetch)
             lines.append(line)
-        if observed:
+        if observed and tensor_results and entry.ends != "return":
+            out = getattr(entry.instr, "out_var", None)
+            if out:
+                env[f"ov{k}"] = out
+                lines.append(f"if isinstance(f.get(ov{k}), UT):")
+                lines.append(f"    UAFTER(o{k}, f)")
+        elif observed:
             lines.append(f"UAFTER(o{k}, f)")
         if entry.ends is not None:
             lines.append("return " + {"return": "SR", "break": "SB", "continue": "SC"}[entry.ends])

@@ -44,19 +44,24 @@ def eager_callee(module: Any, method: Optional[str]) -> Any:
 class CallCompiler:
     """Compiles the instructions that call something: ops, fused method calls, sub-block calls, defs."""
 
-    def compile_method_call(self, fetch: OpInstruction, call: OpInstruction, unit: Unit) -> Piece:
+    def compile_method_call(self, fetch: OpInstruction, call: OpInstruction, unit: Unit,
+                            bind_method: bool = False) -> Piece:
+        """`$t = getattr(obj, 'm')` + `out = $t(...)` as one piece (`bind_method`: `$t` is bound too)."""
         env = {"_i": call, "_r": fetch, "out": call.out_var, "attr": fetch.args[1], "call_value": self.call_value,
-               "Module": _Module}
+               "Module": _Module, "tv": fetch.out_var}
         receiver = operand_text(fetch.args[0], "rv", env)
+        bind = "f[tv] = " if bind_method else ""
+        if not bind_method:
+            del env["tv"]
         name = attribute_name(fetch.args[1])
         if name is not None:  # `x.view`, as the source wrote it
             del env["attr"]
-            return call_piece(f"m = {receiver}.{name}\n"
+            return call_piece(f"m = {bind}{receiver}.{name}\n"
                               "f[out] = call_value(m, {lists}) if isinstance(m, Module) else m({call})",
                               env, call.args, call.kwargs, call.star_args, call.args_var, call.kwargs_var, "m")
         # A module's method (its forward, say) goes through call_value, which runs its block; any
         # other callable is called directly, as call_value would.
-        return call_piece(f"m = getattr({receiver}, attr)\n"
+        return call_piece(f"m = {bind}getattr({receiver}, attr)\n"
                             "f[out] = call_value(m, {lists}) if isinstance(m, Module) else m({call})",
                             env, call.args, call.kwargs, call.star_args, call.args_var, call.kwargs_var, "m")
 

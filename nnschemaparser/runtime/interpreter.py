@@ -36,7 +36,7 @@ def _programs(block: ModelBlockSchema) -> dict:
     weakly by the block would never free it, since each Program refers to its block)."""
     cache = block.__dict__.get("_compiled_programs")
     if cache is None:
-        cache = block.__dict__["_compiled_programs"] = {"plain": None, "idle": []}
+        cache = block.__dict__["_compiled_programs"] = {"plain": None, "idle": [], "idle_tensors": []}
     return cache
 
 
@@ -336,23 +336,29 @@ class SchemaInterpreter:
 # progress (a paused step_run, a run nested in another) simply gets a freshly compiled one.
 def _borrow(block: ModelBlockSchema, listeners: Sequence[TraceListener],
             capture_values: bool) -> tuple[Program, EventObserver]:
-    idle = _programs(block)["idle"]
+    tensors = _tensor_results(listeners, capture_values)
+    idle = _programs(block)["idle_tensors" if tensors else "idle"]
     try:
-        program, observer = idle.pop() if idle else _compile_observed(block)
+        program, observer = idle.pop() if idle else _compile_observed(block, tensors)
     except IndexError:  # another thread took the last one
-        program, observer = _compile_observed(block)
+        program, observer = _compile_observed(block, tensors)
     observer.configure(listeners, capture_values)
     return program, observer
 
 
-def _compile_observed(block: ModelBlockSchema) -> tuple[Program, EventObserver]:
+def _tensor_results(listeners: Sequence[TraceListener], capture_values: bool) -> bool:
+    """Whether every listener wants tensor results only (`every_instruction = False`)."""
+    return not capture_values and not any(getattr(listener, "every_instruction", True) for listener in listeners)
+
+
+def _compile_observed(block: ModelBlockSchema, tensors: bool = False) -> tuple[Program, EventObserver]:
     observer = EventObserver()
-    return Program(block, observer), observer
+    return Program(block, observer, tensor_results=tensors), observer
 
 
 def _give_back(block: ModelBlockSchema, program: Program, observer: EventObserver) -> None:
     observer.reset()
     observer.configure(())
-    idle = _programs(block)["idle"]
+    idle = _programs(block)["idle_tensors" if program.tensor_results else "idle"]
     if len(idle) < 4:
         idle.append((program, observer))

@@ -58,9 +58,12 @@ def entry_signature(module: Any, forward_signature: Optional[FunctionSchema]) ->
 class Program(CallCompiler, ControlCompiler):
     """A schema tree compiled for one mode: plain (`observer=None`) or observed."""
 
-    def __init__(self, root: ModelBlockSchema, observer: Optional[Observer] = None):
+    def __init__(self, root: ModelBlockSchema, observer: Optional[Observer] = None, tensor_results: bool = False):
         self.root = root
         self.observer = observer
+        # Observed for tensor results only: `after` is called where an instruction bound a tensor
+        # (or returned), the only calls of an observer whose listeners want nothing else.
+        self.tensor_results = observer is not None and tensor_results
         self.units: dict[int, Unit] = {}
         self.invokers: dict[int, Callable] = {}
         self.module_invokers: dict[int, Callable] = {}
@@ -275,9 +278,14 @@ class Program(CallCompiler, ControlCompiler):
             instr = instrs[index]
             # Plain runs fuse `$t = getattr(obj, 'm')` + `out = obj.m(...)` into one piece: nobody
             # observes the bound method, and half the dispatches of method-heavy code disappear.
-            if observer is None and index + 1 < len(instrs) and fusable_method_call(instr, instrs[index + 1]):
+            # Observed for tensor results, the same piece also binds the method (descriptions read
+            # it), unless the call mutates: the observer's `before` reads the unfused frame then.
+            if (observer is None or self.tensor_results) and index + 1 < len(instrs) \
+                    and fusable_method_call(instr, instrs[index + 1]) \
+                    and not (observer is not None and getattr(instrs[index + 1], "mutates", False)):
                 call = instrs[index + 1]
-                entries.append(BodyEntry(call, instr, self.compile_method_call(instr, call, unit),
+                piece = self.compile_method_call(instr, call, unit, bind_method=observer is not None)
+                entries.append(BodyEntry(call, instr, piece,
                                          self.weights_read(names_read(instr) + names_read(call), unit),
                                          True, False, None))
                 index += 2
@@ -293,7 +301,7 @@ class Program(CallCompiler, ControlCompiler):
             entries.append(BodyEntry(instr, None, item, self.weights_read(names_read(instr), unit), not control,
                                      bool(getattr(instr, "mutates", False)), ends))
             index += 1
-        return [fuse_body(entries, observer, unit.module, unit.direct_weights)]
+        return [fuse_body(entries, observer, unit.module, unit.direct_weights, self.tensor_results)]
 
     @staticmethod
     def weights_read(names: list, unit: Unit) -> tuple:
