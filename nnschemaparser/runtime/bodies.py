@@ -23,10 +23,10 @@ from typing import Any, Callable, Optional
 
 from torch import Tensor
 
-from .observer import BREAK, CONTINUE, RETURN, RETURN_SLOT, Observer
+from .observer import BREAK, CONTINUE, RETURN, Observer
 from .operands import Piece, _factory, renamed
 
-__all__ = ["fuse_body", "BodyEntry"]
+__all__ = ["fuse_body", "BodyEntry", "IfPiece"]
 
 _MISSING = object()
 
@@ -47,13 +47,18 @@ class BodyEntry:
         self.ends = ends  # "return" / "break" / "continue" for the instructions that end the list
 
 
-def _slow_reader(module: Any) -> Callable[[str], Any]:
-    buffers = getattr(module, "_buffers", {})
+class IfPiece:
+    """An `if` written out in the body: its condition's entries (a test, not a step: the observer's
+    begin/end_condition around it), the live read of its condition variable, and both branches."""
 
-    def slow(attr: str) -> Any:
-        return buffers[attr] if attr in buffers else getattr(module, attr)
+    __slots__ = ("condition", "cond_var", "cond_weights", "body", "else_body")
 
-    return slow
+    def __init__(self, condition: list, cond_var: str, cond_weights: tuple, body: list, else_body: list):
+        self.condition = condition
+        self.cond_var = cond_var
+        self.cond_weights = cond_weights
+        self.body = body
+        self.else_body = else_body
 
 
 def fuse_body(entries: list, observer: Optional[Observer], module: Any, direct_weights: bool,
@@ -63,55 +68,92 @@ def fuse_body(entries: list, observer: Optional[Observer], module: Any, direct_w
     With `tensor_results`, `after` is called only where the instruction returned or bound a tensor:
     the observer's own first test when its listeners want tensor results only (see `Program`).
     """
-    env: dict = {"SR": RETURN, "SB": BREAK, "SC": CONTINUE, "RS": RETURN_SLOT}
+    env: dict = {"SR": RETURN, "SB": BREAK, "SC": CONTINUE, "UMOD": module}
+    if direct_weights:
+        env.update(UP=getattr(module, "_parameters", {}), UB=getattr(module, "_buffers", {}), UM=_MISSING)
+    if observer is not None:
+        env.update(UBEFORE=observer.before, UAFTER=observer.after, UT=Tensor,
+                   UBEGIN=observer.begin_condition, UEND=observer.end_condition)
     lines: list[str] = []
     at: dict = {}
     first_line = 3  # line 1: `def factory`, line 2: `def body`
-    if any(entry.weights for entry in entries):
-        env["UMOD"] = module
-        if direct_weights:
-            env.update(UP=module._parameters, UM=_MISSING, USLOW=_slow_reader(module))
-    if observer is not None:
-        env.update(UBEFORE=observer.before, UAFTER=observer.after, UT=Tensor)
-    for k, entry in enumerate(entries):
-        for j, (ref, attr) in enumerate(entry.weights):
-            env[f"wr{k}_{j}"], env[f"wa{k}_{j}"] = ref, attr
-            if direct_weights:
-                lines.append(f"w = UP.get(wa{k}_{j}, UM)")
-                lines.append(f"f[wr{k}_{j}] = w if w is not UM else USLOW(wa{k}_{j})")
+    counter = [0]
+
+    def weights(pairs: tuple, pad: str) -> None:
+        for ref, attr in pairs:
+            k = counter[0]
+            counter[0] += 1
+            env[f"wr{k}"], env[f"wa{k}"] = ref, attr
+            if direct_weights:  # what Module.__getattr__ returns, read from its dicts
+                lines.append(f"{pad}w = UP.get(wa{k}, UM)")
+                lines.append(f"{pad}if w is UM:")
+                lines.append(f"{pad}    w = UB[wa{k}] if wa{k} in UB else getattr(UMOD, wa{k})")
+                lines.append(f"{pad}f[wr{k}] = w")
             else:
-                lines.append(f"f[wr{k}_{j}] = getattr(UMOD, wa{k}_{j})")
-        observed = observer is not None and entry.leaf
-        if observed:
-            env[f"o{k}"] = entry.instr
-            if entry.mutates:
-                lines.append(f"UBEFORE(o{k}, f)")
-        item = entry.item
-        if isinstance(item, Piece):
-            names = frozenset(n for n in item.env if n not in ("_i", "_r"))
-            text = renamed(item.text, names, f"_{k}") if names else item.text
-            for name in names:
-                env[f"{name}_{k}"] = item.env[name]
-            own = text.split("\n")
-        else:
-            env[f"c{k}"] = item
-            own = [f"s = c{k}(f)", "if s is not None:", "    return s"] if not entry.leaf else [f"c{k}(f)"]
-        for line in own:
-            at[first_line + len(lines)] = (entry.instr, entry.fetch)
-            lines.append(line)
-        if observed and tensor_results and entry.ends != "return":
-            out = getattr(entry.instr, "out_var", None)
-            if out:
-                env[f"ov{k}"] = out
-                lines.append(f"if isinstance(f.get(ov{k}), UT):")
-                lines.append(f"    UAFTER(o{k}, f)")
-        elif observed:
-            lines.append(f"UAFTER(o{k}, f)")
-        if entry.ends is not None:
-            lines.append("return " + {"return": "SR", "break": "SB", "continue": "SC"}[entry.ends])
-            break  # nothing after it runs
+                lines.append(f"{pad}f[wr{k}] = getattr(UMOD, wa{k})")
+
+    def mark(entry: Any, line: str) -> None:
+        at[first_line + len(lines)] = (entry.instr, entry.fetch)
+        lines.append(line)
+
+    def emit(items: list, pad: str) -> None:
+        start = len(lines)
+        for entry in items:
+            k = counter[0]
+            counter[0] += 1
+            weights(entry.weights, pad)
+            observed = observer is not None and entry.leaf
+            if observed:
+                env[f"o{k}"] = entry.instr
+                if entry.mutates:
+                    lines.append(f"{pad}UBEFORE(o{k}, f)")
+            item = entry.item
+            if isinstance(item, IfPiece):
+                if observer is not None and (item.condition or item.cond_weights):
+                    lines.append(f"{pad}UBEGIN()")
+                    lines.append(f"{pad}try:")
+                    emit(item.condition, pad + "    ")
+                    weights(item.cond_weights, pad + "    ")
+                    lines.append(f"{pad}finally:")
+                    lines.append(f"{pad}    UEND()")
+                else:
+                    emit(item.condition, pad)
+                    weights(item.cond_weights, pad)
+                env[f"cv{k}"] = item.cond_var
+                mark(entry, f"{pad}if f[cv{k}]:")
+                emit(item.body, pad + "    ")
+                if item.else_body:
+                    lines.append(f"{pad}else:")
+                    emit(item.else_body, pad + "    ")
+                continue
+            if isinstance(item, Piece):
+                names = frozenset(n for n in item.env if n not in ("_i", "_r"))
+                text = renamed(item.text, names, f"_{k}") if names else item.text
+                for name in names:
+                    env[f"{name}_{k}"] = item.env[name]
+                own = text.split("\n")
+            else:
+                env[f"c{k}"] = item
+                own = [f"s = c{k}(f)", "if s is not None:", "    return s"] if not entry.leaf else [f"c{k}(f)"]
+            for line in own:
+                mark(entry, pad + line)
+            if observed and tensor_results and entry.ends != "return":
+                out = getattr(entry.instr, "out_var", None)
+                if out:
+                    env[f"ov{k}"] = out
+                    lines.append(f"{pad}if isinstance(f.get(ov{k}), UT):")
+                    lines.append(f"{pad}    UAFTER(o{k}, f)")
+            elif observed:
+                lines.append(f"{pad}UAFTER(o{k}, f)")
+            if entry.ends is not None:
+                lines.append(pad + "return " + {"return": "SR", "break": "SB", "continue": "SC"}[entry.ends])
+                break  # nothing after it runs
+        if len(lines) == start:
+            lines.append(pad + "pass")
+
+    emit(entries, "")
     env["_at"] = at
-    body = "\n        ".join(lines) or "pass"
+    body = "\n        ".join(lines)
     source = (f"def factory({', '.join(env)}):\n"
               f"    def body(f, _at=_at):\n"
               f"        {body}\n"

@@ -31,10 +31,11 @@ from .argument_binding import live_signature, root_call
 from .functions import InterpretedFunction, Unit, rebind_wrapper, rebindable
 from .module_hooks import GLOBAL_HOOK_DICTS, call_with_hooks, global_hooks_active
 from .observer import BREAK, CONTINUE, RETURN, RETURN_SLOT, Observer, StepAbandoned
-from .bodies import BodyEntry, fuse_body
+from .bodies import BodyEntry, IfPiece, fuse_body
 from .operands import Piece, fusable_method_call, names_read, piece_closure
 
 _Module = nn.Module
+_MAX_NESTING = 24  # `if`s nested deeper run as closures (Python's parser limits indentation)
 from ..schema.model import BreakInstruction, ContinueInstruction, ControlInstruction, FunctionSchema, Instruction, ModelBlockSchema, ReturnInstruction, TryInstruction, WithInstruction
 
 __all__ = ['Program', 'entry_signature', 'Observer', 'InterpretedFunction', 'BREAK', 'CONTINUE', 'RETURN', 'RETURN_SLOT', 'StepAbandoned', 'rebindable']
@@ -271,6 +272,11 @@ class Program(CallCompiler, ControlCompiler):
         """`instrs` as one generated function (see `bodies.fuse_body`): `[body]`, or `[]` for none."""
         if not instrs:
             return []
+        return [fuse_body(self.body_entries(instrs, unit), self.observer, unit.module, unit.direct_weights,
+                          self.tensor_results)]
+
+    def body_entries(self, instrs: list[Instruction], unit: Unit, depth: int = 0) -> list[BodyEntry]:
+        """One `BodyEntry` per instruction of `instrs` (an `if` with its branches written out)."""
         observer = self.observer
         entries = []
         index = 0
@@ -291,6 +297,14 @@ class Program(CallCompiler, ControlCompiler):
                 index += 2
                 continue
             control = isinstance(instr, (ControlInstruction, TryInstruction, WithInstruction))
+            if isinstance(instr, ControlInstruction) and instr.kind == "if" and depth < _MAX_NESTING:
+                item = IfPiece(self.body_entries(instr.condition, unit, depth + 1), instr.cond_var,
+                               self.weights_read([instr.cond_var], unit),
+                               self.body_entries(instr.body, unit, depth + 1),
+                               self.body_entries(instr.else_body, unit, depth + 1))
+                entries.append(BodyEntry(instr, None, item, (), False, False, None))
+                index += 1
+                continue
             if isinstance(instr, ReturnInstruction):
                 item, ends = self.return_piece(instr), "return"
             elif isinstance(instr, (BreakInstruction, ContinueInstruction)):
@@ -301,7 +315,7 @@ class Program(CallCompiler, ControlCompiler):
             entries.append(BodyEntry(instr, None, item, self.weights_read(names_read(instr), unit), not control,
                                      bool(getattr(instr, "mutates", False)), ends))
             index += 1
-        return [fuse_body(entries, observer, unit.module, unit.direct_weights, self.tensor_results)]
+        return entries
 
     @staticmethod
     def weights_read(names: list, unit: Unit) -> tuple:
