@@ -1,8 +1,8 @@
 """Compilation of calls: ops, fused method calls, sub-block calls (static, dynamic, live) and defs.
 
 A mixin of `Program` (see program.py): each `compile_<Instruction>` returns the closure that runs
-the instruction on a frame dict. Ops call their real torch callable with arguments laid out once
-(fast paths for 0-3 plain variables, generated source via `operands.call_closure` for the rest); a `BlockInstruction` runs its child's block through the
+the instruction on a frame dict, or the `operands.Piece` of source that `bodies.fuse_body` splices
+into a generated body (ops call their real torch callable, operators are written as operators); a `BlockInstruction` runs its child's block through the
 program's cached invoker (module hooks included), calls a module value through `call_value`, or
 calls the live child when it is not in the schema; a `FunctionInstruction` makes an
 `InterpretedFunction` closing over the frame.

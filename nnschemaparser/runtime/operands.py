@@ -2,13 +2,15 @@
 
 `operand_spec` classifies an operand as a constant, a frame variable or a computed value (slices,
 displays); `getter` turns that into `getter(frame)`; `args_builder` precomputes a call's positional
-and keyword layout so that the common case (all plain variables) is a list of names. `call_closure`
+and keyword layout so that the common case (all plain variables) is a list of names. `call_piece`
 goes one step further: it writes the call as Python source once per layout (`f[out] = t(f[x], c1,
-dim=f[d])`), compiles it once and closes it over each instruction's names and constants, so that
-running a call builds no argument lists of its own: the per-instruction cost of the dispatch-bound
-models of `bench/bench_dispatch.py`. `fusable_method_call` tells the plain compiler when
-`$t = getattr(obj, 'm')` + `$t(...)` can run as one closure; `names_read` lists the frame variables
-an instruction reads itself (not its nested bodies).
+dim=f[d])`) over names whose values it keeps in the piece's `env`; `operator_piece` writes a call
+of an operator as the operator (`a + b`, `x.view` for a constant getattr). `piece_closure` compiles
+a piece alone (`call_closure` both at once); `bodies.fuse_body` splices many into one function,
+keeping them apart with `renamed`. One factory is compiled per distinct source text, so identical
+layers share their code. `fusable_method_call` tells the compiler when `$t = getattr(obj, 'm')` +
+`$t(...)` can run as one piece; `names_read` lists the frame variables an instruction reads itself
+(not its nested bodies).
 
 Depends on the schema and `observer` (for the generated code's file name).
 """

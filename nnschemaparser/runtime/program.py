@@ -1,10 +1,13 @@
 """The execution core: `Program` compiles a schema tree once into closures over a frame dict, then runs it.
 
 One set of execution rules serves every driver. `Program(root)` compiles the plain form: each
-instruction becomes a small closure that reads operands from the frame, calls the real torch
-callable and binds the result; nothing else runs. `Program(root, observer)` compiles the same rules
-wrapped with calls to an `Observer` (block enter/exit, after each leaf instruction, before a mutating
+instruction becomes a piece of Python source that reads operands from the frame, calls the real
+torch callable and binds the result, and each list of instructions runs as one generated function
+(`bodies.fuse_body`); nothing else runs. `Program(root, observer)` compiles the same pieces with
+calls to an `Observer` in between (block enter/exit, after each leaf instruction, before a mutating
 one): listeners, captures and stepping are all observers, and a plain run pays for none of them.
+With `tensor_results=True` the observer is called after an instruction only where it bound a
+tensor (or returned): what an observer whose listeners want nothing else would do anyway.
 
 This module holds what ties the parts together: the cached invokers that run a block as
 `module(*args, **kwargs)` would (hooks from `module_hooks`, decorators re-bound by `functions`),
@@ -178,12 +181,22 @@ class Program(CallCompiler, ControlCompiler):
             runner = self._wrapped_runner(block, unit)
             module = block.module
             return lambda args, kwargs: runner(module, *args, **kwargs)
-        bind, run = unit.bind, unit.run
-        observer = self.observer
-        if observer is None:
-            return lambda args, kwargs: run(bind(args, kwargs))
-        observed_run = self._observed_run
-        return lambda args, kwargs: observed_run(observer, block, unit, bind(args, kwargs))
+        params, simple, count = unit.params, unit.simple, len(unit.params)
+        self_name, self_value, defaults, general = unit.self_name, unit.self_value, unit.schema.defaults, unit._binder
+        observer, run, observed_run = self.observer, unit.run, self._observed_run
+
+        def direct(args: Any, kwargs: dict) -> Any:  # Unit.bind, then the run, in one call
+            if simple and not kwargs and len(args) == count:
+                frame = dict(zip(params, args))
+            else:
+                frame = general(args, kwargs, defaults)
+            if self_name is not None:
+                frame[self_name] = self_value
+            if observer is None:
+                return run(frame)
+            return observed_run(observer, block, unit, frame)
+
+        return direct
 
     def call_block(self, block: ModelBlockSchema, args: tuple, kwargs: dict) -> Any:
         """Run `block` as a call `module(*args, **kwargs)` would."""
