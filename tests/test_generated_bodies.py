@@ -138,3 +138,26 @@ def test_keyword_binding_plans_raise_pythons_error_for_a_keyword_given_twice():
     with pytest.raises(TypeError) as ours:
         SchemaInterpreter().run(block=schema, scope={"x": x})
     assert str(ours.value) == str(eager.value)
+
+
+def test_ifs_nested_deeper_than_the_generated_code_may_indent_run_as_python_does(tmp_path, monkeypatch):
+    """Past 24 levels an `if` stays a closure (whose own body is generated again): Python's parser
+    limits indentation, and 40 nested ifs must still run, capture and match eager."""
+    depth = 40
+    lines = ["import torch", "from torch import nn", "", "class Deep(nn.Module):", "    def forward(self, x):"]
+    for level in range(depth):
+        lines.append("        " + "    " * level + f"if x.sum() > {-1000 - level}:")
+    lines.append("        " + "    " * depth + "x = x + 1")
+    lines.append("        return x * 2")
+    (tmp_path / "deep_ifs_module.py").write_text("\n".join(lines) + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    module = importlib.import_module("deep_ifs_module")
+    model, x = module.Deep(), torch.randn(3)
+    schema = NNParser.parse_model(model=model, inputs_tensors_values={"x": x})
+    assert not schema.skipped
+    assert torch.equal(SchemaInterpreter().run(block=schema, scope={"x": x})[0], model(x))
+    recorder = ActivationRecorder()
+    SchemaInterpreter(listeners=[recorder]).run(block=schema, scope={"x": x})
+    assert len(recorder.trace.steps) > depth  # every test's sum and comparison was recorded
