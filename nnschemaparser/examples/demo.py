@@ -29,7 +29,9 @@ def write_inspector_page(schema, x: torch.Tensor, path: Path) -> Path:
     state = InspectorState(schema, {"x": x}, None)
     state.continue_()
     state.reset()
-    while state.step() is not None and state.current.out_var != "hidden":
+    # Step stops before each sub-block call too (no step yet before the first one): step on
+    # until the step that binds `hidden`.
+    while state.step() is not None and getattr(state.current, "out_var", None) != "hidden":
         pass
     state.edit("zero")
     fork_step = state.current.step_index
