@@ -527,7 +527,9 @@ def test_a_constant_index_into_self_names_its_index_var_too():
     schema = run(model, x=randn(2, 4))
     literals = _assigned_literals(schema.body)
     calls = [i for i in _instructions(schema.body) if isinstance(i, BlockInstruction) and i.block_ref.path == ""]
-    assert [literals[c.block_ref.index_var] for c in calls] == [0, -1, 0]
+    # the loop `for module in self[1:-1]` calls its entries by their index in self too
+    assert [c.block_ref.index_var for c in calls if c.callee_var == "module"] == ["$module_key"]
+    assert [literals[c.block_ref.index_var] for c in calls if c.callee_var != "module"] == [0, -1, 0]
 
 
 def test_constant_index_block_refs_survive_a_schema_file_and_the_loaded_schema_runs_exactly(tmp_path):
