@@ -828,3 +828,27 @@ def test_bert_encoder_loop_names_enumerate_index_as_the_index_var():
                SchemaInterpreter().step_run(schema, {"input_ids": ids}, pause_before_calls=True)
                if isinstance(event, CallPause) and event.instruction is call]
     assert entered == [("encoder.layer.0", 0), ("encoder.layer.1", 1)]
+
+
+class BackwardsList(nn.ModuleList):
+    def __iter__(self):
+        return iter(list(self._modules.values())[::-1])
+
+
+def test_a_container_subclass_with_its_own_iteration_order_is_not_called_by_position():
+    from nnschemaparser import BlockInstruction, ControlInstruction
+
+    def forward(self, x):
+        for layer in self.backwards:
+            x = layer(x)
+        for i, layer in enumerate(self.backwards):
+            x = layer(x) + i
+        return x
+
+    model = LoopForm(forward)
+    model.backwards = BackwardsList([nn.Linear(4, 4) for _ in range(3)])
+    schema = run(model, x=randn(2, 4))
+    loops = [i for i in _instructions(schema.body) if isinstance(i, ControlInstruction) and i.kind == "for"]
+    # the loop still counts its positions, but position 0 is backwards.2: no BlockRef claims otherwise
+    assert [(loop.iter_container, loop.index_var) for loop in loops] == [("backwards", "$layer_index"), (None, None)]
+    assert not [i for i in _instructions(schema.body) if isinstance(i, BlockInstruction)]

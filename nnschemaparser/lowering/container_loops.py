@@ -43,6 +43,14 @@ from ..schema.model import Instruction, OpInstruction, SliceOf, VarRef
 __all__ = ["ContainerLoop", "ContainerLoopLowering"]
 
 _LISTS = (nn.ModuleList, nn.Sequential)
+_PROTOCOL = ("__iter__", "__getitem__", "__len__", "__reversed__", "keys", "values", "items")
+
+
+def _standard(child: Any, kinds: tuple) -> bool:
+    """An instance of one of `kinds` iterating, indexing and listing its entries as that class does
+    (a subclass overriding `__iter__` or `__getitem__` may visit its entries in another order)."""
+    base = next((k for k in kinds if isinstance(child, k)), None)
+    return base is not None and all(getattr(type(child), name, None) is getattr(base, name, None) for name in _PROTOCOL)
 
 
 @dataclass
@@ -160,7 +168,8 @@ class ContainerLoopLowering:
             else:
                 keys = self.new_temp()
                 args = [source.container] + ([source.index] if source.index is not None or source.reverse else [])
-                loop.condition.append(self.placed(keys, intrinsics.entry_keys, args + [True] * source.reverse, it))
+                loop.condition.append(self.placed(keys, intrinsics.entry_keys, args + [True] * source.reverse, it,
+                                                  display="entry_keys"))
                 key = f"${name}_key"
                 loop.prologue.append(self.placed(key, operator.getitem, [VarRef(keys), VarRef(loop.index_var)], it,
                                                  style="subscript"))
@@ -190,13 +199,13 @@ class ContainerLoopLowering:
             return None
         path, child = self.self_module_attr(node)
         if path is not None:
-            return _Source(path, VarRef(var)) if isinstance(child, _LISTS) else None
+            return _Source(path, VarRef(var)) if _standard(child, _LISTS) else None
         instr = producers.get(var)
         if instr is None:
             return None
         if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
             path, child = self.self_module_attr(node.value)
-            if (path is not None and isinstance(child, _LISTS) and _call_of(instr, operator.getitem, 2)
+            if (path is not None and _standard(child, _LISTS) and _call_of(instr, operator.getitem, 2)
                     and isinstance(instr.args[0], VarRef) and isinstance(instr.args[1], SliceOf)):
                 return _Source(path, instr.args[0], index=instr.args[1])
             return None
@@ -216,7 +225,7 @@ class ContainerLoopLowering:
             return None
         path, child = self.self_module_attr(node.func.value)
         instr = producers.get(var)
-        if path is None or not isinstance(child, nn.ModuleDict) or instr is None:
+        if path is None or not _standard(child, (nn.ModuleDict,)) or instr is None:
             return None
         if not isinstance(instr.target, VarRef) or instr.args or instr.kwargs or instr.star_args:
             return None

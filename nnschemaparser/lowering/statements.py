@@ -477,10 +477,10 @@ class FunctionLowering(ExpressionLowering, ContainerLoopLowering):
             for name, path, key in loop.entries:
                 self.note_module_var(name, path, key)
         else:
-            # another child iterated as itself (an nn.ModuleDict's keys, a module with __iter__)
+            # another child iterated as itself (an nn.ModuleDict's keys, a module with its own
+            # __iter__): the loop keeps the position, but what it yields is not known to be the entry
+            # at that index, so calls of the loop variable stay calls of a value
             index_var = f"${bind_var}_index" if container is not None and isinstance(node.target, ast.Name) else None
-            if index_var is not None:
-                self.note_module_var(bind_var, container, index_var)
         self.loop_depth += 1
         try:
             body = prologue + self.nested(node.body)
