@@ -15,7 +15,7 @@ export function explainError(err) {
 }
 
 /**
- * @typedef {{ node: number, kind: string, text: string, op: string, shape: string, line: number,
+ * @typedef {{ node: number, kind: string, text: string, source?: string, op: string, shape: string, line: number,
  *   block: string, path: string, ancestors: number[], source_block: number }} SearchResult
  * @typedef {{ kind: string, node: number, file: string, line: number, block: string, label: string,
  *   hits: number, enabled: boolean }} BreakpointItem
@@ -38,10 +38,12 @@ export class NavigatorPanel {
    * @param {HTMLElement} container
    * @param {import("./types").Channel} channel
    * @param {{ jump: (result: SearchResult) => unknown, send: (command: string, args?: Record<string, unknown>) => Promise<unknown>,
-   *   onBreakpoints?: (view: BreakpointView) => void, isStatic: boolean }} options
+   *   onBreakpoints?: (view: BreakpointView) => void, isStatic: boolean, lowered?: () => boolean }} options
    */
-  constructor(container, channel, { jump, send, onBreakpoints, isStatic }) {
+  constructor(container, channel, { jump, send, onBreakpoints, isStatic, lowered }) {
     this.channel = channel;
+    /** whether the tree shows the lowered instructions (results then show theirs, not the source text) */
+    this.isLowered = lowered || (() => false);
     this.jump = jump;
     this.send = send;
     this.onBreakpoints = onBreakpoints || (() => undefined);
@@ -109,14 +111,16 @@ export class NavigatorPanel {
     this.count.textContent = query ? `${results.length}${results.length >= 200 ? "+" : ""} match${results.length === 1 ? "" : "es"}` : "";
     results.forEach((result, index) => {
       const where = result.path || result.block || "root";
+      // The source view shows a row's source text; the lowered view its instruction.
+      const text = (!this.isLowered() && result.source) || result.text;
       const item = h("li", { class: "nnsp-result", role: "option", "aria-selected": String(index === 0), "data-node": result.node,
         onclick: () => this.open(index) },
         h("span", { class: `nnsp-badge nnsp-badge-${result.kind}` }, result.kind),
-        h("code", { class: "nnsp-result-text" }, result.text),
+        h("code", { class: "nnsp-result-text", title: result.text }, text),
         h("span", { class: "nnsp-result-where" }, result.kind === "block" ? "" : where),
-        h("button", { class: "nnsp-icon", type: "button", title: "break here", "aria-label": `Break at ${result.text}`,
+        h("button", { class: "nnsp-icon", type: "button", title: "break here", "aria-label": `Break at ${text}`,
           onclick: (/** @type {Event} */ e) => { e.stopPropagation(); this.request("break_at", { node: result.node }); } }, "●"),
-        h("button", { class: "nnsp-icon", type: "button", title: "run to here", "aria-label": `Run to ${result.text}`,
+        h("button", { class: "nnsp-icon", type: "button", title: "run to here", "aria-label": `Run to ${text}`,
           onclick: (/** @type {Event} */ e) => { e.stopPropagation(); this.send("run_to_here", { node: result.node }); } }, "▶"));
       this.list.append(item);
     });

@@ -87,6 +87,20 @@ function render({ model, el }) {
     onGutter: (line, file, runTo) => (runTo ? send("run_to_here", { line, file }) : navigator?.request("break_at", { line, file })),
   });
   const detachTreeKeys = attachTreeKeys(treeBox, tree);
+  // The source view (one row per statement) or the lowered instructions: a button, the `l` key and
+  // the kernel's `show_lowered` trait. The static page's model emits no change: apply it here too.
+  const viewToggle = h("button", { class: "nnsp-button nnsp-button-small nnsp-view-toggle", type: "button",
+    "aria-pressed": "false", title: "show the lowered instructions ($t temporaries) instead of one row per source statement (l)",
+    onclick: () => setLowered(!tree.lowered, true) }, "Lowered");
+  /** @param {boolean} lowered @param {boolean} [save] */
+  function setLowered(lowered, save = false) {
+    tree.setLowered(lowered);
+    viewToggle.setAttribute("aria-pressed", String(tree.lowered));
+    if (save && Boolean(model.get("show_lowered")) !== tree.lowered) {
+      model.set("show_lowered", tree.lowered);
+      model.save_changes();
+    }
+  }
   // a scrolled region must be reachable by keyboard (axe: scrollable-region-focusable)
   sourceBox.tabIndex = 0;
   sourceBox.setAttribute("role", "region");
@@ -161,8 +175,8 @@ function render({ model, el }) {
   const navBox = h("div", { class: "nnsp-nav" });
   const stackBox = h("div", { class: "nnsp-stack" });
   const nav = new NavigatorPanel(navBox, channel, {
-    isStatic, send,
-    jump: (result) => Promise.all([tree.reveal(result.node, result.ancestors), source.show(result.source_block, result.line)]),
+    isStatic, send, lowered: () => tree.lowered,
+    jump: (result) => Promise.all([tree.reveal(result.node, result.ancestors, { into: true }), source.show(result.source_block, result.line)]),
     onBreakpoints: (view) => source.setBreakpoints(view.items),
   });
   navigator = nav;
@@ -173,6 +187,7 @@ function render({ model, el }) {
   const leftColumn = h("div", { class: "nnsp-left" });
   treePanel.replaceWith(leftColumn);
   leftColumn.append(panel("Search and breakpoints", navBox, { class: "nnsp-panel nnsp-panel-nav" }), treePanel);
+  treePanel.querySelector(".nnsp-panel-title")?.append(viewToggle);
   const sourcePanel = /** @type {HTMLElement} */ (sourceBox.parentElement);
   sourcePanel.after(panel("Call stack", stackBox, { class: "nnsp-panel nnsp-panel-stack" }));
   const onDebugStep = () => {
@@ -210,14 +225,21 @@ function render({ model, el }) {
   const onError = () => { if (!root.dataset.kernel) errorBar.textContent = model.get("error") || ""; };
   const onEdits = () => editPanel.update(model.get("step_info"), model.get("edit_list"));
   const onBlocks = () => tree.setBlocks(model.get("blocks"));
+  const onLowered = () => setLowered(Boolean(model.get("show_lowered")));
   const onStatus = () => {
     const info = model.get("step_info") || {};
     toolbar.setStatus(model.get("status"), model.get("step_index"), info.run, info.pause ? info.callee : "");
   };
 
   root.addEventListener("keydown", (event) => {
-    if (isStatic || event.ctrlKey || event.metaKey || event.altKey) return;
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
     if (/** @type {Element} */ (event.target).closest("input, textarea, select")) return;
+    if (event.key === "l") {  // the lowered view, also on the static page
+      event.preventDefault();
+      setLowered(!tree.lowered, true);
+      return;
+    }
+    if (isStatic) return;
     if (event.key === "g") {
       event.preventDefault();
       toolbar.runToInput.focus();
@@ -240,7 +262,10 @@ function render({ model, el }) {
     send(command);
   });
 
+  tree.lowered = Boolean(model.get("show_lowered"));
+  viewToggle.setAttribute("aria-pressed", String(tree.lowered));
   tree.init(model.get("tree") || { rows: [] });
+  tree.container.dataset.view = tree.lowered ? "lowered" : "source";
   tree.setBlocks(model.get("blocks"));
   onRuns();
   onError();
@@ -249,7 +274,7 @@ function render({ model, el }) {
   if (isStatic) showTab("Trace");
 
   const handlers = { "change:step_info": onStep, "change:runs": onRuns, "change:error": onError,
-    "change:edit_list": onEdits, "change:blocks": onBlocks, "change:status": onStatus };
+    "change:edit_list": onEdits, "change:blocks": onBlocks, "change:status": onStatus, "change:show_lowered": onLowered };
   for (const [event, handler] of Object.entries(handlers)) model.on(event, handler);
   model.on("change:step_info", onDebugStep);
   onDebugStep();

@@ -87,6 +87,8 @@ export function renderStepInfo(container, info, status) {
       h("span", { class: `nnsp-badge nnsp-badge-${info.kind}` }, info.kind),
       h("code", { class: "nnsp-step-text" }, info.text || ""),
       info.edited ? h("span", { class: "nnsp-flag nnsp-flag-edited" }, "edited") : null),
+    h("div", { class: "nnsp-step-statement", hidden: !info.statement || info.statement === info.text },
+      h("span", { class: "nnsp-key" }, "statement "), h("code", { class: "nnsp-step-text" }, info.statement || "")),
     h("div", { class: "nnsp-fields" },
       field("var", info.var || "—"),
       field("block", info.block || "—"),

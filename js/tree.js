@@ -1,6 +1,7 @@
-// The block tree: blocks, instructions and branches as a collapsible tree, built lazily from the
-// compact rows the kernel sends ([id, parent, kind, text, shape, line, nChildren, op, extra]);
-// children missing from the first payload are fetched when a node is expanded.
+// The block tree: blocks, statements, instructions and branches as a collapsible tree, built lazily
+// from the compact rows the kernel sends ([id, parent, kind, text, shape, line, nChildren, op, extra]);
+// children missing from the first payload are fetched when a node is expanded. `setLowered` switches
+// between the source view and the lowered one (see treemodel.js) and redraws.
 
 import { h, clear, scrollWithin } from "./dom.js";
 import { KIND_LABEL, TreeModel, textParts } from "./treemodel.js";
@@ -20,6 +21,8 @@ export class TreeView extends TreeModel {
     this.onSelectBlock = onSelectBlock;
     this.onRowAction = onRowAction;
     this.current = -1;
+    /** the row highlighted for `current`: it, or the folded statement holding it */
+    this.currentRow = -1;
     /** @type {{ never: number[], live: number[], untaken?: number[], known?: boolean }} */
     this.blocks = { never: [], live: [], untaken: [], known: false };
   }
@@ -43,32 +46,72 @@ export class TreeView extends TreeModel {
   }
 
   /**
+   * Switch between the source view (false) and the lowered view (true), redrawing the tree with the
+   * same nodes open and the current step's row highlighted.
+   * @param {boolean} lowered
+   */
+  setLowered(lowered) {
+    if (Boolean(lowered) === this.lowered && this.container.firstChild) return;
+    this.lowered = Boolean(lowered);
+    this.container.classList.toggle("nnsp-tree-lowered", this.lowered);
+    this.container.dataset.view = this.lowered ? "lowered" : "source";
+    clear(this.container);
+    const rootNode = this.nodes.get(this.root);
+    if (rootNode) this.container.append(this.renderNode(rootNode));
+    if (this.current >= 0) this.reveal(this.current).catch(() => undefined);
+  }
+
+  /**
+   * A let-through statement (lowered view): no row, its children drawn in its place.
+   * @param {TreeNode} node
+   * @returns {HTMLElement}
+   */
+  renderFlat(node) {
+    const children = h("div", { class: "nnsp-children", role: "none" });
+    const el = h("div", { class: "nnsp-node nnsp-flat", role: "none", "data-node": node.id }, children);
+    node.el = el;
+    node.open = true;
+    this.fillChildren(node);
+    return el;
+  }
+
+  /**
    * @param {TreeNode} node
    * @returns {HTMLElement}
    */
   renderNode(node) {
+    if (this.isFlat(node)) return this.renderFlat(node);
     const hasChildren = node.count > 0;
     const isOpen = this.isOpen(node);
     const label = KIND_LABEL[node.kind] ?? node.kind;
-    const [bound, rhs] = node.kind === "B" || node.kind === "b" ? [null, node.text] : textParts(node.text);
+    const shown = this.displayText(node);
+    const [bound, rhs] = node.kind === "B" || node.kind === "b" ? [null, shown] : textParts(shown);
+    const source = !this.lowered && (node.kind === "s" || node.extra.src !== undefined);
+    const lines = node.extra.end ? `lines ${node.line}–${node.extra.end}` : node.line ? `line ${node.line}` : "";
+    const where = node.kind === "s" ? `${node.count} instructions · ${lines} (expand to see them)`
+      : node.op ? `${node.op}${lines ? ` · ${lines}` : ""}` : "";
+    const title = source ? `${shown}${node.shape ? `  → ${node.shape}` : ""}\n${where}` : where;
     const toggle = h("button", {
       class: "nnsp-toggle", type: "button", tabindex: "-1",
       "aria-label": isOpen ? "Collapse" : "Expand", disabled: !hasChildren,
     }, hasChildren ? (isOpen ? "▾" : "▸") : "");
-    const row = h("div", { class: "nnsp-row", "data-node": node.id, title: node.op ? `${node.op}${node.line ? ` · line ${node.line}` : ""}` : "" },
+    // The source view gives a statement's row no op badge (the code says what it does); a call
+    // keeps its badge, a compound row its if/for/while.
+    const badge = source && (node.kind === "s" || node.kind === "o" || node.kind === "r" || node.kind === "x") ? "" : label;
+    const row = h("div", { class: `nnsp-row${source ? " nnsp-row-source" : ""}`, "data-node": node.id, title },
       toggle,
-      label ? h("span", { class: `nnsp-badge nnsp-badge-${label}` }, label) : null,
+      badge ? h("span", { class: `nnsp-badge nnsp-badge-${badge}` }, badge) : null,
       h("span", { class: "nnsp-text" }, bound ? h("span", { class: "nnsp-var" }, bound) : null, bound ? " = " : null, rhs),
       node.shape ? h("span", { class: "nnsp-shape" }, node.shape) : null,
-      node.kind === "o" && node.op ? h("span", { class: "nnsp-op" }, node.op) : null,
+      node.kind === "o" && node.op && !source ? h("span", { class: "nnsp-op" }, node.op) : null,
       node.extra.skip ? h("span", { class: "nnsp-flag nnsp-flag-skip", title: node.extra.skip }, "skipped") : null,
       node.extra.skip ? h("span", { class: "nnsp-reason" }, node.extra.skip) : null,
       h("span", { class: "nnsp-flag nnsp-flag-run", hidden: true }),
-      this.onRowAction && node.kind !== "b" ? rowActions(node.id, node.text, this.onRowAction) : null,
+      this.onRowAction && node.kind !== "b" ? rowActions(node.id, shown, this.onRowAction) : null,
     );
     const children = h("div", { class: "nnsp-children", role: "group" });
     const el = h("div", {
-      class: `nnsp-node nnsp-kind-${node.kind === "B" ? "block" : node.kind}`, role: "treeitem",
+      class: `nnsp-node nnsp-kind-${node.kind === "B" ? "block" : node.kind}${this.isFold(node) ? " nnsp-fold" : ""}`, role: "treeitem",
       "data-node": node.id, "aria-expanded": hasChildren ? String(isOpen) : null,
     }, row, children);
     node.el = el;
@@ -84,7 +127,7 @@ export class TreeView extends TreeModel {
     });
     if (isOpen) this.fillChildren(node);
     this.markRun(node);
-    if (node.id === this.current) row.classList.add("nnsp-current");
+    if (node.id === this.currentRow) row.classList.add("nnsp-current");
     return el;
   }
 
@@ -92,9 +135,11 @@ export class TreeView extends TreeModel {
   fillChildren(node) {
     const box = /** @type {HTMLElement} */ (/** @type {HTMLElement} */ (node.el).querySelector(":scope > .nnsp-children"));
     clear(box);
-    if (!this.loaded(node)) {
+    // The lowered view draws let-through statements' children here too: fetch them all at once.
+    const wanted = this.loaded(node) ? this.flatMissing(node.id) : [node.id];
+    if (wanted.length) {
       box.append(h("div", { class: "nnsp-loading" }, "loading…"));
-      this.fetchChildren([node.id]).then(() => this.fillChildren(node)).catch((err) => {
+      this.fetchChildren(wanted).then(() => this.fillChildren(node)).catch((err) => {
         clear(box).append(h("div", { class: "nnsp-error" }, err.message));
       });
       return;
@@ -116,6 +161,9 @@ export class TreeView extends TreeModel {
     toggle.setAttribute("aria-label", open ? "Collapse" : "Expand");
     const box = /** @type {HTMLElement} */ (node.el.querySelector(":scope > .nnsp-children"));
     if (open) this.fillChildren(node); else clear(box);
+    // Opening the folded statement that shows the current step moves the highlight to the step's
+    // own row (once drawn); closing it moves the highlight back up.
+    if (this.current >= 0 && this.rowOf(this.current) !== this.currentRow) this.highlight(this.current, false);
   }
 
   /** @param {TreeNode} node */
@@ -123,15 +171,20 @@ export class TreeView extends TreeModel {
     this.setOpen(node, !node.open);
   }
 
-  // Expand the ancestors of `id` (fetching what is missing), then highlight and show it.
+  // Expand the ancestors of `id` (fetching what is missing), then highlight and show it: a step
+  // (the default) stops at a folded statement and highlights that; a search result (`into`) opens
+  // the statement too and highlights its own row.
   /**
    * @param {number} id
    * @param {number[] | null} [ancestors]
+   * @param {{ into?: boolean }} [options]
    */
-  async reveal(id, ancestors = null) {
+  async reveal(id, ancestors = null, { into = false } = {}) {
     const chain = ancestors || this.ancestors(id);
     await this.fetchChildren(chain);
-    for (const ancestor of chain) {
+    const plan = this.revealPlan(id, chain, into);
+    this.current = id;  // so that opening the ancestors draws the right row highlighted
+    for (const ancestor of plan.open) {
       const node = this.nodes.get(ancestor);
       if (node && !node.open) {
         if (node.el) this.setOpen(node, true);
@@ -141,16 +194,22 @@ export class TreeView extends TreeModel {
     this.highlight(id);
   }
 
-  /** @param {number} id */
-  highlight(id) {
-    const previous = this.nodes.get(this.current);
+  /**
+   * Highlight the row showing node `id` (it, or the folded statement holding it).
+   * @param {number} id
+   * @param {boolean} [scroll]
+   */
+  highlight(id, scroll = true) {
+    const previous = this.nodes.get(this.currentRow);
     if (previous && previous.el) previous.el.querySelector(":scope > .nnsp-row")?.classList.remove("nnsp-current");
     this.current = id;
-    const node = this.nodes.get(id);
+    this.currentRow = this.rowOf(id);
+    const node = this.nodes.get(this.currentRow);
     if (!node || !node.el) return;
-    const row = /** @type {HTMLElement} */ (node.el.querySelector(":scope > .nnsp-row"));
+    const row = /** @type {HTMLElement | null} */ (node.el.querySelector(":scope > .nnsp-row"));
+    if (!row) return;
     row.classList.add("nnsp-current");
-    scrollWithin(this.container, row);
+    if (scroll) scrollWithin(this.container, row);
   }
 
   /** @param {TreeNode} node */
@@ -163,6 +222,7 @@ export class TreeView extends TreeModel {
     flag.hidden = !(never || live);
     flag.textContent = never ? "never executed" : live ? "ran as module" : "";
     flag.classList.toggle("nnsp-flag-never", never);
+    node.el.classList.toggle("nnsp-never", never);  // dimmed, not hidden
     flag.title = never ? "no run so far entered this block" : live ? "called, but ran as the real module (outside the schema)" : "";
   }
 

@@ -74,7 +74,8 @@ export function attachTreeKeys(container, tree) {
     const expandable = node && node.count > 0;
     if (event.key === "ArrowRight") {
       if (expandable && node && !node.open) tree.setOpen(node, true);
-      else if (expandable) focus(/** @type {HTMLElement | null} */ (item.querySelector(":scope > .nnsp-children > [role='treeitem']")));
+      // the first item below (the first child of a let-through statement of the lowered view too)
+      else if (expandable) focus(/** @type {HTMLElement | null} */ (item.querySelector(":scope > .nnsp-children [role='treeitem']")));
     } else if (event.key === "ArrowLeft") {
       if (expandable && node && node.open) tree.setOpen(node, false);
       else focus(/** @type {HTMLElement | null} */ (item.parentElement ? item.parentElement.closest("[role='treeitem']") : null));

@@ -2,6 +2,13 @@
 // ([id, parent, kind, text, shape, line, nChildren, op, extra]), which of them are open, and the
 // rules the view follows (compound statements and branches open by default once their children are
 // loaded; a node the user closed stays closed).
+//
+// Two views of one tree. The source view (the default) reads like the code: a row shows its
+// statement's text (`extra.src`, or a statement row's own text), statement rows ("s") and the test
+// branch of an if/for/while (`extra.test`) stay folded until opened, and the row showing a step is
+// the folded statement holding it. The lowered view (`lowered`) shows each instruction's own text
+// and lets statement rows through: their children are drawn in their place, as before statements
+// were grouped. Node ids are the same in both.
 
 /** @typedef {import("./types").TreeRow} TreeRow */
 /** @typedef {import("./types").TreeNode} TreeNode */
@@ -9,7 +16,7 @@
 /** @type {Record<string, string>} */
 export const KIND_LABEL = {
   B: "block", o: "op", c: "call", i: "if", f: "for", w: "while", t: "try", W: "with",
-  d: "def", r: "return", k: "jump", x: "stmt", b: "",
+  d: "def", r: "return", k: "jump", x: "stmt", b: "", s: "",
 };
 export const OPEN_BY_DEFAULT = new Set(["i", "f", "w", "t", "W", "b"]);
 
@@ -42,6 +49,71 @@ export class TreeModel {
     /** @type {Set<number>} closed by the user */
     this.closed = new Set();
     this.root = 0;
+    /** the lowered view: instruction text, statement rows let through */
+    this.lowered = false;
+  }
+
+  /**
+   * Whether the view draws the node's children in its place (a statement row in the lowered view).
+   * @param {TreeNode} node
+   */
+  isFlat(node) {
+    return this.lowered && node.kind === "s";
+  }
+
+  /**
+   * Whether the source view folds the node until it is opened: a statement row, an if/for/while test.
+   * @param {TreeNode} node
+   */
+  isFold(node) {
+    return !this.lowered && (node.kind === "s" || (node.kind === "b" && Boolean(node.extra.test)));
+  }
+
+  /**
+   * The text a row shows: its statement's source in the source view, its instruction in the lowered one.
+   * @param {TreeNode} node
+   * @returns {string}
+   */
+  displayText(node) {
+    return this.lowered ? node.text : (node.extra.src ?? node.text);
+  }
+
+  /**
+   * The row that shows node `id` (a step's instruction) as things stand: in the source view the
+   * outermost folded statement holding it that is not open (a folded test shows as its compound
+   * row), else the node itself.
+   * @param {number} id
+   * @param {number[] | null} [chain] its ancestors, the root first (default: those known)
+   * @returns {number}
+   */
+  rowOf(id, chain = null) {
+    if (this.lowered) return id;
+    for (const ancestor of chain || this.ancestors(id)) {
+      const node = this.nodes.get(ancestor);
+      if (node && this.isFold(node) && !this.isOpen(node)) return node.kind === "s" ? ancestor : node.parent;
+    }
+    return id;
+  }
+
+  /**
+   * What revealing node `id` opens, and the row it then highlights. A step (`into` false) opens
+   * the blocks, compound rows and branches above it but not a folded statement: the statement row
+   * is highlighted. A search result (`into` true) opens every ancestor, folds included.
+   * @param {number} id
+   * @param {number[]} chain its ancestors, the root first
+   * @param {boolean} into
+   * @returns {{ open: number[], row: number }}
+   */
+  revealPlan(id, chain, into) {
+    /** @type {number[]} */
+    const open = [];
+    for (const ancestor of chain) {
+      const node = this.nodes.get(ancestor);
+      if (!node || this.isFlat(node)) continue;
+      if (!into && this.isFold(node) && !this.isOpen(node)) return { open, row: node.kind === "s" ? ancestor : node.parent };
+      open.push(ancestor);
+    }
+    return { open, row: id };
   }
 
   /**
@@ -71,7 +143,8 @@ export class TreeModel {
    * @param {TreeNode} node
    */
   isOpen(node) {
-    return this.open.has(node.id) || (OPEN_BY_DEFAULT.has(node.kind) && this.loaded(node) && !this.closed.has(node.id));
+    if (this.isFlat(node) || this.open.has(node.id)) return true;
+    return OPEN_BY_DEFAULT.has(node.kind) && !this.isFold(node) && this.loaded(node) && !this.closed.has(node.id);
   }
 
   /**
@@ -108,8 +181,24 @@ export class TreeModel {
   }
 
   /**
+   * Of node `id`'s children, the let-through (flat) ones whose children are not all loaded: what the
+   * lowered view must fetch before it can draw the node's children.
+   * @param {number} id
+   * @returns {number[]}
+   */
+  flatMissing(id) {
+    const node = this.nodes.get(id);
+    if (!node) return [];
+    return this.missing(node.children.filter((child) => {
+      const c = this.nodes.get(child);
+      return c !== undefined && this.isFlat(c);
+    }));
+  }
+
+  /**
    * The ids of the rows shown, in order: the root, then depth first the children of every node that
-   * is open and loaded (the view shows "loading…" in place of the children of an open node that is not).
+   * is open and loaded (the view shows "loading…" in place of the children of an open node that is
+   * not); a flat node is no row, its children are shown in its place.
    * @returns {number[]}
    */
   visibleIds() {
@@ -119,7 +208,7 @@ export class TreeModel {
     const walk = (id) => {
       const node = this.nodes.get(id);
       if (!node) return;
-      out.push(id);
+      if (!this.isFlat(node)) out.push(id);
       if (node.count > 0 && this.isOpen(node) && this.loaded(node)) node.children.forEach(walk);
     };
     walk(this.root);

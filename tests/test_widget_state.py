@@ -328,7 +328,11 @@ def test_compare_message_jumps_to_the_page_of_the_first_divergence(mlp):
 def test_children_and_source_messages_answer_from_the_tree(mlp):
     *_, state = mlp
     data = _reply(state, type="children", nodes=[0])["data"]
-    assert [row[3] for row in data["rows"]][:2] == ["hidden = CALL fc1(x)", "$t1 = getattr(hidden, 'relu')"]
+    assert [row[3] for row in data["rows"]][:2] == ["hidden = CALL fc1(x)", "activated = hidden.relu()"]
+    statement = data["rows"][1]
+    assert statement[2] == "s", "a statement lowered to several instructions is a statement row"
+    inside = _reply(state, type="children", nodes=[statement[0]])["data"]
+    assert [row[3] for row in inside["rows"]][:1] == ["$t1 = getattr(hidden, 'relu')"]
     source = _reply(state, type="source", block=0)["data"]
     assert "def forward" in source["text"] and source["first"] > 0
     assert not _reply(state, type="children", nodes=[10_000])["ok"]

@@ -200,3 +200,19 @@ def test_tree_colours_give_each_node_its_last_value_stat_or_its_divergence_from_
     base_hidden = state.run("base").trace.steps[hidden_row["trace_step"] - 1].tensor.value
     assert diverged["values"][str(hidden_row["node"])] == float(base_hidden.abs().max())
     assert not _reply(state, type="tree_colours", stat="median")["ok"]
+
+
+def test_a_statement_row_is_coloured_by_the_last_value_of_its_instructions():
+    _, x, schema = mlp_case()
+    state = InspectorState(schema, {"x": x})
+    state.continue_()
+    colours = _reply(state, type="tree_colours", stat="norm")["data"]["values"]
+    run = state.active
+    statements = {}
+    for row in run.steps:  # in step order: the last instruction with a value wins
+        holder = state.tree.statement_nodes.get(row["node"])
+        if holder is not None and str(row["node"]) in colours:
+            statements[holder] = colours[str(row["node"])]
+    assert statements, "the MLP has statements lowered to several instructions"
+    for holder, value in statements.items():
+        assert state.tree.nodes[holder].kind == "s" and colours[str(holder)] == value

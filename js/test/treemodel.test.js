@@ -113,3 +113,94 @@ test("ancestors run from the root down to the parent, as far as they are loaded"
 test("an empty tree shows nothing", () => {
   assert.deepEqual(new TreeModel().visibleIds(), []);
 });
+
+// The source view and the lowered view of one tree (issue 11: reads like the source).
+// 0 block
+// ├─ 1 stmt "h = self.fc(x).relu()"          (2 instructions)
+// │  ├─ 2 call "$t1 = CALL fc(x)"  extra.to
+// │  └─ 3 op   "h = $t1.relu()"
+// ├─ 4 if "IF $t2:"  src "if h.sum() > 0:"
+// │  ├─ 5 branch "condition" (test)
+// │  │  └─ 6 op "$t2 = h.sum() > 0"
+// │  └─ 7 branch "then"
+// │     └─ 8 op "h = h * 2"  src "h = h * 2"
+// └─ 9 return "RETURN h"  src "return h"
+/** @returns {import("../types").TreeRow[]} */
+const statementRows = () => [
+  [0, -1, "B", "Net", "", 1, 3, "", { path: "" }],
+  [1, 0, "s", "h = self.fc(x).relu()", "float32[2]", 2, 2, "", null],
+  [2, 1, "c", "$t1 = CALL fc(x)", "float32[2]", 2, 0, "fc", { to: 10 }],
+  [3, 1, "o", "h = $t1.relu()", "float32[2]", 2, 0, "torch.relu", null],
+  [4, 0, "i", "IF $t2:", "", 3, 2, "", { src: "if h.sum() > 0:" }],
+  [5, 4, "b", "condition", "", 0, 1, "", { test: 1 }],
+  [6, 5, "o", "$t2 = h.sum() > 0", "bool", 3, 0, "operator.gt", null],
+  [7, 4, "b", "then", "", 0, 1, "", null],
+  [8, 7, "o", "h = h * 2", "float32[2]", 4, 0, "operator.mul", { src: "h = h * 2" }],
+  [9, 0, "r", "RETURN h", "", 5, 0, "", { src: "return h" }],
+];
+
+/** @param {boolean} lowered */
+function statementTree(lowered) {
+  const tree = new TreeModel();
+  tree.load(statementRows());
+  tree.open.add(0);
+  tree.lowered = lowered;
+  return tree;
+}
+
+test("the source view shows one row per statement with its source text, statements and tests folded", () => {
+  const tree = statementTree(false);
+  assert.deepEqual(tree.visibleIds(), [0, 1, 4, 5, 7, 8, 9], "the test branch's row is there, folded");
+  const text = (/** @type {number} */ id) => tree.displayText(/** @type {import("../types").TreeNode} */ (tree.nodes.get(id)));
+  assert.deepEqual([1, 4, 8, 9].map(text), ["h = self.fc(x).relu()", "if h.sum() > 0:", "h = h * 2", "return h"]);
+});
+
+test("the lowered view shows every instruction's own text and no statement rows", () => {
+  const tree = statementTree(true);
+  assert.deepEqual(tree.visibleIds(), [0, 2, 3, 4, 5, 6, 7, 8, 9]);
+  const text = (/** @type {number} */ id) => tree.displayText(/** @type {import("../types").TreeNode} */ (tree.nodes.get(id)));
+  assert.deepEqual([2, 4, 9].map(text), ["$t1 = CALL fc(x)", "IF $t2:", "RETURN h"]);
+  assert.ok(tree.visibleIds().every((id) => tree.nodes.get(id)?.kind !== "s"));
+});
+
+test("a statement the user opened shows its instructions in the source view, and the toggle keeps it", () => {
+  const tree = statementTree(false);
+  tree.markOpen(1, true);
+  assert.deepEqual(tree.visibleIds(), [0, 1, 2, 3, 4, 5, 7, 8, 9]);
+  tree.lowered = true;
+  assert.deepEqual(tree.visibleIds(), [0, 2, 3, 4, 5, 6, 7, 8, 9]);
+  tree.lowered = false;
+  tree.markOpen(1, false);
+  assert.deepEqual(tree.visibleIds(), [0, 1, 4, 5, 7, 8, 9]);
+});
+
+test("a step inside a folded statement highlights the statement row; in a folded test, the if row", () => {
+  const tree = statementTree(false);
+  assert.equal(tree.rowOf(3), 1);
+  assert.equal(tree.rowOf(6), 4, "the test of an if shows as the if row");
+  assert.equal(tree.rowOf(8), 8, "a one-instruction statement is its own row");
+  tree.markOpen(1, true);
+  assert.equal(tree.rowOf(3), 3, "an opened statement shows the step's own row");
+  tree.lowered = true;
+  assert.equal(tree.rowOf(6), 6);
+});
+
+test("revealing a step opens compound rows but not folded statements; a search result opens them too", () => {
+  const tree = statementTree(false);
+  assert.deepEqual(tree.revealPlan(3, [0, 1], false), { open: [0], row: 1 });
+  assert.deepEqual(tree.revealPlan(8, [0, 4, 7], false), { open: [0, 4, 7], row: 8 });
+  assert.deepEqual(tree.revealPlan(6, [0, 4, 5], false), { open: [0, 4], row: 4 });
+  assert.deepEqual(tree.revealPlan(3, [0, 1], true), { open: [0, 1], row: 3 });
+  tree.lowered = true;
+  assert.deepEqual(tree.revealPlan(3, [0, 1], false), { open: [0], row: 3 }, "a let-through statement is not opened");
+});
+
+test("the lowered view fetches the children of let-through statements before drawing a node's children", () => {
+  const tree = new TreeModel();
+  tree.load(statementRows().filter((r) => r[0] !== 2 && r[0] !== 3));
+  tree.open.add(0);
+  assert.deepEqual(tree.flatMissing(0), [], "the source view draws a folded statement without its children");
+  tree.lowered = true;
+  assert.deepEqual(tree.flatMissing(0), [1]);
+  assert.deepEqual(tree.visibleIds(), [0, 4, 5, 6, 7, 8, 9], "nothing drawn for it until they arrive");
+});

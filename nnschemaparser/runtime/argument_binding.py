@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 from ..schema.errors import SchemaRunError
 from ..schema.model import FunctionSchema, ModelBlockSchema
 
-__all__ = ["bind_arguments", "block_qualname", "nested_qualname", "root_call", "live_signature",
+__all__ = ["bind_arguments", "binder", "block_qualname", "nested_qualname", "root_call", "live_signature",
            "INLINED_COMPREHENSIONS"]
 
 INLINED_COMPREHENSIONS = ("<listcomp>", "<setcomp>", "<dictcomp>")  # no scope of their own since 3.12 (PEP 709)
@@ -57,6 +57,49 @@ def bind_arguments(qualname: str, schema: FunctionSchema, params: tuple, counts_
         if name not in frame:
             frame[name] = defaults[name]
     return frame
+
+
+def binder(qualname: str, schema: FunctionSchema, params: tuple, counts_self: bool) -> Callable[[tuple, dict, dict], dict]:
+    """`bind(args, kwargs, defaults)`: `bind_arguments` for `schema` with its plan worked out once.
+
+    The names, their order and the frame built are `bind_arguments`'s; a call it cannot bind (a
+    keyword given twice or unknown, too many positionals, a missing argument) is handed to
+    `bind_arguments` itself, which raises CPython's TypeError.
+    """
+    names = frozenset(params) | frozenset(schema.kwonly)
+    every = tuple(params) + tuple(schema.kwonly)
+    vararg, kwarg = schema.vararg, schema.kwarg
+    count = len(params)
+
+    def bind(args: tuple, kwargs: dict, defaults: dict) -> dict:
+        if len(args) > count and vararg is None:
+            return bind_arguments(qualname, schema, params, counts_self, args, kwargs, defaults)
+        frame: dict[str, Any] = dict(zip(params, args))
+        if vararg is not None:
+            frame[vararg] = tuple(args[count:])
+        if kwarg is not None:
+            extra = {}
+            for key, value in kwargs.items():
+                if key not in names:
+                    extra[key] = value
+                elif key in frame:
+                    return bind_arguments(qualname, schema, params, counts_self, args, kwargs, defaults)
+                else:
+                    frame[key] = value
+            frame[kwarg] = extra
+        else:
+            for key, value in kwargs.items():
+                if key not in names or key in frame:
+                    return bind_arguments(qualname, schema, params, counts_self, args, kwargs, defaults)
+                frame[key] = value
+        for name in every:
+            if name not in frame:
+                if name not in defaults:
+                    return bind_arguments(qualname, schema, params, counts_self, args, kwargs, defaults)
+                frame[name] = defaults[name]
+        return frame
+
+    return bind
 
 
 def _too_many_positional(qualname: str, schema: FunctionSchema, params: tuple, counts_self: bool, given: int,

@@ -1,8 +1,8 @@
 """Compilation of calls: ops, fused method calls, sub-block calls (static, dynamic, live) and defs.
 
 A mixin of `Program` (see program.py): each `compile_<Instruction>` returns the closure that runs
-the instruction on a frame dict. Ops call their real torch callable with arguments laid out once
-(fast paths for 0-3 plain variables, generated source via `operands.call_closure` for the rest); a `BlockInstruction` runs its child's block through the
+the instruction on a frame dict, or the `operands.Piece` of source that `bodies.fuse_body` splices
+into a generated body (ops call their real torch callable, operators are written as operators); a `BlockInstruction` runs its child's block through the
 program's cached invoker (module hooks included), calls a module value through `call_value`, or
 calls the live child when it is not in the schema; a `FunctionInstruction` makes an
 `InterpretedFunction` closing over the frame.
@@ -19,7 +19,7 @@ from torch import nn
 
 from .argument_binding import nested_qualname
 from .functions import InterpretedFunction, Unit
-from .operands import args_builder, call_closure, getter, operand_spec, operand_text
+from .operands import Piece, args_builder, attribute_name, call_piece, getter, operand_spec, operand_text, operator_piece
 from ..schema.model import BlockInstruction, FunctionInstruction, OpInstruction, VarRef
 
 __all__ = ['CallCompiler']
@@ -44,66 +44,43 @@ def eager_callee(module: Any, method: Optional[str]) -> Any:
 class CallCompiler:
     """Compiles the instructions that call something: ops, fused method calls, sub-block calls, defs."""
 
-    def compile_method_call(self, fetch: OpInstruction, call: OpInstruction, unit: Unit) -> Callable:
+    def compile_method_call(self, fetch: OpInstruction, call: OpInstruction, unit: Unit,
+                            bind_method: bool = False) -> Piece:
+        """`$t = getattr(obj, 'm')` + `out = $t(...)` as one piece (`bind_method`: `$t` is bound too)."""
         env = {"_i": call, "_r": fetch, "out": call.out_var, "attr": fetch.args[1], "call_value": self.call_value,
-               "Module": _Module}
+               "Module": _Module, "tv": fetch.out_var}
         receiver = operand_text(fetch.args[0], "rv", env)
+        bind = "f[tv] = " if bind_method else ""
+        if not bind_method:
+            del env["tv"]
+        name = attribute_name(fetch.args[1])
+        if name is not None:  # `x.view`, as the source wrote it
+            del env["attr"]
+            return call_piece(f"m = {bind}{receiver}.{name}\n"
+                              "f[out] = call_value(m, {lists}) if isinstance(m, Module) else m({call})",
+                              env, call.args, call.kwargs, call.star_args, call.args_var, call.kwargs_var, "m")
         # A module's method (its forward, say) goes through call_value, which runs its block; any
         # other callable is called directly, as call_value would.
-        return call_closure("run_method", f"m = getattr({receiver}, attr)\n"
+        return call_piece(f"m = {bind}getattr({receiver}, attr)\n"
                             "f[out] = call_value(m, {lists}) if isinstance(m, Module) else m({call})",
                             env, call.args, call.kwargs, call.star_args, call.args_var, call.kwargs_var, "m")
 
-    def compile_OpInstruction(self, instr: OpInstruction, unit: Unit) -> Callable:
+    def compile_OpInstruction(self, instr: OpInstruction, unit: Unit) -> Piece:
         out = instr.out_var
-        simple, build = args_builder(instr.args, instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var)
         target = instr.target
         if isinstance(target, VarRef):
             env = {"_i": instr, "out": out, "tname": target.name, "call_value": self.call_value, "Module": _Module}
-            return call_closure("run_dynamic", "m = f[tname]\n"
-                                "f[out] = call_value(m, {lists}) if isinstance(m, Module) else m({call})",
-                                env, instr.args, instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var,
-                                "m")
-        t = target
-        if simple is not None:
-            n = len(simple)
-            if n == 1:
-                (a0,) = simple
+            return call_piece("m = f[tname]\n"
+                              "f[out] = call_value(m, {lists}) if isinstance(m, Module) else m({call})",
+                              env, instr.args, instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var, "m")
+        if not instr.kwargs and not instr.star_args and instr.args_var is None and instr.kwargs_var is None:
+            inline = operator_piece(out, target, instr.args, {"_i": instr})
+            if inline is not None:
+                return inline
+        return call_piece("f[out] = t({call})", {"_i": instr, "out": out, "t": target}, instr.args, instr.kwargs,
+                          instr.star_args, instr.args_var, instr.kwargs_var, "t")
 
-                def run1(f: dict, _i=instr) -> None:
-                    f[out] = t(f[a0])
-
-                return run1
-            if n == 2:
-                a0, a1 = simple
-
-                def run2(f: dict, _i=instr) -> None:
-                    f[out] = t(f[a0], f[a1])
-
-                return run2
-            if n == 3:
-                a0, a1, a2 = simple
-
-                def run3(f: dict, _i=instr) -> None:
-                    f[out] = t(f[a0], f[a1], f[a2])
-
-                return run3
-            if n == 0:
-                def run0(f: dict, _i=instr) -> None:
-                    f[out] = t()
-
-                return run0
-            get = itemgetter(*simple)
-
-            def run_n(f: dict, _i=instr) -> None:
-                f[out] = t(*get(f))
-
-            return run_n
-
-        return call_closure("run", "f[out] = t({call})", {"_i": instr, "out": out, "t": t}, instr.args, instr.kwargs,
-                            instr.star_args, instr.args_var, instr.kwargs_var, "t")
-
-    def compile_BlockInstruction(self, instr: BlockInstruction, unit: Unit) -> Callable:
+    def compile_BlockInstruction(self, instr: BlockInstruction, unit: Unit) -> Any:
         out = instr.out_var
         _, build = args_builder(instr.args, instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var)
         ref = instr.block_ref
@@ -113,8 +90,8 @@ class CallCompiler:
             method = ref.method
             env = {"_i": instr, "out": out, "callee": callee, "method": method, "call_value": call_value}
             fetch = "f[callee]" if method is None else "getattr(f[callee], method)"
-            return call_closure("run_dynamic_block", f"f[out] = call_value({fetch}, {{lists}})", env, instr.args,
-                                instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var, fetch)
+            return call_piece(f"f[out] = call_value({fetch}, {{lists}})", env, instr.args, instr.kwargs,
+                              instr.star_args, instr.args_var, instr.kwargs_var, fetch)
         owner = unit.block
         try:
             block = owner.find(ref.path)
@@ -156,8 +133,8 @@ class CallCompiler:
         env = {"_i": instr, "out": out, "cell": cell, "callee": lambda: eager_callee(expected, child_method)}
         parts = tuple(path.split(".")) if path else ()
         if not parts or expected is None or module is None:
-            return call_closure("run_block", "f[out] = cell[0]({lists})", env, instr.args, instr.kwargs,
-                                instr.star_args, instr.args_var, instr.kwargs_var, "callee()")
+            return call_piece("f[out] = cell[0]({lists})", env, instr.args, instr.kwargs,
+                              instr.star_args, instr.args_var, instr.kwargs_var, "callee()")
         # The child is read from the module at each call, as `self.child(x)` does: forward may
         # replace it (`self.child = nn.Linear(...)`), and the new one runs (its block, if it has one).
         first, rest = parts[0], parts[1:]
@@ -172,9 +149,8 @@ class CallCompiler:
         env.update(expected=expected, current=current, children=children, first=first,
                    call_value=self.call_value, live_target=live_target)
         test = "children.get(first) is expected" if not rest else "current() is expected"
-        return call_closure("run_child", f"f[out] = cell[0]({{lists}}) if {test} else call_value(live_target(), {{lists}})",
-                            env, instr.args, instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var,
-                            "callee()")
+        return call_piece(f"f[out] = cell[0]({{lists}}) if {test} else call_value(live_target(), {{lists}})",
+                          env, instr.args, instr.kwargs, instr.star_args, instr.args_var, instr.kwargs_var, "callee()")
 
     def compile_FunctionInstruction(self, instr: FunctionInstruction, unit: Unit) -> Callable:
         schema = instr.function

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from .functions import LAZY_FOR, LAZY_IF, LAZY_RUN, LAZY_YIELD, Unit, holds_element, is_element, run_list, unbound_in
 from .observer import BREAK, CONTINUE, RETURN, RETURN_SLOT, StepAbandoned
-from .operands import args_builder, getter, names_read, operand_spec
+from .operands import Piece, args_builder, getter, names_read, operand_spec
 from ..schema.model import BreakInstruction, ContinueInstruction, ControlInstruction, DeleteInstruction, Instruction, RaiseInstruction, ReturnInstruction, TryInstruction, WithInstruction
 
 __all__ = ['ControlCompiler']
@@ -246,6 +246,23 @@ class ControlCompiler:
             return RETURN
 
         return run_return_tuple
+
+    @staticmethod
+    def return_piece(instr: ReturnInstruction) -> Piece:
+        """What `compile_ReturnInstruction`'s closure does before it signals RETURN, as a piece."""
+        names = tuple(instr.out_vars)
+        env: dict = {"_i": instr, "slot": RETURN_SLOT}
+        reads = []
+        for j, name in enumerate(names):
+            env[f"n{j}"] = name
+            reads.append(f"f[n{j}]")
+        if not names:
+            value = "None"
+        elif len(names) == 1 and not instr.as_tuple:
+            value = reads[0]
+        else:
+            value = "(" + ", ".join(reads) + ("," if len(names) == 1 else "") + ")"
+        return Piece(f"f[slot] = {value}", env)
 
     def compile_BreakInstruction(self, instr: BreakInstruction, unit: Unit) -> Callable:
         return lambda f, _i=instr: BREAK

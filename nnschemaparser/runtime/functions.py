@@ -20,7 +20,7 @@ import types
 from typing import Any, Callable, Optional, TYPE_CHECKING
 
 from ..schema.notation import instruction_text
-from .argument_binding import bind_arguments, block_qualname
+from .argument_binding import binder, block_qualname
 from .observer import ENGINE_FILES, RETURN, RETURN_SLOT, StepAbandoned
 from .unbound_reads import unbound_error
 
@@ -145,6 +145,7 @@ class Unit:
             for _, attr in self.weights) and not any(hasattr(type(module), attr) for _, attr in self.weights)
         self.label = f"{block.name}.{schema.name}" if is_block else schema.name
         self.qualname = qualname or (block_qualname(block, self.label) if is_block else schema.name)
+        self._binder = binder(self.qualname, schema, self.params, self.self_name is not None)
         self.body = program.compile_list(schema.body, self)
         # A generator expression's helper runs lazily, one element per `next`, as CPython's does.
         self.lazy = program.compile_lazy(schema.body, self) if not is_block and schema.name == "<gencomp>" else None
@@ -202,8 +203,7 @@ class Unit:
         return read_many
 
     def _bind_general(self, args: tuple, kwargs: dict, defaults: dict) -> dict:
-        return bind_arguments(self.qualname, self.schema, self.params, self.self_name is not None, args, kwargs,
-                              defaults)
+        return self._binder(args, kwargs, defaults)
 
     def generate(self, frame: dict, outer: dict) -> Any:
         """Start a generator expression: its first iterable is iterated now, the rest on demand."""
@@ -277,6 +277,8 @@ def annotate(exc: BaseException, unit: Unit, here: Any) -> None:
         if "_blk" in local:
             break
         candidate = local.get("_i")
+        if candidate is None and "_at" in local:  # a generated body: the instruction of the failing line
+            candidate = local["_at"].get(tb.tb_lineno, (None,))[0]
         if isinstance(candidate, Instruction):
             instr = candidate
         tb = tb.tb_next

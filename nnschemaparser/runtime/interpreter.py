@@ -40,7 +40,7 @@ def _programs(block: ModelBlockSchema) -> dict:
     weakly by the block would never free it, since each Program refers to its block)."""
     cache = block.__dict__.get("_compiled_programs")
     if cache is None:
-        cache = block.__dict__["_compiled_programs"] = {"plain": None, "idle": []}
+        cache = block.__dict__["_compiled_programs"] = {"plain": None, "idle": [], "idle_tensors": []}
     return cache
 
 
@@ -424,23 +424,35 @@ class SchemaInterpreter:
 # the others are compiled without those announcements.
 def _borrow(block: ModelBlockSchema, listeners: Sequence[TraceListener],
             capture_values: bool, calls: bool = False) -> tuple[Program, EventObserver]:
-    idle = _programs(block).setdefault("idle_calls" if calls else "idle", [])
+    tensors = _tensor_results(listeners, capture_values)
+    idle = _programs(block).setdefault(_idle_key(calls, tensors), [])
     try:
-        program, observer = idle.pop() if idle else _compile_observed(block, calls)
+        program, observer = idle.pop() if idle else _compile_observed(block, calls, tensors)
     except IndexError:  # another thread took the last one
-        program, observer = _compile_observed(block, calls)
+        program, observer = _compile_observed(block, calls, tensors)
     observer.configure(listeners, capture_values)
     return program, observer
 
 
-def _compile_observed(block: ModelBlockSchema, calls: bool = False) -> tuple[Program, EventObserver]:
+def _idle_key(calls: bool, tensors: bool) -> str:
+    """Which pool of idle programs: with or without call announcements, every result or tensors only."""
+    return "idle" + ("_calls" if calls else "") + ("_tensors" if tensors else "")
+
+
+def _tensor_results(listeners: Sequence[TraceListener], capture_values: bool) -> bool:
+    """Whether every listener wants tensor results only (`every_instruction = False`)."""
+    return not capture_values and not any(getattr(listener, "every_instruction", True) for listener in listeners)
+
+
+def _compile_observed(block: ModelBlockSchema, calls: bool = False,
+                      tensors: bool = False) -> tuple[Program, EventObserver]:
     observer = EventObserver()
-    return Program(block, observer, calls=calls), observer
+    return Program(block, observer, calls=calls, tensor_results=tensors), observer
 
 
 def _give_back(block: ModelBlockSchema, program: Program, observer: EventObserver, calls: bool = False) -> None:
     observer.reset()
     observer.configure(())
-    idle = _programs(block).setdefault("idle_calls" if calls else "idle", [])
+    idle = _programs(block).setdefault(_idle_key(calls, program.tensor_results), [])
     if len(idle) < 4:
         idle.append((program, observer))

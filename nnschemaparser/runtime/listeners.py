@@ -232,7 +232,15 @@ class EventObserver(Observer):
             event = BlockEvent(block, frame, len(self.frames) - 1, self.paths[-1], result)
             for listener in self._exit_listeners:
                 listener.on_block_exit(event)
-        self._pop()
+        # `_pop` written out: this runs once per block call of every observed run
+        frames, paths, blocks = self.frames, self.paths, self.blocks
+        frames.pop()
+        paths.pop()
+        blocks.pop()
+        self._frames_tuple = None
+        self._depth = len(frames) - 1
+        self._block = blocks[-1] if blocks else None
+        self._path = paths[-1] if paths else ""
 
     def fail_block(self, block: ModelBlockSchema, frame: dict, exc: BaseException) -> None:
         self._pop()

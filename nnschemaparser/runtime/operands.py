@@ -2,26 +2,31 @@
 
 `operand_spec` classifies an operand as a constant, a frame variable or a computed value (slices,
 displays); `getter` turns that into `getter(frame)`; `args_builder` precomputes a call's positional
-and keyword layout so that the common case (all plain variables) is a list of names. `call_closure`
+and keyword layout so that the common case (all plain variables) is a list of names. `call_piece`
 goes one step further: it writes the call as Python source once per layout (`f[out] = t(f[x], c1,
-dim=f[d])`), compiles it once and closes it over each instruction's names and constants, so that
-running a call builds no argument lists of its own: the per-instruction cost of the dispatch-bound
-models of `bench/bench_dispatch.py`. `fusable_method_call` tells the plain compiler when
-`$t = getattr(obj, 'm')` + `$t(...)` can run as one closure; `names_read` lists the frame variables
-an instruction reads itself (not its nested bodies).
+dim=f[d])`) over names whose values it keeps in the piece's `env`; `operator_piece` writes a call
+of an operator as the operator (`a + b`, `x.view` for a constant getattr). `piece_closure` compiles
+a piece alone (`call_closure` both at once); `bodies.fuse_body` splices many into one function,
+keeping them apart with `renamed`. One factory is compiled per distinct source text, so identical
+layers share their code. `fusable_method_call` tells the compiler when `$t = getattr(obj, 'm')` +
+`$t(...)` can run as one piece; `names_read` lists the frame variables an instruction reads itself
+(not its nested bodies).
 
 Depends on the schema and `observer` (for the generated code's file name).
 """
 
 from __future__ import annotations
 
+import io
 import keyword
+import operator
+import tokenize
 from operator import itemgetter
 from typing import Any, Callable, Optional
 from ..schema.model import Const, Instruction, OpInstruction, SliceOf, VarRef
 from .observer import GENERATED_FILE
 
-__all__ = ['operand_spec', 'getter', 'args_builder', 'call_closure', 'operand_text', 'merge_kwargs', 'function_str',
+__all__ = ['operand_spec', 'getter', 'args_builder', 'call_closure', 'Piece', 'call_piece', 'piece_closure', 'renamed', 'operand_text', 'merge_kwargs', 'function_str',
            'fusable_method_call', 'mentions', 'names_read']
 
 
@@ -155,17 +160,28 @@ def operand_text(op: Any, slot: str, env: dict) -> str:
     return slot
 
 
-def call_closure(name: str, statement: str, env: dict, args: list, kwargs: dict, star_args: tuple,
-                 args_var: Optional[str], kwargs_var: Optional[str], callee: str) -> Callable[[dict], Any]:
-    """The closure `name(f)` running `statement`, its `{call}` and `{lists}` replaced by the call's arguments.
+class Piece:
+    """One instruction as generated source: `text` (statements reading and writing the frame `f`)
+    over the names of `env`. `piece_closure` compiles it alone; `fuse_body` splices several into one
+    straight-line function. `_i` (the instruction) and `_r` (a fused method call's getattr) are kept
+    in `env` for error reports, never read by `text`."""
+
+    __slots__ = ("text", "env")
+
+    def __init__(self, text: str, env: dict):
+        self.text = text
+        self.env = env
+
+
+def call_piece(statement: str, env: dict, args: list, kwargs: dict, star_args: tuple, args_var: Optional[str],
+               kwargs_var: Optional[str], callee: str) -> Piece:
+    """`statement` with its `{call}` and `{lists}` replaced by the call's arguments, as a `Piece`.
 
     `{call}` becomes `f[a], c1, *f[s], dim=f[d]` (a call's own arguments) and `{lists}` becomes
     `[f[a], c1, *f[s]], {'dim': f[d]}` (what an invoker or `call_value` takes), with the evaluation
     order, spreading and keyword checks of `args_builder`'s `build`. `env` holds the other names the
-    statement uses (`_i`, the instruction, and `_r` are default arguments so that error reports find
-    them in the frame's locals, as in every closure of the engine); `callee` is source naming what
-    is called, read only when `**kwargs` cannot be merged (see `merge_kwargs`). One factory is
-    compiled per distinct source text, so a model with thousands of calls compiles a few dozen.
+    statement uses; `callee` is source naming what is called, read only when `**kwargs` cannot be
+    merged (see `merge_kwargs`).
     """
     env = dict(env)
     # Keyword names are the only part of an instruction written into the generated source: a plain
@@ -192,20 +208,98 @@ def call_closure(name: str, statement: str, env: dict, args: list, kwargs: dict,
     # then `**f[kv]`, so that CPython itself merges them and words any error.
     own = [f"{k}={text}" for k, text in pairs] if plain_keys else ["**" + display] if pairs else []
     call = ", ".join([*positional, *own, *(["**f[kv]"] if kwargs_var is not None else [])])
-    body = statement.replace("{call}", call).replace("{lists}", lists).replace("\n", "\n        ")
+    return Piece(statement.replace("{call}", call).replace("{lists}", lists), env)
+
+
+# Calls of these callables are written as the operator itself (`operator.add(a, b)` is `a + b`:
+# the same C slot, the same errors) so that the generated code pays no call for them.
+_OPERATORS = {operator.add: "{0} + {1}", operator.sub: "{0} - {1}", operator.mul: "{0} * {1}",
+              operator.truediv: "{0} / {1}", operator.floordiv: "{0} // {1}", operator.mod: "{0} % {1}",
+              operator.pow: "{0} ** {1}", operator.matmul: "{0} @ {1}", operator.and_: "{0} & {1}",
+              operator.or_: "{0} | {1}", operator.xor: "{0} ^ {1}", operator.lshift: "{0} << {1}",
+              operator.rshift: "{0} >> {1}", operator.getitem: "{0}[{1}]", operator.neg: "-{0}",
+              operator.pos: "+{0}", operator.invert: "~{0}", operator.not_: "not {0}", operator.is_: "{0} is {1}",
+              operator.is_not: "{0} is not {1}", operator.eq: "{0} == {1}", operator.ne: "{0} != {1}",
+              operator.lt: "{0} < {1}", operator.le: "{0} <= {1}", operator.gt: "{0} > {1}", operator.ge: "{0} >= {1}"}
+
+
+def attribute_name(op: Any) -> Optional[str]:
+    """The attribute `op` names when it is a constant identifier (`getattr(x, 'weight')` is `x.weight`)."""
+    kind, value = operand_spec(op)
+    if kind == "const" and type(value) is str and value.isidentifier() and not keyword.iskeyword(value) \
+            and not value.startswith("__"):
+        return value
+    return None
+
+
+def operator_piece(out: str, target: Any, args: list, env: dict) -> Optional[Piece]:
+    """`f[out] = a + b` (or `x.name` for a constant getattr) for a call of an operator, else None."""
+    try:
+        template = _OPERATORS.get(target)
+    except TypeError:  # an unhashable callable
+        return None
+    if template is None and target is getattr and len(args) == 2 and attribute_name(args[1]) is not None:
+        env = dict(env, out=out)
+        return Piece(f"f[out] = {operand_text(args[0], 'p0', env)}.{attribute_name(args[1])}", env)
+    if template is None or len(args) != template.count("{"):
+        return None
+    env = dict(env, out=out)
+    texts = [operand_text(op, f"p{i}", env) for i, op in enumerate(args)]
+    return Piece("f[out] = " + template.format(*texts), env)
+
+
+def piece_closure(name: str, piece: Piece) -> Callable[[dict], Any]:
+    """The closure `name(f)` running `piece` (`_i` and `_r` are default arguments so that error
+    reports find them in the frame's locals, as in every closure of the engine). One factory is
+    compiled per distinct source text, so a model with thousands of calls compiles a few dozen."""
+    env = piece.env
+    body = piece.text.replace("\n", "\n        ")
     defaults = ", ".join(f"{n}={n}" for n in ("_i", "_r") if n in env)
     source = (f"def factory({', '.join(env)}):\n"
               f"    def {name}(f{', ' if defaults else ''}{defaults}):\n"
               f"        {body}\n"
               f"    return {name}\n")
+    return _factory(source)(**env)
+
+
+def _factory(source: str) -> Callable:
     factory = _FACTORIES.get(source)
     if factory is None:
         namespace: dict = {}
         exec(compile(source, GENERATED_FILE, "exec"), namespace)
         factory = _FACTORIES[source] = namespace["factory"]
-    return factory(**env)
+    return factory
 
 
+def call_closure(name: str, statement: str, env: dict, args: list, kwargs: dict, star_args: tuple,
+                 args_var: Optional[str], kwargs_var: Optional[str], callee: str) -> Callable[[dict], Any]:
+    """The closure `name(f)` running `statement` with the call's arguments (see `call_piece`)."""
+    return piece_closure(name, call_piece(statement, env, args, kwargs, star_args, args_var, kwargs_var, callee))
+
+
+_RENAMED: dict = {}
+
+
+def renamed(text: str, names: frozenset, suffix: str) -> str:
+    """`text` with each name of `names` it uses as a variable (not an attribute, not a keyword of a
+    call) spelled `name + suffix`: the pieces spliced into one function keep their names apart."""
+    key = (text, names, suffix)
+    out = _RENAMED.get(key)
+    if out is not None:
+        return out
+    tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    pieces = []
+    for index, tok in enumerate(tokens):
+        value = tok.string
+        if tok.type == tokenize.NAME and value in names:
+            before = tokens[index - 1].string if index else ""
+            after = tokens[index + 1].string if index + 1 < len(tokens) else ""
+            if before != "." and after != "=":
+                value = value + suffix
+        pieces.append((tok.type, value))
+    out = tokenize.untokenize(pieces)
+    _RENAMED[key] = out
+    return out
 
 
 def fusable_method_call(first: Instruction, second: Instruction) -> bool:

@@ -1,13 +1,16 @@
 """The execution core: `Program` compiles a schema tree once into closures over a frame dict, then runs it.
 
 One set of execution rules serves every driver. `Program(root)` compiles the plain form: each
-instruction becomes a small closure that reads operands from the frame, calls the real torch
-callable and binds the result; nothing else runs. `Program(root, observer)` compiles the same rules
-wrapped with calls to an `Observer` (block enter/exit, after each leaf instruction, before a mutating
+instruction becomes a piece of Python source that reads operands from the frame, calls the real
+torch callable and binds the result, and each list of instructions runs as one generated function
+(`bodies.fuse_body`); nothing else runs. `Program(root, observer)` compiles the same pieces with
+calls to an `Observer` in between (block enter/exit, after each leaf instruction, before a mutating
 one): listeners, captures and stepping are all observers, and a plain run pays for none of them.
 `Program(root, observer, calls=True)` also reports each sub-block call before it runs
 (`Observer.before_call`: a child's forward, a method schema, a module value with a block); only
 stepped runs that pause before calls compile it, so runs and captures pay nothing for it.
+With `tensor_results=True` the observer is called after an instruction only where it bound a
+tensor (or returned): what an observer whose listeners want nothing else would do anyway.
 
 This module holds what ties the parts together: the cached invokers that run a block as
 `module(*args, **kwargs)` would (hooks from `module_hooks`, decorators re-bound by `functions`),
@@ -32,13 +35,16 @@ from .compile_calls import CallCompiler
 from .compile_control import ControlCompiler
 from .argument_binding import live_signature, root_call
 from .functions import InterpretedFunction, Unit, rebind_wrapper, rebindable
-from .module_hooks import call_with_hooks, global_hooks_active
+from .module_hooks import GLOBAL_HOOK_DICTS, call_with_hooks, global_hooks_active
 from .observer import BREAK, CONTINUE, RETURN, RETURN_SLOT, Observer, StepAbandoned
-from .operands import fusable_method_call, names_read
+from .bodies import BodyEntry, IfPiece, fuse_body
+from .operands import Piece, fusable_method_call, names_read, piece_closure
 
 _Module = nn.Module
-from ..schema.model import (BlockInstruction, ControlInstruction, FunctionSchema, Instruction, ModelBlockSchema,
-                            OpInstruction, ReturnInstruction, TryInstruction, VarRef, WithInstruction)
+_MAX_NESTING = 24  # `if`s nested deeper run as closures (Python's parser limits indentation)
+from ..schema.model import (BlockInstruction, BreakInstruction, ContinueInstruction, ControlInstruction, FunctionSchema,
+                            Instruction, ModelBlockSchema, OpInstruction, ReturnInstruction, TryInstruction, VarRef,
+                            WithInstruction)
 
 __all__ = ['Program', 'callee_label', 'entry_signature', 'Observer', 'InterpretedFunction', 'BREAK', 'CONTINUE', 'RETURN', 'RETURN_SLOT', 'StepAbandoned', 'rebindable']
 
@@ -68,10 +74,14 @@ def callee_label(block: ModelBlockSchema) -> str:
 class Program(CallCompiler, ControlCompiler):
     """A schema tree compiled for one mode: plain (`observer=None`) or observed."""
 
-    def __init__(self, root: ModelBlockSchema, observer: Optional[Observer] = None, calls: bool = False):
+    def __init__(self, root: ModelBlockSchema, observer: Optional[Observer] = None, calls: bool = False,
+                 tensor_results: bool = False):
         self.root = root
         self.observer = observer
         self.observe_calls = observer is not None and calls
+        # Observed for tensor results only: `after` is called where an instruction bound a tensor
+        # (or returned), the only calls of an observer whose listeners want nothing else.
+        self.tensor_results = observer is not None and tensor_results
         self.units: dict[int, Unit] = {}
         self.invokers: dict[int, Callable] = {}
         self.module_invokers: dict[int, Callable] = {}
@@ -108,7 +118,7 @@ class Program(CallCompiler, ControlCompiler):
             invoke = self._direct(block)
         elif type(block.module).__call__ is not _Module.__call__:
             invoke = self._through_call_override(block.module, self._direct(block))
-        else:
+        elif block.wrapper is not None or len(GLOBAL_HOOK_DICTS) != 4:
             direct = self._direct(block)
             module = block.module
 
@@ -117,7 +127,36 @@ class Program(CallCompiler, ControlCompiler):
                         or module._backward_pre_hooks or global_hooks_active() or "forward" in module.__dict__):
                     return call_with_hooks(module, args, kwargs, direct)
                 return direct(args, kwargs)
+        else:
+            invoke = self._bound_invoker(block)
         self.invokers[id(block)] = invoke
+        return invoke
+
+    def _bound_invoker(self, block: ModelBlockSchema) -> Callable[[Any, dict], Any]:
+        """`invoke` for a forward block without decorators: the hook test, the binding and the run
+        in one function (what `_direct` and `Unit.bind` do, without their two calls per block)."""
+        direct = self._direct(block)
+        module = block.module
+        unit = self.unit(block)
+        params, simple, count = unit.params, unit.simple, len(unit.params)
+        self_name, self_value, defaults, general = unit.self_name, unit.self_value, unit.schema.defaults, unit._binder
+        g0, g1, g2, g3 = GLOBAL_HOOK_DICTS
+        observer, run, observed_run = self.observer, unit.run, self._observed_run
+
+        def invoke(args: Any, kwargs: dict) -> Any:
+            if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                    or module._backward_pre_hooks or g0 or g1 or g2 or g3 or "forward" in module.__dict__):
+                return call_with_hooks(module, args, kwargs, direct)
+            if simple and not kwargs and len(args) == count:
+                frame = dict(zip(params, args))
+            else:
+                frame = general(args, kwargs, defaults)
+            if self_name is not None:
+                frame[self_name] = self_value
+            if observer is None:
+                return run(frame)
+            return observed_run(observer, block, unit, frame)
+
         return invoke
 
     @staticmethod
@@ -156,12 +195,22 @@ class Program(CallCompiler, ControlCompiler):
             runner = self._wrapped_runner(block, unit)
             module = block.module
             return lambda args, kwargs: runner(module, *args, **kwargs)
-        bind, run = unit.bind, unit.run
-        observer = self.observer
-        if observer is None:
-            return lambda args, kwargs: run(bind(args, kwargs))
-        observed_run = self._observed_run
-        return lambda args, kwargs: observed_run(observer, block, unit, bind(args, kwargs))
+        params, simple, count = unit.params, unit.simple, len(unit.params)
+        self_name, self_value, defaults, general = unit.self_name, unit.self_value, unit.schema.defaults, unit._binder
+        observer, run, observed_run = self.observer, unit.run, self._observed_run
+
+        def direct(args: Any, kwargs: dict) -> Any:  # Unit.bind, then the run, in one call
+            if simple and not kwargs and len(args) == count:
+                frame = dict(zip(params, args))
+            else:
+                frame = general(args, kwargs, defaults)
+            if self_name is not None:
+                frame[self_name] = self_value
+            if observer is None:
+                return run(frame)
+            return observed_run(observer, block, unit, frame)
+
+        return direct
 
     def call_block(self, block: ModelBlockSchema, args: tuple, kwargs: dict) -> Any:
         """Run `block` as a call `module(*args, **kwargs)` would."""
@@ -247,22 +296,62 @@ class Program(CallCompiler, ControlCompiler):
     # -- compilation ------------------------------------------------------------------------
 
     def compile_list(self, instrs: list[Instruction], unit: Unit) -> list[Callable]:
-        if self.observer is not None:
-            return [self.compile(instr, unit) for instr in instrs]
-        # Plain runs fuse `$t = getattr(obj, 'm')` + `out = obj.m(...)` into one closure: nobody
-        # observes the bound method, and half the dispatches of method-heavy code disappear.
-        compiled = []
+        """`instrs` as one generated function (see `bodies.fuse_body`): `[body]`, or `[]` for none."""
+        if not instrs:
+            return []
+        return [fuse_body(self.body_entries(instrs, unit), self.observer, unit.module, unit.direct_weights,
+                          self.tensor_results)]
+
+    def body_entries(self, instrs: list[Instruction], unit: Unit, depth: int = 0) -> list[BodyEntry]:
+        """One `BodyEntry` per instruction of `instrs` (an `if` with its branches written out)."""
+        observer = self.observer
+        entries = []
         index = 0
         while index < len(instrs):
             instr = instrs[index]
-            if index + 1 < len(instrs) and fusable_method_call(instr, instrs[index + 1]):
-                fused = self.compile_method_call(instr, instrs[index + 1], unit)
-                compiled.append(self.fresh_weights(fused, names_read(instr) + names_read(instrs[index + 1]), unit))
+            # Plain runs fuse `$t = getattr(obj, 'm')` + `out = obj.m(...)` into one piece: nobody
+            # observes the bound method, and half the dispatches of method-heavy code disappear.
+            # Observed for tensor results, the same piece also binds the method (descriptions read
+            # it), unless the call mutates: the observer's `before` reads the unfused frame then.
+            if (observer is None or self.tensor_results) and index + 1 < len(instrs) \
+                    and fusable_method_call(instr, instrs[index + 1]) \
+                    and not (observer is not None and getattr(instrs[index + 1], "mutates", False)):
+                call = instrs[index + 1]
+                piece = self.compile_method_call(instr, call, unit, bind_method=observer is not None)
+                entries.append(BodyEntry(call, instr, piece,
+                                         self.weights_read(names_read(instr) + names_read(call), unit),
+                                         True, False, None))
                 index += 2
                 continue
-            compiled.append(self.compile(instr, unit))
+            control = isinstance(instr, (ControlInstruction, TryInstruction, WithInstruction))
+            if isinstance(instr, ControlInstruction) and instr.kind == "if" and depth < _MAX_NESTING:
+                item = IfPiece(self.body_entries(instr.condition, unit, depth + 1), instr.cond_var,
+                               self.weights_read([instr.cond_var], unit),
+                               self.body_entries(instr.body, unit, depth + 1),
+                               self.body_entries(instr.else_body, unit, depth + 1))
+                entries.append(BodyEntry(instr, None, item, (), False, False, None))
+                index += 1
+                continue
+            if isinstance(instr, ReturnInstruction):
+                item, ends = self.return_piece(instr), "return"
+            elif isinstance(instr, (BreakInstruction, ContinueInstruction)):
+                item = Piece("pass", {"_i": instr})
+                ends = "break" if isinstance(instr, BreakInstruction) else "continue"
+            else:
+                item, ends = getattr(self, "compile_" + type(instr).__name__)(instr, unit), None
+            announce = self._call_announcer(instr, unit) if self.observe_calls and not control else None
+            entries.append(BodyEntry(instr, None, item, self.weights_read(names_read(instr), unit), not control,
+                                     bool(getattr(instr, "mutates", False)), ends, announce))
             index += 1
-        return compiled
+        return entries
+
+    @staticmethod
+    def weights_read(names: list, unit: Unit) -> tuple:
+        """The (ref, attr) weights among `names` that `unit` reads live before an instruction."""
+        if not unit.weights or not names:
+            return ()
+        mapping = dict(unit.weights)
+        return tuple((ref, mapping[ref]) for ref in dict.fromkeys(names) if ref in mapping)
 
     @staticmethod
     def fresh_weights(fn: Callable, names: list, unit: Unit) -> Callable:
@@ -329,6 +418,8 @@ class Program(CallCompiler, ControlCompiler):
     def _compile(self, instr: Instruction, unit: Unit) -> Callable:
         kind = type(instr).__name__
         fn = getattr(self, "compile_" + kind)(instr, unit)
+        if isinstance(fn, Piece):
+            fn = piece_closure("run", fn)
         observer = self.observer
         if observer is None or isinstance(instr, (ControlInstruction, TryInstruction, WithInstruction)):
             return fn

@@ -63,10 +63,12 @@ def unbound_error(exc: KeyError, engine_files: frozenset, free_vars: tuple, func
             instr, frame = None, None
         else:
             local = tb.tb_frame.f_locals
-            candidate = local.get("_i")
+            candidate, fetch = local.get("_i"), local.get("_r")
+            if candidate is None and "_at" in local:  # a generated body: the instruction of the failing line
+                candidate, fetch = local["_at"].get(tb.tb_lineno, (None, None))
             if isinstance(candidate, Instruction) and isinstance(local.get("f"), dict):
                 instr, frame = candidate, local["f"]
-                fused = local.get("_r")  # a fused method call also reads its getattr's receiver
+                fused = fetch  # a fused method call also reads its getattr's receiver
         tb = tb.tb_next
     if instr is None or name in frame:
         return None

@@ -6,7 +6,8 @@
     widget                                                  # displays the tree, stepper, tables...
     widget.step(); widget.step_over(); widget.run_to(5); widget.continue_(); widget.reset()
 
-Module map (lower to higher): tree (the compact block tree), edits (edit specs), runs (one run: its
+Module map (lower to higher): statements (a block's source statements by span, their one-line
+text), tree (the compact block tree, one row per statement), edits (edit specs), runs (one run: its
 ActivationTrace, GradientTrace and StepInfo rows), tensor_views (heatmap slices, attention heads,
 trends, per-layer series), tensor_requests (the state's tensor-view requests, a mixin), state (the state machine: stepping, edits, runs,
 comparison with compare_traces, bins with histogram_bins), messages (the browser's requests),

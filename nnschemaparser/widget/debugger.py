@@ -212,7 +212,7 @@ class Navigation:
                 path = self.tree.block_path(where)
                 bp = Breakpoint("block", node=where, block=path, label=f"entry of {path or 'the root'}")
             else:
-                bp = Breakpoint("node", node=where, label=f"row {where}: {self.tree.nodes[where].text[:60]}")
+                bp = Breakpoint("node", node=where, label=f"row {where}: {(self.tree.source_text(where) or self.tree.nodes[where].text)[:60]}")
         elif isinstance(where, str) and where.strip():
             try:
                 node = self.tree.find_block(where.strip())

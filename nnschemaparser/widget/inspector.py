@@ -71,6 +71,9 @@ class InspectorWidget(anywidget.AnyWidget):
     runs = traitlets.List().tag(sync=True)
     edit_list = traitlets.List().tag(sync=True)
     blocks = traitlets.Dict().tag(sync=True)
+    #: The tree's lowered view: one row per instruction ($t temporaries, attribute fetches) instead
+    #: of one per source statement; the browser's "Lowered" button and `l` key set it too.
+    show_lowered = traitlets.Bool(False).tag(sync=True)
 
     def __init__(self, schema: ModelBlockSchema, scope: Mapping[str, Any], *, gradients: bool = True,
                  loss_fn: Optional[Callable[[list], Any]] = None, namespace: Optional[Mapping[str, Any]] = None,
@@ -178,12 +181,13 @@ class InspectorWidget(anywidget.AnyWidget):
 
     def search(self, query: str, limit: int = 200) -> Any:
         """The tree rows matching `query` (block paths like "h.1.attn" first, then variables, op names,
-        instruction text) as a DataFrame: node, kind, text, op, shape, line, block, path, ancestors."""
+        instruction text) as a DataFrame: node, kind, text, source (the source text the row shows in
+        the source view, "" where that is `text`), op, shape, line, block, path, ancestors."""
         import pandas as pd
 
         with self._lock:
             rows = self._state.search(query, limit)
-        return pd.DataFrame(rows, columns=["node", "kind", "text", "op", "shape", "line", "block", "path",
+        return pd.DataFrame(rows, columns=["node", "kind", "text", "source", "op", "shape", "line", "block", "path",
                                            "ancestors"])
 
     def break_at(self, where: Any = None, *, line: Optional[int] = None, file: str = "",

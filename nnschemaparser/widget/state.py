@@ -549,6 +549,9 @@ class InspectorState(Navigation, TensorRequests):
                 "type": type(value).__name__}
         row = self.active.step_row(step.step_index)
         view.update(text=row["text"], edited=row["edited"], trace_step=row["trace_step"])
+        if node >= 0:  # the source statement this instruction belongs to, as the source view shows it
+            holder = self.tree.statement_nodes.get(node, node)
+            view["statement"] = self.tree.source_text(holder)
         loc = step.location
         if loc is not None and loc.end_lineno:  # the column range of the instruction's source
             view.update(col=loc.col, end_line=loc.end_lineno, end_col=loc.end_col)

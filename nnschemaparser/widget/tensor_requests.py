@@ -114,7 +114,7 @@ class TensorRequests:
             tensor_stat(None, stat)  # an unknown stat is refused before any work
             by_step = {step.step: tensor_stat(step.tensor.value, stat) for step in record.trace.steps}
             what = stat
-        return {"run": record.name, **node_colours(record.steps, by_step, what)}
+        return {"run": record.name, **node_colours(record.steps, by_step, what, self.tree.statement_nodes)}
 
     def layers(self, var: str, stat: str = "norm", runs: Optional[list] = None) -> dict:
         """The stat of `var` after each layer of a ModuleList, for each run (default: every run)."""

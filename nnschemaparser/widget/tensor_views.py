@@ -255,10 +255,14 @@ def layer_series(steps: Sequence[Any], var: str, stat: str = "norm") -> dict:
             "values": [tensor_stat(found[prefix][i].tensor.value, stat) for i in layers]}
 
 
-def node_colours(step_rows: Sequence[dict], values_by_trace_step: dict[int, Optional[float]], what: str) -> dict:
+def node_colours(step_rows: Sequence[dict], values_by_trace_step: dict[int, Optional[float]], what: str,
+                 holders: Optional[dict[int, int]] = None) -> dict:
     """One number per tree node for colouring the tree: for each node, the value of the last StepInfo
-    of that node (a loop's last iteration) whose trace step has a value in `values_by_trace_step`."""
+    of that node (a loop's last iteration) whose trace step has a value in `values_by_trace_step`.
+    `holders` maps a node to the row holding it (an instruction to its statement row): the holder
+    gets the value of the last of its nodes to have one."""
     values: dict[int, float] = {}
+    holders = holders or {}
     for row in step_rows:
         node, trace_step = row.get("node", -1), row.get("trace_step")
         if node is None or node < 0 or trace_step is None:
@@ -266,6 +270,8 @@ def node_colours(step_rows: Sequence[dict], values_by_trace_step: dict[int, Opti
         value = values_by_trace_step.get(trace_step)
         if value is not None and math.isfinite(value):
             values[node] = value
+            if node in holders:
+                values[holders[node]] = value
     finite = list(values.values())
     return {"what": what, "values": {str(k): v for k, v in values.items()},
             "min": min(finite) if finite else None, "max": max(finite) if finite else None}

@@ -1,18 +1,29 @@
 """The block tree of a schema in the compact form the inspector sends to the browser.
 
-Every block, instruction and branch of a schema gets an integer node id, depth first. A node travels
-as one short JSON row
+Every block, statement, instruction and branch of a schema gets an integer node id, depth first. A
+node travels as one short JSON row
 
     [id, parent, kind, text, shape, line, n_children, op, extra]
 
 where `kind` is a one-letter code (see KINDS), `text` is the instruction as the dump writes it (so
 it carries the source variable names), `shape` the resolved dtype[shape], `line` the forward's line,
 `op` the qualified op name or the called block path, and `extra` a small dict only where needed
-({"skip": reason}, {"to": target block node}, {"path": block path}). The first rows, breadth first,
-fit a byte budget; the children of any other node are fetched by id when it is expanded.
+({"skip": reason}, {"to": target block node}, {"path": block path}, {"src": statement text},
+{"end": a statement's last line}). The first rows, breadth first, fit a byte budget; the children
+of any other node are fetched by id when it is expanded.
+
+The tree reads like the source: a block's instructions are grouped by the source statement they
+were lowered from (statements.StatementIndex). A statement lowered to several instructions is a
+statement row (kind "s": its one-line source as `text`, the shapes of the source variables it binds)
+holding them; one lowered to a single instruction, and a compound statement (if/for/while/try/with/
+def), keeps that instruction's row with the statement's text in `extra["src"]`. The browser shows
+the source text and folds statement rows by default; its lowered view (`show_lowered`) shows each
+instruction's own text and lets statement rows through (their children drawn in their place). Node
+ids are the same in both views, so steps, breakpoints and search address instructions as before.
 
 The tree also maps what a run reports back to nodes: an executed instruction object, an entered
-block object, a block path. Depends on schema and notation only; knows nothing about widgets.
+block object, a block path. Depends on schema, notation and the statement index only; knows nothing
+about widgets.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from ..schema.notation import instruction_text
+from .statements import StatementIndex
 from ..schema.model import (
     BlockInstruction,
     BreakInstruction,
@@ -43,6 +55,7 @@ __all__ = ["BlockTree", "KINDS", "INITIAL_TREE_BYTES"]
 KINDS = {
     "B": "block", "o": "op", "c": "call", "i": "if", "f": "for", "w": "while", "t": "try",
     "W": "with", "d": "def", "r": "return", "k": "jump", "x": "other", "b": "branch",
+    "s": "statement",
 }
 _CONTROL_KINDS = {"if": "i", "for": "f", "while": "w"}
 
@@ -89,14 +102,17 @@ class BlockTree:
         self.blocks: dict[int, ModelBlockSchema] = {}
         self.path_nodes: dict[str, int] = {}
         self.call_targets: dict[int, int] = {}  # call node -> the block node it calls
+        self.statement_nodes: dict[int, int] = {}  # instruction node -> the statement row holding it
         self._pending_targets: list[tuple[int, ModelBlockSchema]] = []
+        self._indexes: dict[tuple, Optional[StatementIndex]] = {}
+        self._texts: dict[tuple, str] = {}
         self._add_block(schema, parent=-1, label=schema.name)
         for node, target in self._pending_targets:  # the called blocks are built after the calls
             target_node = self.block_nodes.get(id(target))
             if target_node is not None:
                 self.call_targets[node] = target_node
-                self.nodes[node].extra = {"to": target_node}
-        del self._pending_targets
+                self.nodes[node].extra = {**(self.nodes[node].extra or {}), "to": target_node}
+        del self._pending_targets, self._indexes, self._texts
 
     # -- building ------------------------------------------------------------------------------
 
@@ -122,7 +138,7 @@ class BlockTree:
         self.blocks[node] = block
         if block.method_name is None:
             self.path_nodes.setdefault(block.path, node)
-        self._add_body(block.body, node, node, block)
+        self._add_body(block.body, node, node, block, None)
         if block.method_name is None:  # method blocks share their owner's methods and sub-blocks
             for method in block.methods.values():
                 if id(method) not in self.block_nodes:
@@ -133,21 +149,83 @@ class BlockTree:
         return node
 
     def _add_branch(self, label: str, body: list[Instruction], parent: int, owner: int,
-                    block: ModelBlockSchema) -> None:
+                    block: ModelBlockSchema, context: Any, test: bool = False) -> None:
+        """A branch row; `test`: the instructions of an `if`/`while` test or a `for` iterable, which
+        the source view folds (the compound row's text shows them)."""
         if not body:
             return
-        node = self._new(_Node(parent, "b", label, block=owner))
-        self._add_body(body, node, owner, block)
+        node = self._new(_Node(parent, "b", label, block=owner, extra={"test": 1} if test else None))
+        self._add_body(body, node, owner, block, context, target=label == "body")
 
-    def _add_body(self, body: Iterable[Instruction], parent: int, owner: int, block: ModelBlockSchema) -> None:
-        for instr in body:
-            self._add_instruction(instr, parent, owner, block)
+    def _statements(self, block: ModelBlockSchema) -> Optional[StatementIndex]:
+        """The statement index of a block's source, shared by the blocks of one source (every layer)."""
+        sig = block.signature
+        if sig is None or not sig.source:
+            return None
+        key = (sig.filename, sig.firstlineno, sig.source)
+        if key not in self._indexes:
+            self._indexes[key] = StatementIndex.of_signature(sig)
+        return self._indexes[key]
 
-    def _add_instruction(self, instr: Instruction, parent: int, owner: int, block: ModelBlockSchema) -> None:
+    def _add_body(self, body: Iterable[Instruction], parent: int, owner: int, block: ModelBlockSchema,
+                  context: Any = None, target: bool = False) -> None:
+        """Add a body's instructions, one row per source statement: a statement nested in `context`
+        (the compound statement whose branch this is; None: the function) and lowered to several
+        instructions gets a statement row holding them, one lowered to one instruction shows the
+        statement's text on that instruction's row, and a compound statement stays its compound row.
+        Instructions of no statement inside `context` (an `if` test, a `for` target, a lambda's
+        body, the implicit `return None`) stay lowered rows, but for the unpacking of a `for` (or
+        `with ... as`) target at the top of its body: a statement row named by the target."""
+        index = self._statements(block)
+        if index is None:
+            for instr in body:
+                self._add_instruction(instr, parent, owner, block, None)
+            return
+        for position, (stmt, instrs) in enumerate(_groups(body, index, context)):
+            if stmt is context and context is not None:
+                # `target`: the body of a for/with, whose first run may unpack the bound names
+                names = index.target_text(context) if target and position == 0 and len(instrs) > 1 else ""
+                if names:
+                    self._add_statement(names, index.span(context)[0], 0, instrs, parent, owner, block, context)
+                    continue
+                stmt = None
+            if stmt is None:
+                for instr in instrs:
+                    self._add_instruction(instr, parent, owner, block, context)
+                continue
+            text = self._statement_text(index, stmt)
+            compound = next((i for i in instrs if index.is_compound_of(stmt, _compound_kind(i), i.location)), None)
+            if compound is not None:  # a with's context or a def's decorators stay lowered rows beside it
+                for instr in instrs:
+                    self._add_instruction(instr, parent, owner, block, stmt if instr is compound else context,
+                                          src=text if instr is compound else "")
+            elif len(instrs) == 1 and _compound_kind(instrs[0]) == "":
+                self._add_instruction(instrs[0], parent, owner, block, stmt, src=text)
+            else:
+                first, _, last, _ = index.span(stmt)
+                self._add_statement(text, first, last, instrs, parent, owner, block, stmt)
+
+    def _add_statement(self, text: str, first: int, last: int, instrs: list[Instruction], parent: int,
+                       owner: int, block: ModelBlockSchema, stmt: Any) -> None:
+        node = self._new(_Node(parent, "s", text, shape=_bound_shapes(instrs), line=first,
+                               extra={"end": last} if last > first else None, block=owner))
+        for instr in instrs:
+            self._add_instruction(instr, node, owner, block, stmt)
+            self.statement_nodes[self.instruction_nodes[id(instr)]] = node
+
+    def _statement_text(self, index: StatementIndex, stmt: Any) -> str:
+        key = (id(index), id(stmt))
+        if key not in self._texts:
+            self._texts[key] = index.text(stmt)
+        return self._texts[key]
+
+    def _add_instruction(self, instr: Instruction, parent: int, owner: int, block: ModelBlockSchema,
+                         context: Any, src: str = "") -> None:
         kind, op = _kind_and_op(instr)
         line = instr.location.lineno if instr.location is not None else 0
         shape = shape_text(instr.resolved) if not isinstance(instr, ReturnInstruction) else ""
-        node = self._new(_Node(parent, kind, instruction_text(instr), shape=shape, line=line, op=op, block=owner))
+        node = self._new(_Node(parent, kind, instruction_text(instr), shape=shape, line=line, op=op, block=owner,
+                               extra={"src": src} if src else None))
         self.instruction_nodes[id(instr)] = node
         if isinstance(instr, BlockInstruction) and not instr.callee_var and instr.block_ref.path:
             try:
@@ -159,20 +237,21 @@ class BlockTree:
                     target = target.methods[instr.block_ref.method]
                 self._pending_targets.append((node, target))
         if isinstance(instr, ControlInstruction):
-            self._add_branch("iterable" if instr.kind == "for" else "condition", instr.condition, node, owner, block)
-            self._add_branch("body" if instr.kind != "if" else "then", instr.body, node, owner, block)
-            self._add_branch("else", instr.else_body, node, owner, block)
+            self._add_branch("iterable" if instr.kind == "for" else "condition", instr.condition, node, owner, block,
+                             context, test=True)
+            self._add_branch("body" if instr.kind != "if" else "then", instr.body, node, owner, block, context)
+            self._add_branch("else", instr.else_body, node, owner, block, context)
         elif isinstance(instr, TryInstruction):
-            self._add_branch("try", instr.body, node, owner, block)
+            self._add_branch("try", instr.body, node, owner, block, context)
             for classes, name, hbody in zip(instr.handlers, instr.handler_names, instr.handler_bodies):
                 label = "except " + (", ".join(c.__name__ for c in classes) or "BaseException")
-                self._add_branch(label + (f" as {name}" if name else ""), hbody, node, owner, block)
-            self._add_branch("else", instr.else_body, node, owner, block)
-            self._add_branch("finally", instr.final_body, node, owner, block)
+                self._add_branch(label + (f" as {name}" if name else ""), hbody, node, owner, block, context)
+            self._add_branch("else", instr.else_body, node, owner, block, context)
+            self._add_branch("finally", instr.final_body, node, owner, block, context)
         elif isinstance(instr, WithInstruction):
-            self._add_body(instr.body, node, owner, block)
+            self._add_body(instr.body, node, owner, block, context, target=True)
         elif isinstance(instr, FunctionInstruction) and instr.function is not None:
-            self._add_body(instr.function.body, node, owner, block)
+            self._add_body(instr.function.body, node, owner, block, context)
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -264,7 +343,8 @@ class BlockTree:
             index = []
             for node in self.nodes:
                 path = (node.extra or {}).get("path", "") if node.kind == "B" else ""
-                index.append((path.lower(), " ".join((path, node.text, node.op, node.shape)).lower()))
+                src = (node.extra or {}).get("src", "")
+                index.append((path.lower(), " ".join((path, node.text, src, node.op, node.shape)).lower()))
             self._search_index = index
         return index
 
@@ -277,13 +357,23 @@ class BlockTree:
         return found
 
     def describe(self, index: int) -> dict:
-        """One node for a search result or a breakpoint list: its row fields, block and ancestors."""
+        """One node for a search result or a breakpoint list: its row fields (`source`: the text the
+        source view shows for it, "" where that is `text`), block and ancestors."""
         node = self.nodes[index]
         owner = self.blocks.get(node.block)
-        return {"node": index, "kind": KINDS.get(node.kind, node.kind), "text": node.text, "op": node.op,
+        return {"node": index, "kind": KINDS.get(node.kind, node.kind), "text": node.text,
+                "source": self.source_text(index), "op": node.op,
                 "shape": node.shape, "line": node.line, "block": owner.path if owner is not None else "",
                 "path": (node.extra or {}).get("path", "") if node.kind == "B" else "",
                 "ancestors": self.ancestors(index), "source_block": node.block}
+
+    def source_text(self, index: int) -> str:
+        """The source text a row shows in the source view: a statement row's own text, the statement
+        text of a one-instruction statement or compound row, "" for the others (they show `text`)."""
+        node = self.nodes[index]
+        if node.kind == "s":
+            return node.text
+        return (node.extra or {}).get("src", "")
 
     def find_block(self, path: str) -> int:
         """The node of the block at `path`, or of the one block whose path ends with `.path`."""
@@ -334,6 +424,50 @@ class BlockTree:
                 return True
             parent = self.nodes[parent].parent
         return False
+
+
+def _compound_kind(instr: Instruction) -> str:
+    """The compound statement kind an instruction with nested rows stands for ("" for the others)."""
+    if isinstance(instr, ControlInstruction):
+        return instr.kind
+    if isinstance(instr, TryInstruction):
+        return "try"
+    if isinstance(instr, WithInstruction):
+        return "with"
+    if isinstance(instr, FunctionInstruction):
+        return "def"
+    return ""
+
+
+def _groups(body: Iterable[Instruction], index: StatementIndex, context: Any) -> list[tuple[Any, list[Instruction]]]:
+    """A body's instructions as runs of one statement each: (statement, instructions); the statement
+    is `context` itself for instructions of it (a test, a `for` target), None for an instruction of
+    no statement inside `context` (each one a run of its own). An instruction without a location
+    joins the run before it."""
+    runs: list[tuple[Any, list[Instruction]]] = []
+    for instr in body:
+        if instr.location is None and runs:
+            runs[-1][1].append(instr)
+            continue
+        stmt = index.of(instr.location)
+        if stmt is not None and stmt is not context and not index.inside(stmt, context):
+            stmt = None
+        if stmt is not None and runs and runs[-1][0] is stmt:
+            runs[-1][1].append(instr)
+        else:
+            runs.append((stmt, [instr]))
+    return runs
+
+
+def _bound_shapes(instrs: list[Instruction]) -> str:
+    """The shapes of the source variables a statement binds (its last value of each), in order."""
+    bound: dict[str, str] = {}
+    for instr in instrs:
+        name = instr.out_var
+        if name and not name.startswith("$") and not isinstance(instr, ReturnInstruction):
+            bound.pop(name, None)
+            bound[name] = shape_text(instr.resolved)
+    return ", ".join(shape for shape in bound.values() if shape)
 
 
 def _kind_and_op(instr: Instruction) -> tuple[str, str]:

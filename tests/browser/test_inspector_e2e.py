@@ -77,7 +77,7 @@ def test_step_edit_and_compare_in_jupyterlab(lab, browser, artifacts):
 
     # the tree shows the forward with its source names
     tree = root.locator(".nnsp-tree")
-    expect(tree).to_contain_text("hidden = CALL fc1(x)", timeout=LONG)
+    expect(tree).to_contain_text("hidden = self.fc1(x)", timeout=LONG)
     expect(tree).to_contain_text("activated = hidden.relu()")
     expect(tree).to_contain_text("fc1 · Linear")
     assert _kernel_state(page)["step_index"] == 0
@@ -89,7 +89,7 @@ def test_step_edit_and_compare_in_jupyterlab(lab, browser, artifacts):
     expect(root.locator(".nnsp-status")).to_contain_text("before fc1")
     assert _kernel_state(page)["step_index"] == 0
     timings = [_step_and_time(root, step, expect, n) for n in (1, 2, 3)]
-    expect(root.locator(".nnsp-row.nnsp-current")).to_contain_text("hidden = CALL fc1(x)")
+    expect(root.locator(".nnsp-row.nnsp-current")).to_contain_text("hidden = self.fc1(x)")
     expect(root.locator(".nnsp-line-current")).to_contain_text("hidden = self.fc1(x)")
     expect(root.locator(".nnsp-hist[data-role='activation'] rect").first).to_be_attached()
     state = _kernel_state(page)
@@ -180,7 +180,7 @@ def test_static_page_shows_tree_and_trace_without_a_kernel(browser, artifacts, t
         page.on("pageerror", lambda error: errors.append(str(error)))
         page.goto(page_path.as_uri())
         root = page.locator(".nnsp-root.nnsp-static")
-        expect(root.locator(".nnsp-tree")).to_contain_text("hidden = CALL fc1(x)")
+        expect(root.locator(".nnsp-tree")).to_contain_text("hidden = self.fc1(x)")
         expect(root.locator(".nnsp-tabpanel[aria-label='Trace'] tbody tr")).to_have_count(7)
         expect(root.get_by_role("button", name="Step", exact=True)).to_be_disabled()
         root.locator(".nnsp-tabpanel[aria-label='Trace'] tbody tr").nth(3).click()

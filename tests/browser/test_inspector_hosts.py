@@ -40,7 +40,7 @@ def _step_three_times(root, expect) -> None:
     for n in (1, 2, 3):
         step.click()
         expect(root.locator(".nnsp-status")).to_contain_text(f"step {n}", timeout=60_000)
-    expect(root.locator(".nnsp-row.nnsp-current")).to_contain_text("hidden = CALL fc1(x)")
+    expect(root.locator(".nnsp-row.nnsp-current")).to_contain_text("hidden = self.fc1(x)")
     expect(root.locator(".nnsp-hist[data-role='activation'] rect").first).to_be_attached()
     expect(root.locator(".nnsp-tensor-caption")).to_contain_text("hidden [2, 256]")
 
@@ -62,7 +62,7 @@ def test_the_notebook_runs_in_jupyter_notebook_7(browser, artifacts, tmp_path, m
         _menu(page, "Run", "Run All Cells")
         root = page.locator(".nnsp-root")
         root.wait_for(timeout=LONG)
-        expect(root.locator(".nnsp-tree")).to_contain_text("hidden = CALL fc1(x)", timeout=LONG)
+        expect(root.locator(".nnsp-tree")).to_contain_text("hidden = self.fc1(x)", timeout=LONG)
         _step_three_times(root, expect)
         state = _kernel_state(page)
         assert state["step_index"] == 3 and state["status"] == "paused"
@@ -104,7 +104,7 @@ def test_the_notebook_runs_in_marimo(browser, artifacts, tmp_path):
         page.goto(f"http://127.0.0.1:{port}/")
         root = page.locator(".nnsp-root")
         root.wait_for(timeout=LONG)
-        expect(root.locator(".nnsp-tree")).to_contain_text("hidden = CALL fc1(x)", timeout=LONG)
+        expect(root.locator(".nnsp-tree")).to_contain_text("hidden = self.fc1(x)", timeout=LONG)
         _step_three_times(root, expect)
         # a reset and a step from the keyboard: the kernel answers through marimo's model too
         root.locator(".nnsp-title").click()

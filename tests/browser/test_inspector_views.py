@@ -115,9 +115,9 @@ def test_a_static_page_with_two_runs_compares_them_without_a_kernel(browser, two
     root.get_by_label("Trends of run").select_option("fork 1")
     root.get_by_label("Colour the tree by").select_option("divergence")
     tree = root.locator(".nnsp-tree")
-    expect(tree.locator(".nnsp-row[data-colour-value]", has_text="hidden = CALL fc1(x)")).to_have_attribute(
+    expect(tree.locator(".nnsp-row[data-colour-value]", has_text="hidden = self.fc1(x)")).to_have_attribute(
         "data-colour-value", re.compile(r"^max \|fork 1 - base\| = [1-9]"))
-    expect(tree.locator(".nnsp-row", has_text="hidden = CALL fc1(x)")).to_have_attribute("style", re.compile("--nnsp-tint"))
+    expect(tree.locator(".nnsp-row", has_text="hidden = self.fc1(x)")).to_have_attribute("style", re.compile("--nnsp-tint"))
     page.screenshot(path=str(artifacts / "static-two-runs-1280.png"), full_page=True)
     assert not errors, errors
     page.close()

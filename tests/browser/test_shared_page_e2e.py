@@ -104,6 +104,9 @@ def test_a_shared_model_opens_in_the_inspector_page_with_its_tree_and_sources(br
     assert response.status == 200 and "script-src 'sha256-" in response.headers["content-security-policy"]
     root = page.locator(".nnsp-root.nnsp-static")
     tree = root.locator(".nnsp-tree")
+    # the source view: the forward's one statement, as written
+    expect(tree.locator(".nnsp-row", has_text="return self.fc2(self.fc1(x).relu())")).to_be_visible()
+    root.get_by_role("button", name="Lowered").click()  # the static page lowers too
     expect(tree.locator(".nnsp-row", has_text="CALL fc1(x)")).to_be_visible()
     expect(tree.locator(".nnsp-row", has_text="fc1 · Linear")).to_be_visible()
     expect(tree.locator(".nnsp-row", has_text="fc2 · Linear")).to_be_visible()
@@ -130,7 +133,7 @@ def test_hostile_text_in_a_share_is_shown_as_text(browser, shares, artifacts):
     problems = _watch(page, shares["Hostile"].split("/p/")[0] + "/")
     page.goto(shares["Hostile"])
     root = page.locator(".nnsp-root.nnsp-static")
-    expect(root.locator(".nnsp-tree .nnsp-row", has_text="CALL fc1(x)")).to_be_visible()
+    expect(root.locator(".nnsp-tree .nnsp-row", has_text="return self.fc1(x)")).to_be_visible()
     assert page.title() == f"{HOSTILE_NAME} · nnschemaparser"
     expect(page.locator(".nnsp-preface")).to_contain_text("<img src=x")  # the card names the graph
     root.locator(".nnsp-tree .nnsp-row", has_text="Hostile").first.click()
