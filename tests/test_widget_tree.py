@@ -159,7 +159,8 @@ def test_a_loop_over_a_container_view_shows_its_calls_as_call_rows_and_its_entri
     call = next(r for t, r in rows.items() if t.endswith("= CALL layer(x)"))
     assert call[2] == "c" and call[7] == "layer" and call[4] == "float32[2, 4]"
     loop = next(r for t, r in rows.items() if t.startswith("FOR ") and t.endswith("OVER self.layers:"))
-    assert state.tree.ancestors(call[0])[-2] == loop[0], "the call sits in the loop's body"
+    body = next(r for r in state.tree.children_rows(loop[0]) if r[3] == "body")
+    assert body[0] in state.tree.ancestors(call[0]), "the call sits in the loop's body"
     assert {"layers.0 · Linear", "layers.1 · Linear", "layers.2 · Linear"} <= set(rows)
     state.continue_()
     # the loop's calls entered layers.1 and layers.2; the slice never reaches layers.0
