@@ -527,7 +527,9 @@ def test_a_constant_index_into_self_names_its_index_var_too():
     schema = run(model, x=randn(2, 4))
     literals = _assigned_literals(schema.body)
     calls = [i for i in _instructions(schema.body) if isinstance(i, BlockInstruction) and i.block_ref.path == ""]
-    assert [literals[c.block_ref.index_var] for c in calls] == [0, -1, 0]
+    # the loop `for module in self[1:-1]` calls its entries by their index in self too
+    assert [c.block_ref.index_var for c in calls if c.callee_var == "module"] == ["$module_key"]
+    assert [literals[c.block_ref.index_var] for c in calls if c.callee_var != "module"] == [0, -1, 0]
 
 
 def test_constant_index_block_refs_survive_a_schema_file_and_the_loaded_schema_runs_exactly(tmp_path):
@@ -542,3 +544,311 @@ def test_constant_index_block_refs_survive_a_schema_file_and_the_loaded_schema_r
         assert refs == original and len(refs) == 4
     x = torch.randn(2, 4)
     assert torch.equal(SchemaInterpreter().run(load_schema(path, model=model), {"x": x.clone()})[0], model(x))
+
+
+# ------------------------------------------------------------ every loop form over a module container
+
+
+def _called_entries(schema, x):
+    """(entry path called, BlockRef path, value of the BlockRef's index_var) for every call of a
+    container entry the root makes, read at the pause before the call."""
+    from nnschemaparser import BlockInstruction, SchemaInterpreter
+    from nnschemaparser.runtime.interpreter import CallPause
+
+    seen = []
+    for event in SchemaInterpreter().step_run(schema, {"x": x}, pause_before_calls=True):
+        if isinstance(event, CallPause) and event.frame_depth == 0 and isinstance(event.instruction, BlockInstruction):
+            ref = event.instruction.block_ref
+            seen.append((event.callee_path, ref.path, event.frame.get(ref.index_var, "<unbound>")))
+    return seen
+
+
+def _entry(path, key):
+    return f"{path}.{key}" if path else str(key)
+
+
+class _Containers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(4)])
+        self.norms = nn.ModuleList([nn.LayerNorm(4) for _ in range(3)])
+        self.experts = nn.ModuleDict({"a": nn.Linear(4, 4), "b": nn.Linear(4, 4), "c": nn.Linear(4, 4)})
+        self.encoder = nn.Module()
+        self.encoder.blocks = nn.ModuleList([nn.Linear(4, 4) for _ in range(2)])
+
+
+def LoopForm(forward):
+    """A module with containers whose forward is `forward(self, x)` (one loop form)."""
+    return type(f"LoopForm_{forward.__name__}", (_Containers,), {"forward": forward})()
+
+
+def enumerate_default(self, x):
+    for i, layer in enumerate(self.layers):
+        x = layer(x) * (i + 1)
+    return x
+
+
+def enumerate_start_1(self, x):
+    for i, layer in enumerate(self.layers, start=1):
+        x = layer(x) * i
+    return x
+
+
+def enumerate_index_rebound(self, x):
+    for i, layer in enumerate(self.layers):
+        i = i * 2
+        x = layer(x) + i
+    return x
+
+
+def enumerate_of_a_slice(self, x):
+    for i, layer in enumerate(self.layers[1:]):
+        x = layer(x) - i
+    return x
+
+
+def slice_from_1(self, x):
+    for layer in self.layers[1:]:
+        x = torch.tanh(layer(x))
+    return x
+
+
+def slice_to_n(self, x):
+    n = len(self.layers) - 1
+    for layer in self.layers[:n]:
+        x = layer(x)
+    return x
+
+
+def slice_step_2(self, x):
+    for layer in self.layers[::2]:
+        x = layer(x)
+    return x
+
+
+def slice_backwards(self, x):
+    for layer in self.layers[-1::-2]:
+        x = layer(x)
+    return x
+
+
+def reversed_container(self, x):
+    for layer in reversed(self.layers):
+        x = layer(x)
+    return x
+
+
+def reversed_slice(self, x):
+    for layer in reversed(self.layers[1:]):
+        x = layer(x)
+    return x
+
+
+def dict_items(self, x):
+    total = 0
+    for name, expert in self.experts.items():
+        total = total + expert(x) * len(name)
+    return total
+
+
+def dict_items_key_rebound(self, x):
+    for name, expert in self.experts.items():
+        name = name.upper()
+        x = expert(x)
+    return x
+
+
+def dict_values(self, x):
+    for expert in self.experts.values():
+        x = expert(x)
+    return x
+
+
+def zip_two_containers(self, x):
+    for layer, norm in zip(self.layers, self.norms):
+        x = norm(layer(x))
+    return x
+
+
+def zip_slice_and_reversed(self, x):
+    for layer, norm in zip(self.layers[1:], reversed(self.norms)):
+        x = norm(layer(x))
+    return x
+
+
+def nested_container(self, x):
+    for block in self.encoder.blocks:
+        x = block(x)
+    return x
+
+
+# form -> ([(BlockRef.path, BlockRef.index_var)], (iter_container, index_var), entries called in order)
+LOOP_FORMS = {
+    enumerate_default: ([("layers", "i")], ("layers", "i"), ["layers.0", "layers.1", "layers.2", "layers.3"]),
+    enumerate_start_1: ([("layers", "$layer_index")], ("layers", "$layer_index"),
+                        ["layers.0", "layers.1", "layers.2", "layers.3"]),
+    enumerate_index_rebound: ([("layers", "$layer_index")], ("layers", "$layer_index"),
+                              ["layers.0", "layers.1", "layers.2", "layers.3"]),
+    enumerate_of_a_slice: ([("layers", "$layer_key")], ("layers", "i"), ["layers.1", "layers.2", "layers.3"]),
+    slice_from_1: ([("layers", "$layer_key")], ("layers", "$layer_index"), ["layers.1", "layers.2", "layers.3"]),
+    slice_to_n: ([("layers", "$layer_key")], ("layers", "$layer_index"), ["layers.0", "layers.1", "layers.2"]),
+    slice_step_2: ([("layers", "$layer_key")], ("layers", "$layer_index"), ["layers.0", "layers.2"]),
+    slice_backwards: ([("layers", "$layer_key")], ("layers", "$layer_index"), ["layers.3", "layers.1"]),
+    reversed_container: ([("layers", "$layer_key")], ("layers", "$layer_index"),
+                         ["layers.3", "layers.2", "layers.1", "layers.0"]),
+    reversed_slice: ([("layers", "$layer_key")], ("layers", "$layer_index"), ["layers.3", "layers.2", "layers.1"]),
+    dict_items: ([("experts", "name")], ("experts", "$expert_index"), ["experts.a", "experts.b", "experts.c"]),
+    dict_items_key_rebound: ([("experts", "$expert_key")], ("experts", "$expert_index"),
+                             ["experts.a", "experts.b", "experts.c"]),
+    dict_values: ([("experts", "$expert_key")], ("experts", "$expert_index"), ["experts.a", "experts.b", "experts.c"]),
+    zip_two_containers: ([("layers", "$layer_index"), ("norms", "$layer_index")], (None, "$layer_index"),
+                         ["layers.0", "norms.0", "layers.1", "norms.1", "layers.2", "norms.2"]),
+    zip_slice_and_reversed: ([("layers", "$layer_key"), ("norms", "$norm_key")], (None, "$layer_index"),
+                             ["layers.1", "norms.2", "layers.2", "norms.1", "layers.3", "norms.0"]),
+    nested_container: ([("encoder.blocks", "$block_index")], ("encoder.blocks", "$block_index"),
+                       ["encoder.blocks.0", "encoder.blocks.1"]),
+}
+
+
+@pytest.mark.parametrize("form", list(LOOP_FORMS), ids=lambda f: f.__name__)
+def test_each_loop_form_over_a_container_calls_its_entries_as_blocks_by_their_index_or_key(form):
+    from nnschemaparser import BlockInstruction, ControlInstruction
+
+    refs, (iter_container, index_var), entries = LOOP_FORMS[form]
+    schema = run(LoopForm(form), x=randn(2, 4))  # exact outputs and gradients
+    loop = next(i for i in _instructions(schema.body) if isinstance(i, ControlInstruction) and i.kind == "for")
+    assert (loop.iter_container, loop.index_var) == (iter_container, index_var)
+    calls = [i for i in _instructions(loop.body) if isinstance(i, BlockInstruction)]
+    assert [(c.block_ref.path, c.block_ref.index_var) for c in calls] == refs
+    assert all(c.callee_var is not None for c in calls), "the call dispatches on the module the loop yields"
+    # at each call, the BlockRef's index_var holds the index or key of the entry really called
+    called = _called_entries(schema, torch.randn(2, 4))
+    assert [entry for entry, _, _ in called] == entries
+    assert [_entry(path, key) for _, path, key in called] == entries
+
+
+def test_a_loop_over_self_in_a_sequential_subclass_calls_its_entries_by_index():
+    from nnschemaparser import BlockInstruction, ControlInstruction
+
+    model = IteratingSequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+    schema = run(model, x=randn(2, 4))
+    loop = next(i for i in schema.body if isinstance(i, ControlInstruction) and i.kind == "for")
+    assert (loop.iter_container, loop.index_var) == ("", "i")
+    call = next(i for i in _instructions(loop.body) if isinstance(i, BlockInstruction))
+    assert (call.block_ref.path, call.block_ref.index_var) == ("", "i")
+    assert [(entry, key) for entry, _, key in _called_entries(schema, torch.randn(2, 4))] == [
+        ("0", 0), ("1", 1), ("2", 2)]
+
+
+def test_a_zip_of_a_container_with_a_list_calls_the_entries_and_a_loop_over_a_list_is_no_container_loop():
+    from nnschemaparser import BlockInstruction, ControlInstruction
+
+    def forward(self, x):
+        for scale in [1.0, 2.0]:
+            x = x * scale
+        for layer, scale in zip(self.layers, [0.5, 1.5, 2.5]):
+            x = layer(x) * scale
+        return x
+
+    schema = run(LoopForm(forward), x=randn(2, 4))
+    loops = [i for i in _instructions(schema.body) if isinstance(i, ControlInstruction) and i.kind == "for"]
+    assert [(loop.iter_container, loop.index_var) for loop in loops] == [(None, None), (None, "$layer_index")]
+    calls = [i for i in _instructions(schema.body) if isinstance(i, BlockInstruction)]
+    assert [(c.block_ref.path, c.block_ref.index_var, c.callee_var) for c in calls] == [
+        ("layers", "$layer_index", "layer")]
+    assert [e for e, _, _ in _called_entries(schema, torch.randn(2, 4))] == ["layers.0", "layers.1", "layers.2"]
+
+
+def test_a_container_entry_replaced_after_parsing_runs_in_its_loop_as_the_new_module():
+    from nnschemaparser import SchemaInterpreter
+
+    for form in (enumerate_default, slice_from_1, reversed_container, dict_values, zip_two_containers):
+        model = LoopForm(form).eval()
+        schema = run(model, x=randn(2, 4, requires_grad=False))
+        model.layers[2] = nn.Linear(4, 4)  # a module the schema has no block for
+        model.experts["b"] = nn.Linear(4, 4)
+        x = torch.randn(2, 4)
+        assert torch.equal(SchemaInterpreter().run(schema, {"x": x.clone()})[0], model(x)), form.__name__
+        called = [entry for entry, _, _ in _called_entries(schema, x.clone())]
+        assert "layers.2" not in called and "experts.b" not in called, form.__name__
+
+
+def test_loop_forms_survive_a_schema_file_and_the_loaded_schema_runs_exactly(tmp_path):
+    from nnschemaparser import BlockInstruction, ControlInstruction, SchemaInterpreter, load_schema, save_schema
+
+    for form in LOOP_FORMS:
+        model = LoopForm(form).eval()
+        schema = run(model, x=randn(2, 4, requires_grad=False))
+        path = save_schema(schema, tmp_path / f"{form.__name__}.schema.json")
+
+        def fields(block):
+            return ([(i.iter_container, i.index_var) for i in _instructions(block.body)
+                     if isinstance(i, ControlInstruction)],
+                    [(i.block_ref, i.callee_var) for i in _instructions(block.body) if isinstance(i, BlockInstruction)])
+
+        for loaded in (load_schema(path), load_schema(path, model=model)):
+            assert fields(loaded) == fields(schema), form.__name__
+        x = torch.randn(2, 4)
+        loaded = load_schema(path, model=model)
+        assert torch.equal(SchemaInterpreter().run(loaded, {"x": x.clone()})[0], model(x)), form.__name__
+        assert [e for e, _, _ in _called_entries(loaded, x.clone())] == LOOP_FORMS[form][2], form.__name__
+
+
+def test_the_dump_says_which_container_a_view_loop_iterates():
+    from nnschemaparser.schema.dump import format_schema
+
+    assert "FOR layer IN self.layers:" in format_schema(run(LoopAndChain(), x=randn(2, 4)))
+    text = format_schema(run(LoopForm(slice_from_1), x=randn(2, 4)))
+    assert "OVER self.layers:" in text and "$layer_key = " in text and "entry_keys(" in text
+    text = format_schema(run(LoopForm(zip_two_containers), x=randn(2, 4)))
+    assert "OVER self." not in text  # a zip iterates no single container
+
+
+def test_bert_encoder_loop_names_enumerate_index_as_the_index_var():
+    transformers = pytest.importorskip("transformers")
+    from nnschemaparser import BlockInstruction, ControlInstruction, NNParser, SchemaInterpreter
+
+    config = transformers.BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=32, max_position_embeddings=16, attn_implementation="eager")
+    torch.manual_seed(0)
+    model = transformers.BertModel(config).eval()
+    ids = torch.randint(0, 64, (1, 6))
+    schema = NNParser.parse_model(model, inputs_tensors_values={"input_ids": ids})
+    encoder = schema.find("encoder")
+    loop = next(i for i in _instructions(encoder.body) if isinstance(i, ControlInstruction) and i.kind == "for")
+    assert (loop.iter_container, loop.index_var) == ("layer", "i")
+    call = next(i for i in _instructions(loop.body) if isinstance(i, BlockInstruction))
+    assert (call.block_ref.path, call.block_ref.index_var, call.callee_var) == ("layer", "i", "layer_module")
+    with torch.no_grad():
+        expected = model(input_ids=ids).last_hidden_state
+        assert torch.equal(SchemaInterpreter().call(schema, input_ids=ids).last_hidden_state, expected)
+    from nnschemaparser.runtime.interpreter import CallPause
+
+    entered = [(event.callee_path, event.frame.get("i")) for event in
+               SchemaInterpreter().step_run(schema, {"input_ids": ids}, pause_before_calls=True)
+               if isinstance(event, CallPause) and event.instruction is call]
+    assert entered == [("encoder.layer.0", 0), ("encoder.layer.1", 1)]
+
+
+class BackwardsList(nn.ModuleList):
+    def __iter__(self):
+        return iter(list(self._modules.values())[::-1])
+
+
+def test_a_container_subclass_with_its_own_iteration_order_is_not_called_by_position():
+    from nnschemaparser import BlockInstruction, ControlInstruction
+
+    def forward(self, x):
+        for layer in self.backwards:
+            x = layer(x)
+        for i, layer in enumerate(self.backwards):
+            x = layer(x) + i
+        return x
+
+    model = LoopForm(forward)
+    model.backwards = BackwardsList([nn.Linear(4, 4) for _ in range(3)])
+    schema = run(model, x=randn(2, 4))
+    loops = [i for i in _instructions(schema.body) if isinstance(i, ControlInstruction) and i.kind == "for"]
+    # the loop still counts its positions, but position 0 is backwards.2: no BlockRef claims otherwise
+    assert [(loop.iter_container, loop.index_var) for loop in loops] == [("backwards", "$layer_index"), (None, None)]
+    assert not [i for i in _instructions(schema.body) if isinstance(i, BlockInstruction)]

@@ -53,5 +53,10 @@ def _instructions(body):
 
 def test_container_method_is_not_lowered_as_a_sub_block_call():
     schema = NNParser.parse_model(LoopsOverModuleDictValues(), resolve=False)
-    called = {i.block_ref.path for i in _instructions(schema.body) if isinstance(i, BlockInstruction)}
-    assert not called & {"blocks", "layers"}, called
+    calls = [i for i in _instructions(schema.body) if isinstance(i, BlockInstruction)]
+    # no call of the containers themselves (they have no block) nor of a method of theirs
+    static = {i.block_ref.path for i in calls if i.callee_var is None or i.block_ref.method is not None}
+    assert not static & {"blocks", "layers"}, static
+    # the loop variables' calls dispatch on the entry each loop yields, named by its key
+    assert [(i.block_ref.path, i.block_ref.index_var, i.callee_var) for i in calls] == [
+        ("blocks", "$block_key", "block"), ("blocks", "name", "block")]

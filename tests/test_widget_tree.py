@@ -137,3 +137,31 @@ def test_a_block_called_but_run_as_its_real_module_is_not_reported_as_never_run(
     blocks = state.view_blocks()
     assert [state.tree.block_path(n) for n in blocks["live"]] == ["model.layers.0.mlp.experts"]
     assert blocks["never"] == [] and state.never_run_paths() == []
+
+
+class _LoopViews(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(3)])
+
+    def forward(self, x):
+        for i, layer in enumerate(self.layers[1:]):
+            x = layer(x) + i
+        return x
+
+
+def test_a_loop_over_a_container_view_shows_its_calls_as_call_rows_and_its_entries_as_blocks():
+    torch.manual_seed(0)
+    x = torch.randn(2, 4)
+    schema = NNParser.parse_model(_LoopViews(), inputs_tensors_values={"x": x})
+    state = InspectorState(schema, {"x": x})
+    rows = _rows_by_text(state.tree.rows(range(len(state.tree))))
+    call = next(r for t, r in rows.items() if t.endswith("= CALL layer(x)"))
+    assert call[2] == "c" and call[7] == "layer" and call[4] == "float32[2, 4]"
+    loop = next(r for t, r in rows.items() if t.startswith("FOR ") and t.endswith("OVER self.layers:"))
+    body = next(r for r in state.tree.children_rows(loop[0]) if r[3] == "body")
+    assert body[0] in state.tree.ancestors(call[0]), "the call sits in the loop's body"
+    assert {"layers.0 · Linear", "layers.1 · Linear", "layers.2 · Linear"} <= set(rows)
+    state.continue_()
+    # the loop's calls entered layers.1 and layers.2; the slice never reaches layers.0
+    assert [state.tree.block_path(n) for n in state.view_blocks()["never"]] == ["layers.0"]

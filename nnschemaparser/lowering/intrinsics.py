@@ -31,6 +31,7 @@ __all__ = [
     "truth",
     "iterate",
     "spread",
+    "entry_keys",
 ]
 
 
@@ -167,6 +168,23 @@ def truth(value: Any) -> bool:
 def iterate(value: Any):
     """`iter(value)` as a `for` loop starts it."""
     return iter(value)
+
+
+def entry_keys(container: Any, index: Any = None, reverse: bool = False) -> Any:
+    """The index or key in `container` of each entry a loop over a view of it visits, in order.
+
+    A loop over `container[index]` (a slice of an nn.ModuleList or nn.Sequential) visits the entries
+    `range(len(container))[index]`; `reverse` reverses that (`reversed(...)`); a container with keys
+    (an nn.ModuleDict's `.values()` or `.items()`) gives its keys. The lowering evaluates it once,
+    beside the loop's iterable, and each iteration reads the entry's key at the loop's position.
+    Never changes the container and calls nothing of it but `len` and `keys`.
+    """
+    if index is None and not reverse and callable(getattr(container, "keys", None)):
+        return list(container.keys())
+    keys = range(len(container))
+    if index is not None:
+        keys = keys[index]
+    return keys[::-1] if reverse else keys
 
 
 

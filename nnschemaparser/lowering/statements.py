@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional
 from . import intrinsics
 from .definite_assignment import fragile_names
 from ..schema.errors import UnsupportedSyntaxError
+from .container_loops import ContainerLoopLowering
 from .expressions import ExpressionLowering, op_instruction
 from ..schema.model import (
     BreakInstruction,
@@ -179,7 +180,7 @@ def _arg_names(args: ast.arguments) -> list[str]:
 # --- the statement lowering -------------------------------------------------------------------
 
 
-class FunctionLowering(ExpressionLowering):
+class FunctionLowering(ExpressionLowering, ContainerLoopLowering):
     """Lowers one function body (and, recursively, the closures and comprehensions inside it)."""
 
     def __init__(self, ctx: LoweringContext, src: FunctionSource, node: Any, *,
@@ -465,16 +466,28 @@ class FunctionLowering(ExpressionLowering):
             self.current = []
             self.assign_target(node.target, VarRef(bind_var), node)
             prologue, self.current = self.current, saved
-        # Iterating a module container: the loop keeps the position in `index_var`, and the calls of
-        # the loop variable name it in their BlockRef (the container entry they dispatch to).
-        index_var = f"${bind_var}_index" if container is not None and isinstance(node.target, ast.Name) else None
-        if index_var is not None:
-            self.note_module_var(bind_var, container, index_var)
+        # Iterating module container entries (container_loops.py): the loop keeps the position in
+        # `index_var`, and the calls of a loop variable holding an entry name the variable holding its
+        # index or key in their BlockRef (the container entry they dispatch to).
+        loop = self.container_loop(node, iter_instrs, iter_var)
+        if loop is not None:
+            iter_instrs = iter_instrs + loop.condition
+            prologue = prologue + loop.prologue
+            container, index_var = loop.iter_container, loop.index_var
+            for name, path, key in loop.entries:
+                self.note_module_var(name, path, key)
+        else:
+            # another child iterated as itself (an nn.ModuleDict's keys, a module with its own
+            # __iter__): the loop keeps the position, but what it yields is not known to be the entry
+            # at that index, so calls of the loop variable stay calls of a value
+            index_var = f"${bind_var}_index" if container is not None and isinstance(node.target, ast.Name) else None
         self.loop_depth += 1
         try:
             body = prologue + self.nested(node.body)
         finally:
             self.loop_depth -= 1
+        for name, _, _ in loop.entries if loop is not None else ():
+            self.note_module_var(name, None)
         if isinstance(node.target, ast.Name):
             self.note_module_var(bind_var, None)
         else_body = self.nested(node.orelse)

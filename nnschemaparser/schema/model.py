@@ -130,7 +130,11 @@ class BlockRef:
     names `key`. A constant index (`self.layers[0](x)`, `self.layers[-1](x)`, `self.experts["a"](x)`,
     `self[0](x)`) is bound to a temporary first (`$t2 = 0`), which `index_var` names, so every call of
     a container entry has the same form: the container's path, the variable holding the index or key,
-    and the instruction's `callee_var` holding the entry.
+    and the instruction's `callee_var` holding the entry. Every loop form over container entries
+    names one too: `for i, layer in enumerate(self.layers)` names `i`; a slice, `reversed(...)` or a
+    ModuleDict's `.values()` names `$layer_key`, which the loop body computes from the position;
+    `for name, expert in self.experts.items()` names `name`; `zip(self.layers, self.norms)` names each
+    container's own index (lowering/container_loops.py).
     `method` names a method schema of the referenced module (None: its forward). `path == ""` refers
     to the block itself (a call to one of its own methods).
     """
@@ -223,8 +227,12 @@ class ControlInstruction(Instruction):
     variable tested for truth, and `condition` holds the instructions computing it. For "for",
     `condition` computes the iterable into `cond_var`; `bind_var` receives each item (a tuple target
     is unpacked by instructions at the top of `body`); `iter_container` names the module container
-    iterated when the iterable is one (`self.layers`), and `index_var` (`$<bind_var>_index`) receives
-    the position of each item; it is None for other iterables.
+    whose entries the loop visits, the container itself (`self.layers`) or a view of it
+    (`enumerate(self.layers)`, `self.layers[1:]`, `reversed(...)`, `self.experts.items()`), `""` for
+    `self`; `index_var` receives the position of each item (0, 1, 2, ...): `$<name>_index`, or the
+    user's own `i` of `for i, layer in enumerate(...)` (start 0, never rebound in the body). A `zip`
+    over containers has an `index_var` and no single `iter_container` (None). Both are None for
+    other iterables.
     """
 
     kind: str = "if"

@@ -112,7 +112,11 @@ def instruction_text(instr: Instruction) -> str:
     if isinstance(instr, ControlInstruction):
         if instr.kind == "for":
             target = instr.bind_var or "_"
-            source = f"self.{instr.iter_container}" if instr.iter_container else instr.cond_var
+            source = instr.cond_var
+            if instr.iter_container:  # the container itself, or a view of it (a slice, enumerate, ...)
+                whole = all(isinstance(i, OpInstruction) and i.qualified_name == "builtins.getattr"
+                            for i in instr.condition)
+                source = f"self.{instr.iter_container}" if whole else f"{source} OVER self.{instr.iter_container}"
             return f"FOR {target} IN {source}:"
         return f"{instr.kind.upper()} {instr.cond_var}:"
     if isinstance(instr, TryInstruction):
