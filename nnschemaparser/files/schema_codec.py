@@ -29,6 +29,8 @@ from .file_format import (
     get_str,
     get_str_dict,
     get_str_list,
+    is_array,
+    is_object,
     record,
 )
 from ..schema.model import (
@@ -289,6 +291,18 @@ class SchemaDecoder:
         self.source = source
         self.files: list[tuple[str, str]] = []
         self.paths: set[str] = set()
+        # A file's identical shape records are one object (bounded_json shares equal containers):
+        # they decode to one TensorRepr, as an identical record of the same file means the same thing.
+        self._reprs: dict[int, tuple[Any, Optional[TensorRepr]]] = {}
+
+    def repr(self, data: Any, where: str) -> Optional[TensorRepr]:
+        """repr_from_json, once per distinct record object (the record is kept alive with its result)."""
+        if data is None:
+            return None
+        known = self._reprs.get(id(data))
+        if known is None:
+            known = self._reprs[id(data)] = (data, repr_from_json(data, where, self.limits))
+        return known[1]
 
     def document(self, data: dict) -> ModelBlockSchema:
         record(data, self.source, ("format", "version", "files", "root"))
@@ -320,9 +334,9 @@ class SchemaDecoder:
             # The decorator is the model's code: a placeholder until load_schema(..., model=...) binds it.
             label = f"{block.module_type}.{block.method_name or 'forward'}"
             block.wrapper = UnresolvedReference("", label, "function", f"decorator of {label}")
-        block.inputs = {name: repr_from_json(rep, f"{at}.inputs[{name!r}]", self.limits)
+        block.inputs = {name: self.repr(rep, f"{at}.inputs[{name!r}]")
                         for name, rep in get_dict(data, "inputs", at).items()}
-        block.outputs = [repr_from_json(rep, f"{at}.outputs[{i}]", self.limits)
+        block.outputs = [self.repr(rep, f"{at}.outputs[{i}]")
                          for i, rep in enumerate(get_list(data, "outputs", at))]
         block.weights = {}
         for name, rep in get_dict(data, "weights", at).items():
@@ -404,7 +418,7 @@ class SchemaDecoder:
 
     def instruction(self, data: Any, where: str) -> Instruction:
         at = f"{self.source}: {where}"
-        if not isinstance(data, dict):
+        if not is_object(data):
             raise MalformedFileError(f"{at}: expected an instruction object")
         kind = data.get("type")
         if type(kind) is not str or kind not in _FIELDS:
@@ -412,7 +426,7 @@ class SchemaDecoder:
         record(data, at, _COMMON + _FIELDS[kind])
         instr = getattr(self, "decode_" + kind)(data, at, where)
         instr.out_var = get_str(data, "out_var", at)
-        instr.resolved = repr_from_json(data["resolved"], f"{at}.resolved", self.limits)
+        instr.resolved = self.repr(data["resolved"], f"{at}.resolved")
         loc = data["location"]
         if loc is not None:
             record(loc, f"{at}.location", ("file", "line", "code"), ("cols",))
@@ -441,7 +455,7 @@ class SchemaDecoder:
 
     def decode_op(self, data: dict, at: str, where: str) -> OpInstruction:
         raw = data["target"]
-        if isinstance(raw, dict) and raw.get("kind") == "var":
+        if is_object(raw) and raw.get("kind") == "var":
             target: Any = self.values.operand(raw, f"{at}.target")
         else:
             target = self._target(raw, f"{at}.target")
@@ -461,7 +475,7 @@ class SchemaDecoder:
         return instr
 
     def _target(self, raw: Any, where: str) -> Any:
-        if not isinstance(raw, dict) or raw.get("kind") not in ("callable", "global"):
+        if not is_object(raw) or raw.get("kind") not in ("callable", "global"):
             raise MalformedFileError(f"{where}: a call target is a variable, an allowlisted callable or a global "
                                      "of the model's code")
         if raw.get("kind") == "callable":
@@ -502,7 +516,7 @@ class SchemaDecoder:
     def decode_try(self, data: dict, at: str, where: str) -> TryInstruction:
         handlers = []
         for i, classes in enumerate(get_list(data, "handlers", at)):
-            if type(classes) is not list:
+            if not is_array(classes):
                 raise MalformedFileError(f"{at}.handlers[{i}]: expected an array of exception classes")
             decoded = []
             for j, raw in enumerate(classes):
@@ -514,7 +528,7 @@ class SchemaDecoder:
                 decoded.append(cls)
             handlers.append(tuple(decoded))
         names = get_list(data, "handler_names", at)
-        bodies = [self.body(b if type(b) is list else _not_list(f"{at}.handler_bodies[{i}]"),
+        bodies = [self.body(b if is_array(b) else _not_list(f"{at}.handler_bodies[{i}]"),
                             f"{where}.handler_bodies[{i}]") for i, b in enumerate(get_list(data, "handler_bodies", at))]
         if not (len(handlers) == len(names) == len(bodies)):
             raise MalformedFileError(f"{at}: handlers, handler_names and handler_bodies differ in length")

@@ -25,14 +25,16 @@ from .file_format import (
     FileLimits,
     FormatVersionError,
     MalformedFileError,
-    check_decoded_size,
     check_header,
+    decode_budget,
     dump_json,
     get_bool,
     get_int,
     get_list,
     get_opt_str,
     get_str,
+    is_array,
+    is_object,
     parse_json,
     read_bounded,
     record,
@@ -137,8 +139,13 @@ def save_trace(trace: ActivationTrace | GradientTrace, path: str | os.PathLike) 
 # --- loading ----------------------------------------------------------------------------------
 
 
-def _read_header(data: bytes, limits: FileLimits, source: str) -> tuple[dict, dict[str, tuple]]:
-    """The safetensors header, checked entry by entry; returns (metadata, {key: (dtype, shape)})."""
+def _read_header(data: bytes, limits: FileLimits, source: str) -> tuple[dict, dict[str, tuple], Any]:
+    """The safetensors header, checked entry by entry; returns (metadata, {key: (dtype, shape)}, budget).
+
+    The budget (file_format.decode_budget) holds the file's bytes and its tensor data (copied once
+    when the tensors are built); the header, the trace document in its metadata and the steps built
+    from it share what is left.
+    """
     if len(data) < 8:
         raise MalformedFileError(f"{source}: {len(data)} bytes is too short for a trace file (truncated?)")
     size = int.from_bytes(data[:8], "little")
@@ -147,12 +154,12 @@ def _read_header(data: bytes, limits: FileLimits, source: str) -> tuple[dict, di
     if 8 + size > len(data):
         raise MalformedFileError(f"{source}: the header claims {size} bytes but only {len(data) - 8} follow its length "
                                  "(a truncated file?)")
-    check_decoded_size(data, limits, f"{source} (header)", 8, 8 + size)  # before the header is copied out
-    header = parse_json(data[8:8 + size], limits, f"{source} (header)")
-    if not isinstance(header, dict):
+    budget = decode_budget(len(data), limits, source, held=len(data) + (len(data) - 8 - size))
+    header = parse_json(data, limits, f"{source} (header)", budget, start=8, end=8 + size)  # read in place
+    if not is_object(header):
         raise MalformedFileError(f"{source}: the safetensors header is not a JSON object")
     metadata = header.get("__metadata__")
-    if not isinstance(metadata, dict):
+    if not is_object(metadata):
         raise FormatVersionError(f"{source}: no nnschemaparser metadata in this safetensors file; write traces with "
                                  "save_trace")
     record(metadata, f"{source}: __metadata__", _METADATA_KEYS)
@@ -170,7 +177,7 @@ def _read_header(data: bytes, limits: FileLimits, source: str) -> tuple[dict, di
         dtype, itemsize = SAFETENSORS_DTYPES[code]
         shape = _shape(entry["shape"], f"{where}.shape", limits)
         offsets = entry["data_offsets"]
-        if (type(offsets) is not list or len(offsets) != 2 or any(type(o) is not int for o in offsets)
+        if (not is_array(offsets) or len(offsets) != 2 or any(type(o) is not int for o in offsets)
                 or not 0 <= offsets[0] <= offsets[1]):
             raise MalformedFileError(f"{where}.data_offsets: expected [begin, end] with 0 <= begin <= end")
         needed = math.prod(shape) * itemsize
@@ -190,11 +197,11 @@ def _read_header(data: bytes, limits: FileLimits, source: str) -> tuple[dict, di
         position = end
     if position != available:
         raise MalformedFileError(f"{source}: the tensors cover {position} of {available} data bytes")
-    return metadata, layout
+    return metadata, layout, budget
 
 
 def _shape(value: Any, where: str, limits: FileLimits) -> list[int]:
-    if type(value) is not list or len(value) > limits.max_dims:
+    if not is_array(value) or len(value) > limits.max_dims:
         raise MalformedFileError(f"{where}: expected an array of at most {limits.max_dims} dimensions")
     if any(type(d) is not int or not 0 <= d < 2 ** 62 for d in value):
         raise MalformedFileError(f"{where}: dimensions are non-negative integers")
@@ -206,13 +213,13 @@ def load_trace(path: str | os.PathLike, *, limits: Optional[FileLimits] = None) 
     limits = limits or FileLimits()
     source = str(path)
     data = read_bounded(path, limits, "trace")
-    metadata, layout = _read_header(data, limits, source)
+    metadata, layout, budget = _read_header(data, limits, source)
     for key in ("format", "version", "trace"):
         get_str(metadata, key, f"{source}: __metadata__")
     if metadata["format"] != FORMAT_NAME or metadata["version"] != str(FORMAT_VERSION):
         raise FormatVersionError(f"{source}: a {metadata['format']!r} file of version {metadata['version']!r}; this "
                                  f"release reads {FORMAT_NAME} version {FORMAT_VERSION}")
-    document = parse_json(metadata["trace"].encode("utf-8"), limits, f"{source} (trace metadata)")
+    document = parse_json(metadata["trace"], limits, f"{source} (trace metadata)", budget)
     check_header(document, FORMAT_NAME, FORMAT_VERSION, source)
     record(document, source, ("format", "version", "kind", "root", "steps"))
     kind = get_str(document, "kind", source)

@@ -35,7 +35,7 @@ from .allowlist import (
     torch_constant_name,
 )
 from ..schema.errors import SchemaFormatError, SchemaRunError
-from .file_format import FileLimitError, MalformedFileError, UnsafeReferenceError, get_str, record
+from .file_format import FileLimitError, MalformedFileError, UnsafeReferenceError, get_str, is_array, is_object, record
 from ..schema.model import Const, SliceOf, VarRef
 
 __all__ = ["ValueEncoder", "ValueDecoder", "Resolver", "UnresolvedReference", "qualified_name", "GLOBAL_KINDS",
@@ -228,15 +228,20 @@ class ValueDecoder:
     def __init__(self, resolver: Optional[Resolver], limits_depth: int = 128):
         self.resolver = resolver  # None: plain values only, no callable and no global (trace files)
         self.max_depth = limits_depth
+        self._vars: dict[str, VarRef] = {}  # VarRef is frozen: one per name
 
     def operand(self, data: Any, where: str, depth: int = 0) -> Any:
-        if type(data) is list:
+        if is_array(data):
             return [self.operand(item, f"{where}[{i}]", depth + 1) for i, item in enumerate(data)]
-        if type(data) is not dict:
+        if not is_object(data):
             return self.value(data, where, depth)
         kind = self._kind(data, where)
         if kind == "var":
-            return VarRef(get_str(data, "name", where))
+            name = get_str(data, "name", where)
+            ref = self._vars.get(name)
+            if ref is None:
+                ref = self._vars[name] = VarRef(name)
+            return ref
         if kind == "const":
             text = get_str(data, "text", where)
             return Const(self.value(data["value"], f"{where}.value", depth + 1), text)
@@ -260,14 +265,14 @@ class ValueDecoder:
     @staticmethod
     def _items(data: dict, where: str) -> list:
         items = data["items"]
-        if type(items) is not list:
+        if not is_array(items):
             raise MalformedFileError(f"{where}.items: expected an array")
         return items
 
     def _dict(self, data: dict, where: str, depth: int, decode: Callable) -> dict:
         result = {}
         for i, pair in enumerate(self._items(data, where)):
-            if type(pair) is not list or len(pair) != 2:
+            if not is_array(pair) or len(pair) != 2:
                 raise MalformedFileError(f"{where}.items[{i}]: expected a [key, value] pair")
             key = decode(pair[0], f"{where}.items[{i}][0]", depth + 1)
             try:
@@ -288,9 +293,9 @@ class ValueDecoder:
             if not math.isfinite(data):
                 raise MalformedFileError(f"{where}: a non-finite number must be written as a tagged float")
             return data
-        if kind_of is list:
+        if kind_of is list or kind_of is tuple:  # a JSON array (a tuple when decoded by bounded_json)
             return [self.value(item, f"{where}[{i}]", depth + 1) for i, item in enumerate(data)]
-        if kind_of is not dict:
+        if not is_object(data):
             raise MalformedFileError(f"{where}: unexpected {kind_of.__name__}")
         kind = self._kind(data, where)
         if kind in _OPERAND_ONLY:
@@ -349,7 +354,7 @@ class ValueDecoder:
     def _real(self, data: Any, where: str) -> float:
         if type(data) is int or type(data) is float:
             return float(data)
-        value = self.value(data, where) if type(data) is dict else None
+        value = self.value(data, where) if is_object(data) else None
         if type(value) is not float:
             raise MalformedFileError(f"{where}: expected a number")
         return value
