@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -36,6 +37,7 @@ __all__ = [
     "read_bounded",
     "parse_json",
     "decode_budget",
+    "object_bytes",
     "DecodeBudget",
     "JSONObject",
     "is_object",
@@ -153,31 +155,54 @@ def dump_json(document: Any) -> bytes:
 SMALL_FILE_BYTES = 16 * 1024  # a smaller file may still take max_decode_ratio times this (64 KiB)
 
 
-def decode_budget(size: int, limits: FileLimits, source: str, held: int = 0) -> DecodeBudget:
-    """The bytes a load of a `size`-byte file may allocate beyond `held` bytes it keeps anyway.
+def decode_budget(size: int, limits: FileLimits, source: str, held: int = 0, *, unbounded: bool = False) -> DecodeBudget:
+    """The memory a load of a `size`-byte file may take, with the `held` bytes it keeps charged at once.
 
-    `held` counts what the load holds besides what it decodes: the file's own bytes, and a trace's
-    tensor data (copied once more when the tensors are built). The total stays under
-    `limits.max_decode_ratio` times the file (files under 4 KiB count as 4 KiB) and under
-    `limits.max_decoded_bytes`; past it, FileLimitError names the limit and the fix.
+    `held` is what the load holds besides what it decodes: the file's own bytes (released once they
+    are dropped) and a trace's tensor data (copied once when its tensors are built). The total
+    stays under `limits.max_decode_ratio` times the file (a file under SMALL_FILE_BYTES counts as
+    16 KiB) and under `limits.max_decoded_bytes` (`unbounded`: that one only, for a document that
+    comes from no file); past it, FileLimitError names the limit and the fix.
     """
-    by_ratio = limits.max_decode_ratio * max(size, SMALL_FILE_BYTES) - held
-    limit = max(0, min(by_ratio, limits.max_decoded_bytes - held))
+    ratio_limit = limits.max_decode_ratio * max(size, SMALL_FILE_BYTES)
+    by_bytes = unbounded or limits.max_decoded_bytes <= ratio_limit
+    limit = limits.max_decoded_bytes if by_bytes else ratio_limit
 
     def refuse(used: int, what: str) -> FileLimitError:
-        total = used + held
-        if limits.max_decoded_bytes - held < by_ratio:
-            return FileLimitError(f"{source}: decoding these {size} bytes takes more than {limits.max_decoded_bytes} "
+        if by_bytes:
+            return FileLimitError(f"{source}: loading these {size} bytes takes more than {limits.max_decoded_bytes} "
                                   f"bytes (at {what}), over the limit FileLimits.max_decoded_bytes="
-                                  f"{limits.max_decoded_bytes}; pass limits=FileLimits(max_decoded_bytes=...) if you "
-                                  "trust the file")
-        return FileLimitError(f"{source}: decoding these {size} bytes takes more than {total} bytes (at {what}), over "
+                                  f"{limits.max_decoded_bytes}; the file is refused before it is decoded further. Pass "
+                                  "limits=FileLimits(max_decoded_bytes=...) if you trust it")
+        return FileLimitError(f"{source}: decoding these {size} bytes takes more than {limit} bytes (at {what}), over "
                               f"{limits.max_decode_ratio} times the text (FileLimits.max_decode_ratio="
                               f"{limits.max_decode_ratio}): the file is dense with tiny values, containers or unique "
-                              "keys, as a memory bomb is, and is refused before it is decoded further; pass "
+                              "keys, as a memory bomb is, and is refused before it is decoded further. Pass "
                               "limits=FileLimits(max_decode_ratio=...) if you trust it")
 
-    return DecodeBudget(limit, refuse)
+    budget = DecodeBudget(limit, refuse)
+    budget.charge(held, "the file's bytes")
+    return budget
+
+
+def object_bytes(obj: Any) -> int:
+    """What one decoded object takes: itself and its attributes' storage (what a decoder charges for it).
+
+    The attributes are counted from the class's dataclass fields, never by reading `__dict__` (which
+    would build the dict CPython otherwise leaves out).
+    """
+    return sys.getsizeof(obj) + 8 * len(field_names(type(obj))) + 64
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def field_names(cls: type) -> tuple[str, ...]:
+    """The dataclass fields of `cls` (an empty tuple for another class), cached per class."""
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in fields(cls)) if is_dataclass(cls) else ()
+    return names
 
 
 def parse_json(data: bytes | str, limits: FileLimits, source: str, budget: Optional[DecodeBudget] = None, *,

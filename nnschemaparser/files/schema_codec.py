@@ -13,12 +13,15 @@ file_format and errors.
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any, Optional
 
 from .allowlist import ATTRIBUTE_ACCESSORS, attribute_problem, check_attribute, resolve_callable
 from ..schema.errors import SchemaFormatError
 from .file_format import (
+    DecodeBudget,
     FileLimits,
+    decode_budget,
     MalformedFileError,
     UnsafeReferenceError,
     get_bool,
@@ -31,6 +34,8 @@ from .file_format import (
     get_str_list,
     is_array,
     is_object,
+    field_names,
+    object_bytes,
     record,
 )
 from ..schema.model import (
@@ -285,8 +290,12 @@ def _class_name(cls: Any) -> str:
 class SchemaDecoder:
     """JSON data -> schema tree, checking every field; `source` names the file in every error."""
 
-    def __init__(self, resolver: Resolver, limits: FileLimits, source: str):
-        self.values = ValueDecoder(resolver, limits.max_depth)
+    def __init__(self, resolver: Resolver, limits: FileLimits, source: str, budget: Optional[DecodeBudget] = None):
+        # What the schema's objects take is charged to the file's budget as they are built (the
+        # budget of load_schema: the file's memory bound); without one, to max_decoded_bytes.
+        self.budget = budget if budget is not None else decode_budget(0, limits, source, unbounded=True)
+        self.charge = self.budget.charge
+        self.values = ValueDecoder(resolver, limits.max_depth, self.budget)
         self.limits = limits
         self.source = source
         self.files: list[tuple[str, str]] = []
@@ -302,6 +311,7 @@ class SchemaDecoder:
         known = self._reprs.get(id(data))
         if known is None:
             known = self._reprs[id(data)] = (data, repr_from_json(data, where, self.limits))
+            self.charge(_charged(known[1]) + _ENTRY_BYTES, "a shape")
         return known[1]
 
     def document(self, data: dict) -> ModelBlockSchema:
@@ -344,9 +354,11 @@ class SchemaDecoder:
             if rep is None:
                 raise MalformedFileError(f"{at}.weights[{name!r}]: a weight is described by its shape and dtype")
             block.weights[name] = TensorReprWithValue(shape=rep.shape, dtype=rep.dtype)  # the value is the model's
+            self.charge(_charged(block.weights[name]), "a weight")
         block.input_defaults = {name: self.values.value(value, f"{at}.input_defaults[{name!r}]")
                                 for name, value in get_dict(data, "input_defaults", at).items()}
         block.skipped = get_str_dict(data, "skipped", at)
+        self.charge(_charged(block), "a block")
         if data["signature"] is not None:
             block.signature = self.function(data["signature"], f"{where}.signature")
         if "body" in data:
@@ -401,6 +413,7 @@ class SchemaDecoder:
         fn.weight_refs = get_str_dict(data, "weight_refs", at)
         for attr in fn.weight_refs.values():
             check_attribute(attr, f"{at}.weight_refs")
+        self.charge(_charged(fn), "a function")
         fn.body = self.body(get_list(data, "body", at), f"{where}.body")
         return fn
 
@@ -414,6 +427,7 @@ class SchemaDecoder:
     # -- instructions -----------------------------------------------------------------------
 
     def body(self, items: list, where: str) -> list[Instruction]:
+        self.charge(_LIST_BYTES + _ITEM_BYTES * len(items), "a body")
         return [self.instruction(item, f"{where}[{i}]") for i, item in enumerate(items)]
 
     def instruction(self, data: Any, where: str) -> Instruction:
@@ -441,6 +455,8 @@ class SchemaDecoder:
             instr.location = SourceLocation(self._file(loc["file"], f"{at}.location.file"),
                                             get_int(loc, "line", f"{at}.location"), get_str(loc, "code", f"{at}.location"),
                                             *cols)
+            self.charge(object_bytes(instr.location), "a location")
+        self.charge(_charged(instr), "an instruction")
         return instr
 
     def _operands(self, data: dict, at: str) -> dict:
@@ -568,6 +584,24 @@ class SchemaDecoder:
 
     def decode_break(self, data: dict, at: str, where: str) -> BreakInstruction:
         return BreakInstruction()
+
+
+_LIST_BYTES, _ITEM_BYTES, _ENTRY_BYTES = 104, 9, 96
+
+
+def _charged(obj: Any) -> int:
+    """What a decoded schema object takes: itself, its attribute dict and the containers it holds.
+
+    Charged just after it is built (one object at a time); what its containers hold is charged
+    where it is built (instructions, values).
+    """
+    total = object_bytes(obj)
+    for name in field_names(type(obj)):
+        value = getattr(obj, name)
+        kind = type(value)
+        if kind is list or kind is dict or kind is tuple or kind is set:
+            total += sys.getsizeof(value)
+    return total
 
 
 def _not_list(where: str) -> list:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -35,6 +36,7 @@ from .file_format import (
     get_str,
     is_array,
     is_object,
+    object_bytes,
     parse_json,
     read_bounded,
     record,
@@ -154,7 +156,7 @@ def _read_header(data: bytes, limits: FileLimits, source: str) -> tuple[dict, di
     if 8 + size > len(data):
         raise MalformedFileError(f"{source}: the header claims {size} bytes but only {len(data) - 8} follow its length "
                                  "(a truncated file?)")
-    budget = decode_budget(len(data), limits, source, held=len(data) + (len(data) - 8 - size))
+    budget = decode_budget(len(data), limits, source, held=len(data) + (len(data) - 8 - size))  # bytes + tensors
     header = parse_json(data, limits, f"{source} (header)", budget, start=8, end=8 + size)  # read in place
     if not is_object(header):
         raise MalformedFileError(f"{source}: the safetensors header is not a JSON object")
@@ -225,7 +227,7 @@ def load_trace(path: str | os.PathLike, *, limits: Optional[FileLimits] = None) 
     kind = get_str(document, "kind", source)
     if kind not in _KINDS:
         raise MalformedFileError(f"{source}.kind: {kind!r} is not 'activation' or 'gradient'")
-    steps, used = _decode_steps(get_list(document, "steps", source), layout, limits, source)
+    steps, used = _decode_steps(get_list(document, "steps", source), layout, limits, source, budget)
     unused = sorted(set(layout) - used)
     if unused:
         raise MalformedFileError(f"{source}: tensor {unused[0]!r} belongs to no step")
@@ -239,8 +241,8 @@ def load_trace(path: str | os.PathLike, *, limits: Optional[FileLimits] = None) 
     return _KINDS[kind]([step for step, _ in steps], root=get_str(document, "root", source))
 
 
-def _decode_steps(items: list, layout: dict, limits: FileLimits, source: str) -> tuple[list, set]:
-    decoder = ValueDecoder(None, limits.max_depth)
+def _decode_steps(items: list, layout: dict, limits: FileLimits, source: str, budget: Any) -> tuple[list, set]:
+    decoder = ValueDecoder(None, limits.max_depth, budget)
     steps, used = [], set()
     for index, data in enumerate(items):
         where = f"{source}: steps[{index}]"
@@ -277,5 +279,6 @@ def _decode_steps(items: list, layout: dict, limits: FileLimits, source: str) ->
                          source_container_id=get_opt_str(data, "source_container_id", where),
                          frame_depth=get_int(data, "frame_depth", where), omitted=get_opt_str(data, "omitted", where),
                          sample=sample, edited=get_bool(data, "edited", where))
+        budget.charge(object_bytes(step) + object_bytes(container) + sys.getsizeof(sample) + 64, "a step")
         steps.append((step, key))
     return steps, used
