@@ -35,12 +35,13 @@ from typing import Any, Iterator, Optional, Union
 __all__ = ["JSONObject", "DecodeBudget", "decode_bounded", "is_object", "is_array", "plain"]
 
 # what one object costs, in bytes (CPython 3.11+, 64-bit; checked by tests/test_hostile_files.py)
-OBJECT_BYTES = 48           # a JSONObject (a tuple of its keys and values); + 8 per value
+OBJECT_BYTES = 56           # a JSONObject (a tuple subclass: its keys, its values and a spare slot); + 8 per value
 TUPLE_BYTES = 40            # an array, once closed (a tuple); + 8 per item
 LIST_BYTES = 56 + 48        # a list and the spare slots of its first growth; + 9 per item (1/8 spare)
 SLOT_BYTES = 9
 FLOAT_BYTES = 24
 FRAME_BYTES = 2 * LIST_BYTES + 120  # an open object's keys and values lists and the frame itself
+DECODER_BYTES = 8 * 1024    # the decoder's own objects while it runs: closures, match objects, errors
 
 
 class DecodeBudget:
@@ -167,6 +168,9 @@ _PATTERN = (r'[ \t\n\r]*(?:'
             r'|(NaN|-?Infinity)'                                          # 10
             r')')
 _TOKEN_STR = re.compile(_PATTERN)
+_KEY = r'[ \t\n\r]*"([^"\\\x00-\x1f]*)"[ \t\n\r]*:'
+_KEY_STR = re.compile(_KEY)
+_KEY_BYTES = re.compile(_KEY.encode("ascii"))
 _TOKEN_BYTES = re.compile(_PATTERN.encode("ascii"))
 # possessive repeats: the regex engine keeps no backtracking state per escape (1 MiB for 70 KiB otherwise)
 _ESCAPED = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
@@ -207,22 +211,20 @@ def decode_bounded(text: Union[bytes, str], budget: DecodeBudget, source: str, *
     errors = _Errors(malformed, limit_error, source, text, start, end)
     is_bytes = isinstance(text, (bytes, bytearray))
     token = (_TOKEN_BYTES if is_bytes else _TOKEN_STR).match
+    plain_key = (_KEY_BYTES if is_bytes else _KEY_STR).match
     escaped_token = (_ESCAPED_BYTES if is_bytes else _ESCAPED_STR).match
-
-    def match(text, pos):
-        return token(text, pos, end)
 
     def escaped(text, pos):
         return escaped_token(text, pos, end)
     charge = budget.charge
     release = budget.release
-    interned: dict = {}  # every distinct string, once
+    interned: dict = {}  # every distinct string, and integer past the small ones, once
     shapes: dict = {}    # every distinct key tuple, once
     # Every distinct container holding only strings, null, integers and such containers, once: a
     # schema file repeats its shapes, operands and call targets hundreds of times. Booleans and
     # floats keep a container out (True == 1 == 1.0 would merge containers that differ).
     consed: dict = {}
-    table_bytes = [sys.getsizeof(interned), sys.getsizeof(shapes), sys.getsizeof(consed)]
+    table_bytes = [sys.getsizeof(interned), sys.getsizeof(shapes), sys.getsizeof(consed), DECODER_BYTES]
     charge(sum(table_bytes), "the decoder's tables")
 
     def grown(table: dict, slot: int) -> None:
@@ -240,14 +242,13 @@ def decode_bounded(text: Union[bytes, str], budget: DecodeBudget, source: str, *
             raise limit_error(f"{source}: a string of {size} bytes is over the limit of {max_string_chars} "
                               "characters")
         if is_bytes:
-            charge(size + 64, "a string")
+            if budget.used + size + 64 > budget.limit:
+                charge(size + 64, "a string")  # refused before its decoded copy is made
             try:
                 raw = raw.decode("utf-8")
             except UnicodeDecodeError:
                 raise malformed(f"{source}: a string is not UTF-8 text (near byte {pos}); is this a file written "
                                 "by save_schema / save_trace?") from None
-            finally:
-                release(size + 64)
         if len(raw) > max_string_chars:
             raise limit_error(f"{source}: a string of {len(raw)} characters is over the limit of {max_string_chars}")
         value = interned.setdefault(raw, raw)
@@ -326,6 +327,20 @@ def decode_bounded(text: Union[bytes, str], budget: DecodeBudget, source: str, *
             return shared(array, size), True
         return array, False
 
+    def key_at(pos: int) -> tuple[str, int]:
+        """A key and its colon, from `pos`; returns the key and the position after the colon."""
+        found = plain_key(text, pos, end)
+        if found is not None:  # the usual key: no escapes, and its colon
+            return string(found.group(1), pos), found.end()
+        found = token(text, pos, end)
+        if found is None or found.lastindex != 9:
+            raise errors.at(errors.rest(pos), "Expecting property name enclosed in double quotes")
+        key, pos = slow_string(found.start(9))
+        colon = token(text, pos, end)
+        if colon is None or colon.lastindex != 5:
+            raise errors.at(errors.rest(pos), "Expecting ':' delimiter")
+        return key, colon.end()
+
     # the iterative decoder: `stack` holds open containers as [keys or None, values, all values plain]
     stack: list = []
     pos = start
@@ -334,7 +349,7 @@ def decode_bounded(text: Union[bytes, str], budget: DecodeBudget, source: str, *
     expect_value = True
     while True:
         if expect_value:
-            found = match(text, pos)
+            found = token(text, pos, end)
             if found is None:
                 raise errors.at(_skip(text, pos, is_bytes, end), "Expecting value")
             kind = found.lastindex
@@ -349,17 +364,17 @@ def decode_bounded(text: Union[bytes, str], budget: DecodeBudget, source: str, *
                 is_dict = found.group(2) in _OPEN
                 if is_dict:
                     charge(FRAME_BYTES, "an object")
-                    after = match(text, pos)
+                    after = token(text, pos, end)
                     if after is not None and after.lastindex == 3 and after.group(3) in (b"}", "}"):
                         pos = after.end()
                         release(FRAME_BYTES)
                         value = _EMPTY_OBJECT  # one object for every empty object
                     else:
-                        key, pos = _key(text, pos, match, string, slow_string, errors)
+                        key, pos = key_at(pos)
                         stack.append([[key], [], True])
                         continue
                 else:
-                    after = match(text, pos)
+                    after = token(text, pos, end)
                     if after is not None and after.lastindex == 3 and after.group(3) in (b"]", "]"):
                         pos = after.end()
                         value = ()  # the empty tuple: one object for every empty array
@@ -382,7 +397,12 @@ def decode_bounded(text: Union[bytes, str], budget: DecodeBudget, source: str, *
                         raise limit_error(f"{source}: an integer of {len(digits)} digits is over the limit of "
                                           f"{_MAX_INT_DIGITS}")
                     value = int(digits)
-                    charge(sys.getsizeof(value), "a number")
+                    if not -5 <= value <= 256:  # CPython's own small ints are shared already
+                        first = interned.setdefault(value, value)  # line numbers repeat: intern them too
+                        if first is value:
+                            charge(sys.getsizeof(value), "a number")
+                            grown(interned, 0)
+                        value = first
             elif kind == 8:
                 value = _LITERALS[found.group(8)]
                 plain_value = value is None
@@ -409,12 +429,12 @@ def decode_bounded(text: Union[bytes, str], budget: DecodeBudget, source: str, *
             if not plain_value and plain_values:
                 frame[2] = plain_values = False
             charge(SLOT_BYTES if keys is None else 2 * SLOT_BYTES, "a container")
-            found = match(text, pos)
+            found = token(text, pos, end)
             kind = found.lastindex if found is not None else None
             if kind == 4:
                 pos = found.end()
                 if keys is not None:
-                    key, pos = _key(text, pos, match, string, slow_string, errors)
+                    key, pos = key_at(pos)
                     keys.append(key)
                 expect_value = True
                 break
@@ -428,22 +448,6 @@ def decode_bounded(text: Union[bytes, str], budget: DecodeBudget, source: str, *
                                       finish_object(keys, values, plain_values))
                 continue
             raise errors.at(_skip(text, pos, is_bytes, end), "Expecting ',' delimiter")
-
-
-def _key(text, pos, match, string, slow_string, errors) -> tuple[str, int]:
-    """A key and its colon, from `pos`; returns the key and the position after the colon."""
-    found = match(text, pos)
-    if found is None or found.lastindex not in (1, 9):
-        raise errors.at(errors.rest(pos),
-                        "Expecting property name enclosed in double quotes")
-    if found.lastindex == 1:
-        key, pos = string(found.group(1), found.end()), found.end()
-    else:
-        key, pos = slow_string(found.start(9))
-    colon = match(text, pos)
-    if colon is None or colon.lastindex != 5:
-        raise errors.at(errors.rest(pos), "Expecting ':' delimiter")
-    return key, colon.end()
 
 
 def _skip(text, pos: int, is_bytes: bool, end: Optional[int] = None) -> int:

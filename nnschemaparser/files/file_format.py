@@ -86,9 +86,9 @@ class FileLimits:
     of a trace file; `max_tensors` the tensors of one trace; `max_dims` the rank of one shape.
     `max_decoded_bytes` and `max_decode_ratio` bound the memory of a load: the file's bytes, what
     decoding its JSON builds (counted as it is built, see bounded_json.py) and, for a trace, its
-    tensor data stay under `max_decode_ratio` times the file's size (files under 16 KiB count as
-    16 KiB) and under `max_decoded_bytes`; a file that would pass either is refused with
-    FileLimitError before the allocation that would pass it (real files take 2-3.5 times their size).
+    tensor data stay under `max_decode_ratio` times the file's size (files under 32 KiB count as
+    32 KiB) and under `max_decoded_bytes`; a file that would pass either is refused with
+    FileLimitError before the allocation that would pass it (real files take 1.5-3 times their size).
     """
 
     max_file_bytes: int = 512 * 1024 * 1024
@@ -111,8 +111,11 @@ class FileLimits:
 # --- reading and writing bytes ----------------------------------------------------------------
 
 
-def read_bounded(path: str | os.PathLike, limits: FileLimits, what: str) -> bytes:
-    """The bytes of `path`, refusing (before reading) a file larger than `limits.max_file_bytes`."""
+def read_bounded(path: str | os.PathLike, limits: FileLimits, what: str, *, writable: bool = False) -> bytes:
+    """The bytes of `path`, refusing (before reading) a file larger than `limits.max_file_bytes`.
+
+    `writable`: a bytearray, for tensors that are views of the file's bytes (load_trace).
+    """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or a path, got {type(path).__name__}")
     try:
@@ -122,7 +125,18 @@ def read_bounded(path: str | os.PathLike, limits: FileLimits, what: str) -> byte
                 raise FileLimitError(f"{path}: the {what} file is {size} bytes, over the limit of "
                                      f"{limits.max_file_bytes}; pass limits=FileLimits(max_file_bytes=...) "
                                      "if you trust it")
-            data = handle.read(size)  # read(n) reserves n bytes first: never more than the file's size
+            if writable:
+                data = bytearray(size)
+                view, filled = memoryview(data), 0
+                while filled < size:
+                    got = handle.readinto(view[filled:])
+                    if not got:
+                        raise MalformedFileError(f"{path}: the {what} file shrank while it was read; read it again "
+                                                 "once it is complete")
+                    filled += got
+                view.release()
+            else:
+                data = handle.read(size)  # read(n) reserves n bytes first: never more than the file's size
             if handle.read(1):
                 raise MalformedFileError(f"{path}: the {what} file grew while it was read; read it again once "
                                          "it is complete")
@@ -152,7 +166,7 @@ def dump_json(document: Any) -> bytes:
 
 # --- strict JSON ---------------------------------------------------------------------------
 
-SMALL_FILE_BYTES = 16 * 1024  # a smaller file may still take max_decode_ratio times this (64 KiB)
+SMALL_FILE_BYTES = 32 * 1024  # a smaller file may still take max_decode_ratio times this (128 KiB)
 
 
 def decode_budget(size: int, limits: FileLimits, source: str, held: int = 0, *, unbounded: bool = False) -> DecodeBudget:
@@ -161,7 +175,7 @@ def decode_budget(size: int, limits: FileLimits, source: str, held: int = 0, *, 
     `held` is what the load holds besides what it decodes: the file's own bytes (released once they
     are dropped) and a trace's tensor data (copied once when its tensors are built). The total
     stays under `limits.max_decode_ratio` times the file (a file under SMALL_FILE_BYTES counts as
-    16 KiB) and under `limits.max_decoded_bytes` (`unbounded`: that one only, for a document that
+    32 KiB) and under `limits.max_decoded_bytes` (`unbounded`: that one only, for a document that
     comes from no file); past it, FileLimitError names the limit and the fix.
     """
     ratio_limit = limits.max_decode_ratio * max(size, SMALL_FILE_BYTES)

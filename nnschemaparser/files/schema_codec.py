@@ -21,6 +21,7 @@ from ..schema.errors import SchemaFormatError
 from .file_format import (
     DecodeBudget,
     FileLimits,
+    JSONObject,
     decode_budget,
     MalformedFileError,
     UnsafeReferenceError,
@@ -296,23 +297,24 @@ class SchemaDecoder:
         self.budget = budget if budget is not None else decode_budget(0, limits, source, unbounded=True)
         self.charge = self.budget.charge
         self.values = ValueDecoder(resolver, limits.max_depth, self.budget)
+        self.charge(DECODER_BYTES, "the decoder")  # its own state while it runs: names of entries, memo tables
         self.limits = limits
         self.source = source
         self.files: list[tuple[str, str]] = []
         self.paths: set[str] = set()
         # A file's identical shape records are one object (bounded_json shares equal containers):
         # they decode to one TensorRepr, as an identical record of the same file means the same thing.
-        self._reprs: dict[int, tuple[Any, Optional[TensorRepr]]] = {}
+        self._reprs: dict[JSONObject, Optional[TensorRepr]] = {}
 
     def repr(self, data: Any, where: str) -> Optional[TensorRepr]:
-        """repr_from_json, once per distinct record object (the record is kept alive with its result)."""
-        if data is None:
-            return None
-        known = self._reprs.get(id(data))
+        """repr_from_json, once per distinct record (equal records of one file are one JSONObject)."""
+        if type(data) is not JSONObject:  # a plain dict (a document not read by load_schema): no sharing
+            return repr_from_json(data, where, self.limits)
+        known = self._reprs.get(data)
         if known is None:
-            known = self._reprs[id(data)] = (data, repr_from_json(data, where, self.limits))
-            self.charge(_charged(known[1]) + _ENTRY_BYTES, "a shape")
-        return known[1]
+            known = self._reprs[data] = repr_from_json(data, where, self.limits)
+            self.charge(_charged(known) + _ENTRY_BYTES, "a shape")
+        return known
 
     def document(self, data: dict) -> ModelBlockSchema:
         record(data, self.source, ("format", "version", "files", "root"))
@@ -320,7 +322,9 @@ class SchemaDecoder:
             where = f"{self.source}: files[{index}]"
             record(entry, where, ("path", "module"))
             self.files.append((get_str(entry, "path", where), get_str(entry, "module", where)))
-        return self.block(data["root"], "root", None, "")
+        root = self.block(data["root"], "root", None, "")
+        self.budget.release(DECODER_BYTES)
+        return root
 
     # -- blocks and functions ---------------------------------------------------------------
 
@@ -586,7 +590,8 @@ class SchemaDecoder:
         return BreakInstruction()
 
 
-_LIST_BYTES, _ITEM_BYTES, _ENTRY_BYTES = 104, 9, 96
+_LIST_BYTES, _ITEM_BYTES, _ENTRY_BYTES = 88, 9, 40
+DECODER_BYTES = 8 * 1024
 
 
 def _charged(obj: Any) -> int:
@@ -601,6 +606,8 @@ def _charged(obj: Any) -> int:
         kind = type(value)
         if kind is list or kind is dict or kind is tuple or kind is set:
             total += sys.getsizeof(value)
+        elif kind is BlockRef:
+            total += object_bytes(value)
     return total
 
 

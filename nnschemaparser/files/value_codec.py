@@ -253,6 +253,7 @@ class ValueDecoder:
             name = get_str(data, "name", where)
             ref = self._vars.get(name)
             if ref is None:
+                self.charge(_OBJECT_BYTES + 64, "a variable")
                 ref = self._vars[name] = VarRef(name)
             return ref
         if kind == "const":
@@ -402,14 +403,17 @@ class ValueDecoder:
         problem = global_problem(qualname)
         if problem is not None:
             raise UnsafeReferenceError(f"{where}: {problem}; the file is refused and nothing was run")
+        self.charge(_OBJECT_BYTES, "a reference")
         return self.resolver.resolve_global(namespace, name, kind, qualname, where)
 
 
-# what decoded values take at most (CPython, 64-bit): a list or tuple and its spare slots, a dict or
-# set and its table's growth, a small object with its attribute dict
-_LIST_BYTES, _ITEM_BYTES = 104, 9
-_DICT_BYTES, _ENTRY_BYTES = 232, 96
-_OBJECT_BYTES = 200
+# what decoded values take at most (CPython, 64-bit): a list, tuple or torch.Size with its spare
+# slots and the list a generator builds it through, a dict or set and its table's growth, a small
+# object with its attribute dict. Worst cases: an empty tuple costs nothing, but is charged as one
+# that is not, so a file of a million tiny containers is refused whatever their contents.
+_LIST_BYTES, _ITEM_BYTES = 128, 9
+_DICT_BYTES, _ENTRY_BYTES = 184, 40
+_OBJECT_BYTES = 128
 
 
 def _no_charge(amount: int, what: str = "") -> None:
