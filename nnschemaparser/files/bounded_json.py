@@ -302,7 +302,11 @@ def decode_bounded(text: Union[bytes, str], budget: DecodeBudget, source: str, *
         key_tuple = tuple(keys)
         known = shapes.get(key_tuple)
         if known is None:
-            if len(set(key_tuple)) != n:
+            check = 128 * n + 1024  # the set that looks for a duplicate key, its growth included
+            charge(check, "an object's keys")
+            distinct = len(set(key_tuple))
+            release(check)
+            if distinct != n:
                 seen: set = set()
                 duplicate = next(key for key in key_tuple if key in seen or seen.add(key))
                 raise malformed(f"{source}: duplicate key {duplicate!r} in one JSON object; a file with duplicate "

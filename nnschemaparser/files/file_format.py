@@ -37,6 +37,7 @@ __all__ = [
     "read_bounded",
     "parse_json",
     "decode_budget",
+    "SMALL_FILE_BYTES",
     "object_bytes",
     "DecodeBudget",
     "JSONObject",
