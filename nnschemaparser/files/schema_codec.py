@@ -6,6 +6,11 @@ wrappers are left out. `SchemaDecoder.document(data)` checks every record field 
 the tree; callables come from the allowlist, objects of the model's code from a `Resolver`, attribute
 names are checked, and getattr with a computed name is swapped for its checked twin.
 
+The decoder charges every object it builds to the file's memory budget (file_format.DecodeBudget).
+
+Longer than 600 lines because it is the encoder and the decoder of one format, one method per
+instruction type each way, kept side by side so that a field cannot be written and not read.
+
 Pure data transformation: no file IO, no model. Depends on schema, value_codec, allowlist,
 file_format and errors.
 """
