@@ -26,7 +26,7 @@ from nnschemaparser.files.file_format import FileLimitError, FileLimits, Malform
 
 __all__ = ["BOMB_BYTES", "schema_bombs", "trace_bombs", "PAYLOADS", "BUILDERS"]
 
-BOMB_BYTES = 256 * 1024  # past the 32 KiB under which a file counts as 32 KiB: the ratio is the bound
+BOMB_BYTES = 256 * 1024  # past the 64 KiB under which a file counts as 64 KiB: the ratio is the bound
 
 
 def _repeat(item: bytes, size: int, open_: bytes = b"[", close: bytes = b"]") -> bytes:

@@ -7,7 +7,7 @@ model also lowers the model and encodes that lowering to compare it with the fil
 model's cost, not the file's, so it is measured alone (`model_cost`) and shown apart. The
 allowlist's table, built once per process, is built before measuring (`warm`).
 tests/test_hostile_files.py asserts the same bound, file by file: FileLimits.max_decode_ratio (4)
-times the file, a file under SMALL_FILE_BYTES (32 KiB) counting as 32 KiB.
+times the file, a file under SMALL_FILE_BYTES (64 KiB) counting as 64 KiB.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ __all__ = ["bound", "peak_of", "load_peak", "model_cost", "real_files", "warm"]
 
 
 def bound(size: int, limits: Optional[FileLimits] = None) -> int:
-    """What loading a `size`-byte file may allocate: max_decode_ratio times it, 32 KiB at least."""
+    """What loading a `size`-byte file may allocate: max_decode_ratio times it, 64 KiB at least."""
     return (limits or FileLimits()).max_decode_ratio * max(size, SMALL_FILE_BYTES)
 
 

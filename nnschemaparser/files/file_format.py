@@ -87,15 +87,15 @@ class FileLimits:
     of a trace file; `max_tensors` the tensors of one trace; `max_dims` the rank of one shape.
     `max_decoded_bytes` and `max_decode_ratio` bound the memory of a load: the file's bytes, what
     decoding its JSON builds (counted as it is built, see bounded_json.py) and, for a trace, its
-    tensor data stay under `max_decode_ratio` times the file's size (files under 32 KiB count as
-    32 KiB) and under `max_decoded_bytes`; a file that would pass either is refused with
+    tensor data stay under `max_decode_ratio` times the file's size (files under 64 KiB count as
+    64 KiB) and under `max_decoded_bytes`; a file that would pass either is refused with
     FileLimitError before the allocation that would pass it (real files take 1.5-3 times their size).
     """
 
     max_file_bytes: int = 512 * 1024 * 1024
     max_depth: int = 128
     max_string_chars: int = 4 * 1024 * 1024
-    max_header_bytes: int = 128 * 1024 * 1024
+    max_header_bytes: int = 256 * 1024 * 1024
     max_tensors: int = 1_000_000
     max_dims: int = 64
     max_decoded_bytes: int = 2 * 1024 * 1024 * 1024
@@ -167,7 +167,7 @@ def dump_json(document: Any) -> bytes:
 
 # --- strict JSON ---------------------------------------------------------------------------
 
-SMALL_FILE_BYTES = 32 * 1024  # a smaller file may still take max_decode_ratio times this (128 KiB)
+SMALL_FILE_BYTES = 64 * 1024  # a smaller file may still take max_decode_ratio times this (256 KiB)
 
 
 def decode_budget(size: int, limits: FileLimits, source: str, held: int = 0, *, unbounded: bool = False) -> DecodeBudget:
@@ -176,7 +176,7 @@ def decode_budget(size: int, limits: FileLimits, source: str, held: int = 0, *, 
     `held` is what the load holds besides what it decodes: the file's own bytes (released once they
     are dropped) and a trace's tensor data (copied once when its tensors are built). The total
     stays under `limits.max_decode_ratio` times the file (a file under SMALL_FILE_BYTES counts as
-    32 KiB) and under `limits.max_decoded_bytes` (`unbounded`: that one only, for a document that
+    64 KiB) and under `limits.max_decoded_bytes` (`unbounded`: that one only, for a document that
     comes from no file); past it, FileLimitError names the limit and the fix.
     """
     ratio_limit = limits.max_decode_ratio * max(size, SMALL_FILE_BYTES)
