@@ -5,7 +5,14 @@ limits) for every JSON container kind — arrays, objects, the tagged containers
 (tuple, dict, set, frozenset, size), short strings, numbers, unique keys, nested empties — placed
 where a real file has a value, and for every JSON text of a trace file (the safetensors header, its
 metadata, the trace document inside it). Each bomb is `BOMB_BYTES` long; each is refused with a
-typed error (never MemoryError), most of them by the decoded-size bound before anything is built.
+typed error (never MemoryError) within FileLimits.max_decode_ratio (4) times its size.
+
+The decoder (nnschemaparser/files/bounded_json.py) shares identical containers, so a bomb of
+*identical* containers (nested empty arrays, tagged values) decodes to one object and a table of
+pointers: as a bare document or a header entry it is small and refused by the record checks
+(MalformedFileError); where a value is expected its decoded values are charged one by one and it is
+refused by the memory budget (FileLimitError). A *dense* bomb (empty containers, zeros, floats,
+short strings, unique keys) cannot be decoded within the budget anywhere: FileLimitError.
 """
 
 from __future__ import annotations
@@ -15,12 +22,11 @@ import json
 import struct
 from typing import Any, Optional
 
-from nnschemaparser.files.file_format import FileLimitError, FileLimits
-from nnschemaparser.schema.errors import SchemaFormatError
+from nnschemaparser.files.file_format import FileLimitError, FileLimits, MalformedFileError
 
 __all__ = ["BOMB_BYTES", "schema_bombs", "trace_bombs", "PAYLOADS", "BUILDERS"]
 
-BOMB_BYTES = 2 * 1024 * 1024
+BOMB_BYTES = 256 * 1024  # past the 64 KiB under which a file counts as 64 KiB: the ratio is the bound
 
 
 def _repeat(item: bytes, size: int, open_: bytes = b"[", close: bytes = b"]") -> bytes:
@@ -43,23 +49,23 @@ def _tagged(kind: str, size: int) -> bytes:
     return _repeat(item, size)
 
 
-# name -> (builder of a JSON text of about `size` bytes, refused by the decoded-size bound before decoding)
+# name -> (builder of a JSON text of about `size` bytes, dense: no position decodes it within the budget)
 BUILDERS = {
     "empty-arrays": (lambda size: _repeat(b"[]", size), True),
     "empty-objects": (lambda size: _repeat(b"{}", size), True),
-    "nested-empty-arrays": (lambda size: _repeat(b"[[[[]]]]", size), True),
+    "nested-empty-arrays": (lambda size: _repeat(b"[[[[]]]]", size), False),
     "one-key-objects": (lambda size: _repeat(b'{"a":0}', size), True),
     "zeros": (lambda size: _repeat(b"0", size), True),
-    "tagged-tuples": (lambda size: _tagged("tuple", size), True),
-    "tagged-sets": (lambda size: _tagged("set", size), True),
-    "tagged-frozensets": (lambda size: _tagged("frozenset", size), True),
-    "tagged-dicts": (lambda size: _tagged("dict", size), True),
-    "tagged-sizes": (lambda size: _tagged("size", size), True),
-    "short-strings": (lambda size: _repeat(b'"ab"', size), False),
-    "floats": (lambda size: _repeat(b"1e1", size), False),
-    "unique-keys": (_unique_keys, False),
+    "tagged-tuples": (lambda size: _tagged("tuple", size), False),
+    "tagged-sets": (lambda size: _tagged("set", size), False),
+    "tagged-frozensets": (lambda size: _tagged("frozenset", size), False),
+    "tagged-dicts": (lambda size: _tagged("dict", size), False),
+    "tagged-sizes": (lambda size: _tagged("size", size), False),
+    "short-strings": (lambda size: _repeat(b'"ab"', size), True),
+    "floats": (lambda size: _repeat(b"1e1", size), True),
+    "unique-keys": (_unique_keys, True),
 }
-PAYLOADS: dict[str, tuple[bytes, bool]] = {name: (build(BOMB_BYTES), early) for name, (build, early) in BUILDERS.items()}
+PAYLOADS: dict[str, tuple[bytes, bool]] = {name: (build(BOMB_BYTES), dense) for name, (build, dense) in BUILDERS.items()}
 
 
 def _splice(document: dict, payload: bytes) -> bytes:
@@ -73,11 +79,11 @@ def _splice(document: dict, payload: bytes) -> bytes:
 
 
 def schema_bombs(base: dict) -> list[tuple[str, bytes, type, Optional[FileLimits], bool]]:
+    """(name, bytes, expected error, limits, refused by the memory budget) of every schema bomb."""
     out = []
-    for name, (payload, early) in PAYLOADS.items():
-        out.append((f"bomb-{name}", _splice(base, payload), FileLimitError if early else SchemaFormatError, None,
-                    early))
-        out.append((f"bomb-bare-{name}", payload, FileLimitError if early else SchemaFormatError, None, early))
+    for name, (payload, dense) in PAYLOADS.items():
+        out.append((f"bomb-{name}", _splice(base, payload), FileLimitError, None, True))  # its values are charged
+        out.append((f"bomb-bare-{name}", payload, FileLimitError if dense else MalformedFileError, None, dense))
     return out
 
 
@@ -93,12 +99,11 @@ def _frame(header_text: bytes, body: bytes) -> bytes:
 def trace_bombs(label: str, data: bytes) -> list[tuple[str, bytes, type, Optional[FileLimits], bool]]:
     header, body = _split(data)
     out = []
-    for name, (payload, early) in PAYLOADS.items():
-        error = FileLimitError if early else SchemaFormatError
+    for name, (payload, dense) in PAYLOADS.items():
         # an extra header entry: what safetensors' own parser would build
         text = json.dumps(header, separators=(",", ":")).encode()
         out.append((f"trace-{label}-header-bomb-{name}", _frame(text[:-1] + b',"bomb":' + payload + b"}", body),
-                    error, None, early))
+                    FileLimitError if dense else MalformedFileError, None, dense))
         # inside the trace document of the metadata (a JSON string inside the header)
         meta = json.loads(header["__metadata__"]["trace"])
         meta["steps"][0]["sample"] = ["__BOMB_HERE__"]
@@ -106,5 +111,5 @@ def trace_bombs(label: str, data: bytes) -> list[tuple[str, bytes, type, Optiona
         h = copy.deepcopy(header)
         h["__metadata__"]["trace"] = inner
         out.append((f"trace-{label}-metadata-bomb-{name}", _frame(json.dumps(h, separators=(",", ":")).encode(), body),
-                    error, None, early))
+                    FileLimitError, None, True))  # a sample's values are charged
     return out

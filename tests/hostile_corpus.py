@@ -547,12 +547,15 @@ def build_corpus(canary: str, seed: int = 0) -> list[Hostile]:
     for label in ("activation", "gradient"):
         for name, data, error, limits in trace_mutations(label, files[label], rng):
             entries.append(Hostile(name, "trace", data, error, limits=limits))
-    for name, data, error, limits, early in schema_bombs(json.loads(files["schema"])):
-        entries.append(Hostile(name, "schema", data, error, with_model=not early and not name.startswith("bomb-bare"),
-                               limits=limits, notes={"prescan": early}))
+    # "bound": refused by the memory budget (FileLimits.max_decode_ratio); the scalar bombs spliced
+    # into an operand are loaded with the model too
+    with_model = {"bomb-short-strings", "bomb-floats", "bomb-unique-keys"}
+    for name, data, error, limits, bound in schema_bombs(json.loads(files["schema"])):
+        entries.append(Hostile(name, "schema", data, error, with_model=name in with_model, limits=limits,
+                               notes={"bound": bound}))
     for label in ("activation", "gradient"):
-        for name, data, error, limits, early in trace_bombs(label, files[label]):
-            entries.append(Hostile(name, "trace", data, error, limits=limits, notes={"prescan": early}))
+        for name, data, error, limits, bound in trace_bombs(label, files[label]):
+            entries.append(Hostile(name, "trace", data, error, limits=limits, notes={"bound": bound}))
     entries.append(Hostile("trace-is-a-schema", "trace", files["schema"], SchemaFormatError))
     entries.append(Hostile("schema-is-a-trace", "schema", files["activation"], MalformedFileError))
     archive = io.BytesIO()

@@ -393,9 +393,13 @@ def test_a_hostile_schema_is_refused_and_nothing_is_stored(server, models, tmp_p
 
 
 def test_a_request_body_is_read_with_the_bounded_strict_reader(server):
-    bomb = b'{"graph": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    keys = b",".join(b'"k%d":0' % i for i in range(10_000))  # one new string per 8 bytes: past 4x (under --max-body)
+    bomb = b'{"graph": {' + keys + b"}}"
     status, answer, _ = post(f"{server.url}/api/v1/share", bomb)
-    assert status == 413 and "dense with empty or tiny containers" in answer["error"]
+    assert status == 413 and "dense with tiny values, containers or unique keys" in answer["error"]
+    nested = b'{"graph": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    status, answer, _ = post(f"{server.url}/api/v1/share", nested)
+    assert status == 413 and "JSON nesting deeper than 128 levels" in answer["error"]
     deep = b'{"graph": ' + b"[" + b" " * 40 * 1000 + b"[" * 999 + b"]" * 1000 + b"}"  # padded: not a bomb
     status, answer, _ = post(f"{server.url}/api/v1/share", deep)
     assert status == 413 and "JSON nesting deeper than 128 levels" in answer["error"]

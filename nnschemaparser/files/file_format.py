@@ -18,13 +18,14 @@ Depends on errors and the standard library only; knows nothing about schemas, tr
 from __future__ import annotations
 
 import json
-import math
 import os
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from ..schema.errors import SchemaFormatError
+from .bounded_json import DecodeBudget, JSONObject, decode_bounded, is_array, is_object
 
 __all__ = [
     "FileLimits",
@@ -35,8 +36,13 @@ __all__ = [
     "ModelMismatchError",
     "read_bounded",
     "parse_json",
-    "decoded_size_bound",
-    "check_decoded_size",
+    "decode_budget",
+    "SMALL_FILE_BYTES",
+    "object_bytes",
+    "DecodeBudget",
+    "JSONObject",
+    "is_object",
+    "is_array",
     "dump_json",
     "write_atomic",
     "check_header",
@@ -79,20 +85,21 @@ class FileLimits:
     `max_file_bytes` bounds the bytes read (nothing larger is read at all); `max_depth` the nesting
     of JSON arrays and objects; `max_string_chars` any one string; `max_header_bytes` the JSON header
     of a trace file; `max_tensors` the tensors of one trace; `max_dims` the rank of one shape.
-    `max_decoded_bytes` and `max_decode_ratio` bound what a JSON text may cost once decoded: before
-    any structure is built, an upper bound of its Python size is computed from the bytes (see
-    `decoded_size_bound`) and must stay under `max_decoded_bytes` and under `max_decode_ratio`
-    times the text's size (real files are at 18-21; bombs of empty containers at 30 and more).
+    `max_decoded_bytes` and `max_decode_ratio` bound the memory of a load: the file's bytes, what
+    decoding its JSON builds (counted as it is built, see bounded_json.py) and, for a trace, its
+    tensor data stay under `max_decode_ratio` times the file's size (files under 64 KiB count as
+    64 KiB) and under `max_decoded_bytes`; a file that would pass either is refused with
+    FileLimitError before the allocation that would pass it (real files take 1.5-3 times their size).
     """
 
     max_file_bytes: int = 512 * 1024 * 1024
     max_depth: int = 128
     max_string_chars: int = 4 * 1024 * 1024
-    max_header_bytes: int = 128 * 1024 * 1024
+    max_header_bytes: int = 256 * 1024 * 1024
     max_tensors: int = 1_000_000
     max_dims: int = 64
     max_decoded_bytes: int = 2 * 1024 * 1024 * 1024
-    max_decode_ratio: int = 24
+    max_decode_ratio: int = 4
 
     def __post_init__(self) -> None:
         for name in ("max_file_bytes", "max_depth", "max_string_chars", "max_header_bytes", "max_tensors",
@@ -105,8 +112,11 @@ class FileLimits:
 # --- reading and writing bytes ----------------------------------------------------------------
 
 
-def read_bounded(path: str | os.PathLike, limits: FileLimits, what: str) -> bytes:
-    """The bytes of `path`, refusing (before reading) a file larger than `limits.max_file_bytes`."""
+def read_bounded(path: str | os.PathLike, limits: FileLimits, what: str, *, writable: bool = False) -> bytes:
+    """The bytes of `path`, refusing (before reading) a file larger than `limits.max_file_bytes`.
+
+    `writable`: a bytearray, for tensors that are views of the file's bytes (load_trace).
+    """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or a path, got {type(path).__name__}")
     try:
@@ -116,7 +126,18 @@ def read_bounded(path: str | os.PathLike, limits: FileLimits, what: str) -> byte
                 raise FileLimitError(f"{path}: the {what} file is {size} bytes, over the limit of "
                                      f"{limits.max_file_bytes}; pass limits=FileLimits(max_file_bytes=...) "
                                      "if you trust it")
-            data = handle.read(size)  # read(n) reserves n bytes first: never more than the file's size
+            if writable:
+                data = bytearray(size)
+                view, filled = memoryview(data), 0
+                while filled < size:
+                    got = handle.readinto(view[filled:])
+                    if not got:
+                        raise MalformedFileError(f"{path}: the {what} file shrank while it was read; read it again "
+                                                 "once it is complete")
+                    filled += got
+                view.release()
+            else:
+                data = handle.read(size)  # read(n) reserves n bytes first: never more than the file's size
             if handle.read(1):
                 raise MalformedFileError(f"{path}: the {what} file grew while it was read; read it again once "
                                          "it is complete")
@@ -144,148 +165,86 @@ def dump_json(document: Any) -> bytes:
     return json.dumps(document, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
-# --- strict JSON ------------------------------------------------------------------------------
+# --- strict JSON ---------------------------------------------------------------------------
 
-_MAX_INT_DIGITS = 400
+SMALL_FILE_BYTES = 64 * 1024  # a smaller file may still take max_decode_ratio times this (256 KiB)
 
 
-def _check_shape(document: Any, limits: FileLimits, source: str) -> None:
-    """Refuse nesting deeper than `max_depth` and strings longer than `max_string_chars`.
+def decode_budget(size: int, limits: FileLimits, source: str, held: int = 0, *, unbounded: bool = False) -> DecodeBudget:
+    """The memory a load of a `size`-byte file may take, with the `held` bytes it keeps charged at once.
 
-    The C decoder bounds its own recursion (RecursionError, refused below), so the walk can run on
-    the decoded document: iterative, one visit per container.
+    `held` is what the load holds besides what it decodes: the file's own bytes (released once they
+    are dropped) and a trace's tensor data (copied once when its tensors are built). The total
+    stays under `limits.max_decode_ratio` times the file (a file under SMALL_FILE_BYTES counts as
+    64 KiB) and under `limits.max_decoded_bytes` (`unbounded`: that one only, for a document that
+    comes from no file); past it, FileLimitError names the limit and the fix.
     """
-    deepest, longest = limits.max_depth, limits.max_string_chars
-    stack = [(document, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > deepest:
-            raise FileLimitError(f"{source}: JSON nesting deeper than {deepest} levels; a real file is far shallower, "
-                                 "so it is refused")
-        items = node.items() if type(node) is dict else enumerate(node)
-        for key, value in items:
-            kind = type(value)
-            if kind is str:
-                if len(value) > longest:
-                    raise FileLimitError(f"{source}: a string of {len(value)} characters is over the limit of "
-                                         f"{longest}")
-            elif kind is dict or kind is list:
-                stack.append((value, depth + 1))
-            if type(key) is str and len(key) > longest:
-                raise FileLimitError(f"{source}: a key of {len(key)} characters is over the limit of {longest}")
+    ratio_limit = limits.max_decode_ratio * max(size, SMALL_FILE_BYTES)
+    by_bytes = unbounded or limits.max_decoded_bytes <= ratio_limit
+    limit = limits.max_decoded_bytes if by_bytes else ratio_limit
+
+    def refuse(used: int, what: str) -> FileLimitError:
+        if by_bytes:
+            return FileLimitError(f"{source}: loading these {size} bytes takes more than {limits.max_decoded_bytes} "
+                                  f"bytes (at {what}), over the limit FileLimits.max_decoded_bytes="
+                                  f"{limits.max_decoded_bytes}; the file is refused before it is decoded further. Pass "
+                                  "limits=FileLimits(max_decoded_bytes=...) if you trust it")
+        return FileLimitError(f"{source}: decoding these {size} bytes takes more than {limit} bytes (at {what}), over "
+                              f"{limits.max_decode_ratio} times the text (FileLimits.max_decode_ratio="
+                              f"{limits.max_decode_ratio}): the file is dense with tiny values, containers or unique "
+                              "keys, as a memory bomb is, and is refused before it is decoded further. Pass "
+                              "limits=FileLimits(max_decode_ratio=...) if you trust it")
+
+    budget = DecodeBudget(limit, refuse)
+    budget.charge(held, "the file's bytes")
+    return budget
 
 
-def _pairs(source: str):
-    def hook(pairs: list[tuple[str, Any]]) -> dict:
-        result: dict = {}
-        for key, value in pairs:
-            if key in result:
-                raise MalformedFileError(f"{source}: duplicate key {key!r} in one JSON object; a file with "
-                                         "duplicate keys is ambiguous and refused")
-            result[key] = value
-        return result
+def object_bytes(obj: Any) -> int:
+    """What one decoded object takes: itself and its attributes' storage (what a decoder charges for it).
 
-    return hook
+    The attributes are counted from the class's dataclass fields, never by reading `__dict__` (which
+    would build the dict CPython otherwise leaves out).
+    """
+    return sys.getsizeof(obj) + 8 * len(field_names(type(obj))) + 64
 
 
-def _constant(source: str):
-    def hook(token: str) -> Any:
-        raise MalformedFileError(f"{source}: the JSON token {token} is not allowed; non-finite numbers are written "
-                                 "as tagged values ({\"kind\": \"float\", \"value\": \"nan\"}) where allowed")
-
-    return hook
+_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def _float(source: str):
-    def hook(token: str) -> float:
-        value = float(token)
-        if not math.isfinite(value):
-            raise MalformedFileError(f"{source}: the number {token[:40]} overflows a float")
-        return value
-
-    return hook
+def field_names(cls: type) -> tuple[str, ...]:
+    """The dataclass fields of `cls` (an empty tuple for another class), cached per class."""
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in fields(cls)) if is_dataclass(cls) else ()
+    return names
 
 
-def _int(source: str):
-    def hook(token: str) -> int:
-        if len(token.lstrip("-")) > _MAX_INT_DIGITS:
-            raise FileLimitError(f"{source}: an integer of {len(token)} digits is over the limit of "
-                                 f"{_MAX_INT_DIGITS}")
-        return int(token)
+def parse_json(data: bytes | str, limits: FileLimits, source: str, budget: Optional[DecodeBudget] = None, *,
+               start: int = 0, end: Optional[int] = None) -> Any:
+    """Decode the UTF-8 JSON `data[start:end]` (read in place) strictly into a compact document.
 
-    return hook
-
-
-# Upper bounds, in bytes, of what one token costs once decoded by json + the hooks above (CPython,
-# 64-bit): `[` a list (56 + over-allocation); `{` the pairs list and the dict; both also the entry
-# `_check_shape` stacks for them (64); `:` the pair tuple, the dict entry and its growth; `,` a slot
-# and a number object; `"` half a string header. Every string's characters and the decoded text
-# itself are covered by twice the length.
-_TOKEN_COST = ((b"[", 136), (b"{", 296), (b":", 128), (b",", 48), (b'"', 25))
-_DECODE_FIXED = 16 * 1024  # the decoder's own objects (hooks, scanner), whatever the text
-
-
-def decoded_size_bound(data: bytes, start: int = 0, end: Optional[int] = None) -> int:
-    """An upper bound of the memory `parse_json(data[start:end])` allocates, from byte counts alone.
-
-    Counting runs in C over the bytes and allocates nothing (not even the slice), so a refused file
-    costs only itself. Characters inside strings are counted too, which only raises the bound.
+    The document's objects are JSONObjects and its arrays tuples (bounded_json.py); every allocation
+    is charged to `budget` (by default: the text's size is held, the rest of `decode_budget` spent).
+    Every refusal is a typed SchemaFormatError naming `source`.
     """
     end = len(data) if end is None else end
-    return _DECODE_FIXED + 2 * (end - start) + sum(cost * data.count(token, start, end) for token, cost in _TOKEN_COST)
-
-
-def check_decoded_size(data: bytes, limits: FileLimits, source: str, start: int = 0,
-                       end: Optional[int] = None) -> None:
-    """Refuse a JSON text (`data[start:end]`) whose decoded form could pass the limits, before decoding it."""
-    end = len(data) if end is None else end
-    bound = decoded_size_bound(data, start, end)
-    size = end - start
-    if bound > limits.max_decoded_bytes:
-        raise FileLimitError(f"{source}: decoding these {size} bytes could take up to {bound} bytes, over "
-                             f"the limit of {limits.max_decoded_bytes}; pass limits=FileLimits(max_decoded_bytes=...)"
-                             " if you trust the file")
-    amplified = bound - _DECODE_FIXED  # what grows with the text
-    if amplified > limits.max_decode_ratio * max(size, 4096):
-        raise FileLimitError(f"{source}: these {size} bytes would decode to up to {bound} bytes "
-                             f"({amplified / max(size, 1):.0f} times the text; the limit is "
-                             f"{limits.max_decode_ratio}): the file is dense with empty or tiny containers, as a "
-                             "memory bomb is, and is refused before decoding")
-
-
-def parse_json(data: bytes, limits: FileLimits, source: str) -> Any:
-    """Decode UTF-8 JSON strictly; every refusal is a typed SchemaFormatError naming `source`."""
-    if len(data) > limits.max_file_bytes:
-        raise FileLimitError(f"{source}: {len(data)} bytes of JSON, over the limit of {limits.max_file_bytes}")
-    check_decoded_size(data, limits, source)
+    if end - start > limits.max_file_bytes:
+        raise FileLimitError(f"{source}: {end - start} bytes of JSON, over the limit of {limits.max_file_bytes}")
+    if budget is None:
+        budget = decode_budget(end - start, limits, source, held=len(data))
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise MalformedFileError(f"{source}: not UTF-8 text (byte {exc.start}); is this a schema or trace "
-                                 "file written by save_schema / save_trace?") from None
-    try:
-        document = json.loads(text, object_pairs_hook=_pairs(source), parse_constant=_constant(source),
-                              parse_float=_float(source), parse_int=_int(source))
-    except json.JSONDecodeError as exc:
-        hint = " (the file ends early: truncated?)" if exc.pos >= len(text.rstrip()) else ""
-        raise MalformedFileError(f"{source}: not valid JSON at line {exc.lineno} column {exc.colno}: "
-                                 f"{exc.msg}{hint}") from None
-    except RecursionError:
-        raise FileLimitError(f"{source}: JSON nesting deeper than {limits.max_depth} levels (too deep to decode); "
-                             "a real file is far shallower, so it is refused") from None
+        return decode_bounded(data, budget, source, malformed=MalformedFileError, limit_error=FileLimitError,
+                              max_depth=limits.max_depth, max_string_chars=limits.max_string_chars, start=start,
+                              end=end)
     except MemoryError:
         raise FileLimitError(f"{source}: decoding {len(data)} bytes of JSON ran out of memory; the file is refused "
-                             "(lower FileLimits.max_decoded_bytes to refuse such files before decoding)") from None
-    if type(document) is str and len(document) > limits.max_string_chars:
-        raise FileLimitError(f"{source}: a string of {len(document)} characters is over the limit")
-    if type(document) is dict or type(document) is list:
-        _check_shape(document, limits, source)
-    return document
+                             "(lower FileLimits.max_decoded_bytes to refuse such files sooner)") from None
 
 
 def check_header(document: Any, format_name: str, version: int, source: str) -> dict:
     """The top-level object of a file of `format_name`: refuses other formats and other versions."""
-    if not isinstance(document, dict):
+    if not is_object(document):
         raise MalformedFileError(f"{source}: the top level must be a JSON object, got {_kind(document)}")
     found = document.get("format")
     if found != format_name:
@@ -305,7 +264,7 @@ def check_header(document: Any, format_name: str, version: int, source: str) -> 
 
 
 def _kind(value: Any) -> str:
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "an integer",
+    return {dict: "an object", JSONObject: "an object", tuple: "an array", list: "an array", str: "a string", bool: "a boolean", int: "an integer",
             float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
 
 
@@ -316,7 +275,7 @@ def _short(value: Any) -> str:
 
 def record(value: Any, where: str, required: Iterable[str], optional: Iterable[str] = ()) -> dict:
     """`value` as an object with exactly the `required` fields and some of the `optional` ones."""
-    if not isinstance(value, dict):
+    if not is_object(value):
         raise MalformedFileError(f"{where}: expected an object, got {_kind(value)}")
     required = tuple(required)
     known = set(required) | set(optional)
@@ -363,14 +322,14 @@ def get_bool(obj: dict, key: str, where: str) -> bool:
 
 def get_list(obj: dict, key: str, where: str) -> list:
     value = obj[key]
-    if type(value) is not list:
+    if not is_array(value):
         raise MalformedFileError(f"{where}.{key}: expected an array, got {_kind(value)}")
     return value
 
 
 def get_dict(obj: dict, key: str, where: str) -> dict:
     value = obj[key]
-    if type(value) is not dict:
+    if not is_object(value):
         raise MalformedFileError(f"{where}.{key}: expected an object, got {_kind(value)}")
     return value
 

@@ -6,6 +6,11 @@ wrappers are left out. `SchemaDecoder.document(data)` checks every record field 
 the tree; callables come from the allowlist, objects of the model's code from a `Resolver`, attribute
 names are checked, and getattr with a computed name is swapped for its checked twin.
 
+The decoder charges every object it builds to the file's memory budget (file_format.DecodeBudget).
+
+Longer than 600 lines because it is the encoder and the decoder of one format, one method per
+instruction type each way, kept side by side so that a field cannot be written and not read.
+
 Pure data transformation: no file IO, no model. Depends on schema, value_codec, allowlist,
 file_format and errors.
 """
@@ -13,12 +18,16 @@ file_format and errors.
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any, Optional
 
 from .allowlist import ATTRIBUTE_ACCESSORS, attribute_problem, check_attribute, resolve_callable
 from ..schema.errors import SchemaFormatError
 from .file_format import (
+    DecodeBudget,
     FileLimits,
+    JSONObject,
+    decode_budget,
     MalformedFileError,
     UnsafeReferenceError,
     get_bool,
@@ -29,6 +38,10 @@ from .file_format import (
     get_str,
     get_str_dict,
     get_str_list,
+    is_array,
+    is_object,
+    field_names,
+    object_bytes,
     record,
 )
 from ..schema.model import (
@@ -283,12 +296,30 @@ def _class_name(cls: Any) -> str:
 class SchemaDecoder:
     """JSON data -> schema tree, checking every field; `source` names the file in every error."""
 
-    def __init__(self, resolver: Resolver, limits: FileLimits, source: str):
-        self.values = ValueDecoder(resolver, limits.max_depth)
+    def __init__(self, resolver: Resolver, limits: FileLimits, source: str, budget: Optional[DecodeBudget] = None):
+        # What the schema's objects take is charged to the file's budget as they are built (the
+        # budget of load_schema: the file's memory bound); without one, to max_decoded_bytes.
+        self.budget = budget if budget is not None else decode_budget(0, limits, source, unbounded=True)
+        self.charge = self.budget.charge
+        self.values = ValueDecoder(resolver, limits.max_depth, self.budget)
+        self.charge(DECODER_BYTES, "the decoder")  # its own state while it runs: names of entries, memo tables
         self.limits = limits
         self.source = source
         self.files: list[tuple[str, str]] = []
         self.paths: set[str] = set()
+        # A file's identical shape records are one object (bounded_json shares equal containers):
+        # they decode to one TensorRepr, as an identical record of the same file means the same thing.
+        self._reprs: dict[JSONObject, Optional[TensorRepr]] = {}
+
+    def repr(self, data: Any, where: str) -> Optional[TensorRepr]:
+        """repr_from_json, once per distinct record (equal records of one file are one JSONObject)."""
+        if type(data) is not JSONObject:  # a plain dict (a document not read by load_schema): no sharing
+            return repr_from_json(data, where, self.limits)
+        known = self._reprs.get(data)
+        if known is None:
+            known = self._reprs[data] = repr_from_json(data, where, self.limits)
+            self.charge(_charged(known) + _ENTRY_BYTES, "a shape")
+        return known
 
     def document(self, data: dict) -> ModelBlockSchema:
         record(data, self.source, ("format", "version", "files", "root"))
@@ -296,7 +327,9 @@ class SchemaDecoder:
             where = f"{self.source}: files[{index}]"
             record(entry, where, ("path", "module"))
             self.files.append((get_str(entry, "path", where), get_str(entry, "module", where)))
-        return self.block(data["root"], "root", None, "")
+        root = self.block(data["root"], "root", None, "")
+        self.budget.release(DECODER_BYTES)
+        return root
 
     # -- blocks and functions ---------------------------------------------------------------
 
@@ -320,9 +353,9 @@ class SchemaDecoder:
             # The decorator is the model's code: a placeholder until load_schema(..., model=...) binds it.
             label = f"{block.module_type}.{block.method_name or 'forward'}"
             block.wrapper = UnresolvedReference("", label, "function", f"decorator of {label}")
-        block.inputs = {name: repr_from_json(rep, f"{at}.inputs[{name!r}]", self.limits)
+        block.inputs = {name: self.repr(rep, f"{at}.inputs[{name!r}]")
                         for name, rep in get_dict(data, "inputs", at).items()}
-        block.outputs = [repr_from_json(rep, f"{at}.outputs[{i}]", self.limits)
+        block.outputs = [self.repr(rep, f"{at}.outputs[{i}]")
                          for i, rep in enumerate(get_list(data, "outputs", at))]
         block.weights = {}
         for name, rep in get_dict(data, "weights", at).items():
@@ -330,9 +363,11 @@ class SchemaDecoder:
             if rep is None:
                 raise MalformedFileError(f"{at}.weights[{name!r}]: a weight is described by its shape and dtype")
             block.weights[name] = TensorReprWithValue(shape=rep.shape, dtype=rep.dtype)  # the value is the model's
+            self.charge(_charged(block.weights[name]), "a weight")
         block.input_defaults = {name: self.values.value(value, f"{at}.input_defaults[{name!r}]")
                                 for name, value in get_dict(data, "input_defaults", at).items()}
         block.skipped = get_str_dict(data, "skipped", at)
+        self.charge(_charged(block), "a block")
         if data["signature"] is not None:
             block.signature = self.function(data["signature"], f"{where}.signature")
         if "body" in data:
@@ -387,6 +422,7 @@ class SchemaDecoder:
         fn.weight_refs = get_str_dict(data, "weight_refs", at)
         for attr in fn.weight_refs.values():
             check_attribute(attr, f"{at}.weight_refs")
+        self.charge(_charged(fn), "a function")
         fn.body = self.body(get_list(data, "body", at), f"{where}.body")
         return fn
 
@@ -400,11 +436,12 @@ class SchemaDecoder:
     # -- instructions -----------------------------------------------------------------------
 
     def body(self, items: list, where: str) -> list[Instruction]:
+        self.charge(_LIST_BYTES + _ITEM_BYTES * len(items), "a body")
         return [self.instruction(item, f"{where}[{i}]") for i, item in enumerate(items)]
 
     def instruction(self, data: Any, where: str) -> Instruction:
         at = f"{self.source}: {where}"
-        if not isinstance(data, dict):
+        if not is_object(data):
             raise MalformedFileError(f"{at}: expected an instruction object")
         kind = data.get("type")
         if type(kind) is not str or kind not in _FIELDS:
@@ -412,7 +449,7 @@ class SchemaDecoder:
         record(data, at, _COMMON + _FIELDS[kind])
         instr = getattr(self, "decode_" + kind)(data, at, where)
         instr.out_var = get_str(data, "out_var", at)
-        instr.resolved = repr_from_json(data["resolved"], f"{at}.resolved", self.limits)
+        instr.resolved = self.repr(data["resolved"], f"{at}.resolved")
         loc = data["location"]
         if loc is not None:
             record(loc, f"{at}.location", ("file", "line", "code"), ("cols",))
@@ -427,6 +464,8 @@ class SchemaDecoder:
             instr.location = SourceLocation(self._file(loc["file"], f"{at}.location.file"),
                                             get_int(loc, "line", f"{at}.location"), get_str(loc, "code", f"{at}.location"),
                                             *cols)
+            self.charge(object_bytes(instr.location), "a location")
+        self.charge(_charged(instr), "an instruction")
         return instr
 
     def _operands(self, data: dict, at: str) -> dict:
@@ -441,7 +480,7 @@ class SchemaDecoder:
 
     def decode_op(self, data: dict, at: str, where: str) -> OpInstruction:
         raw = data["target"]
-        if isinstance(raw, dict) and raw.get("kind") == "var":
+        if is_object(raw) and raw.get("kind") == "var":
             target: Any = self.values.operand(raw, f"{at}.target")
         else:
             target = self._target(raw, f"{at}.target")
@@ -461,7 +500,7 @@ class SchemaDecoder:
         return instr
 
     def _target(self, raw: Any, where: str) -> Any:
-        if not isinstance(raw, dict) or raw.get("kind") not in ("callable", "global"):
+        if not is_object(raw) or raw.get("kind") not in ("callable", "global"):
             raise MalformedFileError(f"{where}: a call target is a variable, an allowlisted callable or a global "
                                      "of the model's code")
         if raw.get("kind") == "callable":
@@ -502,7 +541,7 @@ class SchemaDecoder:
     def decode_try(self, data: dict, at: str, where: str) -> TryInstruction:
         handlers = []
         for i, classes in enumerate(get_list(data, "handlers", at)):
-            if type(classes) is not list:
+            if not is_array(classes):
                 raise MalformedFileError(f"{at}.handlers[{i}]: expected an array of exception classes")
             decoded = []
             for j, raw in enumerate(classes):
@@ -514,7 +553,7 @@ class SchemaDecoder:
                 decoded.append(cls)
             handlers.append(tuple(decoded))
         names = get_list(data, "handler_names", at)
-        bodies = [self.body(b if type(b) is list else _not_list(f"{at}.handler_bodies[{i}]"),
+        bodies = [self.body(b if is_array(b) else _not_list(f"{at}.handler_bodies[{i}]"),
                             f"{where}.handler_bodies[{i}]") for i, b in enumerate(get_list(data, "handler_bodies", at))]
         if not (len(handlers) == len(names) == len(bodies)):
             raise MalformedFileError(f"{at}: handlers, handler_names and handler_bodies differ in length")
@@ -554,6 +593,27 @@ class SchemaDecoder:
 
     def decode_break(self, data: dict, at: str, where: str) -> BreakInstruction:
         return BreakInstruction()
+
+
+_LIST_BYTES, _ITEM_BYTES, _ENTRY_BYTES = 88, 9, 40
+DECODER_BYTES = 8 * 1024
+
+
+def _charged(obj: Any) -> int:
+    """What a decoded schema object takes: itself, its attribute dict and the containers it holds.
+
+    Charged just after it is built (one object at a time); what its containers hold is charged
+    where it is built (instructions, values).
+    """
+    total = object_bytes(obj)
+    for name in field_names(type(obj)):
+        value = getattr(obj, name)
+        kind = type(value)
+        if kind is list or kind is dict or kind is tuple or kind is set:
+            total += sys.getsizeof(value)
+        elif kind is BlockRef:
+            total += object_bytes(value)
+    return total
 
 
 def _not_list(where: str) -> list:

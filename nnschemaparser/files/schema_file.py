@@ -25,9 +25,11 @@ from typing import Any, Optional
 from torch import nn
 
 from .file_format import (
+    DecodeBudget,
     FileLimits,
     ModelMismatchError,
     check_header,
+    decode_budget,
     dump_json,
     parse_json,
     read_bounded,
@@ -58,16 +60,20 @@ def save_schema(schema: ModelBlockSchema, path: str | os.PathLike) -> Path:
 
 
 def schema_from_json(document: Any, model: Optional[nn.Module] = None, *, limits: Optional[FileLimits] = None,
-                     source: str = "<schema document>") -> ModelBlockSchema:
-    """Rebuild a schema from an already parsed JSON document (what load_schema does after reading)."""
+                     source: str = "<schema document>", budget: Optional[DecodeBudget] = None) -> ModelBlockSchema:
+    """Rebuild a schema from an already parsed JSON document (what load_schema does after reading).
+
+    The schema's objects are charged to `budget` (load_schema's: the file's memory bound; by default
+    FileLimits.max_decoded_bytes). With a model, lowering the model is the model's cost, not charged.
+    """
     limits = limits or FileLimits()
     check_header(document, FORMAT_NAME, FORMAT_VERSION, source)
     if model is None:
-        return SchemaDecoder(Resolver(), limits, source).document(document)
+        return SchemaDecoder(Resolver(), limits, source, budget).document(document)
     if not isinstance(model, nn.Module):
         raise ModelMismatchError(f"model must be the nn.Module instance the schema was saved from, got "
                                  f"{type(model).__name__}; call load_schema(path, model=your_model)")
-    decoded = SchemaDecoder(Resolver(), limits, source).document(document)  # inert: checks every record
+    decoded = SchemaDecoder(Resolver(), limits, source, budget).document(document)  # inert: checks every record
     fresh = lower_model(model)
     _check_structure(decoded, fresh, source)
     return verified_schema(document, decoded, fresh, source)
@@ -82,8 +88,13 @@ def load_schema(path: str | os.PathLike, model: Optional[nn.Module] = None, *,
     """
     limits = limits or FileLimits()
     source = str(path)
-    document = parse_json(read_bounded(path, limits, "schema"), limits, source)
-    return schema_from_json(document, model, limits=limits, source=source)
+    data = read_bounded(path, limits, "schema")
+    size = len(data)
+    budget = decode_budget(size, limits, source, held=size)  # FileLimits.max_decode_ratio times the file
+    document = parse_json(data, limits, source, budget)
+    del data  # the document replaces the text
+    budget.release(size)
+    return schema_from_json(document, model, limits=limits, source=source, budget=budget)
 
 
 # --- binding to a live model --------------------------------------------------------------------

@@ -2,10 +2,12 @@
 
 The tensor values are the safetensors tensors, keyed by container id; the step metadata is a JSON
 document (docs/FORMAT.md) stored as a string in the safetensors header's `__metadata__`. Loading
-reads at most `FileLimits.max_file_bytes`, then checks the whole header itself before safetensors
-sees a byte: the header length fits the file, every tensor's dtype is known, its byte range matches
-its shape and the ranges tile the data exactly (so the tensors never need more memory than the file
-holds), and every step agrees with the tensor it names. Only then are the tensors materialised.
+reads at most `FileLimits.max_file_bytes`, then checks the whole header itself (safetensors is used
+to write, never to read): the header length fits the file, every tensor's dtype is known, its byte
+range matches its shape and the ranges tile the data exactly, and every step agrees with the tensor
+it names. Only then are the tensors materialised, as views of the file's own bytes (no copy), so a
+loaded trace holds the file once. The header and the trace document in its metadata are decoded by
+bounded_json under the file's memory budget (FileLimits.max_decode_ratio times its size).
 
 Depends on traces, schema, value_codec, file_format and safetensors; never on the engine or views.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -25,14 +28,17 @@ from .file_format import (
     FileLimits,
     FormatVersionError,
     MalformedFileError,
-    check_decoded_size,
     check_header,
+    decode_budget,
     dump_json,
     get_bool,
     get_int,
     get_list,
     get_opt_str,
     get_str,
+    is_array,
+    is_object,
+    object_bytes,
     parse_json,
     read_bounded,
     record,
@@ -137,8 +143,13 @@ def save_trace(trace: ActivationTrace | GradientTrace, path: str | os.PathLike) 
 # --- loading ----------------------------------------------------------------------------------
 
 
-def _read_header(data: bytes, limits: FileLimits, source: str) -> tuple[dict, dict[str, tuple]]:
-    """The safetensors header, checked entry by entry; returns (metadata, {key: (dtype, shape)})."""
+def _read_header(data: bytes, limits: FileLimits, source: str) -> tuple[dict, dict[str, tuple], Any]:
+    """The safetensors header, checked entry by entry; returns (metadata, {key: (dtype, shape)}, budget).
+
+    The budget (file_format.decode_budget) holds the file's bytes and its tensor data (copied once
+    when the tensors are built); the header, the trace document in its metadata and the steps built
+    from it share what is left.
+    """
     if len(data) < 8:
         raise MalformedFileError(f"{source}: {len(data)} bytes is too short for a trace file (truncated?)")
     size = int.from_bytes(data[:8], "little")
@@ -147,12 +158,12 @@ def _read_header(data: bytes, limits: FileLimits, source: str) -> tuple[dict, di
     if 8 + size > len(data):
         raise MalformedFileError(f"{source}: the header claims {size} bytes but only {len(data) - 8} follow its length "
                                  "(a truncated file?)")
-    check_decoded_size(data, limits, f"{source} (header)", 8, 8 + size)  # before the header is copied out
-    header = parse_json(data[8:8 + size], limits, f"{source} (header)")
-    if not isinstance(header, dict):
+    budget = decode_budget(len(data), limits, source, held=len(data))  # the bytes; the tensors are views of them
+    header = parse_json(data, limits, f"{source} (header)", budget, start=8, end=8 + size)  # read in place
+    if not is_object(header):
         raise MalformedFileError(f"{source}: the safetensors header is not a JSON object")
     metadata = header.get("__metadata__")
-    if not isinstance(metadata, dict):
+    if not is_object(metadata):
         raise FormatVersionError(f"{source}: no nnschemaparser metadata in this safetensors file; write traces with "
                                  "save_trace")
     record(metadata, f"{source}: __metadata__", _METADATA_KEYS)
@@ -170,7 +181,7 @@ def _read_header(data: bytes, limits: FileLimits, source: str) -> tuple[dict, di
         dtype, itemsize = SAFETENSORS_DTYPES[code]
         shape = _shape(entry["shape"], f"{where}.shape", limits)
         offsets = entry["data_offsets"]
-        if (type(offsets) is not list or len(offsets) != 2 or any(type(o) is not int for o in offsets)
+        if (not is_array(offsets) or len(offsets) != 2 or any(type(o) is not int for o in offsets)
                 or not 0 <= offsets[0] <= offsets[1]):
             raise MalformedFileError(f"{where}.data_offsets: expected [begin, end] with 0 <= begin <= end")
         needed = math.prod(shape) * itemsize
@@ -181,7 +192,7 @@ def _read_header(data: bytes, limits: FileLimits, source: str) -> tuple[dict, di
             raise MalformedFileError(f"{where}: shape {shape} of {code} needs {needed} bytes, the file gives "
                                      f"{offsets[1] - offsets[0]}")
         spans.append((offsets[0], offsets[1], key))
-        layout[key] = (dtype, tuple(shape))
+        layout[key] = (dtype, tuple(shape), 8 + size + offsets[0])
     position = 0
     for begin, end, key in sorted(spans):
         if begin != position:
@@ -190,11 +201,11 @@ def _read_header(data: bytes, limits: FileLimits, source: str) -> tuple[dict, di
         position = end
     if position != available:
         raise MalformedFileError(f"{source}: the tensors cover {position} of {available} data bytes")
-    return metadata, layout
+    return metadata, layout, budget
 
 
 def _shape(value: Any, where: str, limits: FileLimits) -> list[int]:
-    if type(value) is not list or len(value) > limits.max_dims:
+    if not is_array(value) or len(value) > limits.max_dims:
         raise MalformedFileError(f"{where}: expected an array of at most {limits.max_dims} dimensions")
     if any(type(d) is not int or not 0 <= d < 2 ** 62 for d in value):
         raise MalformedFileError(f"{where}: dimensions are non-negative integers")
@@ -205,35 +216,68 @@ def load_trace(path: str | os.PathLike, *, limits: Optional[FileLimits] = None) 
     """Read a trace file written by save_trace; a malformed file raises a SchemaFormatError subclass."""
     limits = limits or FileLimits()
     source = str(path)
-    data = read_bounded(path, limits, "trace")
-    metadata, layout = _read_header(data, limits, source)
+    data = read_bounded(path, limits, "trace", writable=True)  # the tensors are views of these bytes
+    metadata, layout, budget = _read_header(data, limits, source)
     for key in ("format", "version", "trace"):
         get_str(metadata, key, f"{source}: __metadata__")
     if metadata["format"] != FORMAT_NAME or metadata["version"] != str(FORMAT_VERSION):
         raise FormatVersionError(f"{source}: a {metadata['format']!r} file of version {metadata['version']!r}; this "
                                  f"release reads {FORMAT_NAME} version {FORMAT_VERSION}")
-    document = parse_json(metadata["trace"].encode("utf-8"), limits, f"{source} (trace metadata)")
+    text = metadata["trace"]
+    document = parse_json(text, limits, f"{source} (trace metadata)", budget)
+    text_bytes = sys.getsizeof(text)
+    del metadata, text  # the document replaces its text (the header's only large string)
+    budget.release(text_bytes)
     check_header(document, FORMAT_NAME, FORMAT_VERSION, source)
     record(document, source, ("format", "version", "kind", "root", "steps"))
     kind = get_str(document, "kind", source)
     if kind not in _KINDS:
         raise MalformedFileError(f"{source}.kind: {kind!r} is not 'activation' or 'gradient'")
-    steps, used = _decode_steps(get_list(document, "steps", source), layout, limits, source)
+    steps, used = _decode_steps(get_list(document, "steps", source), layout, limits, source, budget)
     unused = sorted(set(layout) - used)
     if unused:
         raise MalformedFileError(f"{source}: tensor {unused[0]!r} belongs to no step")
-    try:
-        tensors = _safetensors().load(data) if layout else {}
-    except Exception as exc:  # noqa: BLE001 - safetensors' own refusal, reported as ours
-        raise MalformedFileError(f"{source}: safetensors refused the data: {exc}") from None
+    tensors = materialise(data, layout, budget) if layout else {}
     for step, key in steps:
         if key is not None:
             step.tensor.value = tensors[key]
     return _KINDS[kind]([step for step, _ in steps], root=get_str(document, "root", source))
 
 
-def _decode_steps(items: list, layout: dict, limits: FileLimits, source: str) -> tuple[list, set]:
-    decoder = ValueDecoder(None, limits.max_depth)
+_TENSOR_BYTES = 256  # a tensor object over bytes it does not own, and its storage
+_DECODER_BYTES = 8 * 1024
+
+
+def materialise(data: bytearray, layout: dict[str, tuple], budget: Any) -> dict[str, torch.Tensor]:
+    """The tensors of a checked header: views of the file's own bytes, without a copy.
+
+    `layout` maps a key to (dtype, shape, byte offset in `data`), each range checked by _read_header
+    (inside the data, tiling it). A tensor whose offset is not a multiple of its element size (a
+    file not written by safetensors) or on a big-endian machine is copied instead, and charged.
+    """
+    tensors = {}
+    for key, (dtype, shape, offset) in layout.items():
+        count = math.prod(shape)
+        budget.charge(_TENSOR_BYTES, "a tensor")
+        if count == 0:
+            tensors[key] = torch.empty(shape, dtype=dtype)
+            continue
+        tensor = torch.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(shape)
+        if offset % dtype.itemsize or sys.byteorder == "big":
+            budget.charge(count * dtype.itemsize, "a tensor copy")
+            tensor = tensor.clone() if sys.byteorder == "little" else _swapped(tensor)
+        tensors[key] = tensor
+    return tensors
+
+
+def _swapped(tensor: torch.Tensor) -> torch.Tensor:  # pragma: no cover - big-endian machines only
+    raw = tensor.contiguous().view(torch.uint8).reshape(-1, tensor.element_size()).flip(1)
+    return raw.reshape(-1).view(tensor.dtype).reshape(tensor.shape).clone()
+
+
+def _decode_steps(items: list, layout: dict, limits: FileLimits, source: str, budget: Any) -> tuple[list, set]:
+    decoder = ValueDecoder(None, limits.max_depth, budget)
+    budget.charge(_DECODER_BYTES, "the decoder")  # names of entries and other state while it runs
     steps, used = [], set()
     for index, data in enumerate(items):
         where = f"{source}: steps[{index}]"
@@ -249,7 +293,7 @@ def _decode_steps(items: list, layout: dict, limits: FileLimits, source: str) ->
                 raise MalformedFileError(f"{where}.tensor: both a tensor_key and a value")
             if key not in layout:
                 raise MalformedFileError(f"{where}.tensor.tensor_key: no tensor {key!r} in the file")
-            stored_dtype, stored_shape = layout[key]
+            stored_dtype, stored_shape, _ = layout[key]
             if stored_shape != shape or str(stored_dtype) != dtype:
                 raise MalformedFileError(f"{where}.tensor: the step says {dtype}{list(shape)}, the stored tensor is "
                                          f"{stored_dtype}{list(stored_shape)}")
@@ -270,5 +314,7 @@ def _decode_steps(items: list, layout: dict, limits: FileLimits, source: str) ->
                          source_container_id=get_opt_str(data, "source_container_id", where),
                          frame_depth=get_int(data, "frame_depth", where), omitted=get_opt_str(data, "omitted", where),
                          sample=sample, edited=get_bool(data, "edited", where))
+        budget.charge(object_bytes(step) + object_bytes(container) + sys.getsizeof(sample) + 64, "a step")
         steps.append((step, key))
+    budget.release(_DECODER_BYTES)
     return steps, used

@@ -35,7 +35,16 @@ from .allowlist import (
     torch_constant_name,
 )
 from ..schema.errors import SchemaFormatError, SchemaRunError
-from .file_format import FileLimitError, MalformedFileError, UnsafeReferenceError, get_str, record
+from .file_format import (
+    DecodeBudget,
+    FileLimitError,
+    MalformedFileError,
+    UnsafeReferenceError,
+    get_str,
+    is_array,
+    is_object,
+    record,
+)
 from ..schema.model import Const, SliceOf, VarRef
 
 __all__ = ["ValueEncoder", "ValueDecoder", "Resolver", "UnresolvedReference", "qualified_name", "GLOBAL_KINDS",
@@ -225,26 +234,39 @@ _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 class ValueDecoder:
     """Decodes what ValueEncoder wrote; every refusal names the entry (`where`)."""
 
-    def __init__(self, resolver: Optional[Resolver], limits_depth: int = 128):
+    def __init__(self, resolver: Optional[Resolver], limits_depth: int = 128, budget: Optional[DecodeBudget] = None):
         self.resolver = resolver  # None: plain values only, no callable and no global (trace files)
         self.max_depth = limits_depth
+        # What the decoded values take is charged to the file's budget before they are built: a
+        # file's identical records are one object (bounded_json), the values built from them are not.
+        self.charge = budget.charge if budget is not None else _no_charge
+        self._vars: dict[str, VarRef] = {}  # VarRef is frozen: one per name
 
     def operand(self, data: Any, where: str, depth: int = 0) -> Any:
-        if type(data) is list:
+        if is_array(data):
+            self.charge(_LIST_BYTES + _ITEM_BYTES * len(data), "a list operand")
             return [self.operand(item, f"{where}[{i}]", depth + 1) for i, item in enumerate(data)]
-        if type(data) is not dict:
+        if not is_object(data):
             return self.value(data, where, depth)
         kind = self._kind(data, where)
         if kind == "var":
-            return VarRef(get_str(data, "name", where))
+            name = get_str(data, "name", where)
+            ref = self._vars.get(name)
+            if ref is None:
+                self.charge(_OBJECT_BYTES + 64, "a variable")
+                ref = self._vars[name] = VarRef(name)
+            return ref
         if kind == "const":
             text = get_str(data, "text", where)
+            self.charge(_OBJECT_BYTES, "a constant")
             return Const(self.value(data["value"], f"{where}.value", depth + 1), text)
         if kind == "slice":
+            self.charge(_OBJECT_BYTES, "a slice")
             return SliceOf(*(self.operand(data[key], f"{where}.{key}", depth + 1) for key in ("lower", "upper", "step")))
         if kind == "tuple":
-            return tuple(self.operand(item, f"{where}.items[{i}]", depth + 1)
-                         for i, item in enumerate(self._items(data, where)))
+            items = self._items(data, where)
+            self.charge(_LIST_BYTES + _ITEM_BYTES * len(items), "a tuple operand")
+            return tuple(self.operand(item, f"{where}.items[{i}]", depth + 1) for i, item in enumerate(items))
         if kind == "dict":
             return self._dict(data, where, depth, self.operand)
         return self.value(data, where, depth)
@@ -260,14 +282,16 @@ class ValueDecoder:
     @staticmethod
     def _items(data: dict, where: str) -> list:
         items = data["items"]
-        if type(items) is not list:
+        if not is_array(items):
             raise MalformedFileError(f"{where}.items: expected an array")
         return items
 
     def _dict(self, data: dict, where: str, depth: int, decode: Callable) -> dict:
         result = {}
-        for i, pair in enumerate(self._items(data, where)):
-            if type(pair) is not list or len(pair) != 2:
+        items = self._items(data, where)
+        self.charge(_DICT_BYTES + _ENTRY_BYTES * len(items), "a dict")
+        for i, pair in enumerate(items):
+            if not is_array(pair) or len(pair) != 2:
                 raise MalformedFileError(f"{where}.items[{i}]: expected a [key, value] pair")
             key = decode(pair[0], f"{where}.items[{i}][0]", depth + 1)
             try:
@@ -288,21 +312,24 @@ class ValueDecoder:
             if not math.isfinite(data):
                 raise MalformedFileError(f"{where}: a non-finite number must be written as a tagged float")
             return data
-        if kind_of is list:
+        if kind_of is list or kind_of is tuple:  # a JSON array (a tuple when decoded by bounded_json)
+            self.charge(_LIST_BYTES + _ITEM_BYTES * len(data), "a list")
             return [self.value(item, f"{where}[{i}]", depth + 1) for i, item in enumerate(data)]
-        if kind_of is not dict:
+        if not is_object(data):
             raise MalformedFileError(f"{where}: unexpected {kind_of.__name__}")
         kind = self._kind(data, where)
         if kind in _OPERAND_ONLY:
             raise MalformedFileError(f"{where}: a {kind!r} entry can only appear as an instruction operand")
         if kind == "tuple":
-            return tuple(self.value(item, f"{where}.items[{i}]", depth + 1)
-                         for i, item in enumerate(self._items(data, where)))
+            items = self._items(data, where)
+            self.charge(_LIST_BYTES + _ITEM_BYTES * len(items), "a tuple")
+            return tuple(self.value(item, f"{where}.items[{i}]", depth + 1) for i, item in enumerate(items))
         if kind == "dict":
             return self._dict(data, where, depth, self.value)
         if kind in ("set", "frozenset"):
-            items = [self.value(item, f"{where}.items[{i}]", depth + 1)
-                     for i, item in enumerate(self._items(data, where))]
+            raw = self._items(data, where)
+            self.charge(_LIST_BYTES + _ITEM_BYTES * len(raw) + _DICT_BYTES + _ENTRY_BYTES * len(raw), "a set")
+            items = [self.value(item, f"{where}.items[{i}]", depth + 1) for i, item in enumerate(raw)]
             try:
                 return set(items) if kind == "set" else frozenset(items)
             except TypeError:
@@ -311,6 +338,7 @@ class ValueDecoder:
             items = self._items(data, where)
             if not all(type(d) is int and 0 <= d < 2 ** 62 for d in items):
                 raise MalformedFileError(f"{where}: a torch.Size holds non-negative integers only")
+            self.charge(_LIST_BYTES + _ITEM_BYTES * len(items), "a torch.Size")
             return torch.Size(items)
         if kind == "float":
             text = data["value"]
@@ -318,9 +346,11 @@ class ValueDecoder:
                 raise MalformedFileError(f"{where}: a tagged float is \"nan\", \"inf\" or \"-inf\", got {text!r}")
             return _NON_FINITE[text]
         if kind == "complex":
+            self.charge(_OBJECT_BYTES, "a complex number")
             return complex(self._real(data["real"], f"{where}.real"), self._real(data["imag"], f"{where}.imag"))
         if kind == "bytes":
             text = get_str(data, "hex", where)
+            self.charge(_OBJECT_BYTES + len(text), "bytes")
             try:
                 return bytes.fromhex(text)
             except ValueError:
@@ -328,6 +358,7 @@ class ValueDecoder:
         if kind == "ellipsis":
             return Ellipsis
         if kind == "pyslice":
+            self.charge(_OBJECT_BYTES, "a slice")
             return slice(*(self.value(data[key], f"{where}.{key}", depth + 1) for key in ("start", "stop", "step")))
         if kind == "torch":
             return resolve_torch_constant(data["name"], where)
@@ -335,6 +366,7 @@ class ValueDecoder:
             text = get_str(data, "value", where)
             if not _DEVICE.match(text):
                 raise MalformedFileError(f"{where}: {text[:40]!r} is not a device like 'cpu' or 'cuda:0'")
+            self.charge(_OBJECT_BYTES, "a device")
             return torch.device(text)
         if kind == "callable":
             if self.resolver is None:
@@ -349,7 +381,7 @@ class ValueDecoder:
     def _real(self, data: Any, where: str) -> float:
         if type(data) is int or type(data) is float:
             return float(data)
-        value = self.value(data, where) if type(data) is dict else None
+        value = self.value(data, where) if is_object(data) else None
         if type(value) is not float:
             raise MalformedFileError(f"{where}: expected a number")
         return value
@@ -371,7 +403,21 @@ class ValueDecoder:
         problem = global_problem(qualname)
         if problem is not None:
             raise UnsafeReferenceError(f"{where}: {problem}; the file is refused and nothing was run")
+        self.charge(_OBJECT_BYTES, "a reference")
         return self.resolver.resolve_global(namespace, name, kind, qualname, where)
+
+
+# what decoded values take at most (CPython, 64-bit): a list, tuple or torch.Size with its spare
+# slots and the list a generator builds it through, a dict or set and its table's growth, a small
+# object with its attribute dict. Worst cases: an empty tuple costs nothing, but is charged as one
+# that is not, so a file of a million tiny containers is refused whatever their contents.
+_LIST_BYTES, _ITEM_BYTES = 128, 9
+_DICT_BYTES, _ENTRY_BYTES = 184, 40
+_OBJECT_BYTES = 128
+
+
+def _no_charge(amount: int, what: str = "") -> None:
+    pass
 
 
 def _hashable(value: Any) -> bool:

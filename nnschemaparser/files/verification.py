@@ -29,7 +29,7 @@ from typing import Any, Optional
 
 from torch import nn
 
-from .file_format import ModelMismatchError, UnsafeReferenceError
+from .file_format import JSONObject, ModelMismatchError, UnsafeReferenceError, is_array, is_object
 from ..parser.model_parser import NNParser, _BlockBuilder, _collect_skipped
 from ..schema.errors import SchemaFormatError
 from ..schema.model import (
@@ -49,6 +49,7 @@ class SourceMismatchError(UnsafeReferenceError, ModelMismatchError):
     """The file's instructions are not the ones the model's own source lowers to."""
 
 
+_KIND = {JSONObject: dict, tuple: list}
 _BODY_KEYS = {"condition", "body", "else_body", "final_body"}
 _INSTR_IGNORED = {"resolved", "location"}
 _FUNCTION_IGNORED = {"file", "firstlineno", "source"}
@@ -68,14 +69,15 @@ class _Difference(Exception):
 
 def _same_value(a: Any, b: Any) -> bool:
     """JSON equality, where a global reference is the same whatever module name its file had."""
-    if type(a) is not type(b):
+    kind = _KIND.get(type(a), type(a))  # the file's objects and arrays are compact, the model's dicts and lists
+    if kind is not _KIND.get(type(b), type(b)):
         return False
-    if type(a) is dict:
+    if kind is dict:
         if a.get("kind") == "global" and b.get("kind") == "global":
             keys = ("name", "type", "qualname")
             return all(a.get(k) == b.get(k) for k in keys) and set(a) == set(b)
         return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
-    if type(a) is list:
+    if kind is list:
         return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b))
     return a == b
 
@@ -86,11 +88,11 @@ def _globals_in(value: Any) -> set:
     stack = [value]
     while stack:
         item = stack.pop()
-        if type(item) is dict:
+        if is_object(item):
             if item.get("kind") == "global":
                 found.add(str(item.get("qualname")))
             stack.extend(item.values())
-        elif type(item) is list:
+        elif is_array(item):
             stack.extend(item)
     return found
 
@@ -109,8 +111,8 @@ class _Comparison:
         self.skips: list[tuple[str, Optional[str], str]] = []  # (path, method_name, reason) the file ran as modules
 
     def _location(self, instr: Optional[dict], files: list) -> Optional[str]:
-        loc = instr.get("location") if isinstance(instr, dict) else None
-        if not isinstance(loc, dict):
+        loc = instr.get("location") if is_object(instr) else None
+        if not is_object(loc):
             return None
         index = loc.get("file")
         path = files[index]["path"] if type(index) is int and 0 <= index < len(files) else "?"
@@ -194,9 +196,9 @@ class _Comparison:
             if key in _INSTR_IGNORED:
                 continue
             a, b = mine.get(key), live.get(key)
-            if key in _BODY_KEYS and type(a) is list and type(b) is list:
+            if key in _BODY_KEYS and is_array(a) and is_array(b):
                 self.body(a, b, f"{where}.{key}")
-            elif key == "handler_bodies" and type(a) is list and type(b) is list and len(a) == len(b):
+            elif key == "handler_bodies" and is_array(a) and is_array(b) and len(a) == len(b):
                 for i, (x, y) in enumerate(zip(a, b)):
                     self.body(x, y, f"{where}.handler_bodies[{i}]")
             elif key == "function" and mine.get("type") == "function":
@@ -211,7 +213,7 @@ class _Comparison:
 
     @staticmethod
     def describe(instr: Any) -> str:
-        if not isinstance(instr, dict):
+        if not is_object(instr):
             return "malformed instruction"
         kind = instr.get("type")
         if kind == "op":

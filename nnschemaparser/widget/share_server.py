@@ -57,6 +57,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from ..files.bounded_json import plain
 from ..files.file_format import FileLimitError, dump_json, parse_json
 from ..inspection.gpu_table import GPUTableError
 from ..inspection.neurarch_graph import GraphFileError, validate_graph
@@ -204,7 +205,8 @@ def create_app(store: Optional[Path] = None, *, rate_limit: int = 30, window: fl
                 raise _Refused(413, f"the request body is more than the limit of {max_body} bytes")
             chunks.append(chunk)
         try:
-            return parse_json(b"".join(chunks) or b"null", limits, "the request body")
+            # the bounded reader's compact document, as the plain dicts and lists the handlers read
+            return plain(parse_json(b"".join(chunks) or b"null", limits, "the request body"))
         except FileLimitError as exc:
             raise _Refused(413, str(exc)) from None
         except SchemaFormatError as exc:
