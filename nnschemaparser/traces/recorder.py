@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 
@@ -246,27 +246,49 @@ class ActivationRecorder(TraceListener):
 
     def on_instruction(self, event: InstructionEvent) -> None:
         instr = event.instruction
-        cls = instr.__class__
-        if cls is ReturnInstruction:
-            if event.depth == 0:
-                self._return_vars = (list(instr.out_vars), instr.as_tuple)
-                self.root_frame = event.frame
-            return
-        value = event.value
-        if not isinstance(value, _Tensor):
-            return
+        if instr.__class__ is ReturnInstruction:
+            self._returned(instr, event.frame, event.depth)
+        elif isinstance(event.value, _Tensor):
+            self._took(instr, event.frame, event.value, event.depth, event.block, event.path, event.frames)
+
+    def tensor_result_hook(self) -> Optional[Callable[[Instruction, dict, Any], None]]:
+        """`after(instr, frame, observer)` for the observer's direct path (see TraceListener), unless a
+        subclass overrides `on_instruction`, which then gets its events as usual."""
+        if type(self).on_instruction is not ActivationRecorder.on_instruction:
+            return None
+        returned, took, tensor = self._returned, self._took, _Tensor
+
+        def after(instr: Instruction, frame: dict, observer: Any) -> None:
+            if instr.__class__ is ReturnInstruction:
+                returned(instr, frame, observer._depth)
+                return
+            out = instr.out_var
+            value = frame.get(out) if out else None
+            if isinstance(value, tensor):
+                took(instr, frame, value, observer._depth, observer._block, observer._path, observer.frames)
+
+        return after
+
+    def _returned(self, instr: ReturnInstruction, frame: dict, depth: int) -> None:
+        if depth == 0:
+            self._return_vars = (list(instr.out_vars), instr.as_tuple)
+            self.root_frame = frame
+
+    def _took(self, instr: Instruction, frame: dict, value: torch.Tensor, depth: int, block: ModelBlockSchema,
+              path: str, frames: Sequence[dict]) -> None:
+        """`instr` bound the tensor `value` in `frame` (of `block`, at `path`, `depth`): one step."""
         # One lookup per step on the hot path: ops with a fixed callee are described once.
         if self.root_frame is None:
-            self.root_frame = event.frames[0]
+            self.root_frame = frames[0]
         described = self._ops.get(id(instr))
         if described is None or described[2] is not instr:
-            if cls is OpInstruction or isinstance(instr, OpInstruction):
-                described = self._describe_op(instr, event.frame)
+            if instr.__class__ is OpInstruction or isinstance(instr, OpInstruction):
+                described = self._describe_op(instr, frame)
             elif isinstance(instr, BlockInstruction):
-                described = self._describe_block(instr, event)
+                described = self._describe_block(instr, frame, block)
             else:
                 return
-        self._add(value, "activation", described[0], instr.out_var, described[1], event.path, event.depth)
+        self._add(value, "activation", described[0], instr.out_var, described[1], path, depth)
 
     def on_before_mutation(self, instruction: Instruction, frame: dict) -> None:
         targets = mutated_tensors(instruction, frame)
@@ -452,10 +474,10 @@ class ActivationRecorder(TraceListener):
         described = self._ops[id(instr)] = (describe_op(callee_name(instr, frame)), op_name_of(instr, frame), instr)
         return described
 
-    def _describe_block(self, instr: BlockInstruction, event: InstructionEvent) -> tuple:
+    def _describe_block(self, instr: BlockInstruction, frame: dict, block: ModelBlockSchema) -> tuple:
         ref = instr.block_ref
         if instr.callee_var is not None:
-            target = event.frame.get(instr.callee_var)
+            target = frame.get(instr.callee_var)
             key = (id(instr), id(target))
             cached = self._calls.get(key)
             if cached is None or cached[2] is not instr or cached[3] is not target:
@@ -463,15 +485,15 @@ class ActivationRecorder(TraceListener):
                 path = block.path if block is not None else ref.path
                 cached = self._calls[key] = (describe_block_call(path, block, ref.method), path, instr, target)
             return cached
-        key = (id(instr), id(event.block))
+        key = (id(instr), id(block))
         cached = self._calls.get(key)
-        if cached is None or cached[2] is not instr or cached[3] is not event.block:
+        if cached is None or cached[2] is not instr or cached[3] is not block:
             try:
-                block: Optional[ModelBlockSchema] = event.block.find(ref.path)
+                callee: Optional[ModelBlockSchema] = block.find(ref.path)
             except KeyError:
-                block = None
-            path = block.path if block is not None else ref.path
-            cached = (describe_block_call(path, block, ref.method), path, instr, event.block)
+                callee = None
+            path = callee.path if callee is not None else ref.path
+            cached = (describe_block_call(path, callee, ref.method), path, instr, block)
             self._calls[key] = cached
         return cached
 
