@@ -46,3 +46,48 @@ def test_capture_run_passes_limits_to_the_recorder():
     _, x, schema = spec_mlp()
     record = capture_run(schema, {"x": x}, limits=CaptureLimits(max_tensors=2))
     assert [s.value is not None for s in record.trace] == [True, True] + [False] * 5
+
+
+def test_capture_run_pauses_the_cyclic_gc_for_the_run_and_restores_it():
+    import gc
+
+    from nnschemaparser.runtime.listeners import TraceListener
+    from nnschemaparser.traces import record as record_module
+
+    model, x, schema = spec_mlp()
+    seen = []
+
+    class Probe(TraceListener):
+        def on_instruction(self, event):
+            seen.append(gc.isenabled())
+
+    original = record_module.ActivationRecorder
+
+    class Recorder(original):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.probe = Probe()
+
+        def on_instruction(self, event):
+            self.probe.on_instruction(event)
+            super().on_instruction(event)
+
+    assert gc.isenabled()
+    record_module.ActivationRecorder = Recorder
+    try:
+        capture_run(schema, {"x": x})
+        assert seen and not any(seen), "no collection may start during the capture"
+        assert gc.isenabled(), "the collector is on again after the run"
+        gc.disable()
+        try:
+            capture_run(schema, {"x": x})
+            assert not gc.isenabled(), "a collector the caller had turned off stays off"
+        finally:
+            gc.enable()
+        import pytest
+
+        with pytest.raises(Exception):
+            capture_run(schema, {"x": "not a tensor"})
+        assert gc.isenabled(), "the collector is on again after a run that failed"
+    finally:
+        record_module.ActivationRecorder = original

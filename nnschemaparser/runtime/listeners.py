@@ -12,7 +12,7 @@ Depends on schema, engine (the Observer interface) and notation; never on views.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -134,6 +134,14 @@ class TraceListener:
     def on_run_end(self, outputs: Any) -> None:
         """The run returned `outputs` (what forward returns)."""
 
+    def tensor_result_hook(self) -> Optional[Callable[[Instruction, dict, Any], None]]:
+        """None, or a function `after(instruction, frame, observer)` the observer calls instead of
+        building an `InstructionEvent` for `on_instruction`: used only when this listener is the
+        run's one instruction listener, has `every_instruction = False` and values are not captured.
+        It gets what the event would hold from the frame and the observer (`_depth`, `_block`,
+        `_path`, `frames`) and must do exactly what `on_instruction` does with the event."""
+        return None
+
 
 _KINDS = {
     OpInstruction: "op",
@@ -194,6 +202,9 @@ class EventObserver(Observer):
                                         for listener in self._instruction_listeners)
         self._every = all(every for _, every in self._instruction_wants)
         self._any_every = any(every for _, every in self._instruction_wants)
+        self._direct: Optional[Callable[[Instruction, dict, Any], None]] = None
+        if not capture_values and len(self._instruction_listeners) == 1 and not self._any_every:
+            self._direct = self._instruction_listeners[0].tensor_result_hook()
 
     def reset(self) -> None:
         self.conditions = 0
@@ -282,6 +293,10 @@ class EventObserver(Observer):
             listener.on_before_call(event)
 
     def after(self, instr: Instruction, frame: dict) -> None:
+        direct = self._direct
+        if direct is not None:  # one tensor-results listener with its own hook: no event to build
+            direct(instr, frame, self)
+            return
         returns = instr.__class__ is ReturnInstruction or isinstance(instr, ReturnInstruction)
         if returns:
             value, has_value = frame.get(RETURN_SLOT), True

@@ -8,6 +8,7 @@ Depends on interpreter, recorder and traces; never on views.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -45,10 +46,22 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
 
     The run goes through the same engine as `SchemaInterpreter.run`, so outputs equal eager ones
     bit for bit; the schema itself is not modified. With `capture_grads=True`, call backward() on
-    a loss built from `record.outputs`, then read `record.gradients`.
+    a loss built from `record.outputs`, then read `record.gradients`. The cyclic garbage collector
+    is paused while the run goes (and resumed after it, if it was on).
     """
     recorder = ActivationRecorder(capture_grads=capture_grads, limits=limits)
-    outputs = SchemaInterpreter(listeners=[recorder]).run(block=block, scope=scope)
+    # The cyclic GC is paused for the run: a capture allocates a record and keeps a tensor per step,
+    # which starts young-generation collections that find nothing to free and, now and then, a
+    # full collection of every object of the process (the slow rounds). Reference counting still
+    # frees everything as usual; cycles made during the run wait until it ends.
+    collecting = gc.isenabled()
+    if collecting:
+        gc.disable()
+    try:
+        outputs = SchemaInterpreter(listeners=[recorder]).run(block=block, scope=scope)
+    finally:
+        if collecting:
+            gc.enable()
     return ExecutionRecord(outputs=outputs, trace=recorder.trace, scope=_root_scope(block, scope, recorder.root_frame),
                            recorder=recorder)
 

@@ -12,6 +12,11 @@ the tensor was changed later). Storages are indexed lazily, on the first mutatio
 run without in-place ops pays nothing for this. In-place changes made where the schema cannot see
 them (inside a skipped child, inside a torch function) are not detected.
 
+Steps are written lazily: a run appends one plain list per tensor (the value as kept, its shape
+and dtype at capture) to the trace's pending records, and the trace builds the `TraceStep`s when
+`trace.steps` is read; the in-place bookkeeping above works on step numbers, so it reaches a step
+whether it is still a record or already built.
+
 Gradients use tensor hooks registered at capture time: a hook receives the gradient with respect to
 the value the step recorded, even when the tensor is changed in place later, and leaves `.grad`
 of the user's tensors alone.
@@ -22,8 +27,9 @@ Depends on schema, listeners, traces, descriptions and sampling (for `CaptureLim
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 
@@ -48,6 +54,27 @@ _Tensor = torch.Tensor
 _UNBOUNDED_DEPTH = 32
 _NUMBERS = [f"{n:04d}" for n in range(10000)]
 _DTYPE_TEXT: dict[torch.dtype, str] = {}
+_VALUE, _OMITTED = 6, 8  # positions in a pending step record (see ActivationRecorder._add)
+
+
+def _build_steps(prefixes: dict[str, str], records: list[list]) -> list[TraceStep]:
+    """The TraceSteps of pending records `[number, description, slot_type, out_var, op_name, block_path,
+    value, depth, omitted, sample, shape, dtype]`; `prefixes` caches container-id prefixes by key."""
+    steps = []
+    for number, description, slot_type, out_var, op_name, block_path, value, depth, omitted, sample, shape, \
+            dtype in records:
+        key = slot_type if slot_type != "activation" else block_path
+        prefix = prefixes.get(key)
+        if prefix is None:
+            prefix = prefixes[key] = key.replace(".", "_") + "_"
+        cid = prefix + _NUMBERS[number] if number < 10000 else f"{prefix}{number:04d}"
+        text = _DTYPE_TEXT.get(dtype)
+        if text is None:
+            text = _DTYPE_TEXT[dtype] = str(dtype)
+        steps.append(TraceStep(number, cid, description, slot_type, out_var, op_name, block_path,
+                               TensorContainer(tuple(shape), text, value, cid, slot_type), None, depth, omitted,
+                               sample))
+    return steps
 
 
 def tensors_in(value: Any, limits: Optional[CaptureLimits] = None) -> Iterator[tuple[str, torch.Tensor]]:
@@ -189,8 +216,10 @@ class ActivationRecorder(TraceListener):
         self._kept = 0
         self._kept_bytes = 0
         self._exhausted: Optional[str] = None
-        self._storages: dict[int, list[TraceStep]] = {}
+        self._storages: dict[int, list[int]] = {}  # storage pointer -> numbers of the steps keeping it
         self._versions: list[int] = []  # version counter of each kept value, as captured
+        self._records: list[list] = []  # the trace's pending records (see `_add`)
+        self._count = 0  # steps recorded in this run
         self._indexed = 0
         self._grads: dict[int, torch.Tensor] = {}
         self._tracked: set[int] = set()
@@ -205,6 +234,8 @@ class ActivationRecorder(TraceListener):
         self._start_state(root)
         self._ops, self._calls, self._prefixes = _description_tables(root)
         self.trace = ActivationTrace(root=root.name)
+        self.trace._build = functools.partial(_build_steps, self._prefixes)
+        self._records = self.trace._pending
         sig = root.signature
         order = list(sig.params) + ([sig.vararg] if sig.vararg else []) + list(sig.kwonly) + \
             ([sig.kwarg] if sig.kwarg else []) if sig is not None else []
@@ -215,27 +246,49 @@ class ActivationRecorder(TraceListener):
 
     def on_instruction(self, event: InstructionEvent) -> None:
         instr = event.instruction
-        cls = instr.__class__
-        if cls is ReturnInstruction:
-            if event.depth == 0:
-                self._return_vars = (list(instr.out_vars), instr.as_tuple)
-                self.root_frame = event.frame
-            return
-        value = event.value
-        if not isinstance(value, _Tensor):
-            return
+        if instr.__class__ is ReturnInstruction:
+            self._returned(instr, event.frame, event.depth)
+        elif isinstance(event.value, _Tensor):
+            self._took(instr, event.frame, event.value, event.depth, event.block, event.path, event.frames)
+
+    def tensor_result_hook(self) -> Optional[Callable[[Instruction, dict, Any], None]]:
+        """`after(instr, frame, observer)` for the observer's direct path (see TraceListener), unless a
+        subclass overrides `on_instruction`, which then gets its events as usual."""
+        if type(self).on_instruction is not ActivationRecorder.on_instruction:
+            return None
+        returned, took, tensor = self._returned, self._took, _Tensor
+
+        def after(instr: Instruction, frame: dict, observer: Any) -> None:
+            if instr.__class__ is ReturnInstruction:
+                returned(instr, frame, observer._depth)
+                return
+            out = instr.out_var
+            value = frame.get(out) if out else None
+            if isinstance(value, tensor):
+                took(instr, frame, value, observer._depth, observer._block, observer._path, observer.frames)
+
+        return after
+
+    def _returned(self, instr: ReturnInstruction, frame: dict, depth: int) -> None:
+        if depth == 0:
+            self._return_vars = (list(instr.out_vars), instr.as_tuple)
+            self.root_frame = frame
+
+    def _took(self, instr: Instruction, frame: dict, value: torch.Tensor, depth: int, block: ModelBlockSchema,
+              path: str, frames: Sequence[dict]) -> None:
+        """`instr` bound the tensor `value` in `frame` (of `block`, at `path`, `depth`): one step."""
         # One lookup per step on the hot path: ops with a fixed callee are described once.
         if self.root_frame is None:
-            self.root_frame = event.frames[0]
+            self.root_frame = frames[0]
         described = self._ops.get(id(instr))
         if described is None or described[2] is not instr:
-            if cls is OpInstruction or isinstance(instr, OpInstruction):
-                described = self._describe_op(instr, event.frame)
+            if instr.__class__ is OpInstruction or isinstance(instr, OpInstruction):
+                described = self._describe_op(instr, frame)
             elif isinstance(instr, BlockInstruction):
-                described = self._describe_block(instr, event)
+                described = self._describe_block(instr, frame, block)
             else:
                 return
-        self._add(value, "activation", described[0], instr.out_var, described[1], event.path, event.depth)
+        self._add(value, "activation", described[0], instr.out_var, described[1], path, depth)
 
     def on_before_mutation(self, instruction: Instruction, frame: dict) -> None:
         targets = mutated_tensors(instruction, frame)
@@ -244,12 +297,14 @@ class ActivationRecorder(TraceListener):
         self._index_storages()
         for tensor in targets:
             ptr = _storage_ptr(tensor)
-            steps = self._storages.pop(ptr, None) if ptr else None
-            for step in steps or ():
-                if step.tensor.value is not None:
-                    step.tensor.value = step.tensor.value.detach().clone()
-                    self._versions[step.step - 1] = step.tensor.value._version
-                    self.changed_in_place.add(step.step)
+            numbers = self._storages.pop(ptr, None) if ptr else None
+            for number in numbers or ():
+                value = self._value_of(number)
+                if value is not None:
+                    value = value.detach().clone()
+                    self._set_value(number, value)
+                    self._versions[number - 1] = value._version
+                    self.changed_in_place.add(number)
 
     def on_edit(self, event: EditEvent) -> None:
         """An edit of the variable the last step bound replaces that step's value (later edits do not)."""
@@ -266,7 +321,7 @@ class ActivationRecorder(TraceListener):
         new = event.new
         if self._indexed >= len(steps):  # re-index the step under the new value's storage
             for ptr, indexed in list(self._storages.items()):
-                self._storages[ptr] = [s for s in indexed if s is not step]
+                self._storages[ptr] = [n for n in indexed if n != step.step]
             self._indexed = len(steps) - 1
         step.tensor.value = new.detach() if new.requires_grad else new
         self._versions[step.step - 1] = _version(new)
@@ -297,30 +352,23 @@ class ActivationRecorder(TraceListener):
     # -- steps ------------------------------------------------------------------------------
 
     def _add(self, tensor: torch.Tensor, slot_type: str, description: str, out_var: str, op_name: str,
-             block_path: str, depth: int) -> TraceStep:
-        steps = self.trace.steps
-        number = len(steps) + 1
-        key = slot_type if slot_type != "activation" else block_path
-        prefix = self._prefixes.get(key)
-        if prefix is None:
-            prefix = self._prefixes[key] = key.replace(".", "_") + "_"
-        cid = prefix + _NUMBERS[number] if number < 10000 else f"{prefix}{number:04d}"
+             block_path: str, depth: int) -> None:
+        # The hot path of a capture: one list per tensor, in the field order of `_build_steps`, which
+        # makes the TraceStep (container id, shape tuple, dtype text, two dataclasses) when the trace
+        # is read. What is recorded here is all the step will hold: the value as kept now, its shape
+        # and dtype now, so a later in-place change (of the tensor or of its shape) cannot leak in.
+        number = self._count = self._count + 1
         requires_grad = tensor.requires_grad
         if self.limits is None:
             value, omitted, sample = (tensor.detach() if requires_grad else tensor), None, ()
         else:
             value, omitted, sample = self._bounded(tensor)
         try:
-            shape = tuple(tensor.shape)
+            shape = tensor.shape
         except (RuntimeError, TypeError):  # a nested tensor has no single shape
             shape = ()
-        dtype = _DTYPE_TEXT.get(tensor.dtype)
-        if dtype is None:
-            dtype = _DTYPE_TEXT[tensor.dtype] = str(tensor.dtype)
-        container = TensorContainer(shape, dtype, value, cid, slot_type)
-        step = TraceStep(number, cid, description, slot_type, out_var, op_name, block_path, container, None, depth,
-                         omitted, sample)
-        steps.append(step)
+        self._records.append([number, description, slot_type, out_var, op_name, block_path, value, depth, omitted,
+                              sample, shape, tensor.dtype])
         if value is None:
             self._versions.append(-1)
         else:
@@ -332,7 +380,27 @@ class ActivationRecorder(TraceListener):
             self._tracked.add(number)
             if value is not None:
                 self._hook(tensor, number)
-        return step
+
+    def _record_of(self, number: int) -> Optional[list]:
+        """Step `number`'s pending record, or None once the trace has built its TraceStep."""
+        built = len(self.trace._steps)
+        return self._records[number - 1 - built] if number > built else None
+
+    def _value_of(self, number: int) -> Any:
+        record = self._record_of(number)
+        return record[_VALUE] if record is not None else self.trace._steps[number - 1].tensor.value
+
+    def _set_value(self, number: int, value: Any, omitted: Optional[str] = None) -> None:
+        record = self._record_of(number)
+        if record is not None:
+            record[_VALUE] = value
+            if omitted is not None:
+                record[_OMITTED] = omitted
+            return
+        step = self.trace._steps[number - 1]
+        step.tensor.value = value
+        if omitted is not None:
+            step.omitted = omitted
 
     def _drop_changed_values(self) -> None:
         """Values changed in place by an instruction not flagged `mutates` cannot be trusted: drop them.
@@ -341,12 +409,12 @@ class ActivationRecorder(TraceListener):
         version that moved since capture means the kept value is no longer the captured one.
         """
         versions = self._versions
-        for index, step in enumerate(self.trace.steps):
-            value = step.tensor.value
-            if value is not None and _version(value) != versions[index]:
-                step.tensor.value = None
-                step.omitted = ("changed in place after capture by an op the schema does not flag as mutating "
-                                "(e.g. inplace passed positionally); the value at capture time was not kept")
+        for number in range(1, self._count + 1):
+            value = self._value_of(number)
+            if value is not None and _version(value) != versions[number - 1]:
+                self._set_value(number, None, "changed in place after capture by an op the schema does not flag "
+                                "as mutating (e.g. inplace passed positionally); the value at capture time was "
+                                "not kept")
 
     def _bounded(self, tensor: torch.Tensor) -> tuple[Any, Optional[str], tuple]:
         limits = self.limits
@@ -370,15 +438,14 @@ class ActivationRecorder(TraceListener):
         return None, reason, values
 
     def _index_storages(self) -> None:
-        steps = self.trace.steps
         storages = self._storages
-        for step in steps[self._indexed:]:
-            value = step.tensor.value
+        for number in range(self._indexed + 1, self._count + 1):
+            value = self._value_of(number)
             if value is not None:
                 ptr = _storage_ptr(value)
                 if ptr:
-                    storages.setdefault(ptr, []).append(step)
-        self._indexed = len(steps)
+                    storages.setdefault(ptr, []).append(number)
+        self._indexed = self._count
 
     # -- descriptions -----------------------------------------------------------------------
 
@@ -407,10 +474,10 @@ class ActivationRecorder(TraceListener):
         described = self._ops[id(instr)] = (describe_op(callee_name(instr, frame)), op_name_of(instr, frame), instr)
         return described
 
-    def _describe_block(self, instr: BlockInstruction, event: InstructionEvent) -> tuple:
+    def _describe_block(self, instr: BlockInstruction, frame: dict, block: ModelBlockSchema) -> tuple:
         ref = instr.block_ref
         if instr.callee_var is not None:
-            target = event.frame.get(instr.callee_var)
+            target = frame.get(instr.callee_var)
             key = (id(instr), id(target))
             cached = self._calls.get(key)
             if cached is None or cached[2] is not instr or cached[3] is not target:
@@ -418,15 +485,15 @@ class ActivationRecorder(TraceListener):
                 path = block.path if block is not None else ref.path
                 cached = self._calls[key] = (describe_block_call(path, block, ref.method), path, instr, target)
             return cached
-        key = (id(instr), id(event.block))
+        key = (id(instr), id(block))
         cached = self._calls.get(key)
-        if cached is None or cached[2] is not instr or cached[3] is not event.block:
+        if cached is None or cached[2] is not instr or cached[3] is not block:
             try:
-                block: Optional[ModelBlockSchema] = event.block.find(ref.path)
+                callee: Optional[ModelBlockSchema] = block.find(ref.path)
             except KeyError:
-                block = None
-            path = block.path if block is not None else ref.path
-            cached = (describe_block_call(path, block, ref.method), path, instr, event.block)
+                callee = None
+            path = callee.path if callee is not None else ref.path
+            cached = (describe_block_call(path, callee, ref.method), path, instr, block)
             self._calls[key] = cached
         return cached
 

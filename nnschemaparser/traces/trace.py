@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from ..schema.model import TensorContainer
 from .tables import trace_to_dataframe, write_parquet
@@ -82,9 +82,35 @@ class _Trace:
     kind = "trace"
 
     def __init__(self, steps: Optional[list[TraceStep]] = None, root: str = ""):
-        self.steps: list[TraceStep] = list(steps or [])
+        self._steps: list[TraceStep] = list(steps or [])
+        # Steps a recorder wrote as bare records, built into TraceSteps by `_build` when first read
+        # (see ActivationRecorder): a run then pays for a list per tensor, not for two dataclasses.
+        self._pending: list[list] = []
+        self._build: Optional[Callable[[list[list]], list[TraceStep]]] = None
         self.root = root
         self._index: Optional[dict[str, TraceStep]] = None
+
+    @property
+    def steps(self) -> list[TraceStep]:
+        """The TraceSteps in chronological order (records still pending are built first)."""
+        if self._pending:
+            self._flush()
+        return self._steps
+
+    @steps.setter
+    def steps(self, steps: list[TraceStep]) -> None:
+        self._pending.clear()
+        self._steps = steps
+
+    def _flush(self) -> None:
+        pending = self._pending
+        self._steps.extend(self._build(pending))  # type: ignore[misc]
+        pending.clear()  # in place: the recorder appends to this very list
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_steps"], state["_pending"], state["_build"] = self.steps, [], None
+        return state
 
     def __len__(self) -> int:
         return len(self.steps)
