@@ -117,7 +117,8 @@ def main() -> None:
     def line(row) -> str:
         name, size, peak, cost, _ = row
         model = f"  (model's own: {cost / 1024:8.1f} KiB, file's: {(peak - cost) / size:5.2f}x)" if cost else ""
-        return f"{name:58s} {size:9d} B  peak {peak:10d} B  {peak / size:6.2f}x{model}"
+        ratio = f"{peak / size:6.2f}x" if size else "  (empty file)"
+        return f"{name:58s} {size:9d} B  peak {peak:10d} B  {ratio}{model}"
 
     for row in rows + real:
         print(line(row))
@@ -125,8 +126,8 @@ def main() -> None:
     def worst(selected) -> str:
         if not selected:
             return "none"
-        name, size, peak, cost, _ = max(selected, key=lambda r: (r[2] - r[3]) / r[1])
-        return f"{(peak - cost) / size:.2f}x ({name}, {size} B)"
+        name, size, peak, cost, _ = max(selected, key=lambda r: (r[2] - r[3]) / max(r[1], 1))
+        return f"{(peak - cost) / max(size, 1):.2f}x ({name}, {size} B)"
 
     big = SMALL_FILE_BYTES
     print(f"\n{len(rows)} corpus files, {len(real)} real loads; largest peak / size (a load with the model: less the "
