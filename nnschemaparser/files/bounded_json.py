@@ -253,6 +253,15 @@ def decode_bounded(text: Union[bytes, str], budget: DecodeBudget, source: str, *
             while slots < 3 * (len(interned) + 1):
                 slots *= 2
             resize_at[0] = (2 * slots) // 3
+
+    def intern(value: Any, what: str) -> Any:
+        """The one copy of `value` (a string or a large int): the first one seen, charged once."""
+        room_to_intern(value)
+        first = interned.setdefault(value, value)
+        if first is value:
+            charge(sys.getsizeof(value), what)
+            grown(interned, 0)
+        return first
     max_raw = 6 * max_string_chars  # a character takes at most 6 bytes of JSON (\uXXXX)
 
     def string(raw: Union[bytes, str], pos: int) -> str:
@@ -276,12 +285,7 @@ def decode_bounded(text: Union[bytes, str], budget: DecodeBudget, source: str, *
                 release(token_bytes)
         if len(raw) > max_string_chars:
             raise limit_error(f"{source}: a string of {len(raw)} characters is over the limit of {max_string_chars}")
-        room_to_intern(raw)
-        value = interned.setdefault(raw, raw)
-        if value is raw:
-            charge(sys.getsizeof(raw), "a string")
-            grown(interned, 0)
-        return value
+        return intern(raw, "a string")
 
     def slow_string(pos: int) -> tuple[str, int]:
         found = escaped(text, pos)
@@ -306,12 +310,7 @@ def decode_bounded(text: Union[bytes, str], budget: DecodeBudget, source: str, *
             release(transient)
         if len(value) > max_string_chars:
             raise limit_error(f"{source}: a string of {len(value)} characters is over the limit of {max_string_chars}")
-        room_to_intern(value)
-        result = interned.setdefault(value, value)
-        if result is value:
-            charge(sys.getsizeof(value), "a string")
-            grown(interned, 0)
-        return result, found.end()
+        return intern(value, "a string"), found.end()
 
     def shared(container: Any, size: int) -> Any:
         """The first container equal to `container` (hash-consing); charges or releases its `size`."""
@@ -429,12 +428,7 @@ def decode_bounded(text: Union[bytes, str], budget: DecodeBudget, source: str, *
                                           f"{_MAX_INT_DIGITS}")
                     value = int(digits)
                     if not -5 <= value <= 256:  # CPython's own small ints are shared already
-                        room_to_intern(value)
-                        first = interned.setdefault(value, value)  # line numbers repeat: intern them too
-                        if first is value:
-                            charge(sys.getsizeof(value), "a number")
-                            grown(interned, 0)
-                        value = first
+                        value = intern(value, "a number")  # line numbers repeat: intern them too
             elif kind == 8:
                 value = _LITERALS[found.group(8)]
                 plain_value = value is None

@@ -133,29 +133,17 @@ class Program(CallCompiler, ControlCompiler):
         return invoke
 
     def _bound_invoker(self, block: ModelBlockSchema) -> Callable[[Any, dict], Any]:
-        """`invoke` for a forward block without decorators: the hook test, the binding and the run
-        in one function (what `_direct` and `Unit.bind` do, without their two calls per block)."""
+        """`invoke` for a forward block without decorators: the hook test, then `_direct` (the
+        binding and the run in one call)."""
         direct = self._direct(block)
         module = block.module
-        unit = self.unit(block)
-        params, simple, count = unit.params, unit.simple, len(unit.params)
-        self_name, self_value, defaults, general = unit.self_name, unit.self_value, unit.schema.defaults, unit._binder
         g0, g1, g2, g3 = GLOBAL_HOOK_DICTS
-        observer, run, observed_run = self.observer, unit.run, self._observed_run
 
         def invoke(args: Any, kwargs: dict) -> Any:
             if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
                     or module._backward_pre_hooks or g0 or g1 or g2 or g3 or "forward" in module.__dict__):
                 return call_with_hooks(module, args, kwargs, direct)
-            if simple and not kwargs and len(args) == count:
-                frame = dict(zip(params, args))
-            else:
-                frame = general(args, kwargs, defaults)
-            if self_name is not None:
-                frame[self_name] = self_value
-            if observer is None:
-                return run(frame)
-            return observed_run(observer, block, unit, frame)
+            return direct(args, kwargs)
 
         return invoke
 
