@@ -47,6 +47,7 @@ __all__ = [
     "BreakInstruction",
     "ModelBlockSchema",
     "FunctionSchema",
+    "condition_instructions",
 ]
 
 
@@ -243,6 +244,12 @@ class ControlInstruction(Instruction):
     bind_var: Optional[str] = None
     iter_container: Optional[str] = None
     index_var: Optional[str] = None
+
+
+def condition_instructions(instr: ControlInstruction) -> list[Instruction]:
+    """The instructions a run executes, in order, to compute `instr.cond_var` (the test of an
+    `if`/`while`, the iterable of a `for`). The runtime reads a condition only through this."""
+    return instr.condition
 
 
 @dataclass
