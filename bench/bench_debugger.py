@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
-from debugger_models import llama_case  # noqa: E402
+from tests.support.debugger_models import llama_case  # noqa: E402
 
 from nnschemaparser.traces.record import capture_run  # noqa: E402
 from nnschemaparser.widget import InspectorState, InspectorWidget  # noqa: E402

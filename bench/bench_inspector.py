@@ -27,7 +27,7 @@ from nnschemaparser.parser.equality import first_mismatch  # noqa: E402
 from nnschemaparser.inspection.flops import count_forward_flops  # noqa: E402
 from nnschemaparser.inspection.inspector import ModelInspector  # noqa: E402
 from nnschemaparser.inspection.target import load_target  # noqa: E402
-from tests.fixture_models import FIXTURES  # noqa: E402
+from tests.support.fixture_models import FIXTURES  # noqa: E402
 
 
 def bert():

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from fixture_models import FIXTURES  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.support.fixture_models import FIXTURES  # noqa: E402
 
 from nnschemaparser import NNParser, SchemaInterpreter  # noqa: E402
 from nnschemaparser.parser.equality import first_mismatch  # noqa: E402

@@ -26,10 +26,10 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "browser"))
 
-from widget_models import mlp_case, stack_case  # noqa: E402
+from tests.support.widget_models import mlp_case, stack_case  # noqa: E402
 
 from nnschemaparser.widget import InspectorWidget  # noqa: E402
 from nnschemaparser.widget.tree import BlockTree  # noqa: E402

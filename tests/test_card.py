@@ -7,7 +7,7 @@ from torch import nn
 
 from nnschemaparser.inspection.card import format_bytes, format_card
 from nnschemaparser.inspection.inspector import ModelInspector
-from tests.inspection_models import WithSkippedChild
+from tests.support.inspection_models import WithSkippedChild
 
 
 class TwoLinear(nn.Module):

@@ -9,7 +9,7 @@ from nnschemaparser.traces.compare import TraceDiff, compare_traces, diff_summar
 from nnschemaparser.traces.record import capture_run
 from nnschemaparser.traces.trace import ActivationTrace, TraceStep
 from nnschemaparser.schema.model import TensorContainer
-from trace_models import Gate, parse, spec_mlp
+from tests.support.trace_models import Gate, parse, spec_mlp
 
 
 def test_identical_runs_pair_every_step_by_id_and_nothing_changed():

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from exactness import assert_schema_matches_eager
+from tests.support.exactness import assert_schema_matches_eager
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,7 @@ import torch
 import torch.multiprocessing as mp
 from torch import nn
 
-from fidelity_models import Checkpointed, Small, gradients_match, run_every_way
+from tests.support.fidelity_models import Checkpointed, Small, gradients_match, run_every_way
 from nnschemaparser import NNParser, SchemaInterpreter
 
 # --- torch.compile -----------------------------------------------------------------------------------
@@ -161,7 +161,7 @@ def _free_port() -> int:
 def _run_group(kind: str, out_dir, timeout: float = 240.0) -> list[dict]:
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("this torch build has no gloo backend for torch.distributed")
-    from fidelity_distributed import worker
+    from tests.support.fidelity_distributed import worker
 
     context = mp.start_processes(worker, args=(2, _free_port(), kind, str(out_dir)), nprocs=2, join=False,
                                  start_method="spawn")

@@ -7,8 +7,8 @@ sides) and BatchNorm running statistics (compared as buffers by the helper) must
 import pytest
 import torch
 
-from exactness import assert_schema_matches_eager
-from fixture_models import BATCHNORM_FIXTURES, DROPOUT_FIXTURES, FIXTURES, make_moe
+from tests.support.exactness import assert_schema_matches_eager
+from tests.support.fixture_models import BATCHNORM_FIXTURES, DROPOUT_FIXTURES, FIXTURES, make_moe
 
 NAMES = sorted(FIXTURES)
 

@@ -15,8 +15,8 @@ from nnschemaparser.inspection.flops import (
     format_count,
 )
 from nnschemaparser.inspection.inspector import ModelInspector
-from tests.fixture_models import FIXTURES
-from tests.inspection_models import WithSkippedChild
+from tests.support.fixture_models import FIXTURES
+from tests.support.inspection_models import WithSkippedChild
 
 
 class TwoLinear(nn.Module):

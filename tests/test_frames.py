@@ -10,7 +10,7 @@ from nnschemaparser import CaptureLimits
 from nnschemaparser.traces.compare import compare_traces
 from nnschemaparser.traces.frames import DIFF_COLUMNS, STEP_COLUMNS, diffs_to_dataframe, tensor_statistics
 from nnschemaparser.traces.record import capture_run
-from trace_models import NanInf, parse, spec_mlp
+from tests.support.trace_models import NanInf, parse, spec_mlp
 
 EXPECTED_COLUMNS = ["step", "container_id", "slot_type", "description", "out_var", "op_name", "block_path",
                     "frame_depth", "shape", "dtype", "numel", "mean", "std", "min", "max", "abs_sum", "l2", "n_nan",

@@ -3,12 +3,12 @@
 import pytest
 import torch
 
-from fixture_models import FIXTURES
+from tests.support.fixture_models import FIXTURES
 from nnschemaparser import SchemaInterpreter
 from nnschemaparser.traces.record import capture_run
 from nnschemaparser.traces.recorder import ActivationRecorder
 from nnschemaparser.traces.trace import GradientTrace
-from trace_models import InPlace, parse, spec_mlp
+from tests.support.trace_models import InPlace, parse, spec_mlp
 
 
 def _mlp_gradients():

@@ -11,8 +11,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from nnschemaparser.inspection.graph_export import GRAPH_FORMAT, build_graph, write_graph
 from nnschemaparser.inspection.inspector import ModelInspector
-from tests.fixture_models import FIXTURES
-from tests.inspection_models import WithSkippedChild, make_encoder
+from tests.support.fixture_models import FIXTURES
+from tests.support.inspection_models import WithSkippedChild, make_encoder
 
 
 class MyModel(nn.Module):

@@ -7,7 +7,7 @@ from matplotlib.figure import Figure
 
 from nnschemaparser.traces.histograms import HistogramBins, histogram_bins, plot_histograms
 from nnschemaparser.traces.record import capture_run
-from trace_models import spec_mlp
+from tests.support.trace_models import spec_mlp
 
 
 def test_bins_match_numpy_on_the_finite_values_and_count_nan_and_inf_apart():

@@ -12,7 +12,7 @@ import json
 import pytest
 import torch
 
-from hostile_attacks import (
+from tests.support.hostile_attacks import (
     ATTACKS,
     AttackModel,
     attack_file,

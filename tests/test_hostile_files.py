@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from hostile_bombs import BOMB_BYTES, BUILDERS, PAYLOADS
-from hostile_corpus import CanaryModel, build_corpus, model_factory, touch_canary
-from hostile_memory import bound, load_peak, model_cost, peak_of, real_files, warm
+from tests.support.hostile_bombs import BOMB_BYTES, BUILDERS, PAYLOADS
+from tests.support.hostile_corpus import CanaryModel, build_corpus, model_factory, touch_canary
+from tests.support.hostile_memory import bound, load_peak, model_cost, peak_of, real_files, warm
 
 from nnschemaparser import SchemaInterpreter
 from nnschemaparser.schema.errors import SchemaFormatError
@@ -103,7 +103,7 @@ def test_the_canary_fires_when_its_payload_runs(tmp_path):
 
 def test_the_base_files_the_corpus_mutates_load_and_run(tmp_path):
     """Guards the corpus: the unmutated files are valid, so each refusal comes from its mutation."""
-    from hostile_corpus import _inputs, base_files
+    from tests.support.hostile_corpus import _inputs, base_files
 
     files = base_files()
     schema_path = tmp_path / "base.json"
@@ -195,7 +195,7 @@ def test_a_memory_error_while_decoding_is_a_typed_refusal(monkeypatch):
 
 
 def test_decoded_size_limits_refuse_a_real_file_when_set_low(tmp_path):
-    from hostile_corpus import base_files
+    from tests.support.hostile_corpus import base_files
 
     path = tmp_path / "schema.json"
     path.write_bytes(base_files()["schema"])

@@ -12,9 +12,9 @@ from torch import nn
 
 from nnschemaparser.inspection.inspector import ModuleContext
 from nnschemaparser.inspection.inspector import ModelInspector
-from tests.exactness import assert_same_structure
-from tests.fixture_models import FIXTURES
-from tests.inspection_models import WithSkippedChild, make_encoder
+from tests.support.exactness import assert_same_structure
+from tests.support.fixture_models import FIXTURES
+from tests.support.inspection_models import WithSkippedChild, make_encoder
 
 
 class MyModel(nn.Module):
@@ -250,7 +250,7 @@ def test_skipped_child_is_one_module_op_reading_its_weights():
 
 
 def test_skipped_root_runs_as_one_op_of_the_root():
-    from tests.inspection_models import NoSource
+    from tests.support.inspection_models import NoSource
 
     inspector = ModelInspector(NoSource(), example_inputs=(torch.randn(3, 4),))
     assert inspector.schema.is_skipped

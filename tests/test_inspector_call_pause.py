@@ -17,7 +17,7 @@ from nnschemaparser.schema.errors import EditError
 from nnschemaparser.widget import InspectorState
 from nnschemaparser.widget.inspector import InspectorWidget
 from nnschemaparser.widget.messages import handle_message
-from debugger_models import Chain, parsed, tiny_case
+from tests.support.debugger_models import Chain, parsed, tiny_case
 
 ATTN = "transformer.h.1.attn"
 

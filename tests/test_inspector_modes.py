@@ -11,7 +11,7 @@ import torch
 from nnschemaparser import (GraphExportError, ModelInspector, ModuleContext, PALETTIZABLE_OP_TYPES,
                             QUANTIZABLE_OP_TYPES)
 from nnschemaparser.inspection.summary import LEGEND
-from tests.seed_inspector_model import DataDependent, Mixed, MyModel, TopK
+from tests.support.seed_inspector_model import DataDependent, Mixed, MyModel, TopK
 
 
 class Quantizer:
@@ -40,7 +40,7 @@ def tree(text: str) -> list[str]:
 def test_graph_mode_reproduces_the_seed_tree_with_a_quantizer():
     text = inspector("graph", Quantizer).format_summary(colorize=False)
     assert tree(text) == [
-        "(tests.seed_inspector_model.MyModel)",
+        "(tests.support.seed_inspector_model.MyModel)",
         "    module inputs:  {0: [linear[0]]}",
         "    module outputs: {0: linear_1[0]}",
         "├── ■ linear1 (torch.nn.modules.linear.Linear)",
@@ -68,7 +68,7 @@ def test_graph_mode_reproduces_the_seed_tree_with_a_quantizer():
 def test_eager_mode_reproduces_the_seed_tree_with_call_site_lines():
     text = inspector("eager", Quantizer).format_summary(colorize=False)
     assert tree(text) == [
-        "(tests.seed_inspector_model.MyModel)",
+        "(tests.support.seed_inspector_model.MyModel)",
         "    module inputs:  {0: [linear1.linear[0]]}",
         "    module outputs: {0: linear2.linear[0]}",
         "├── ■ linear1 (torch.nn.modules.linear.Linear)",
@@ -98,7 +98,7 @@ def test_graph_mode_names_ops_by_the_export_graph_with_module_stacks_and_stack_t
     assert [(op.op_name, op.op_type) for op in graph.ops] == [("linear", "linear"), ("relu", "relu"),
                                                                ("linear_1", "linear")]
     linear_1 = graph.op("linear_1")
-    assert linear_1.module_stack == (ModuleContext("", "tests.seed_inspector_model.MyModel"),
+    assert linear_1.module_stack == (ModuleContext("", "tests.support.seed_inspector_model.MyModel"),
                                      ModuleContext("linear2", "torch.nn.modules.linear.Linear"))
     assert linear_1.location.filename == inspect.getsourcefile(torch.nn.Linear)  # the op's own line: F.linear
     assert "F.linear" in linear_1.location.code
@@ -204,7 +204,7 @@ def test_summary_starts_with_the_seed_legend():
 
 
 def test_graph_mode_module_tree_flattens_containers_as_eager_does():
-    from tests.inspection_models import make_encoder
+    from tests.support.inspection_models import make_encoder
 
     model, inputs = make_encoder()
     graph = ModelInspector(model, example_kwargs=inputs, execution_mode="graph")
@@ -221,7 +221,7 @@ def test_graph_mode_warns_and_says_how_when_the_exported_graph_differs_from_eage
     import warnings
 
     from nnschemaparser import GraphMismatchWarning
-    from tests.seed_inspector_model import ExportDiffers
+    from tests.support.seed_inspector_model import ExportDiffers
 
     x = torch.randn(2, 3)
     with pytest.warns(GraphMismatchWarning, match=r"does not compute what its eager forward computes \(output: values differ"):

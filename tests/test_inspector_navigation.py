@@ -11,7 +11,7 @@ import torch
 from nnschemaparser.widget import InspectorError, InspectorState
 from nnschemaparser.widget.inspector import InspectorWidget
 from nnschemaparser.widget.messages import handle_message
-from debugger_models import Chain, Decorated, parsed, tiny_case
+from tests.support.debugger_models import Chain, Decorated, parsed, tiny_case
 
 
 @pytest.fixture(scope="module")
@@ -228,7 +228,7 @@ def test_remove_breakpoint_drops_one_and_refuses_an_unknown_index(gpt2):
 
 
 def test_inline_value_of_a_subscript_assignment_line_is_the_stored_tensor_not_none():
-    from debugger_models import InPlaceNet
+    from tests.support.debugger_models import InPlaceNet
 
     torch.manual_seed(0)
     x = torch.randn(2, 4)
@@ -246,7 +246,7 @@ def test_a_block_path_search_lists_blocks_not_every_row_inside_them(gpt2):
 
 
 def test_the_untaken_branch_of_an_if_is_listed_after_a_run_the_taken_one_not():
-    from widget_models import Branchy
+    from tests.support.widget_models import Branchy
 
     torch.manual_seed(0)
     x = torch.randn(2, 4)

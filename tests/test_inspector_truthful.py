@@ -12,7 +12,7 @@ from nnschemaparser.schema.errors import EditError
 from nnschemaparser.traces.record import capture_run
 from nnschemaparser.widget import InspectorState
 from nnschemaparser.files.schema_file import load_schema, save_schema
-from debugger_models import Chain, Decorated, InPlaceNet, SplitNet, parsed, tiny_case
+from tests.support.debugger_models import Chain, Decorated, InPlaceNet, SplitNet, parsed, tiny_case
 
 
 def _file_line(filename: str, lineno: int) -> str:

@@ -8,7 +8,7 @@ from nnschemaparser import SchemaInterpreter
 from nnschemaparser.runtime.listeners import TraceListener
 from nnschemaparser.traces.record import capture_run
 from nnschemaparser.traces.recorder import ActivationRecorder
-from trace_models import InPlace, parse, spec_mlp
+from tests.support.trace_models import InPlace, parse, spec_mlp
 
 
 def test_steps_are_built_only_when_the_trace_is_read():

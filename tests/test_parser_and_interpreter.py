@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from exactness import assert_schema_matches_eager
+from tests.support.exactness import assert_schema_matches_eager
 
 from nnschemaparser import (
     NNParser,

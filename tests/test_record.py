@@ -2,12 +2,12 @@
 
 import torch
 
-from fixture_models import FIXTURES
-from exactness import assert_same_structure
+from tests.support.fixture_models import FIXTURES
+from tests.support.exactness import assert_same_structure
 from nnschemaparser import CaptureLimits
 from nnschemaparser.traces.record import ExecutionRecord, capture_run
 from nnschemaparser.traces.trace import ActivationTrace, GradientTrace
-from trace_models import parse, spec_mlp
+from tests.support.trace_models import parse, spec_mlp
 
 
 def test_capture_run_returns_outputs_trace_and_the_root_scope():

@@ -2,12 +2,12 @@
 
 import torch
 
-from fixture_models import FIXTURES
+from tests.support.fixture_models import FIXTURES
 from nnschemaparser import SchemaInterpreter
 from nnschemaparser.runtime.listeners import EventObserver, TraceListener
 from nnschemaparser.traces.record import capture_run
 from nnschemaparser.traces.recorder import ActivationRecorder
-from trace_models import InPlace, parse, spec_mlp
+from tests.support.trace_models import InPlace, parse, spec_mlp
 
 
 class _ThroughEvents(ActivationRecorder):

@@ -9,7 +9,7 @@ fell back to the live method but an observed run with a TraceRecorder failed (se
 import torch
 from torch import nn
 
-from fuzz.oracle import assert_schema_matches_eager_or_raises_alike
+from tests.fuzz.oracle import assert_schema_matches_eager_or_raises_alike
 from nnschemaparser import BlockInstruction, NNParser, SchemaInterpreter, TraceRecorder
 
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from exactness import assert_same_structure
+from tests.support.exactness import assert_same_structure
 from nnschemaparser import NNParser, SchemaInterpreter, UnsupportedSyntaxError
 from nnschemaparser.lowering.statements import lower_source
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from fuzz.oracle import assert_schema_matches_eager_or_raises_alike
+from tests.fuzz.oracle import assert_schema_matches_eager_or_raises_alike
 
 
 class ReadAfterUntakenBranch(nn.Module):

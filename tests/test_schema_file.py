@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from exactness import assert_same_structure
-from fixture_models import DROPOUT_FIXTURES, FIXTURES
-from schema_file_models import make_featureful
+from tests.support.exactness import assert_same_structure
+from tests.support.fixture_models import DROPOUT_FIXTURES, FIXTURES
+from tests.support.schema_file_models import make_featureful
 
 from nnschemaparser import NNParser, SchemaInterpreter, dump_schema
 from nnschemaparser.schema.errors import SchemaFormatError, SchemaRunError
@@ -185,7 +185,7 @@ def test_a_model_of_another_class_is_refused_with_the_paths_that_differ(tmp_path
 
 
 def test_a_model_with_other_sizes_is_refused_naming_the_weight(tmp_path):
-    from fixture_models import MLP
+    from tests.support.fixture_models import MLP
 
     model, inputs = FIXTURES["mlp"]()
     path = save_schema(_parse(model.eval(), inputs), tmp_path / "schema.json")
@@ -203,9 +203,10 @@ def test_model_must_be_a_module_instance(tmp_path):
 def test_a_reference_the_models_code_does_not_make_is_refused_with_the_model(tmp_path):
     model, inputs = make_featureful()
     path = save_schema(_parse(model.eval(), inputs), tmp_path / "schema.json")
-    text = path.read_text().replace('"name":"soft_clip","type":"function","qualname":"schema_file_models.soft_clip"',
+    text = path.read_text().replace('"name":"soft_clip","type":"function",'
+                                    '"qualname":"tests.support.schema_file_models.soft_clip"',
                                     '"name":"doubled_output","type":"function",'
-                                    '"qualname":"schema_file_models.doubled_output"')
+                                    '"qualname":"tests.support.schema_file_models.doubled_output"')
     assert "doubled_output" in text
     path.write_text(text)
     assert load_schema(path) is not None  # without the model it is an inert placeholder

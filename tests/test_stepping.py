@@ -10,7 +10,7 @@ from nnschemaparser.traces.compare import compare_traces, first_divergence
 from nnschemaparser.runtime.listeners import EventObserver
 from nnschemaparser.traces.record import capture_run
 from nnschemaparser.traces.recorder import ActivationRecorder
-from trace_models import spec_mlp
+from tests.support.trace_models import spec_mlp
 
 # (kind, out_var, frame_depth, block_path) of every instruction the spec MLP executes, in order.
 MLP_STREAM = [

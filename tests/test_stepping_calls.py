@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from fidelity_models import HoldsScripted
+from tests.support.fidelity_models import HoldsScripted
 from nnschemaparser import NNParser, SchemaInterpreter, TraceListener, capture_run
 from nnschemaparser.runtime.interpreter import CallPause, StepInfo
 from nnschemaparser.runtime.program import Program

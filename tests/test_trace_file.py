@@ -8,7 +8,7 @@ import pytest
 import safetensors.torch
 import torch
 
-from fixture_models import FIXTURES
+from tests.support.fixture_models import FIXTURES
 
 from nnschemaparser import NNParser, TensorContainer
 from nnschemaparser.inspection.capture import CaptureLimits

@@ -6,12 +6,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fixture_models import FIXTURES
+from tests.support.fixture_models import FIXTURES
 from nnschemaparser import CaptureLimits, SchemaInterpreter, TensorContainer
 from nnschemaparser.traces.recorder import ActivationRecorder
 from nnschemaparser.traces.record import capture_run
 from nnschemaparser.traces.trace import ActivationTrace
-from trace_models import InPlace, MutatesInput, PositionalInplace, Structured, ViewMutation, parse, spec_mlp
+from tests.support.trace_models import InPlace, MutatesInput, PositionalInplace, Structured, ViewMutation, parse, spec_mlp
 
 SPEC_LINES = [
     "step 0001: Initial input tensor | container_id: input_0001 | torch.float32[2, 16] | var: x",

@@ -13,7 +13,7 @@ from nnschemaparser.runtime.interpreter import CallPause
 from nnschemaparser.schema.errors import EditError
 from nnschemaparser.widget import InspectorError, InspectorOptions, InspectorState
 from nnschemaparser.widget.messages import handle_message
-from widget_models import DropoutNet, NormNet, mlp_case
+from tests.support.widget_models import DropoutNet, NormNet, mlp_case
 
 
 @pytest.fixture

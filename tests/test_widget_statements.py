@@ -13,7 +13,7 @@ from functools import lru_cache
 import pytest
 import torch
 
-from debugger_models import Decorated, parsed, tiny_case
+from tests.support.debugger_models import Decorated, parsed, tiny_case
 from nnschemaparser.widget import InspectorState
 from nnschemaparser.widget.statements import MAX_TEXT, StatementIndex, one_line
 from nnschemaparser.widget.tree import BlockTree

@@ -10,7 +10,7 @@ import torch
 from nnschemaparser.widget import InspectorState
 from nnschemaparser.widget.static_html import (MAX_SAMPLED_TENSORS, SAMPLED_SIDE, SEP, static_page,
                                                static_payload)
-from widget_models import mlp_case
+from tests.support.widget_models import mlp_case
 
 
 def _base_and_fork():

@@ -13,7 +13,7 @@ from nnschemaparser.widget import InspectorState
 from nnschemaparser.widget.messages import handle_message
 from nnschemaparser.widget.tensor_views import (MAX_SIDE, TensorViewError, attention_heads, heatmap_diff,
                                                 heatmap_slice, is_attention, layer_series, tensor_stat)
-from widget_models import mlp_case
+from tests.support.widget_models import mlp_case
 
 
 def _reply(state, **message):

@@ -7,11 +7,11 @@ import json
 import pytest
 import torch
 
-from fixture_models import make_moe
+from tests.support.fixture_models import make_moe
 from nnschemaparser import NNParser
 from nnschemaparser.widget import InspectorState
 from nnschemaparser.widget.tree import BlockTree
-from widget_models import Branchy, WithSkippedChild, mlp_case, stack_case
+from tests.support.widget_models import Branchy, WithSkippedChild, mlp_case, stack_case
 
 INSTRUCTION_KINDS = "ocifwtWdrkx"
 

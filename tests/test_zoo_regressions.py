@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from exactness import assert_schema_matches_eager
+from tests.support.exactness import assert_schema_matches_eager
 
 from nnschemaparser import NNParser, SchemaInterpreter
 

@@ -223,8 +223,8 @@ def _cases(subset: str, only: Optional[list[str]]) -> list[tuple[str, str, Calla
 
 
 def _local_cases() -> list[tuple[str, str, Callable, Callable]]:
-    """The ten local fixture architectures (tests/fixture_models.py), when the tests are present."""
-    root = Path(__file__).resolve().parents[2] / "tests"  # the checkout: nnschemaparser/validation/ is two down
+    """The ten local fixture architectures (tests/support/fixture_models.py), when the tests are present."""
+    root = Path(__file__).resolve().parents[2] / "tests" / "support"  # the checkout: validation/ is two down
     if not (root / "fixture_models.py").exists():
         return []
     sys.path.insert(0, str(root))

@@ -163,8 +163,8 @@ def test_static_page_shows_tree_and_trace_without_a_kernel(browser, artifacts, t
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from widget_models import mlp_case
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from tests.support.widget_models import mlp_case
 
     from nnschemaparser.widget import InspectorState
     from nnschemaparser.widget.static_html import write_static_html

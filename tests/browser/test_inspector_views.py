@@ -16,7 +16,7 @@ pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[2]
 AXE = ROOT / "js" / "node_modules" / "axe-core" / "axe.min.js"
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
 
 def _expect():
@@ -27,7 +27,7 @@ def _expect():
 
 @pytest.fixture(scope="module")
 def two_run_page(tmp_path_factory):
-    from widget_models import mlp_case
+    from tests.support.widget_models import mlp_case
 
     from nnschemaparser.widget import InspectorState
     from nnschemaparser.widget.static_html import write_static_html

@@ -37,10 +37,7 @@ from nnschemaparser import NNParser, NNSchemaError, SchemaInterpreter, TraceReco
 from nnschemaparser.runtime.interpreter import outputs_list
 from nnschemaparser.parser.model_parser import preserved_state
 
-try:
-    from exactness import assert_same_structure
-except ImportError:  # run as `python -m tests.fuzz.run_fuzz` from the repository root
-    from tests.exactness import assert_same_structure
+from tests.support.exactness import assert_same_structure
 
 __all__ = ["Outcome", "check_source", "check_model", "assert_schema_matches_eager_or_raises_alike"]
 

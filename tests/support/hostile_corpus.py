@@ -41,8 +41,8 @@ from nnschemaparser.traces.record import capture_run
 from nnschemaparser.files.schema_file import schema_to_json
 from nnschemaparser.files.trace_file import save_trace
 
-from hostile_bombs import schema_bombs, trace_bombs
-from hostile_traces import trace_mutations
+from tests.support.hostile_bombs import schema_bombs, trace_bombs
+from tests.support.hostile_traces import trace_mutations
 
 __all__ = ["Hostile", "CanaryModel", "touch_canary", "build_corpus", "base_files"]
 
@@ -188,7 +188,7 @@ _DANGEROUS_CALLABLES = [
     "torch.serialization.load", "pickle.loads", "importlib.import_module", "shutil.rmtree", "operator.attrgetter",
     "operator.methodcaller", "torch.Tensor.numpy", "torch.Tensor.storage", "types.FunctionType", "ctypes.CDLL",
     "code.interact", "runpy.run_path", "torch.manual_seed", "torch.set_default_device", "builtins.super",
-    "tests.hostile_corpus.touch_canary", "hostile_corpus.touch_canary", "nnschemaparser.intrinsics._Spread",
+    "tests.support.hostile_corpus.touch_canary", "hostile_corpus.touch_canary", "nnschemaparser.intrinsics._Spread",
     "nnschemaparser.file_format.write_atomic", "torch.sparse_coo_tensor", "torch.Tensor.set_", "", "torch.",
     "builtins.getattr ", "TORCH.ADD",
 ]
@@ -513,7 +513,7 @@ def _handwritten_attacks(m: _Maker) -> None:
     m.add("attrgetter-escape", computed, UnsafeReferenceError)
     # with the model: what the model's code does not name is refused, even from its own module
     for index, (name, qualname) in enumerate([("touch_canary", "hostile_corpus.touch_canary"),
-                                              ("touch_canary", "tests.hostile_corpus.touch_canary"),
+                                              ("touch_canary", "tests.support.hostile_corpus.touch_canary"),
                                               ("halve", "hostile_corpus.touch_canary"),
                                               ("Path", "pathlib.Path"), ("halve", "hostile_corpus.halve.x")]):
         doc = m.doc()

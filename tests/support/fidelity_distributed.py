@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from fidelity_models import Small, gradients_match, run_every_way
+from tests.support.fidelity_models import Small, gradients_match, run_every_way
 
 TIMEOUT = datetime.timedelta(seconds=60)
 

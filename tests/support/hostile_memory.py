@@ -1,4 +1,4 @@
-"""Per-file peak memory of loading files: `python tests/hostile_memory.py` prints the figures.
+"""Per-file peak memory of loading files: `python tests/support/hostile_memory.py` prints the figures.
 
 For every entry of the hostile corpus, and for real files (the schemas and activation traces of
 GPT-2 and Llama built from their configs, nnschemaparser.validation.zoo): the file's size, the peak
@@ -6,7 +6,7 @@ of Python allocations (tracemalloc) while it is loaded or refused, and the ratio
 model also lowers the model and encodes that lowering to compare it with the file: that is the
 model's cost, not the file's, so it is measured alone (`model_cost`) and shown apart. The
 allowlist's table, built once per process, is built before measuring (`warm`).
-tests/test_hostile_files.py asserts the same bound, file by file: FileLimits.max_decode_ratio (4)
+tests/files/test_hostile_files.py asserts the same bound, file by file: FileLimits.max_decode_ratio (4)
 times the file, a file under SMALL_FILE_BYTES (64 KiB) counting as 64 KiB.
 """
 
@@ -19,9 +19,9 @@ import tracemalloc
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: make `tests.support` importable
 
-from hostile_corpus import base_files, build_corpus, model_factory  # noqa: E402
+from tests.support.hostile_corpus import base_files, build_corpus, model_factory  # noqa: E402
 
 from nnschemaparser.files.file_format import SMALL_FILE_BYTES, FileLimits  # noqa: E402
 from nnschemaparser.files.schema_codec import SchemaEncoder  # noqa: E402
