@@ -15,7 +15,7 @@ import pytest
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
@@ -51,7 +51,7 @@ MODELS = textwrap.dedent('''
 @pytest.fixture(scope="module")
 def shares(tmp_path_factory):
     """The server and the share URLs of TwoLayer and Hostile, made with the command's --share."""
-    from test_share_server import Server
+    from tests.widget.test_share_server import Server
 
     from nnschemaparser.__main__ import main as command
 

@@ -7,7 +7,7 @@ model's freshly parsed forward, so that
 
 - run in memory (`attacked_schema(...)`), the payload really fires: a canary file is written, a
   canary attribute is set, a class is patched, a hook is left, SystemExit escapes
-  (tests/test_hostile_attacks.py proves it, so the refusals below are not vacuous);
+  (tests/files/test_hostile_attacks.py proves it, so the refusals below are not vacuous);
 - saved as a file (`attack_file(...)`), `load_schema(path, model=m)` must refuse it.
 
 `canaries_fired(model, canary)` lists every trace a payload leaves; it must stay empty.

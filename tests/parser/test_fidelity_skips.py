@@ -33,7 +33,7 @@ from nnschemaparser.lowering import intrinsics
 from nnschemaparser.parser.equality import first_mismatch
 from nnschemaparser.runtime.program import Observer, Program
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # --- 7 / 10: TorchScript children ---------------------------------------------------------------

@@ -29,7 +29,7 @@ pytest.importorskip("uvicorn")
 from nnschemaparser.__main__ import main as command  # noqa: E402
 from nnschemaparser.inspection.cli import main  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KEY = "test-key-0123456789"
 
 MODELS = textwrap.dedent('''

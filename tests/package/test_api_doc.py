@@ -8,7 +8,7 @@ from pathlib import Path
 import nnschemaparser
 import nnschemaparser.widget
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def _apidoc():

@@ -19,7 +19,7 @@ from tests.fuzz.oracle import assert_schema_matches_eager_or_raises_alike
 from nnschemaparser import NNParser, SchemaInterpreter, TraceListener
 from nnschemaparser.traces.record import capture_run
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 
 def layout(*args, **kwargs):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DECLARED = ("anywidget", "ipywidgets", "traitlets", "pandas", "matplotlib", "torch", "safetensors", "greenlet")
 
 

@@ -15,7 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from nnschemaparser.inspection.cli import main, make_inputs, parse_input_spec
 from nnschemaparser.inspection.target import TargetError, load_target
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 MODELS = textwrap.dedent('''
     import torch

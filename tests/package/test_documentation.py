@@ -9,7 +9,7 @@ from pathlib import Path
 
 import nnschemaparser.schema.model as model_module
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "DOCUMENTATION.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "DOCUMENTATION.md"
 
 
 def test_documentation_recipes_run_in_order(tmp_path, monkeypatch):

@@ -1,6 +1,6 @@
 """A schema file loaded with its model runs only what the model's own source runs (issue 13).
 
-Every attack of tests/hostile_attacks.py is first run in memory, to prove its payload really fires
+Every attack of tests/support/hostile_attacks.py is first run in memory, to prove its payload really fires
 (a canary file, a canary attribute, a patched class, a hook, an escaping SystemExit); then the same
 instructions saved as a file are refused by `load_schema(path, model=m)` with a typed error naming
 the first differing instruction, and no canary fires. Loaded without a model the file is inert.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def python_blocks() -> list[str]:

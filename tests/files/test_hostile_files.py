@@ -1,6 +1,6 @@
 """Every file of the hostile corpus is refused with a typed error, runs nothing and allocates little.
 
-The corpus (tests/hostile_corpus.py) mutates valid schema and trace files and adds hand-written
+The corpus (tests/support/hostile_corpus.py) mutates valid schema and trace files and adds hand-written
 attacks whose payloads all aim at one canary file. For each entry: loading raises the expected
 SchemaFormatError subclass, the canary does not exist afterwards, the peak of Python allocations
 while loading stays within FileLimits.max_decode_ratio (4) times the file (a file under 64 KiB

@@ -1,0 +1,1 @@
+"""Tests of the `files` stage (nnschemaparser/files/)."""

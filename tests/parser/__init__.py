@@ -1,0 +1,1 @@
+"""Tests of the `parser` stage (nnschemaparser/parser/)."""

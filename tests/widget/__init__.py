@@ -1,0 +1,1 @@
+"""Tests of the `widget` stage (nnschemaparser/widget/)."""
