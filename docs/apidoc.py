@@ -7,7 +7,7 @@ The public names are `nnschemaparser.__all__` and `nnschemaparser.widget.__all__
 grouped by the module that defines them. Each gets its kind, its signature and its docstring; a
 class also lists its public methods and properties (defined by the class itself) with the first
 paragraph of their docstrings. Nothing is written by hand: change a docstring, run the script.
-`tests/test_api_doc.py` fails when the file is out of date.
+`tests/package/test_api_doc.py` fails when the file is out of date.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from typing import Any, Iterator, Optional, Union
 
 __all__ = ["JSONObject", "DecodeBudget", "decode_bounded", "is_object", "is_array", "plain"]
 
-# what one object costs, in bytes (CPython 3.11+, 64-bit; checked by tests/test_hostile_files.py)
+# what one object costs, in bytes (CPython 3.11+, 64-bit; checked by tests/files/test_hostile_files.py)
 OBJECT_BYTES = 56           # a JSONObject (a tuple subclass: its keys, its values and a spare slot); + 8 per value
 TUPLE_BYTES = 40            # an array, once closed (a tuple); + 8 per item
 LIST_BYTES = 56 + 48        # a list and the spare slots of its first growth; + 9 per item (1/8 spare)

@@ -10,7 +10,7 @@ and the first divergence. A stand-in model in the page answers the widget's requ
 payload, so Trace, Compare, the tensor view and Trends work with no kernel; stepping and edits are
 disabled and say that they need one.
 
-Size budget (`bench/bench_widget.py` and tests/test_widget_static.py measure it): heatmaps of the
+Size budget (`bench/bench_widget.py` and tests/widget/test_static_html.py measure it): heatmaps of the
 steps looked at keep the widget's cap (128 cells per side); the sample keeps at most
 MAX_SAMPLED_TENSORS steps per run at SAMPLED_SIDE cells per side, so a run adds at most
 MAX_SAMPLED_TENSORS * SAMPLED_SIDE**2 numbers (about 1 MB of JSON) beyond its trace rows and bins.
