@@ -18,7 +18,7 @@ from typing import Any, Callable
 from .functions import LAZY_FOR, LAZY_IF, LAZY_RUN, LAZY_YIELD, Unit, holds_element, is_element, run_list, unbound_in
 from .observer import BREAK, CONTINUE, RETURN, RETURN_SLOT, StepAbandoned
 from .operands import Piece, args_builder, getter, names_read, operand_spec
-from ..schema.model import BreakInstruction, ContinueInstruction, ControlInstruction, DeleteInstruction, Instruction, RaiseInstruction, ReturnInstruction, TryInstruction, WithInstruction
+from ..schema.model import BreakInstruction, ContinueInstruction, ControlInstruction, DeleteInstruction, Instruction, RaiseInstruction, ReturnInstruction, TryInstruction, WithInstruction, condition_instructions
 
 __all__ = ['ControlCompiler']
 
@@ -47,7 +47,7 @@ class ControlCompiler:
         return steps
 
     def lazy_condition(self, instr: ControlInstruction, unit: Unit) -> list[Callable]:
-        condition = self.compile_list(instr.condition, unit)
+        condition = self.compile_list(condition_instructions(instr), unit)
         read = unit.weight_reader([instr.cond_var]) if unit.weights else None
         condition = [*condition, read] if read is not None else condition
         return self.unstepped(condition) if instr.kind == "if" else condition
@@ -71,7 +71,7 @@ class ControlCompiler:
         return [run_condition]
 
     def compile_ControlInstruction(self, instr: ControlInstruction, unit: Unit) -> Callable:
-        condition = self.compile_list(instr.condition, unit)
+        condition = self.compile_list(condition_instructions(instr), unit)
         read = unit.weight_reader([instr.cond_var]) if unit.weights else None
         if read is not None:  # `while self.flag:` reads the live buffer at each test
             condition = [*condition, read]

@@ -44,7 +44,7 @@ _Module = nn.Module
 _MAX_NESTING = 24  # `if`s nested deeper run as closures (Python's parser limits indentation)
 from ..schema.model import (BlockInstruction, BreakInstruction, ContinueInstruction, ControlInstruction, FunctionSchema,
                             Instruction, ModelBlockSchema, OpInstruction, ReturnInstruction, TryInstruction, VarRef,
-                            WithInstruction)
+                            WithInstruction, condition_instructions)
 
 __all__ = ['Program', 'callee_label', 'entry_signature', 'Observer', 'InterpretedFunction', 'BREAK', 'CONTINUE', 'RETURN', 'RETURN_SLOT', 'StepAbandoned', 'rebindable']
 
@@ -313,7 +313,7 @@ class Program(CallCompiler, ControlCompiler):
                 continue
             control = isinstance(instr, (ControlInstruction, TryInstruction, WithInstruction))
             if isinstance(instr, ControlInstruction) and instr.kind == "if" and depth < _MAX_NESTING:
-                item = IfPiece(self.body_entries(instr.condition, unit, depth + 1), instr.cond_var,
+                item = IfPiece(self.body_entries(condition_instructions(instr), unit, depth + 1), instr.cond_var,
                                self.weights_read([instr.cond_var], unit),
                                self.body_entries(instr.body, unit, depth + 1),
                                self.body_entries(instr.else_body, unit, depth + 1))
