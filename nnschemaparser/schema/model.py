@@ -229,12 +229,13 @@ class ControlInstruction(Instruction):
     `condition` is the OpInstruction evaluating the test of an "if"/"while" (re-evaluated before
     each iteration of a "while"), or the iterable of a "for"; its `out_var` is `cond_var`, the scope
     variable tested for truth or iterated. `prepare` holds the instructions that run before it, in
-    order, to compute its operands (`x.sum()` of `if x.sum() > 0:`; the `entry_keys` of a loop over
-    a slice of a container). When the value is already computed without a final op of its own (a
-    plain name `if flag:`, a comprehension's `.0`, a short-circuit `and`/`or` whose last instruction
-    is itself an if), `condition` is a *named test*: `cond_var = assign(cond_var)` with `style` "test"
-    (TEST_STYLE), which names the value and never runs; `condition_instructions(instr)` lists what a
-    run executes (`prepare`, then `condition` unless it is a named test).
+    order, to compute its operands (`x.sum()` of `if x.sum() > 0:`). When no op of its own computes
+    the value last (a plain name `if flag:`, a comprehension's `.0`, a short-circuit `and`/`or`,
+    whose last instruction is an "if" itself, a call of a sub-block, or a loop over a slice of a
+    container, which computes the entries' keys after the iterable), every instruction is in
+    `prepare` and `condition` is a *named test*: `cond_var = assign(cond_var)` of `style` "test"
+    (TEST_STYLE), which names the value and never runs. `condition_instructions(instr)` lists what a
+    run executes: `prepare`, then `condition` unless it is a named test.
 
     For "for", `bind_var` receives each item (a tuple target is unpacked by instructions at the top
     of `body`); `iter_container` names the module container whose entries the loop visits, the
