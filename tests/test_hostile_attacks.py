@@ -121,7 +121,7 @@ def test_a_changed_constant_is_refused_naming_block_index_and_file_line(tmp_path
     with pytest.raises(SourceMismatchError) as info:
         load_schema(path, model=model)
     message = str(info.value)
-    assert f"root.signature.body[{index}].condition:" in message
+    assert f"root.signature.body[{index}].condition at " in message
     assert "hidden_attacks.py" not in message and "hostile_attacks.py:" in message
     assert "self.config.hidden_size != 4" in message
 
