@@ -94,7 +94,8 @@ _FIELDS = {
     "op": ("target", "qualified_name", "display_name", "args", "kwargs", "args_var", "kwargs_var", "star_args",
            "mutates", "style"),
     "block": ("block_ref", "args", "kwargs", "splat_args", "callee_var", "args_var", "kwargs_var", "star_args"),
-    "control": ("kind", "prepare", "condition", "cond_var", "body", "else_body", "bind_var", "iter_container", "index_var"),
+    "control": ("kind", "prepare", "condition", "cond_var", "body", "else_body", "bind_var", "iter_container",
+                "index_var"),
     "try": ("body", "handlers", "handler_names", "handler_bodies", "else_body", "final_body"),
     "with": ("context_var", "bind_var", "body"),
     "function": ("function", "defaults", "kw_defaults"),
@@ -256,9 +257,8 @@ class SchemaEncoder:
 
     def encode_control(self, instr: ControlInstruction, data: dict) -> None:
         data.update(kind=instr.kind, prepare=self.body(instr.prepare), condition=self.instruction(instr.condition),
-                    cond_var=instr.cond_var,
-                    body=self.body(instr.body), else_body=self.body(instr.else_body), bind_var=instr.bind_var,
-                    iter_container=instr.iter_container, index_var=instr.index_var)
+                    cond_var=instr.cond_var, body=self.body(instr.body), else_body=self.body(instr.else_body),
+                    bind_var=instr.bind_var, iter_container=instr.iter_container, index_var=instr.index_var)
 
     def encode_try(self, instr: TryInstruction, data: dict) -> None:
         handlers = []
@@ -565,8 +565,8 @@ class SchemaDecoder:
                                      "nothing: it is cond_var = nnschemaparser.intrinsics.assign(cond_var), with no "
                                      "other argument")
         return ControlInstruction(
-            kind=kind, prepare=prepare, condition=condition,
-            cond_var=cond_var, body=self.body(get_list(data, "body", at), f"{where}.body"),
+            kind=kind, prepare=prepare, condition=condition, cond_var=cond_var,
+            body=self.body(get_list(data, "body", at), f"{where}.body"),
             else_body=self.body(get_list(data, "else_body", at), f"{where}.else_body"),
             bind_var=get_opt_str(data, "bind_var", at), iter_container=get_opt_str(data, "iter_container", at),
             index_var=get_opt_str(data, "index_var", at))

@@ -169,7 +169,7 @@ class ContainerLoopLowering:
                 keys = self.new_temp()
                 args = [source.container] + ([source.index] if source.index is not None or source.reverse else [])
                 loop.keys.append(self.placed(keys, intrinsics.entry_keys, args + [True] * source.reverse, it,
-                                                  display="entry_keys"))
+                                             display="entry_keys"))
                 key = f"${name}_key"
                 loop.prologue.append(self.placed(key, operator.getitem, [VarRef(keys), VarRef(loop.index_var)], it,
                                                  style="subscript"))
