@@ -56,6 +56,7 @@ from .listeners import BREAK, CONTINUE, RETURN, RETURN_SLOT, StepAbandoned
 __all__ = ["CodeGenerator", "Generated"]
 
 _Module = nn.Module
+_CURRENT = object()  # a line stands for the instruction being written
 _MISSING = object()
 
 
@@ -176,10 +177,12 @@ class CodeGenerator:
 
     # -- writing --------------------------------------------------------------------------------
 
-    def line(self, text: str, instr: Optional[Instruction] = None) -> None:
-        self.lines.append(("    " * self.indent + text, instr if instr is not None else self.current))
+    def line(self, text: str, instr: Any = _CURRENT) -> None:
+        """One line of the function, standing for `instr` (default: the instruction being written;
+        None: no instruction, the line of the `def`)."""
+        self.lines.append(("    " * self.indent + text, self.current if instr is _CURRENT else instr))
 
-    def block(self, header: str, body: Callable[[], None], instr: Optional[Instruction] = None) -> None:
+    def block(self, header: str, body: Callable[[], None], instr: Any = _CURRENT) -> None:
         self.line(header, instr)
         self.indent += 1
         start = len(self.lines)
