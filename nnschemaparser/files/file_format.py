@@ -242,8 +242,12 @@ def parse_json(data: bytes | str, limits: FileLimits, source: str, budget: Optio
                              "(lower FileLimits.max_decoded_bytes to refuse such files sooner)") from None
 
 
-def check_header(document: Any, format_name: str, version: int, source: str) -> dict:
-    """The top-level object of a file of `format_name`: refuses other formats and other versions."""
+def check_header(document: Any, format_name: str, version: int, source: str,
+                 old_versions: Optional[dict[int, str]] = None, fix: str = "") -> dict:
+    """The top-level object of a file of `format_name`: refuses other formats and other versions.
+
+    `old_versions` says, for an older version, what it wrote differently; the refusal of such a
+    file names that and `fix` (how to get a file of this version)."""
     if not is_object(document):
         raise MalformedFileError(f"{source}: the top level must be a JSON object, got {_kind(document)}")
     found = document.get("format")
@@ -253,6 +257,9 @@ def check_header(document: Any, format_name: str, version: int, source: str) -> 
     got = document.get("version")
     if type(got) is not int:
         raise MalformedFileError(f"{source}: \"version\" must be an integer, got {_short(got)}")
+    if got != version and old_versions and got in old_versions:
+        raise FormatVersionError(f"{source}: format version {got} is an older {format_name} file, and this release "
+                                 f"reads version {version} only: {old_versions[got]}. To fix it, {fix}")
     if got != version:
         newer = "a newer" if got > version else "an older"
         raise FormatVersionError(f"{source}: format version {got} comes from {newer} nnschemaparser; this release "

@@ -11,8 +11,8 @@ The decoder charges every object it builds to the file's memory budget (file_for
 Longer than 600 lines because it is the encoder and the decoder of one format, one method per
 instruction type each way, kept side by side so that a field cannot be written and not read.
 
-Pure data transformation: no file IO, no model. Depends on schema, value_codec, allowlist,
-file_format and errors.
+Pure data transformation: no file IO, no model. Depends on schema, lowering.intrinsics (the target
+of a named test), value_codec, allowlist, file_format and errors.
 """
 
 from __future__ import annotations
@@ -44,7 +44,9 @@ from .file_format import (
     object_bytes,
     record,
 )
+from ..lowering import intrinsics
 from ..schema.model import (
+    TEST_STYLE,
     BlockInstruction,
     BlockRef,
     BreakInstruction,
@@ -65,13 +67,21 @@ from ..schema.model import (
     TryInstruction,
     VarRef,
     WithInstruction,
+    is_named_test,
 )
 from .value_codec import Resolver, UnresolvedReference, ValueDecoder, ValueEncoder, module_for_file
 
-__all__ = ["SchemaEncoder", "SchemaDecoder", "FORMAT_NAME", "FORMAT_VERSION", "repr_to_json", "repr_from_json"]
+__all__ = ["SchemaEncoder", "SchemaDecoder", "FORMAT_NAME", "FORMAT_VERSION", "OLD_VERSIONS", "OLD_VERSION_FIX",
+           "repr_to_json", "repr_from_json"]
 
 FORMAT_NAME = "nnschemaparser-schema"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# What each older version wrote differently, for the refusal naming it (file_format.check_header).
+OLD_VERSIONS = {
+    1: "it keeps a ControlInstruction's condition as a list of instructions; version 2 keeps them as "
+       "\"prepare\" (a list) and \"condition\" (one op instruction binding cond_var)",
+}
+OLD_VERSION_FIX = "re-parse the model with NNParser.parse_model and save it again with save_schema"
 
 _TYPES = {
     OpInstruction: "op", BlockInstruction: "block", ControlInstruction: "control", TryInstruction: "try",
@@ -84,7 +94,8 @@ _FIELDS = {
     "op": ("target", "qualified_name", "display_name", "args", "kwargs", "args_var", "kwargs_var", "star_args",
            "mutates", "style"),
     "block": ("block_ref", "args", "kwargs", "splat_args", "callee_var", "args_var", "kwargs_var", "star_args"),
-    "control": ("kind", "condition", "cond_var", "body", "else_body", "bind_var", "iter_container", "index_var"),
+    "control": ("kind", "prepare", "condition", "cond_var", "body", "else_body", "bind_var", "iter_container",
+                "index_var"),
     "try": ("body", "handlers", "handler_names", "handler_bodies", "else_body", "final_body"),
     "with": ("context_var", "bind_var", "body"),
     "function": ("function", "defaults", "kw_defaults"),
@@ -245,9 +256,9 @@ class SchemaEncoder:
         data["callee_var"] = instr.callee_var
 
     def encode_control(self, instr: ControlInstruction, data: dict) -> None:
-        data.update(kind=instr.kind, condition=self.body(instr.condition), cond_var=instr.cond_var,
-                    body=self.body(instr.body), else_body=self.body(instr.else_body), bind_var=instr.bind_var,
-                    iter_container=instr.iter_container, index_var=instr.index_var)
+        data.update(kind=instr.kind, prepare=self.body(instr.prepare), condition=self.instruction(instr.condition),
+                    cond_var=instr.cond_var, body=self.body(instr.body), else_body=self.body(instr.else_body),
+                    bind_var=instr.bind_var, iter_container=instr.iter_container, index_var=instr.index_var)
 
     def encode_try(self, instr: TryInstruction, data: dict) -> None:
         handlers = []
@@ -437,7 +448,12 @@ class SchemaDecoder:
 
     def body(self, items: list, where: str) -> list[Instruction]:
         self.charge(_LIST_BYTES + _ITEM_BYTES * len(items), "a body")
-        return [self.instruction(item, f"{where}[{i}]") for i, item in enumerate(items)]
+        instrs = [self.instruction(item, f"{where}[{i}]") for i, item in enumerate(items)]
+        for i, instr in enumerate(instrs):
+            if isinstance(instr, OpInstruction) and is_named_test(instr):
+                raise MalformedFileError(f"{self.source}: {where}[{i}].style: {TEST_STYLE!r} marks a control "
+                                         "instruction's condition that runs nothing; an instruction list has none")
+        return instrs
 
     def instruction(self, data: Any, where: str) -> Instruction:
         at = f"{self.source}: {where}"
@@ -531,9 +547,26 @@ class SchemaDecoder:
         kind = get_str(data, "kind", at)
         if kind not in ("if", "for", "while"):
             raise MalformedFileError(f"{at}.kind: {kind!r} is not 'if', 'for' or 'while'")
+        cond_var = get_str(data, "cond_var", at)
+        prepare = self.body(get_list(data, "prepare", at), f"{where}.prepare")
+        raw = data["condition"]
+        if not is_object(raw) or raw.get("type") != "op":
+            raise MalformedFileError(f"{at}.condition: a control instruction's condition is one op instruction "
+                                     "(the instructions before it are its \"prepare\" list)")
+        condition = self.instruction(raw, f"{where}.condition")
+        if condition.out_var != cond_var:
+            raise MalformedFileError(f"{at}.condition.out_var: the condition binds {condition.out_var[:60]!r}, not "
+                                     f"the cond_var {cond_var[:60]!r} it tests")
+        if is_named_test(condition) and not (
+                condition.target is intrinsics.assign and condition.args == [VarRef(cond_var)]
+                and not (condition.kwargs or condition.star_args or condition.args_var or condition.kwargs_var
+                         or condition.mutates)):
+            raise MalformedFileError(f"{at}.condition: a condition of style {TEST_STYLE!r} names cond_var and runs "
+                                     "nothing: it is cond_var = nnschemaparser.intrinsics.assign(cond_var), with no "
+                                     "other argument")
         return ControlInstruction(
-            kind=kind, condition=self.body(get_list(data, "condition", at), f"{where}.condition"),
-            cond_var=get_str(data, "cond_var", at), body=self.body(get_list(data, "body", at), f"{where}.body"),
+            kind=kind, prepare=prepare, condition=condition, cond_var=cond_var,
+            body=self.body(get_list(data, "body", at), f"{where}.body"),
             else_body=self.body(get_list(data, "else_body", at), f"{where}.else_body"),
             bind_var=get_opt_str(data, "bind_var", at), iter_container=get_opt_str(data, "iter_container", at),
             index_var=get_opt_str(data, "index_var", at))

@@ -37,7 +37,7 @@ from .file_format import (
 )
 from ..parser.special_modules import weight_repr
 from ..schema.model import ModelBlockSchema
-from .schema_codec import FORMAT_NAME, FORMAT_VERSION, SchemaDecoder, SchemaEncoder
+from .schema_codec import FORMAT_NAME, FORMAT_VERSION, OLD_VERSION_FIX, OLD_VERSIONS, SchemaDecoder, SchemaEncoder
 from .value_codec import Resolver
 from .verification import lower_model, verified_schema
 
@@ -52,7 +52,7 @@ def schema_to_json(schema: ModelBlockSchema) -> dict:
 
 
 def save_schema(schema: ModelBlockSchema, path: str | os.PathLike) -> Path:
-    """Write `schema` to `path` as a schema file (JSON, format version 1); returns the path.
+    """Write `schema` to `path` as a schema file (JSON, format version 2); returns the path.
 
     Weights are not written: load the file with `load_schema(path, model=...)` to run it.
     """
@@ -67,7 +67,7 @@ def schema_from_json(document: Any, model: Optional[nn.Module] = None, *, limits
     FileLimits.max_decoded_bytes). With a model, lowering the model is the model's cost, not charged.
     """
     limits = limits or FileLimits()
-    check_header(document, FORMAT_NAME, FORMAT_VERSION, source)
+    check_header(document, FORMAT_NAME, FORMAT_VERSION, source, OLD_VERSIONS, OLD_VERSION_FIX)
     if model is None:
         return SchemaDecoder(Resolver(), limits, source, budget).document(document)
     if not isinstance(model, nn.Module):

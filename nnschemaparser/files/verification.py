@@ -5,7 +5,8 @@ parser (`NNParser.parse_model(model, resolve=False)`: nothing runs), encodes tha
 the same encoder `save_schema` uses, and requires the file's document to equal it structurally:
 the block tree (paths, module types, method blocks, decorators), every function's signature and
 defaults, and every instruction — its kind, its call target (an allowlisted name, or a reference to
-the same object of the model's code), operands, flags and control-flow bodies, recursively. The
+the same object of the model's code), operands, flags and control-flow bodies (a control
+instruction's `prepare` list and its `condition`), recursively. The
 first difference is refused with `SourceMismatchError`, naming the block, the instruction's index
 path and its file:line.
 
@@ -50,7 +51,7 @@ class SourceMismatchError(UnsafeReferenceError, ModelMismatchError):
 
 
 _KIND = {JSONObject: dict, tuple: list}
-_BODY_KEYS = {"condition", "body", "else_body", "final_body"}
+_BODY_KEYS = {"prepare", "body", "else_body", "final_body"}
 _INSTR_IGNORED = {"resolved", "location"}
 _FUNCTION_IGNORED = {"file", "firstlineno", "source"}
 _BLOCK_KEYS = ("name", "path", "module_type", "method_name", "wrapped")
@@ -198,6 +199,8 @@ class _Comparison:
             a, b = mine.get(key), live.get(key)
             if key in _BODY_KEYS and is_array(a) and is_array(b):
                 self.body(a, b, f"{where}.{key}")
+            elif key == "condition" and mine.get("type") == "control" and is_object(a) and is_object(b):
+                self.instruction(a, b, f"{where}.condition")
             elif key == "handler_bodies" and is_array(a) and is_array(b) and len(a) == len(b):
                 for i, (x, y) in enumerate(zip(a, b)):
                     self.body(x, y, f"{where}.handler_bodies[{i}]")
@@ -225,7 +228,7 @@ class _Comparison:
 
 def _instruction_bodies(instr: Instruction) -> list[list[Instruction]]:
     if isinstance(instr, ControlInstruction):
-        return [instr.condition, instr.body, instr.else_body]
+        return [instr.prepare, instr.body, instr.else_body]  # its condition: _copy_resolved
     if isinstance(instr, TryInstruction):
         return [instr.body, *instr.handler_bodies, instr.else_body, instr.final_body]
     if isinstance(instr, WithInstruction):
@@ -241,6 +244,8 @@ def _copy_resolved(mine: list[Instruction], live: list[Instruction], seen: set) 
     seen.add(id(live))
     for a, b in zip(mine, live):
         b.resolved = a.resolved
+        if isinstance(a, ControlInstruction) and isinstance(b, ControlInstruction):
+            b.condition.resolved = a.condition.resolved
         for x, y in zip(_instruction_bodies(a), _instruction_bodies(b)):
             _copy_resolved(x, y, seen)
 

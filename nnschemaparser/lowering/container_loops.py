@@ -77,7 +77,7 @@ class ContainerLoop:
     iter_container: Optional[str]
     index_var: str
     entries: list[tuple[str, str, str]] = field(default_factory=list)  # (loop variable, path, index/key var)
-    condition: list[Instruction] = field(default_factory=list)  # appended to the iterable's instructions
+    keys: list[Instruction] = field(default_factory=list)  # appended to the iterable's instructions (prepare)
     prologue: list[Instruction] = field(default_factory=list)  # the body's first instructions
 
 
@@ -168,8 +168,8 @@ class ContainerLoopLowering:
             else:
                 keys = self.new_temp()
                 args = [source.container] + ([source.index] if source.index is not None or source.reverse else [])
-                loop.condition.append(self.placed(keys, intrinsics.entry_keys, args + [True] * source.reverse, it,
-                                                  display="entry_keys"))
+                loop.keys.append(self.placed(keys, intrinsics.entry_keys, args + [True] * source.reverse, it,
+                                             display="entry_keys"))
                 key = f"${name}_key"
                 loop.prologue.append(self.placed(key, operator.getitem, [VarRef(keys), VarRef(loop.index_var)], it,
                                                  style="subscript"))

@@ -30,13 +30,15 @@ from ..schema.model import (
     BlockRef,
     Const,
     ControlInstruction,
+    Instruction,
     OpInstruction,
     ReturnInstruction,
     SliceOf,
+    TEST_STYLE,
     VarRef,
 )
 
-__all__ = ["ExpressionLowering", "op_instruction", "qualified_name_of"]
+__all__ = ["ExpressionLowering", "op_instruction", "qualified_name_of", "named_test", "split_condition"]
 
 _PRIMITIVES = (int, float, complex, str, bytes, bool, type(None), type(Ellipsis))
 
@@ -67,6 +69,24 @@ def op_instruction(out_var: str, target: Any, args: list, kwargs: Optional[dict]
                          display_name=display or qualified, args=list(args), kwargs=dict(kwargs or {}),
                          star_args=tuple(star_args), args_var=args_var, kwargs_var=kwargs_var, style=style,
                          mutates=mutates)
+
+
+def named_test(cond_var: str) -> OpInstruction:
+    """The condition of a test whose value is already bound to `cond_var` when it is read (a plain
+    name, or a value the last instruction of `prepare` binds without being an op of its own):
+    `cond_var = assign(cond_var)` of style TEST_STYLE. It names the value for viewers and tooling;
+    the runtime never runs it (schema.model.condition_instructions leaves it out)."""
+    return op_instruction(cond_var, intrinsics.assign, [VarRef(cond_var)], style=TEST_STYLE, display="test")
+
+
+def split_condition(instrs: list[Instruction], cond_var: str) -> tuple[list[Instruction], OpInstruction]:
+    """(prepare, condition) of a test lowered into `instrs`, the value bound to `cond_var`: the last
+    instruction is the condition when it is an OpInstruction binding `cond_var`, else a named test
+    follows all of them. `prepare + [condition]` (without a named test) is `instrs`, in order."""
+    last = instrs[-1] if instrs else None
+    if isinstance(last, OpInstruction) and last.out_var == cond_var:
+        return instrs[:-1], last
+    return list(instrs), named_test(cond_var)
 
 
 _CONTAINERS = (nn.ModuleList, nn.Sequential, nn.ModuleDict)
@@ -302,7 +322,17 @@ class ExpressionLowering:
             self.current = []
             self.compare_chain(node, right, rest[1:], out)
             body, self.current = self.current, saved
-            self.emit(ControlInstruction(kind="if", condition=[], cond_var=out, body=body, else_body=[]), node)
+            self.control("if", [], out, node, body=body, else_body=[])
+
+    def control(self, kind: str, instrs: list[Instruction], cond_var: str, node: ast.AST,
+                test: Optional[ast.AST] = None, **fields: Any) -> ControlInstruction:
+        """Emit the ControlInstruction of `node`, its test lowered into `instrs` binding `cond_var`
+        (split_condition); a named test is located at the `test` expression (else at `node`)."""
+        prepare, condition = split_condition(instrs, cond_var)
+        if condition.location is None:
+            condition.location = self.location(test if test is not None else node)
+        return self.emit(ControlInstruction(kind=kind, prepare=prepare, condition=condition, cond_var=cond_var,
+                                            **fields), node)
 
     def expr_BoolOp(self, node: ast.BoolOp, dest: Optional[str]) -> Any:
         out = self.target_var(dest)
@@ -318,9 +348,9 @@ class ExpressionLowering:
         self.bool_chain(node, values[1:], is_and, out)
         rest, self.current = self.current, saved
         if is_and:
-            self.emit(ControlInstruction(kind="if", condition=[], cond_var=out, body=rest, else_body=[]), node)
+            self.control("if", [], out, node, body=rest, else_body=[])
         else:
-            self.emit(ControlInstruction(kind="if", condition=[], cond_var=out, body=[], else_body=rest), node)
+            self.control("if", [], out, node, body=[], else_body=rest)
 
     def expr_IfExp(self, node: ast.IfExp, dest: Optional[str]) -> Any:
         out = self.target_var(dest)
@@ -332,8 +362,7 @@ class ExpressionLowering:
         self.current = []
         self.expr_into(node.orelse, out)
         else_body, self.current = self.current, saved
-        self.emit(ControlInstruction(kind="if", condition=condition, cond_var=cond_var, body=body,
-                                     else_body=else_body), node)
+        self.control("if", condition, cond_var, node, node.test, body=body, else_body=else_body)
         return VarRef(out)
 
     def expr_NamedExpr(self, node: ast.NamedExpr, dest: Optional[str]) -> Any:
@@ -523,8 +552,8 @@ class ExpressionLowering:
         self.current = list(prologue)
         self._lower_ifs(node, generators, index, gen.ifs, result, kind)
         body, self.current = self.current, saved
-        self.emit(ControlInstruction(kind="for", condition=iter_instrs, cond_var=iter_var, body=body,
-                                     else_body=[], bind_var=bind_var), node)
+        self.control("for", iter_instrs, iter_var, node, gen.iter if index else None, body=body, else_body=[],
+                     bind_var=bind_var)
 
     def _lower_ifs(self, node: Any, generators: list, index: int, ifs: list, result: str, kind: str) -> None:
         if ifs:
@@ -533,8 +562,7 @@ class ExpressionLowering:
             self.current = []
             self._lower_ifs(node, generators, index, ifs[1:], result, kind)
             body, self.current = self.current, saved
-            self.emit(ControlInstruction(kind="if", condition=condition, cond_var=cond_var, body=body,
-                                         else_body=[]), node)
+            self.control("if", condition, cond_var, node, ifs[0], body=body, else_body=[])
             return
         if index + 1 < len(generators):
             self.lower_generators(node, generators, index + 1, result, kind)

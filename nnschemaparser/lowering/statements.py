@@ -27,7 +27,6 @@ from ..schema.model import (
     BreakInstruction,
     Const,
     ContinueInstruction,
-    ControlInstruction,
     DeleteInstruction,
     FunctionInstruction,
     FunctionSchema,
@@ -437,11 +436,13 @@ class FunctionLowering(ExpressionLowering, ContainerLoopLowering):
         condition, cond_var = self.condition(node.test)
         body = self.nested(node.body)
         else_body = self.nested(node.orelse)
-        self.emit(ControlInstruction(kind="if", condition=condition, cond_var=cond_var, body=body,
-                                     else_body=else_body), node)
+        self.control("if", condition, cond_var, node, node.test, body=body, else_body=else_body)
 
     def condition(self, test: ast.expr) -> tuple[list[Instruction], str]:
-        """Lower a test expression into its own instruction list; returns (instructions, variable)."""
+        """Lower a test expression into its own instruction list; returns (instructions, variable).
+
+        The list is split into a ControlInstruction's `prepare` and `condition` when it is emitted
+        (ExpressionLowering.control)."""
         saved = self.current
         self.current = []
         try:
@@ -471,7 +472,7 @@ class FunctionLowering(ExpressionLowering, ContainerLoopLowering):
         # index or key in their BlockRef (the container entry they dispatch to).
         loop = self.container_loop(node, iter_instrs, iter_var)
         if loop is not None:
-            iter_instrs = iter_instrs + loop.condition
+            iter_instrs = iter_instrs + loop.keys
             prologue = prologue + loop.prologue
             container, index_var = loop.iter_container, loop.index_var
             for name, path, key in loop.entries:
@@ -491,9 +492,8 @@ class FunctionLowering(ExpressionLowering, ContainerLoopLowering):
         if isinstance(node.target, ast.Name):
             self.note_module_var(bind_var, None)
         else_body = self.nested(node.orelse)
-        self.emit(ControlInstruction(kind="for", condition=iter_instrs, cond_var=iter_var, body=body,
-                                     else_body=else_body, bind_var=bind_var, iter_container=container,
-                                     index_var=index_var), node)
+        self.control("for", iter_instrs, iter_var, node, node.iter, body=body, else_body=else_body,
+                     bind_var=bind_var, iter_container=container, index_var=index_var)
 
     def module_container(self, node: ast.expr) -> Optional[str]:
         """The attribute path when `node` is `self.<container>` holding modules (for display)."""
@@ -512,8 +512,7 @@ class FunctionLowering(ExpressionLowering, ContainerLoopLowering):
         finally:
             self.loop_depth -= 1
         else_body = self.nested(node.orelse)
-        self.emit(ControlInstruction(kind="while", condition=condition, cond_var=cond_var, body=body,
-                                     else_body=else_body), node)
+        self.control("while", condition, cond_var, node, node.test, body=body, else_body=else_body)
 
     def visit_Break(self, node: ast.Break) -> None:
         self.emit(BreakInstruction(), node)
@@ -557,8 +556,7 @@ class FunctionLowering(ExpressionLowering, ContainerLoopLowering):
         else:
             self.emit(RaiseInstruction(exc=Const(AssertionError, "AssertionError")), node)
         failing, self.current = self.current, saved
-        self.emit(ControlInstruction(kind="if", condition=condition, cond_var=cond_var, body=[],
-                                     else_body=failing), node)
+        self.control("if", condition, cond_var, node, node.test, body=[], else_body=failing)
 
     def visit_Delete(self, node: ast.Delete) -> None:
         import operator

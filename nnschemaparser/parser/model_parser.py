@@ -24,7 +24,8 @@ from typing import Any, Iterator, Mapping, Optional
 import torch
 from torch import nn
 
-from ..runtime.argument_binding import root_call
+from ..runtime.binding import root_call
+from ..runtime.functions import failing_block
 from ..runtime.program import Observer, Program, entry_signature, rebindable
 from .equality import first_mismatch
 from .special_modules import ClassAndHooks, is_compiled, opaque_reason, snapshot, tensors_of_module, weight_repr
@@ -355,16 +356,10 @@ class _Resolver(Observer):
 
 
 def _failing_block(exc: BaseException, program: Program) -> Optional[ModelBlockSchema]:
-    """The innermost forward block running when `exc` was raised (from the engine's frames)."""
-    tb = exc.__traceback__
-    found = None
-    while tb is not None:
-        unit = tb.tb_frame.f_locals.get("_blk")
-        if unit is not None and getattr(unit, "block", None) is not None:
-            found = unit.block
-        tb = tb.tb_next
+    """The innermost forward block running when `exc` was raised (from the generated frames)."""
+    found = failing_block(exc)
     if found is not None and found.method_name is not None:
-        found = program.by_module.get(id(found.module), found)
+        found = program.block_of(found.module) or found
     return found
 
 

@@ -7,7 +7,7 @@ tensor, a lazy module's uninitialised one included. `snapshot` and `ClassAndHook
 `preserved_state` put back what a lazy module's first call changes in place: the tensors' data and
 class, the module's class, its hook dicts and private attributes.
 
-Depends on torch, the schema and `runtime.module_hooks`.
+Depends on torch, the schema and `runtime.hooks`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..runtime.module_hooks import forward_slot
+from ..runtime.hooks import forward_slot
 from ..schema.model import TensorRepr, TensorReprWithValue
 
 __all__ = ["opaque_reason", "is_compiled", "weight_repr", "tensors_of_module", "snapshot", "ClassAndHooks"]
@@ -29,7 +29,7 @@ def opaque_reason(module: nn.Module) -> Optional[str]:
     TorchScript modules (`torch.jit.script` / `torch.jit.trace`) and `torch.compile` wrappers carry
     compiled code, not Python source; their sub-modules belong to that code and get no blocks. So does
     a forward replaced on the instance that never calls the class's (accelerate's hooks do call it,
-    through `_old_forward`, and run interpreted: see `runtime.module_hooks`).
+    through `_old_forward`, and run interpreted: see `runtime.hooks`).
     """
     if isinstance(module, torch.jit.ScriptModule):
         how = "traced" if isinstance(module, torch.jit.TracedModule) else "scripted"

@@ -1,39 +1,193 @@
-"""Compiled function bodies: the unit of one body, interpreted closures, lazy generators, error notes.
+"""Interpreted functions and what happens when one fails.
 
-`Unit` is one `FunctionSchema` compiled for one block and one program mode: CPython's argument
-binding (fast path for plain positional calls), live reads of registered weights at each use, the run loop
-that turns signals into a return value, and the lazy walk of a generator expression (one element per
-`next`, free variables read late, as CPython does). `InterpretedFunction` is a closure, lambda or
-comprehension helper of the schema, callable like the Python original. `rebind_wrapper` rebuilds a
-forward's decorators around the schema. `annotate` adds one note per block to an exception passing
-through (the instruction's text and the forward's file:line); `unbound_in` turns a frame-dict miss
-into the UnboundLocalError/NameError CPython would raise.
+`InterpretedFunction` is a closure, lambda or comprehension helper of the schema, callable like the
+Python original (its frame is a dict the enclosing function's frame lends its free variables to).
+`rebind_wrapper` rebuilds a forward's decorators around the schema. `failure` runs in the
+`except` clause every generated function ends with: it adds one note naming the source text of
+the instruction that was running (read from the failing frame's position, which the code
+generator set to the instruction's position in the user's file) and, in a frame-dict function,
+turns a read of an unbound variable (a KeyError of the dict) into the UnboundLocalError or
+NameError CPython raises. `failing_block` finds the innermost interpreted block of a traceback.
 
-Depends on the schema, `notation`, `argument_binding`, `unbound_reads` and `observer`.
+Depends on the schema, `notation`-free text and `binding`.
 """
 
 from __future__ import annotations
 
-import inspect
+import linecache
 import sys
 import types
-from typing import Any, Callable, Optional, TYPE_CHECKING
+import weakref
+from typing import Any, Callable, Optional
 
-from ..schema.notation import instruction_text
-from .argument_binding import binder, block_qualname
-from .observer import ENGINE_FILES, RETURN, RETURN_SLOT, StepAbandoned
-from .unbound_reads import unbound_error
+from ..schema.model import Instruction, SliceOf, VarRef
+from .binding import INLINED_COMPREHENSIONS
+from .listeners import StepAbandoned
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .program import Program
-from ..schema.model import ControlInstruction, FunctionSchema, Instruction, ModelBlockSchema, OpInstruction, VarRef
+__all__ = ["InterpretedFunction", "rebind_wrapper", "rebindable", "FunctionMeta", "META_KEY", "failure",
+           "unbound_here", "failing_block", "names_read", "source_text", "weight_attribute", "call_live",
+           "delete_names", "refresh_free_vars", "write_back", "unbound_for_handlers", "register_lines"]
 
-__all__ = ['InterpretedFunction', 'Unit', 'rebind_wrapper', 'rebindable', 'annotate', 'unbound_in', 'walk_lazy', 'is_element', 'holds_element', 'run_list', 'LAZY_RUN', 'LAZY_YIELD', 'LAZY_FOR', 'LAZY_IF']
+# The key of a generated function's globals holding its `FunctionMeta` (no identifier: the
+# generated text cannot name it).
+META_KEY = "<nnschemaparser>"
+
+_READ_FIELDS = ("target", "args", "kwargs", "defaults", "kw_defaults", "exc", "cause")
+_READ_NAMES = ("args_var", "kwargs_var", "callee_var", "context_var", "cond_var")
 
 
-_MISSING = object()
+def names_read(instr: Instruction) -> list[str]:
+    """The variables `instr` itself reads (operands, `*args`/`**kwargs` names, returned names); the
+    instructions of nested bodies and conditions are not included."""
+    found: list[str] = []
+
+    def walk(op: Any) -> None:
+        if isinstance(op, VarRef):
+            found.append(op.name)
+        elif isinstance(op, (list, tuple)):
+            for item in op:
+                walk(item)
+        elif isinstance(op, dict):
+            for key, value in op.items():
+                walk(key)
+                walk(value)
+        elif isinstance(op, SliceOf):
+            walk(op.lower)
+            walk(op.upper)
+            walk(op.step)
+
+    for name in _READ_FIELDS:
+        walk(getattr(instr, name, None))
+    for name in _READ_NAMES:
+        value = getattr(instr, name, None)
+        if isinstance(value, str) and value:
+            found.append(value)
+    found.extend(getattr(instr, "out_vars", ()) or ())
+    return found
 
 
+class FunctionMeta:
+    """What a generated function's failure handling needs: its unit (label, block, free variables),
+    the instructions at each source position, and the generated text."""
+
+    __slots__ = ("unit", "instructions", "text", "_positions", "block_ref")
+
+    def __init__(self, unit: Any, instructions: dict, text: str):
+        self.unit = unit
+        self.instructions = instructions
+        self.text = text
+        self._positions: Optional[list] = None
+        block = getattr(unit, "block", None)
+        self.block_ref = weakref.ref(block) if block is not None else None
+
+    def at(self, code: types.CodeType, lasti: int) -> list:
+        positions = self._positions
+        if positions is None:
+            positions = self._positions = list(code.co_positions())
+        index = lasti // 2
+        if not 0 <= index < len(positions):
+            return []
+        return self.instructions.get(tuple(positions[index]), [])
+
+
+def source_text(instr: Instruction) -> str:
+    """The source the user wrote for `instr`: the expression's text on its line, else the line."""
+    loc = instr.location
+    if loc is None:
+        return ""
+    code = str(loc.code or "")
+    if loc.end_lineno == loc.lineno and 0 <= loc.col < loc.end_col and loc.filename:
+        line = linecache.getline(loc.filename, loc.lineno)
+        if line.strip() == code.strip() and loc.end_col <= len(line.rstrip("\n")):
+            segment = line[loc.col:loc.end_col].strip()
+            if segment:
+                return segment
+    return code.strip()
+
+
+def _own_entry(exc: BaseException, frame: Any) -> Any:
+    tb = exc.__traceback__
+    found = None
+    while tb is not None:
+        if tb.tb_frame is frame:
+            found = tb
+        tb = tb.tb_next
+    return found
+
+
+def failure(exc: BaseException, f: Optional[dict]) -> Optional[BaseException]:
+    """Called by a generated function whose body raised `exc`: note the running instruction; in a
+    frame-dict function (`f`), return the error CPython would raise for an unbound read (None when
+    `exc` should go on as it is)."""
+    if isinstance(exc, (StepAbandoned, GeneratorExit)):
+        return None
+    frame = sys._getframe(1)
+    meta = frame.f_globals.get(META_KEY)
+    entry = _own_entry(exc, frame)
+    if meta is None or entry is None:
+        return None
+    instrs = meta.at(frame.f_code, entry.tb_lasti)
+    converted = None
+    if f is not None and isinstance(exc, KeyError):
+        converted = _unbound(exc, entry, instrs, f, meta.unit)
+    _note(converted or exc, instrs, meta.unit.label)
+    return converted
+
+
+def unbound_here(exc: KeyError, frame: Any, f: dict) -> Optional[BaseException]:
+    """For a `try` of a frame-dict function: the NameError an unbound read is for its handlers."""
+    meta = frame.f_globals.get(META_KEY)
+    entry = _own_entry(exc, frame)
+    if meta is None or entry is None:
+        return None
+    return _unbound(exc, entry, meta.at(frame.f_code, entry.tb_lasti), f, meta.unit)
+
+
+def _unbound(exc: KeyError, entry: Any, instrs: list, f: dict, unit: Any) -> Optional[BaseException]:
+    if entry.tb_next is not None or len(exc.args) != 1 or not isinstance(exc.args[0], str):
+        return None  # raised below this frame: the model's own KeyError
+    name = exc.args[0]
+    if name in f or not any(name in names_read(instr) for instr in instrs):
+        return None
+    inlined = sys.version_info >= (3, 12) and unit.schema.name in INLINED_COMPREHENSIONS
+    if name in unit.free_vars and not inlined:
+        if sys.version_info >= (3, 11):
+            error: BaseException = NameError(f"cannot access free variable '{name}' where it is not associated "
+                                             "with a value in enclosing scope")
+        else:
+            error = NameError(f"free variable '{name}' referenced before assignment in enclosing scope")
+    elif sys.version_info >= (3, 11):
+        error = UnboundLocalError(f"cannot access local variable '{name}' where it is not associated with a value")
+    else:
+        error = UnboundLocalError(f"local variable '{name}' referenced before assignment")
+    return error.with_traceback(exc.__traceback__)
+
+
+def _note(exc: BaseException, instrs: list, label: str) -> None:
+    if not instrs:
+        return
+    instr = instrs[-1]
+    text = source_text(instr)
+    where = f" at {instr.location}" if instr.location is not None else ""
+    note = f"while executing `{text}` in {label}{where}" if text else f"while executing {label}{where}"
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    else:  # Python 3.10
+        exc.__notes__ = [*getattr(exc, "__notes__", []), note]
+
+
+def failing_block(exc: BaseException) -> Any:
+    """The innermost interpreted block (forward or method) running when `exc` was raised."""
+    tb = exc.__traceback__
+    found = None
+    while tb is not None:
+        meta = tb.tb_frame.f_globals.get(META_KEY)
+        if isinstance(meta, FunctionMeta) and meta.block_ref is not None and getattr(meta.unit, "is_block", False):
+            block = meta.block_ref()
+            if block is not None:
+                found = block
+        tb = tb.tb_next
+    return found
 
 
 class InterpretedFunction:
@@ -41,7 +195,7 @@ class InterpretedFunction:
 
     __slots__ = ("program", "schema", "unit", "outer", "defaults", "__name__", "__qualname__")
 
-    def __init__(self, program: "Program", schema: FunctionSchema, unit: "Unit", outer: dict, defaults: dict):
+    def __init__(self, program: Any, schema: Any, unit: Any, outer: dict, defaults: dict):
         self.program = program
         self.schema = schema
         self.unit = unit
@@ -61,7 +215,10 @@ class InterpretedFunction:
         if observer is not None:
             observer.enter_function(self, frame)
         try:
-            return unit.run(frame) if unit.lazy is None else unit.generate(frame, outer)
+            if unit.lazy:  # a generator expression: its first iterable is iterated now, the rest on demand
+                frame[".0"] = iter(frame[".0"])
+                return unit.function(frame, outer)
+            return unit.function(frame)
         finally:
             for name in unit.nonlocal_vars:
                 if name in frame:
@@ -113,233 +270,61 @@ def rebindable(fn: Callable) -> bool:
     return rebind_wrapper(fn, lambda *a, **k: None) is not None
 
 
+# -- what generated code calls besides the real callables -----------------------------------
+
+def weight_attribute(module: Any, attr: str) -> Any:
+    """What Module.__getattr__ returns for `attr` when it is not a parameter: a buffer, else getattr."""
+    buffers = module._buffers
+    if attr in buffers:
+        return buffers[attr]
+    return getattr(module, attr)
 
 
-class Unit:
-    """One FunctionSchema compiled for one block (module) and one program mode."""
+def call_live(target: Any, args: tuple, kwargs: dict) -> Any:
+    return target(*args, **kwargs)
 
-    def __init__(self, program: "Program", block: ModelBlockSchema, schema: FunctionSchema, *, is_block: bool,
-                 qualname: Optional[str] = None):
-        self.program = program
-        self.block = block
-        self.schema = schema
-        self.is_block = is_block
-        self.module = block.module
-        self.free_vars = schema.free_vars
-        self.nonlocal_vars = schema.nonlocal_vars
-        self.params = tuple(schema.params)
-        self.simple = schema.vararg is None and schema.kwarg is None and not schema.kwonly
-        self.self_name = schema.self_name if is_block else None
-        # What `self_name` is bound to: the module, or its class for a `@classmethod` forward.
-        self.self_value = self.module
-        if is_block and self.self_name is not None and self.module is not None:
-            raw = inspect.getattr_static(type(self.module), block.method_name or "forward", None)
-            if isinstance(raw, classmethod):
-                self.self_value = type(self.module)
-        self.weights = tuple(schema.weight_refs.items())
-        module = self.module
-        # Registered parameters/buffers are read from their dict directly (what Module.__getattr__
-        # would return); anything else falls back to getattr at each call.
-        self.direct_weights = all(
-            attr in getattr(module, "_parameters", {}) or attr in getattr(module, "_buffers", {})
-            for _, attr in self.weights) and not any(hasattr(type(module), attr) for _, attr in self.weights)
-        self.label = f"{block.name}.{schema.name}" if is_block else schema.name
-        self.qualname = qualname or (block_qualname(block, self.label) if is_block else schema.name)
-        self._binder = binder(self.qualname, schema, self.params, self.self_name is not None)
-        self.body = program.compile_list(schema.body, self)
-        # A generator expression's helper runs lazily, one element per `next`, as CPython's does.
-        self.lazy = program.compile_lazy(schema.body, self) if not is_block and schema.name == "<gencomp>" else None
 
-    # binding follows CPython's rules and messages
-    def bind(self, args: tuple, kwargs: dict, defaults: Optional[dict] = None) -> dict:
-        params = self.params
-        if self.simple and not kwargs and len(args) == len(params):
-            frame = dict(zip(params, args))
+def delete_names(f: dict, names: tuple) -> None:
+    for name in names:
+        if name not in f:
+            raise UnboundLocalError(f"cannot access local variable '{name}' where it is not associated with a value")
+        del f[name]
+
+
+def refresh_free_vars(f: dict, outer: dict, names: tuple) -> None:
+    """A generator expression reads its free variables when an element is computed (late binding)."""
+    for name in names:
+        if name in outer:
+            f[name] = outer[name]
         else:
-            frame = self._bind_general(args, kwargs, self.schema.defaults if defaults is None else defaults)
-        if self.self_name is not None:
-            frame[self.self_name] = self.self_value
-        return frame
-
-    def weight_reader(self, refs: Any) -> Optional[Callable[[dict], None]]:
-        """A `read(frame)` binding the weight refs among `refs` to the module's live values.
-
-        Weights are read at each use, never cached at block entry: forward may reassign
-        `self.b = ...` or call `register_buffer` (on a branch the example input never took), and
-        every later read must see that, as `Module.__getattr__` would. Registered parameters and
-        buffers are read from their dicts directly; anything else through getattr.
-        """
-        mapping = dict(self.weights)
-        wanted = tuple((ref, mapping[ref]) for ref in dict.fromkeys(refs) if ref in mapping)
-        if not wanted:
-            return None
-        module = self.module
-        if not self.direct_weights:
-            def read_attrs(f: dict) -> None:
-                for ref, attr in wanted:
-                    f[ref] = getattr(module, attr)
-
-            return read_attrs
-        params = module._parameters
-        buffers = module._buffers
-        if len(wanted) == 1:
-            ((ref, attr),) = wanted
-
-            def read_one(f: dict) -> None:
-                value = params.get(attr, _MISSING)
-                if value is _MISSING:
-                    value = buffers[attr] if attr in buffers else getattr(module, attr)
-                f[ref] = value
-
-            return read_one
-
-        def read_many(f: dict) -> None:
-            for ref, attr in wanted:
-                value = params.get(attr, _MISSING)
-                if value is _MISSING:
-                    value = buffers[attr] if attr in buffers else getattr(module, attr)
-                f[ref] = value
-
-        return read_many
-
-    def _bind_general(self, args: tuple, kwargs: dict, defaults: dict) -> dict:
-        return self._binder(args, kwargs, defaults)
-
-    def generate(self, frame: dict, outer: dict) -> Any:
-        """Start a generator expression: its first iterable is iterated now, the rest on demand."""
-        frame[".0"] = iter(frame[".0"])
-        return self._generator(frame, outer)
-
-    def _generator(self, frame: dict, outer: dict) -> Any:
-        _blk = self
-        walker = walk_lazy(self.lazy, frame)
-        while True:
-            # Free variables are read when an element is computed (late binding), walrus targets
-            # written back at once: the cells CPython would share with the enclosing function.
-            for name in self.free_vars:
-                if name in outer:
-                    frame[name] = outer[name]
-                else:
-                    frame.pop(name, None)
-            try:
-                value = next(walker)
-            except StopIteration:
-                return
-            except KeyError as exc:
-                unbound = unbound_in(exc, self)
-                annotate(unbound or exc, self, sys._getframe(0))
-                if unbound is None:
-                    raise
-                raise unbound from None
-            except BaseException as exc:
-                if not isinstance(exc, StepAbandoned):
-                    annotate(exc, self, sys._getframe(0))
-                raise
-            finally:
-                for name in self.nonlocal_vars:
-                    if name in frame:
-                        outer[name] = frame[name]
-            yield value
-
-    def run(self, frame: dict) -> Any:
-        """Run the body in `frame`; returns the returned value."""
-        _blk = self
-        try:
-            for fn in self.body:
-                signal = fn(frame)
-                if signal is not None:
-                    if signal is RETURN:
-                        return frame.pop(RETURN_SLOT)
-                    raise SyntaxError(f"'{signal}' outside loop in {self.label}")
-            return None
-        except KeyError as exc:
-            unbound = unbound_in(exc, self)
-            annotate(unbound or exc, self, sys._getframe(0))
-            if unbound is None:
-                raise
-            raise unbound from None
-        except BaseException as exc:
-            if not isinstance(exc, StepAbandoned):
-                annotate(exc, self, sys._getframe(0))
-            raise
+            f.pop(name, None)
 
 
-def annotate(exc: BaseException, unit: Unit, here: Any) -> None:
-    """Add one note naming the instruction of `unit` that was running when `exc` passed through."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame is not here:
-        tb = tb.tb_next
-    instr = None
-    if tb is not None:
-        tb = tb.tb_next
-    while tb is not None:
-        local = tb.tb_frame.f_locals
-        if "_blk" in local:
-            break
-        candidate = local.get("_i")
-        if candidate is None and "_at" in local:  # a generated body: the instruction of the failing line
-            candidate = local["_at"].get(tb.tb_lineno, (None,))[0]
-        if isinstance(candidate, Instruction):
-            instr = candidate
-        tb = tb.tb_next
-    if instr is None:
+def write_back(f: dict, outer: dict, names: tuple) -> None:
+    for name in names:
+        if name in f:
+            outer[name] = f[name]
+
+
+def unbound_for_handlers(exc: KeyError, f: dict) -> Optional[BaseException]:
+    return unbound_here(exc, sys._getframe(1), f)
+
+
+def register_lines(filename: str, lines: list) -> None:
+    """Make the lines of a file we cannot read (a schema loaded without its source) known to
+    linecache from the instructions' locations, so tracebacks still show the line written."""
+    if linecache.getlines(filename):
         return
-    where = f" at {instr.location}" if instr.location is not None else ""
-    note = f"while executing `{instruction_text(instr)}` in {unit.label}{where}"
-    if hasattr(exc, "add_note"):
-        exc.add_note(note)
-    else:  # Python 3.10
-        exc.__notes__ = [*getattr(exc, "__notes__", []), note]
+    text: dict[int, str] = {}
+    for _, instr in lines:
+        loc = getattr(instr, "location", None)
+        if loc is not None and isinstance(loc.lineno, int) and 0 < loc.lineno < 10_000_000 and loc.code:
+            text.setdefault(loc.lineno, str(loc.code))
+    if not text:
+        return
+    last = max(text)
+    if last > 1_000_000:
+        return
+    content = [text.get(i, "") + "\n" for i in range(1, last + 1)]
+    linecache.cache[filename] = (sum(map(len, content)), None, content, filename)
 
-
-def unbound_in(exc: KeyError, unit: Unit) -> Optional[BaseException]:
-    return unbound_error(exc, ENGINE_FILES, unit.free_vars, unit.schema.name)
-
-
-LAZY_RUN, LAZY_YIELD, LAZY_FOR, LAZY_IF = range(4)
-
-
-def walk_lazy(steps: list, f: dict) -> Any:
-    """Run the steps of a generator expression's helper, yielding each element instead of appending it."""
-    for step in steps:
-        kind = step[0]
-        if kind == LAZY_RUN:
-            if step[1](f) is not None:  # the helper's return: the elements are done
-                return
-        elif kind == LAZY_YIELD:
-            args, _ = step[1](f)
-            yield args[1]
-        elif kind == LAZY_FOR:
-            _, condition, cond_var, bind_var, body = step
-            for fn in condition:
-                fn(f)
-            for item in f[cond_var]:
-                f[bind_var] = item
-                yield from walk_lazy(body, f)
-        else:
-            _, condition, cond_var, body, else_body = step
-            for fn in condition:
-                fn(f)
-            yield from walk_lazy(body if f[cond_var] else else_body, f)
-
-
-def is_element(instr: Instruction) -> bool:
-    """The `$result.append(element)` the lowering emits at the heart of a comprehension helper."""
-    return (isinstance(instr, OpInstruction) and instr.target is list.append and bool(instr.args)
-            and instr.args[0] == VarRef("$result"))
-
-
-def holds_element(instr: Instruction) -> bool:
-    if is_element(instr):
-        return True
-    if isinstance(instr, ControlInstruction):
-        return any(holds_element(i) for i in instr.body) or any(holds_element(i) for i in instr.else_body)
-    return False
-
-
-def run_list(fns: list, f: dict) -> Any:
-    for fn in fns:
-        signal = fn(f)
-        if signal is not None:
-            return signal
-    return None

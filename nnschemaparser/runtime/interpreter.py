@@ -24,24 +24,19 @@ from typing import Any, Callable, Generator, Optional, Sequence
 import greenlet
 import torch
 
-from .argument_binding import live_signature
-from .observer import StepAbandoned
-from .program import Program
+from .binding import live_signature
+from .instructions import operand_reader
+from .program import Program, programs_for
 from ..schema.errors import EditError, SchemaRunError
-from .listeners import CallEvent, EditEvent, EventObserver, InstructionEvent, TraceListener, instruction_kind
-from .operands import getter, operand_spec
+from .listeners import CallEvent, EditEvent, EventObserver, InstructionEvent, StepAbandoned, TraceListener, instruction_kind
 from ..schema.model import Instruction, ModelBlockSchema, SourceLocation
 from ..schema.notation import operand_text
 
 __all__ = ["SchemaInterpreter", "StepInfo", "CallPause", "outputs_list"]
 
 def _programs(block: ModelBlockSchema) -> dict:
-    """The compiled programs cached on the schema itself: they live and die with it (a cache keyed
-    weakly by the block would never free it, since each Program refers to its block)."""
-    cache = block.__dict__.get("_compiled_programs")
-    if cache is None:
-        cache = block.__dict__["_compiled_programs"] = {"plain": None, "idle": [], "idle_tensors": []}
-    return cache
+    """The compiled programs of the schema `block` (they live and die with it: `programs_for`)."""
+    return programs_for(block)
 
 
 def _plain_program(block: ModelBlockSchema) -> Program:
@@ -67,7 +62,7 @@ def _check_block(block: Any) -> None:
         raise SchemaRunError(f"block must be a ModelBlockSchema (from NNParser.parse_model), got {type(block).__name__}")
     # A sub-module replaced after parsing (`model.fc2 = nn.Linear(...)`, a LoRA or quantisation
     # wrapper) needs no check here: every static child call reads the live child and runs the one
-    # the model holds now (compile_calls.CallCompiler.compile_BlockInstruction), as eager does.
+    # the model holds now (program.Program.static_call), as eager does.
 
 
 @dataclass
@@ -161,7 +156,7 @@ class CallPause:
         stars = set(getattr(instr, "star_args", ()) or ())
 
         def read(op: Any) -> Any:
-            return getter(*operand_spec(op))(frame)
+            return operand_reader(op)(frame)
 
         for index, op in enumerate(getattr(instr, "args", ())):
             try:

@@ -16,8 +16,6 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from .functions import InterpretedFunction
-from .observer import RETURN_SLOT, Observer
 from ..schema.notation import value_repr
 from ..schema.model import (
     BlockInstruction,
@@ -31,8 +29,57 @@ from ..schema.model import (
     TensorReprWithValue,
 )
 
-__all__ = ["TraceListener", "BlockEvent", "InstructionEvent", "CallEvent", "EditEvent", "EventObserver", "instruction_kind",
+__all__ = ["Observer", "StepAbandoned", "BREAK", "CONTINUE", "RETURN", "RETURN_SLOT", "TraceListener", "BlockEvent", "InstructionEvent", "CallEvent", "EditEvent", "EventObserver", "instruction_kind",
            "snapshot"]
+
+
+# Signals of a part compiled apart (a statement nested past Python's limits): it returns None (go
+# on), BREAK, CONTINUE or RETURN (the returned value waits in the frame under RETURN_SLOT). An
+# observed function's return value waits there too while `after` sees it.
+BREAK = "<break>"
+CONTINUE = "<continue>"
+RETURN = "<return>"
+RETURN_SLOT = "$return"
+
+
+class StepAbandoned(BaseException):
+    """Thrown into a paused stepped run to unwind it; never caught by `except` clauses of the model."""
+
+
+class Observer:
+    """What an observed program reports. Every hook is a no-op here; `EventObserver` (below), the
+    parser's resolver and tests subclass it."""
+
+    def enter_block(self, block: ModelBlockSchema, frame: dict) -> None:
+        """A block (forward or method) starts, with its bound frame."""
+
+    def exit_block(self, block: ModelBlockSchema, frame: dict, result: Any) -> None:
+        """A block returned `result`."""
+
+    def fail_block(self, block: ModelBlockSchema, frame: dict, exc: BaseException) -> None:
+        """A block raised `exc` (it may still be caught by the caller's try)."""
+
+    def before(self, instr: Instruction, frame: dict) -> None:
+        """A mutating instruction is about to run (its operands may change in place)."""
+
+    def after(self, instr: Instruction, frame: dict) -> None:
+        """A leaf instruction ran; its value (if any) is `frame[instr.out_var]`."""
+
+    def before_call(self, instr: Instruction, frame: dict, callee: Any, callee_path: str) -> None:
+        """A sub-block call (`instr`) is about to run `callee` (its block, or None when it is not in
+        the schema). Only programs compiled with `Program(..., calls=True)` report it."""
+
+    def begin_condition(self) -> None:
+        """The test of an `if` (or a `while` re-evaluation) starts: its instructions are not steps."""
+
+    def end_condition(self) -> None:
+        """That test ended (normally or not)."""
+
+    def enter_function(self, fn: Any, frame: dict) -> None:
+        """A closure, lambda or comprehension helper (an `InterpretedFunction`) starts."""
+
+    def exit_function(self, fn: Any, frame: dict) -> None:
+        """A closure returned or raised."""
 
 
 # Event records are slotted, not frozen: a frozen dataclass costs several times more to build, and
@@ -268,13 +315,13 @@ class EventObserver(Observer):
     def end_condition(self) -> None:
         self.conditions -= 1
 
-    def enter_function(self, fn: InterpretedFunction, frame: dict) -> None:
+    def enter_function(self, fn: Any, frame: dict) -> None:
         self.frames.append(frame)
         self.paths.append(self.paths[-1] if self.paths else "")
         self.blocks.append(self.blocks[-1] if self.blocks else fn.unit.block)
         self._moved()
 
-    def exit_function(self, fn: InterpretedFunction, frame: dict) -> None:
+    def exit_function(self, fn: Any, frame: dict) -> None:
         self._pop()
 
     def before(self, instr: Instruction, frame: dict) -> None:

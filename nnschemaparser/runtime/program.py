@@ -1,52 +1,43 @@
-"""The execution core: `Program` compiles a schema tree once into closures over a frame dict, then runs it.
+"""`Program`: a schema tree compiled for one mode, and the calls between its functions.
 
-One set of execution rules serves every driver. `Program(root)` compiles the plain form: each
-instruction becomes a piece of Python source that reads operands from the frame, calls the real
-torch callable and binds the result, and each list of instructions runs as one generated function
-(`bodies.fuse_body`); nothing else runs. `Program(root, observer)` compiles the same pieces with
-calls to an `Observer` in between (block enter/exit, after each leaf instruction, before a mutating
-one): listeners, captures and stepping are all observers, and a plain run pays for none of them.
-`Program(root, observer, calls=True)` also reports each sub-block call before it runs
-(`Observer.before_call`: a child's forward, a method schema, a module value with a block); only
-stepped runs that pause before calls compile it, so runs and captures pay nothing for it.
-With `tensor_results=True` the observer is called after an instruction only where it bound a
-tensor (or returned): what an observer whose listeners want nothing else would do anyway.
+A `Program` caches what it compiles (one `CompiledFunction` per block and per closure, each one
+generated Python function from `codegen`) and the invokers that run a block as
+`module(*args, **kwargs)` would: the module's forward hooks around the schema (`hooks`),
+decorators re-applied around it (`functions.rebind_wrapper`), a class's own `__call__` honoured
+(the schema as the forward it calls), modules held in variables dispatched by identity to their
+block. `Program(root)` is the plain form, where nothing but the generated code runs;
+`Program(root, observer)` writes the observer's calls into the generated code (listeners,
+captures and stepping); `calls=True` also reports each sub-block call before it runs;
+`tensor_results=True` calls `after` only where an instruction bound a tensor (or returned).
 
-This module holds what ties the parts together: the cached invokers that run a block as
-`module(*args, **kwargs)` would (hooks from `module_hooks`, decorators re-bound by `functions`),
-dispatch of module values by identity, a class's own `__call__` honoured (the schema
-as the forward it calls), the root's input checks, and `compile`, which picks the
-`compile_<Instruction>` of the mixins `compile_calls.CallCompiler` and
-`compile_control.ControlCompiler` and wraps it for the observer. User exceptions propagate
-unchanged, with one note per block naming the instruction and the forward's file:line.
+The program holds the schema's blocks only weakly, so a cache of programs keyed by the root
+(`programs_for`) lets a dropped schema and everything compiled for it be freed.
 
-Depends on the schema, `errors` and the other runtime modules of the execution core; knows nothing
-about listeners' formats or views.
+Depends on the schema, `codegen`, `functions`, `binding`, `hooks` and `listeners`.
 """
 
 from __future__ import annotations
 
+import inspect
+import weakref
 from typing import Any, Callable, Optional
 
 from torch import nn
 
 from ..schema.errors import SchemaRunError
-from .compile_calls import CallCompiler
-from .compile_control import ControlCompiler
-from .argument_binding import live_signature, root_call
-from .functions import InterpretedFunction, Unit, rebind_wrapper, rebindable
-from .module_hooks import GLOBAL_HOOK_DICTS, call_with_hooks, global_hooks_active
-from .observer import BREAK, CONTINUE, RETURN, RETURN_SLOT, Observer, StepAbandoned
-from .bodies import BodyEntry, IfPiece, fuse_body
-from .operands import Piece, fusable_method_call, names_read, piece_closure
+from ..schema.model import (BlockInstruction, FunctionInstruction, FunctionSchema, Instruction, ModelBlockSchema,
+                            OpInstruction, VarRef)
+from .binding import binder, block_qualname, live_signature, nested_qualname, root_call
+from .codegen import CodeGenerator
+from .instructions import operand_reader, uses_frame
+from .functions import InterpretedFunction, rebind_wrapper, rebindable
+from .hooks import GLOBAL_HOOK_DICTS, call_with_hooks, global_hooks_active
+from .listeners import Observer
+
+__all__ = ["Program", "CompiledFunction", "programs_for", "callee_label", "entry_signature", "Observer",
+           "InterpretedFunction", "rebindable", "source_code"]
 
 _Module = nn.Module
-_MAX_NESTING = 24  # `if`s nested deeper run as closures (Python's parser limits indentation)
-from ..schema.model import (BlockInstruction, BreakInstruction, ContinueInstruction, ControlInstruction, FunctionSchema,
-                            Instruction, ModelBlockSchema, OpInstruction, ReturnInstruction, TryInstruction, VarRef,
-                            WithInstruction)
-
-__all__ = ['Program', 'callee_label', 'entry_signature', 'Observer', 'InterpretedFunction', 'BREAK', 'CONTINUE', 'RETURN', 'RETURN_SLOT', 'StepAbandoned', 'rebindable']
 
 
 def entry_signature(module: Any, forward_signature: Optional[FunctionSchema]) -> Optional[FunctionSchema]:
@@ -71,35 +62,136 @@ def callee_label(block: ModelBlockSchema) -> str:
     return f"{path}.{block.method_name}" if block.method_name else path
 
 
-class Program(CallCompiler, ControlCompiler):
+def eager_callee(module: Any, method: Optional[str]) -> Any:
+    """What eager calls for a sub-block call (the module, its method, or `super()`'s `Class.method`),
+    read only to word a keyword error as CPython would."""
+    if method is None or module is None:
+        return module
+    if "." in method:
+        owner, name = method.rsplit(".", 1)
+        for cls in type(module).__mro__:
+            if cls.__name__ == owner and name in vars(cls):
+                return getattr(cls, name).__get__(module)
+        return module
+    return getattr(module, method)
+
+
+class CompiledFunction:
+    """One FunctionSchema compiled for one block (module) and one program mode: the generated
+    function, how a call binds to it, and what its failure notes say."""
+
+    def __init__(self, program: "Program", block: ModelBlockSchema, schema: FunctionSchema, *, is_block: bool,
+                 qualname: Optional[str] = None):
+        self.program = program
+        self._block = weakref.ref(block)
+        self.schema = schema
+        self.is_block = is_block
+        self.module = block.module
+        self.free_vars = schema.free_vars
+        self.nonlocal_vars = schema.nonlocal_vars
+        self.params = tuple(schema.params)
+        self.simple = schema.vararg is None and schema.kwarg is None and not schema.kwonly
+        self.self_name = schema.self_name if is_block else None
+        # What `self_name` is bound to: the module, or its class for a `@classmethod` forward.
+        self.self_value = self.module
+        if is_block and self.self_name is not None and self.module is not None:
+            raw = inspect.getattr_static(type(self.module), block.method_name or "forward", None)
+            if isinstance(raw, classmethod):
+                self.self_value = type(self.module)
+        self.weights = tuple(schema.weight_refs.items())
+        module = self.module
+        # Registered parameters/buffers are read from their dicts (what Module.__getattr__ would
+        # return); anything else through getattr at each use.
+        self.direct_weights = module is not None and all(
+            attr in getattr(module, "_parameters", {}) or attr in getattr(module, "_buffers", {})
+            for _, attr in self.weights) and not any(hasattr(type(module), attr) for _, attr in self.weights)
+        self.label = f"{block.name}.{schema.name}" if is_block else schema.name
+        self.qualname = qualname or (block_qualname(block, self.label) if is_block else schema.name)
+        self.binder = binder(self.qualname, schema, self.params, self.self_name is not None)
+        # A generator expression's helper runs lazily, one element per `next`, as CPython's does.
+        self.lazy = not is_block and schema.name == "<gencomp>"
+        # Plain runs keep variables as fast locals unless the function needs a frame dict.
+        self.why_frame = "the run is observed" if program.observer is not None or not is_block else \
+            uses_frame(schema, self.weights)
+        self.frame = self.why_frame is not None
+        generated = CodeGenerator(program, self, frame=self.frame, generator=self.lazy).generate()
+        self.function = generated.function
+        self.source = generated.source
+
+    @property
+    def block(self) -> ModelBlockSchema:
+        block = self._block()
+        if block is None:
+            raise SchemaRunError("the schema this program was compiled for no longer exists")
+        return block
+
+    def bind(self, args: tuple, kwargs: dict, defaults: Optional[dict] = None) -> dict:
+        """The frame of a call: CPython's binding, with its messages."""
+        if self.simple and not kwargs and len(args) == len(self.params):
+            frame = dict(zip(self.params, args))
+        else:
+            frame = self.binder(args, kwargs, self.schema.defaults if defaults is None else defaults)
+        if self.self_name is not None:
+            frame[self.self_name] = self.self_value
+        return frame
+
+
+class _StaticCall:
+    """What the code generator needs for a call of a child named by path (`self.fc1(x)`)."""
+
+    __slots__ = ("invoke", "callee", "expected", "test", "simple_test", "first", "live")
+
+    def __init__(self) -> None:
+        self.invoke = self.callee = self.expected = self.test = self.live = None
+        self.simple_test = False
+        self.first = ""
+
+
+class Program:
     """A schema tree compiled for one mode: plain (`observer=None`) or observed."""
 
     def __init__(self, root: ModelBlockSchema, observer: Optional[Observer] = None, calls: bool = False,
                  tensor_results: bool = False):
-        self.root = root
+        self._root = weakref.ref(root)
         self.observer = observer
         self.observe_calls = observer is not None and calls
-        # Observed for tensor results only: `after` is called where an instruction bound a tensor
-        # (or returned), the only calls of an observer whose listeners want nothing else.
         self.tensor_results = observer is not None and tensor_results
-        self.units: dict[int, Unit] = {}
+        self.units: dict[int, CompiledFunction] = {}
         self.invokers: dict[int, Callable] = {}
         self.module_invokers: dict[int, Callable] = {}
-        self.by_module: dict[int, ModelBlockSchema] = {}
+        self._by_module: dict[int, Any] = {}
         for block in root.iter_blocks():
             if block.module is not None and block.method_name is None:
-                self.by_module.setdefault(id(block.module), block)
+                self._by_module.setdefault(id(block.module), weakref.ref(block))
 
-    # -- running blocks ---------------------------------------------------------------------
+    @property
+    def root(self) -> ModelBlockSchema:
+        root = self._root()
+        if root is None:
+            raise SchemaRunError("the schema this program was compiled for no longer exists")
+        return root
 
-    def unit(self, block: ModelBlockSchema) -> Unit:
+    def block_of(self, module: Any) -> Optional[ModelBlockSchema]:
+        """The forward block of `module` in this schema (None when it has none)."""
+        ref = self._by_module.get(id(module))
+        return ref() if ref is not None else None
+
+    # -- compiled functions -------------------------------------------------------------------
+
+    def unit(self, block: ModelBlockSchema) -> CompiledFunction:
         unit = self.units.get(id(block))
         if unit is None:
             if block.signature is None:
                 raise SchemaRunError(f"block {block.path or block.name!r} has no lowered forward to run")
-            unit = Unit(self, block, block.signature, is_block=True)
+            unit = CompiledFunction(self, block, block.signature, is_block=True)
             self.units[id(block)] = unit
         return unit
+
+    def part(self, unit: CompiledFunction, instrs: list) -> Callable[[dict], Any]:
+        """A statement nested past Python's limits, as a function over `unit`'s frame."""
+        return CodeGenerator(self, unit, frame=True, part_of=instrs).generate().function
+
+    # -- invokers: a block run as `module(*args, **kwargs)` would ----------------------------------
 
     def invoker(self, block: ModelBlockSchema) -> Callable[[Any, dict], Any]:
         """A cached `invoke(args, kwargs)` running `block` as `module(*args, **kwargs)` would.
@@ -112,40 +204,58 @@ class Program(CallCompiler, ControlCompiler):
         if invoke is not None:
             return invoke
         if block.skip_reason is not None or block.module is None:
-            def invoke(args: Any, kwargs: dict, _block=block) -> Any:
-                return self.call_block(_block, tuple(args), kwargs)
+            block_ref = weakref.ref(block)
+
+            def invoke(args: Any, kwargs: dict) -> Any:
+                return self.call_block(block_ref(), tuple(args), kwargs)
         elif block.method_name is not None:
             invoke = self._direct(block)
         elif type(block.module).__call__ is not _Module.__call__:
             invoke = self._through_call_override(block.module, self._direct(block))
-        elif block.wrapper is not None or len(GLOBAL_HOOK_DICTS) != 4:
+        else:
             direct = self._direct(block)
             module = block.module
+            if block.wrapper is not None or len(GLOBAL_HOOK_DICTS) != 4:
+                def invoke(args: Any, kwargs: dict) -> Any:
+                    if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                            or module._backward_pre_hooks or global_hooks_active() or "forward" in module.__dict__):
+                        return call_with_hooks(module, args, kwargs, direct)
+                    return direct(args, kwargs)
+            else:
+                g0, g1, g2, g3 = GLOBAL_HOOK_DICTS
+                unit = self.unit(block)
+                if not unit.frame and unit.self_name is not None:
+                    # the common case written out: the hook test, then the generated forward itself
+                    fn, self_value = unit.function, unit.self_value
 
-            def invoke(args: Any, kwargs: dict) -> Any:
-                if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-                        or module._backward_pre_hooks or global_hooks_active() or "forward" in module.__dict__):
-                    return call_with_hooks(module, args, kwargs, direct)
-                return direct(args, kwargs)
-        else:
-            invoke = self._bound_invoker(block)
+                    def invoke(args: Any, kwargs: dict) -> Any:
+                        if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                                or module._backward_pre_hooks or g0 or g1 or g2 or g3
+                                or "forward" in module.__dict__):
+                            return call_with_hooks(module, args, kwargs, direct)
+                        return fn(self_value, *args, **kwargs)
+                else:
+                    def invoke(args: Any, kwargs: dict) -> Any:
+                        if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                                or module._backward_pre_hooks or g0 or g1 or g2 or g3
+                                or "forward" in module.__dict__):
+                            return call_with_hooks(module, args, kwargs, direct)
+                        return direct(args, kwargs)
         self.invokers[id(block)] = invoke
         return invoke
 
-    def _bound_invoker(self, block: ModelBlockSchema) -> Callable[[Any, dict], Any]:
-        """`invoke` for a forward block without decorators: the hook test, then `_direct` (the
-        binding and the run in one call)."""
-        direct = self._direct(block)
-        module = block.module
-        g0, g1, g2, g3 = GLOBAL_HOOK_DICTS
+    def lazy_invoker(self, block: ModelBlockSchema, env: dict, name: str) -> Callable[[Any, dict], Any]:
+        """A stand-in for `invoker(block)` in generated code: the first call compiles the callee
+        and puts its invoker in the generated function's globals in its place (compiling every
+        callee up front would compile the whole tree, and a block that calls itself forever)."""
+        block_ref = weakref.ref(block)
 
-        def invoke(args: Any, kwargs: dict) -> Any:
-            if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-                    or module._backward_pre_hooks or g0 or g1 or g2 or g3 or "forward" in module.__dict__):
-                return call_with_hooks(module, args, kwargs, direct)
-            return direct(args, kwargs)
+        def first_call(args: Any, kwargs: dict) -> Any:
+            invoke = self.invoker(block_ref())
+            env[name] = invoke
+            return invoke(args, kwargs)
 
-        return invoke
+        return first_call
 
     @staticmethod
     def _through_call_override(module: nn.Module, direct: Callable[[Any, dict], Any]) -> Callable[[Any, dict], Any]:
@@ -183,11 +293,17 @@ class Program(CallCompiler, ControlCompiler):
             runner = self._wrapped_runner(block, unit)
             module = block.module
             return lambda args, kwargs: runner(module, *args, **kwargs)
+        fn, self_name, self_value = unit.function, unit.self_name, unit.self_value
+        if not unit.frame:
+            if self_name is None:
+                return lambda args, kwargs: fn(*args, **kwargs)
+            return lambda args, kwargs: fn(self_value, *args, **kwargs)
         params, simple, count = unit.params, unit.simple, len(unit.params)
-        self_name, self_value, defaults, general = unit.self_name, unit.self_value, unit.schema.defaults, unit._binder
-        observer, run, observed_run = self.observer, unit.run, self._observed_run
+        defaults, general = unit.schema.defaults, unit.binder
+        observer = self.observer
+        block_ref = weakref.ref(block)
 
-        def direct(args: Any, kwargs: dict) -> Any:  # Unit.bind, then the run, in one call
+        def direct(args: Any, kwargs: dict) -> Any:  # the binding, then the run, in one call
             if simple and not kwargs and len(args) == count:
                 frame = dict(zip(params, args))
             else:
@@ -195,10 +311,37 @@ class Program(CallCompiler, ControlCompiler):
             if self_name is not None:
                 frame[self_name] = self_value
             if observer is None:
-                return run(frame)
-            return observed_run(observer, block, unit, frame)
+                return fn(frame)
+            return _observed_run(observer, block_ref(), fn, frame)
 
         return direct
+
+    def _wrapped_runner(self, block: ModelBlockSchema, unit: CompiledFunction) -> Callable:
+        runner = getattr(unit, "wrapped_runner", None)
+        if runner is None:
+            observer = self.observer
+            fn = unit.function
+            block_ref = weakref.ref(block)
+
+            if unit.frame:
+                def inner(module: Any, *args: Any, **kwargs: Any) -> Any:
+                    frame = unit.bind(args, kwargs)
+                    if observer is None:
+                        return fn(frame)
+                    return _observed_run(observer, block_ref(), fn, frame)
+            else:
+                self_value = unit.self_value
+
+                def inner(module: Any, *args: Any, **kwargs: Any) -> Any:
+                    if unit.self_name is None:
+                        return fn(*args, **kwargs)
+                    return fn(self_value, *args, **kwargs)
+
+            runner = rebind_wrapper(block.wrapper, inner)
+            if runner is None:
+                raise SchemaRunError(f"the decorator of {block.name}.forward cannot be re-applied around the schema")
+            unit.wrapped_runner = runner
+        return runner
 
     def call_block(self, block: ModelBlockSchema, args: tuple, kwargs: dict) -> Any:
         """Run `block` as a call `module(*args, **kwargs)` would."""
@@ -217,45 +360,136 @@ class Program(CallCompiler, ControlCompiler):
                                  "a saved schema; load it with load_schema(path, model=your_model) to run it")
         return self.invoker(block)(args, kwargs)
 
-    @staticmethod
-    def _observed_run(observer: Observer, block: ModelBlockSchema, unit: "Unit", frame: dict) -> Any:
-        observer.enter_block(block, frame)
-        try:
-            result = unit.run(frame)
-        except BaseException as exc:
-            observer.fail_block(block, frame, exc)
-            raise
-        observer.exit_block(block, frame, result)
-        return result
-
-    def _wrapped_runner(self, block: ModelBlockSchema, unit: Unit) -> Callable:
-        runner = getattr(unit, "wrapped_runner", None)
-        if runner is None:
-            observer = self.observer
-
-            def inner(module: Any, *args: Any, **kwargs: Any) -> Any:
-                frame = unit.bind(args, kwargs)
-                if observer is None:
-                    return unit.run(frame)
-                return Program._observed_run(observer, block, unit, frame)
-
-            runner = rebind_wrapper(block.wrapper, inner)
-            if runner is None:
-                raise SchemaRunError(f"the decorator of {block.name}.forward cannot be re-applied around the schema")
-            unit.wrapped_runner = runner
-        return runner
-
-    def call_value(self, target: Any, args: list, kwargs: dict) -> Any:
+    def call_value(self, target: Any, args: Any, kwargs: dict) -> Any:
         """Call a runtime value; a module with a block in this schema runs its block."""
         if isinstance(target, _Module):
             invoke = self.module_invokers.get(id(target))
             if invoke is None:
-                block = self.by_module.get(id(target))
+                block = self.block_of(target)
                 if block is None:
                     return target(*args, **kwargs)
                 invoke = self.module_invokers[id(target)] = self.invoker(block)
             return invoke(args, kwargs)
         return target(*args, **kwargs)
+
+    # -- what the code generator asks for ------------------------------------------------------
+
+    def static_call(self, instr: BlockInstruction, unit: CompiledFunction, env: dict) -> _StaticCall:
+        """How a call of the child at `instr.block_ref.path` runs: its block's invoker while the
+        module holds the child the schema was parsed with, the live child otherwise (replaced since,
+        or not in the schema)."""
+        ref = instr.block_ref
+        owner = unit.block
+        try:
+            block = owner.find(ref.path)
+        except KeyError:
+            block = None
+        if block is not None and ref.method is not None:
+            block = block.methods.get(ref.method)
+        path, method = ref.path, ref.method
+        module = owner.module
+
+        def live_target() -> Any:
+            target = module
+            for part in path.split(".") if path else ():
+                target = target[int(part)] if part.lstrip("-").isdigit() else getattr(target, part)
+            if method is not None:
+                target = getattr(target, method)
+            return target
+
+        call = _StaticCall()
+        call.live = live_target
+        if block is None:
+            return call
+        expected, child_method = block.module, ref.method
+        call.callee = lambda: eager_callee(expected, child_method)
+        call.invoke = block
+        parts = tuple(path.split(".")) if path else ()
+        if not parts or expected is None or module is None:
+            return call
+        # The child is read from the module at each call, as `self.child(x)` does: forward may
+        # replace it (`self.child = nn.Linear(...)`), and the new one runs (its block, if it has one).
+        first, rest = parts[0], parts[1:]
+        children = module._modules
+        call.expected, call.first = expected, first
+        if not rest:
+            call.test, call.simple_test = children, True
+        else:
+            def current() -> Any:
+                live = children.get(first)
+                for part in rest:
+                    live = live._modules.get(part) if live is not None else None
+                return live
+
+            call.test = current
+        return call
+
+    def closure_maker(self, instr: FunctionInstruction, unit: CompiledFunction) -> Callable[[dict], Any]:
+        """`make(f)`: the closure a `def` / lambda / comprehension binds, over the frame `f`."""
+        schema = instr.function
+        qualname = nested_qualname(unit.qualname, unit.schema.name, unit.is_block, schema.name)
+        inner = CompiledFunction(self, unit.block, schema, is_block=False, qualname=qualname)
+        positional = schema.params
+        default_ops = [operand_reader(d) for d in instr.defaults]
+        default_names = positional[len(positional) - len(default_ops):] if default_ops else []
+        kw_defaults = {k: operand_reader(v) for k, v in instr.kw_defaults.items()}
+
+        def make(f: dict) -> InterpretedFunction:
+            defaults = {name: read(f) for name, read in zip(default_names, default_ops)}
+            for key, read in kw_defaults.items():
+                defaults[key] = read(f)
+            return InterpretedFunction(self, schema, inner, f, defaults)
+
+        return make
+
+    def announcer(self, instr: Instruction, unit: CompiledFunction) -> Optional[Callable[[dict], None]]:
+        """For a call of a sub-block, `announce(frame)` telling the observer what it is about to call;
+        None for any other instruction. A call of a module value (`layer(x)` over a ModuleList) is
+        announced only when the value is a module with a block here (not for a tensor's method)."""
+        before_call = self.observer.before_call
+        block_of = self.block_of
+        if isinstance(instr, BlockInstruction):
+            ref = instr.block_ref
+            if instr.callee_var is not None:
+                name, method = instr.callee_var, ref.method
+
+                def announce_value(f: dict) -> None:
+                    block = block_of(f.get(name))
+                    if block is not None and method is not None:
+                        block = block.methods.get(method)
+                    before_call(instr, f, block, callee_label(block) if block is not None else
+                                name + (f".{method}" if method else ""))
+
+                return announce_value
+            owner = unit.block
+            try:
+                block = owner.find(ref.path)
+            except KeyError:
+                block = None
+            if block is not None and ref.method is not None:
+                block = block.methods.get(ref.method)
+            label = callee_label(block) if block is not None else ".".join(
+                part for part in (owner.path, ref.path, ref.method) if part)
+            block_ref = weakref.ref(block) if block is not None else None
+
+            def announce(f: dict) -> None:
+                before_call(instr, f, block_ref() if block_ref is not None else None, label)
+
+            return announce
+        if isinstance(instr, OpInstruction) and isinstance(instr.target, VarRef):
+            name = instr.target.name
+
+            def announce_module(f: dict) -> None:
+                value = f.get(name)
+                if isinstance(value, _Module):
+                    block = block_of(value)
+                    if block is not None:
+                        before_call(instr, f, block, callee_label(block))
+
+            return announce_module
+        return None
+
+    # -- running the root ---------------------------------------------------------------------
 
     def run_root(self, scope: dict) -> Any:
         """Run the root block with `scope` mapping input names to values; returns what forward returns."""
@@ -281,171 +515,41 @@ class Program(CallCompiler, ControlCompiler):
         """Run the root block as `model(*args, **kwargs)`: the arguments are passed as given."""
         return self.call_block(self.root, tuple(args), dict(kwargs))
 
-    # -- compilation ------------------------------------------------------------------------
 
-    def compile_list(self, instrs: list[Instruction], unit: Unit) -> list[Callable]:
-        """`instrs` as one generated function (see `bodies.fuse_body`): `[body]`, or `[]` for none."""
-        if not instrs:
-            return []
-        return [fuse_body(self.body_entries(instrs, unit), self.observer, unit.module, unit.direct_weights,
-                          self.tensor_results)]
+def _observed_run(observer: Observer, block: ModelBlockSchema, fn: Callable[[dict], Any], frame: dict) -> Any:
+    observer.enter_block(block, frame)
+    try:
+        result = fn(frame)
+    except BaseException as exc:
+        observer.fail_block(block, frame, exc)
+        raise
+    observer.exit_block(block, frame, result)
+    return result
 
-    def body_entries(self, instrs: list[Instruction], unit: Unit, depth: int = 0) -> list[BodyEntry]:
-        """One `BodyEntry` per instruction of `instrs` (an `if` with its branches written out)."""
-        observer = self.observer
-        entries = []
-        index = 0
-        while index < len(instrs):
-            instr = instrs[index]
-            # Plain runs fuse `$t = getattr(obj, 'm')` + `out = obj.m(...)` into one piece: nobody
-            # observes the bound method, and half the dispatches of method-heavy code disappear.
-            # Observed for tensor results, the same piece also binds the method (descriptions read
-            # it), unless the call mutates: the observer's `before` reads the unfused frame then.
-            if (observer is None or self.tensor_results) and index + 1 < len(instrs) \
-                    and fusable_method_call(instr, instrs[index + 1]) \
-                    and not (observer is not None and getattr(instrs[index + 1], "mutates", False)):
-                call = instrs[index + 1]
-                piece = self.compile_method_call(instr, call, unit, bind_method=observer is not None)
-                entries.append(BodyEntry(call, instr, piece,
-                                         self.weights_read(names_read(instr) + names_read(call), unit),
-                                         True, False, None))
-                index += 2
-                continue
-            control = isinstance(instr, (ControlInstruction, TryInstruction, WithInstruction))
-            if isinstance(instr, ControlInstruction) and instr.kind == "if" and depth < _MAX_NESTING:
-                item = IfPiece(self.body_entries(instr.condition, unit, depth + 1), instr.cond_var,
-                               self.weights_read([instr.cond_var], unit),
-                               self.body_entries(instr.body, unit, depth + 1),
-                               self.body_entries(instr.else_body, unit, depth + 1))
-                entries.append(BodyEntry(instr, None, item, (), False, False, None))
-                index += 1
-                continue
-            if isinstance(instr, ReturnInstruction):
-                item, ends = self.return_piece(instr), "return"
-            elif isinstance(instr, (BreakInstruction, ContinueInstruction)):
-                item = Piece("pass", {"_i": instr})
-                ends = "break" if isinstance(instr, BreakInstruction) else "continue"
-            else:
-                item, ends = getattr(self, "compile_" + type(instr).__name__)(instr, unit), None
-            announce = self._call_announcer(instr, unit) if self.observe_calls and not control else None
-            entries.append(BodyEntry(instr, None, item, self.weights_read(names_read(instr), unit), not control,
-                                     bool(getattr(instr, "mutates", False)), ends, announce))
-            index += 1
-        return entries
 
-    @staticmethod
-    def weights_read(names: list, unit: Unit) -> tuple:
-        """The (ref, attr) weights among `names` that `unit` reads live before an instruction."""
-        if not unit.weights or not names:
-            return ()
-        mapping = dict(unit.weights)
-        return tuple((ref, mapping[ref]) for ref in dict.fromkeys(names) if ref in mapping)
+# Programs compiled for a schema, kept as long as the schema lives (weakly keyed by its root; a
+# program refers to its blocks only weakly, so the entry goes with the schema).
+_PROGRAMS: "weakref.WeakKeyDictionary[ModelBlockSchema, dict]" = weakref.WeakKeyDictionary()
 
-    @staticmethod
-    def fresh_weights(fn: Callable, names: list, unit: Unit) -> Callable:
-        """`fn` preceded by a live read of the weights among `names` (see `Unit.weight_reader`)."""
-        read = unit.weight_reader(names) if unit.weights and names else None
-        if read is None:
-            return fn
 
-        def read_weights_first(f: dict, _fn=fn, _read=read) -> Any:
-            _read(f)
-            return _fn(f)
+def programs_for(root: ModelBlockSchema) -> dict:
+    """The cache of programs compiled for the schema `root`: {"plain": Program | None, pools...}."""
+    cache = _PROGRAMS.get(root)
+    if cache is None:
+        cache = _PROGRAMS[root] = {"plain": None}
+    return cache
 
-        return read_weights_first
 
-    def _call_announcer(self, instr: Instruction, unit: Unit) -> Optional[Callable[[dict], None]]:
-        """For a call of a sub-block, `announce(frame)` telling the observer what it is about to call;
-        None for any other instruction. A call of a module value (`layer(x)` over a ModuleList) is
-        announced only when the value is a module with a block here (not for a tensor's method)."""
-        before_call = self.observer.before_call
-        by_module = self.by_module
-        if isinstance(instr, BlockInstruction):
-            ref = instr.block_ref
-            if instr.callee_var is not None:
-                name, method = instr.callee_var, ref.method
+def source_code(block: ModelBlockSchema, observed: bool = False) -> str:
+    """The Python source the runtime generated for `block`'s forward (or method): what a plain run
+    executes (`observed=True`: what a capture or stepped run executes, over the frame dict `f`).
 
-                def announce_value(f: dict) -> None:
-                    block = by_module.get(id(f.get(name)))
-                    if block is not None and method is not None:
-                        block = block.methods.get(method)
-                    before_call(instr, f, block, callee_label(block) if block is not None else
-                                name + (f".{method}" if method else ""))
-
-                return announce_value
-            try:
-                block = unit.block.find(ref.path)
-            except KeyError:
-                block = None
-            if block is not None and ref.method is not None:
-                block = block.methods.get(ref.method)
-            owner = unit.block.path
-            label = callee_label(block) if block is not None else ".".join(
-                part for part in (owner, ref.path, ref.method) if part)
-
-            def announce(f: dict) -> None:
-                before_call(instr, f, block, label)
-
-            return announce
-        if isinstance(instr, OpInstruction) and isinstance(instr.target, VarRef):
-            name = instr.target.name
-
-            def announce_module(f: dict) -> None:
-                value = f.get(name)
-                if isinstance(value, _Module):
-                    block = by_module.get(id(value))
-                    if block is not None:
-                        before_call(instr, f, block, callee_label(block))
-
-            return announce_module
-        return None
-
-    def compile(self, instr: Instruction, unit: Unit) -> Callable:
-        return self.fresh_weights(self._compile(instr, unit), names_read(instr), unit)
-
-    def _compile(self, instr: Instruction, unit: Unit) -> Callable:
-        kind = type(instr).__name__
-        fn = getattr(self, "compile_" + kind)(instr, unit)
-        if isinstance(fn, Piece):
-            fn = piece_closure("run", fn)
-        observer = self.observer
-        if observer is None or isinstance(instr, (ControlInstruction, TryInstruction, WithInstruction)):
-            return fn
-        after = observer.after
-        if self.observe_calls:
-            announce = self._call_announcer(instr, unit)
-            if announce is not None:
-                def observed_call(f: dict, _fn=fn, _i=instr, _announce=announce) -> Any:
-                    _announce(f)
-                    if _i.__class__ is OpInstruction and _i.mutates:
-                        observer.before(_i, f)
-                    signal = _fn(f)
-                    after(_i, f)
-                    return signal
-
-                return observed_call
-        if getattr(instr, "mutates", False):
-            before = observer.before
-
-            def observed_mutating(f: dict, _fn=fn, _i=instr) -> Any:
-                before(_i, f)
-                signal = _fn(f)
-                after(_i, f)
-                return signal
-
-            return observed_mutating
-
-        if isinstance(instr, ReturnInstruction):
-            def observed_return(f: dict, _fn=fn, _i=instr) -> Any:
-                signal = _fn(f)
-                after(_i, f)
-                return signal
-
-            return observed_return
-
-        def observed(f: dict, _fn=fn, _i=instr) -> Any:
-            signal = _fn(f)
-            after(_i, f)
-            return signal
-
-        return observed
+    Names are the source's; temporaries `$t3` are `_t3`; calls of children are written as calls
+    of their invokers (`_fc1((x,), {})`), registered weights read live (`weight = _params[...]`)."""
+    if not isinstance(block, ModelBlockSchema):
+        raise SchemaRunError(f"source_code takes a ModelBlockSchema, got {type(block).__name__}")
+    if block.signature is None or block.skip_reason is not None:
+        raise SchemaRunError(f"block {block.path or block.name!r} is not interpreted "
+                             f"({block.skip_reason or 'no lowered forward'}): it has no generated code")
+    program = Program(block, Observer() if observed else None)
+    return program.unit(block).source

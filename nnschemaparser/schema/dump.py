@@ -19,6 +19,7 @@ from .model import (
     ReturnInstruction,
     TryInstruction,
     WithInstruction,
+    condition_instructions,
 )
 
 __all__ = ["dump_schema", "format_schema", "format_block"]
@@ -28,8 +29,8 @@ def _body_lines(body: list[Instruction], indent: int, out: list[str]) -> None:
     pad = "  " * indent
     for instr in body:
         if isinstance(instr, ControlInstruction):
-            if instr.condition:
-                _body_lines(instr.condition, indent, out)
+            # the test as it runs: `prepare`, then `condition` (a named test runs nothing: not shown)
+            _body_lines(condition_instructions(instr), indent, out)
             out.append(pad + instruction_text(instr))
             _body_lines(instr.body, indent + 1, out)
             if instr.else_body:

@@ -48,6 +48,8 @@ __all__ = [
     "ModelBlockSchema",
     "FunctionSchema",
     "condition_instructions",
+    "is_named_test",
+    "TEST_STYLE",
 ]
 
 
@@ -224,20 +226,32 @@ class BlockInstruction(Instruction):
 class ControlInstruction(Instruction):
     """An if/elif/else, for or while as a compound node.
 
-    For "if" and "while", `condition` is evaluated before each test: its `cond_var` names the scope
-    variable tested for truth, and `condition` holds the instructions computing it. For "for",
-    `condition` computes the iterable into `cond_var`; `bind_var` receives each item (a tuple target
-    is unpacked by instructions at the top of `body`); `iter_container` names the module container
-    whose entries the loop visits, the container itself (`self.layers`) or a view of it
-    (`enumerate(self.layers)`, `self.layers[1:]`, `reversed(...)`, `self.experts.items()`), `""` for
-    `self`; `index_var` receives the position of each item (0, 1, 2, ...): `$<name>_index`, or the
-    user's own `i` of `for i, layer in enumerate(...)` (start 0, never rebound in the body). A `zip`
-    over containers has an `index_var` and no single `iter_container` (None). Both are None for
-    other iterables.
+    `condition` is the OpInstruction evaluating the test of an "if"/"while" (re-evaluated before
+    each iteration of a "while"), or the iterable of a "for"; its `out_var` is `cond_var`, the scope
+    variable tested for truth or iterated. `prepare` holds the instructions that run before it, in
+    order, to compute its operands (`x.sum()` of `if x.sum() > 0:`). When no op of its own computes
+    the value last (a plain name `if flag:`, a comprehension's `.0`, a short-circuit `and`/`or`,
+    whose last instruction is an "if" itself, a call of a sub-block, or a loop over a slice of a
+    container, which computes the entries' keys after the iterable), every instruction is in
+    `prepare` and `condition` is a *named test*: `cond_var = assign(cond_var)` of `style` "test"
+    (TEST_STYLE), which names the value and never runs. `condition_instructions(instr)` lists what a
+    run executes: `prepare`, then `condition` unless it is a named test.
+
+    For "for", `bind_var` receives each item (a tuple target is unpacked by instructions at the top
+    of `body`); `iter_container` names the module container whose entries the loop visits, the
+    container itself (`self.layers`) or a view of it (`enumerate(self.layers)`, `self.layers[1:]`,
+    `reversed(...)`, `self.experts.items()`), `""` for `self`; `index_var` receives the position of
+    each item (0, 1, 2, ...): `$<name>_index`, or the user's own `i` of `for i, layer in
+    enumerate(...)` (start 0, never rebound in the body). A `zip` over containers has an `index_var`
+    and no single `iter_container` (None). Both are None for other iterables.
+
+    Building one without a `condition` (or with one whose `out_var` is not `cond_var`) raises
+    TypeError: the lowering and the file decoder always give one (lowering.expressions.split_condition).
     """
 
     kind: str = "if"
-    condition: list[Instruction] = field(default_factory=list)
+    prepare: list[Instruction] = field(default_factory=list)
+    condition: Optional[OpInstruction] = None
     cond_var: str = ""
     body: list[Instruction] = field(default_factory=list)
     else_body: list[Instruction] = field(default_factory=list)
@@ -245,11 +259,30 @@ class ControlInstruction(Instruction):
     iter_container: Optional[str] = None
     index_var: Optional[str] = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.condition, OpInstruction) or self.condition.out_var != self.cond_var:
+            raise TypeError(f"a ControlInstruction's condition is an OpInstruction binding cond_var "
+                            f"{self.cond_var!r}, got {type(self.condition).__name__}"
+                            + (f" binding {self.condition.out_var!r}" if isinstance(self.condition, OpInstruction)
+                               else ""))
+
+
+TEST_STYLE = "test"
+"""The `style` of a named test: a condition that names `cond_var` (already computed) and never runs."""
+
+
+def is_named_test(condition: OpInstruction) -> bool:
+    """Whether `condition` only names its value (`style == TEST_STYLE`): it is shown, never run."""
+    return condition.style == TEST_STYLE
+
 
 def condition_instructions(instr: ControlInstruction) -> list[Instruction]:
     """The instructions a run executes, in order, to compute `instr.cond_var` (the test of an
-    `if`/`while`, the iterable of a `for`). The runtime reads a condition only through this."""
-    return instr.condition
+    `if`/`while`, the iterable of a `for`): `instr.prepare`, then `instr.condition` unless it is a
+    named test. The runtime reads a condition only through this."""
+    if is_named_test(instr.condition):
+        return instr.prepare
+    return [*instr.prepare, instr.condition]
 
 
 @dataclass

@@ -25,6 +25,8 @@ from .model import (
     TryInstruction,
     VarRef,
     WithInstruction,
+    condition_instructions,
+    is_named_test,
 )
 
 __all__ = ["operand_text", "instruction_text", "value_repr", "describe_value"]
@@ -86,7 +88,7 @@ def op_text(instr: OpInstruction) -> str:
         return f"{operand_text(args[0])}[{_index_text(args[1])}]"
     if style == "store_subscript" and len(args) == 3:
         return f"{operand_text(args[0])}[{_index_text(args[1])}] = {operand_text(args[2])}"
-    if style == "value" and len(args) == 1:
+    if style in ("value", "test") and len(args) == 1:
         return operand_text(args[0])
     name = instr.display_name or instr.qualified_name or "<call>"
     return f"{name}({_call_args(instr)})"
@@ -95,6 +97,8 @@ def op_text(instr: OpInstruction) -> str:
 def instruction_text(instr: Instruction) -> str:
     """One line for an instruction, as the dump and the trace write it (no nested bodies)."""
     if isinstance(instr, OpInstruction):
+        if is_named_test(instr):  # a ControlInstruction's condition naming a value computed before it
+            return f"TEST {op_text(instr)}"
         rhs = op_text(instr)
         if instr.style == "store_subscript" or instr.display_name in ("setattr", "delattr"):
             return rhs
@@ -115,7 +119,7 @@ def instruction_text(instr: Instruction) -> str:
             source = instr.cond_var
             if instr.iter_container:  # the container itself, or a view of it (a slice, enumerate, ...)
                 whole = all(isinstance(i, OpInstruction) and i.qualified_name == "builtins.getattr"
-                            for i in instr.condition)
+                            for i in condition_instructions(instr))
                 source = f"self.{instr.iter_container}" if whole else f"{source} OVER self.{instr.iter_container}"
             return f"FOR {target} IN {source}:"
         return f"{instr.kind.upper()} {instr.cond_var}:"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .sampling import CaptureLimits
-from ..runtime.observer import RETURN_SLOT
+from ..runtime.listeners import RETURN_SLOT
 from ..schema.errors import SchemaRunError
 from ..runtime.interpreter import SchemaInterpreter
 from .recorder import ActivationRecorder

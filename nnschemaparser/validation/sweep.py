@@ -31,7 +31,7 @@ from ..parser.equality import first_mismatch, max_abs_diff, tensors_of
 from ..runtime.interpreter import SchemaInterpreter
 from ..parser.model_parser import NNParser, opaque_reason
 from ..schema.model import ControlInstruction, FunctionInstruction, Instruction, ModelBlockSchema, TryInstruction, \
-    WithInstruction
+    WithInstruction, condition_instructions
 
 __all__ = ["SweepRow", "run_case", "run_sweep", "count_instructions", "main"]
 
@@ -64,7 +64,7 @@ def count_instructions(body: Iterable[Instruction]) -> int:
     for instr in body:
         total += 1
         if isinstance(instr, ControlInstruction):
-            total += count_instructions(instr.condition) + count_instructions(instr.body) + \
+            total += count_instructions(condition_instructions(instr)) + count_instructions(instr.body) + \
                 count_instructions(instr.else_body)
         elif isinstance(instr, TryInstruction):
             total += count_instructions(instr.body) + count_instructions(instr.else_body) + \

@@ -47,6 +47,7 @@ from ..schema.model import (
     ReturnInstruction,
     TryInstruction,
     WithInstruction,
+    condition_instructions,
 )
 
 __all__ = ["BlockTree", "KINDS", "INITIAL_TREE_BYTES"]
@@ -237,8 +238,9 @@ class BlockTree:
                     target = target.methods[instr.block_ref.method]
                 self._pending_targets.append((node, target))
         if isinstance(instr, ControlInstruction):
-            self._add_branch("iterable" if instr.kind == "for" else "condition", instr.condition, node, owner, block,
-                             context, test=True)
+            # the test as it runs (`prepare`, then `condition`): a named test runs nothing, has no node
+            self._add_branch("iterable" if instr.kind == "for" else "condition", condition_instructions(instr), node,
+                             owner, block, context, test=True)
             self._add_branch("body" if instr.kind != "if" else "then", instr.body, node, owner, block, context)
             self._add_branch("else", instr.else_body, node, owner, block, context)
         elif isinstance(instr, TryInstruction):

@@ -404,7 +404,9 @@ class LoopAndChain(nn.Module):
 def _instructions(body):
     for instr in body:
         yield instr
-        for attr in ("condition", "body", "else_body"):
+        if hasattr(instr, "condition"):  # a ControlInstruction's test: `prepare`, then its `condition` op
+            yield from _instructions(instr.prepare + [instr.condition])
+        for attr in ("body", "else_body"):
             yield from _instructions(getattr(instr, attr, None) or [])
 
 

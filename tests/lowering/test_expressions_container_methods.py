@@ -45,7 +45,9 @@ def test_traced_run_through_container_methods_records_the_child_calls():
 def _instructions(body):
     for instr in body:
         yield instr
-        for name in ("condition", "body", "else_body", "final_body"):
+        if hasattr(instr, "condition"):  # a ControlInstruction's test: `prepare`, then its `condition` op
+            yield from _instructions(instr.prepare + [instr.condition])
+        for name in ("body", "else_body", "final_body"):
             yield from _instructions(getattr(instr, name, None) or [])
         for handler in getattr(instr, "handler_bodies", None) or []:
             yield from _instructions(handler)

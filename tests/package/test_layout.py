@@ -196,6 +196,6 @@ def test_every_old_module_path_still_imports():
 def test_the_import_reader_sees_relative_absolute_and_lazy_imports():
     modules = _modules()
     program = imports_of("nnschemaparser.runtime.program", modules["nnschemaparser.runtime.program"], modules)
-    assert {"nnschemaparser.schema.model", "nnschemaparser.runtime.compile_calls"} <= program
+    assert {"nnschemaparser.schema.model", "nnschemaparser.runtime.codegen"} <= program
     widget = imports_of("nnschemaparser.widget.inspector", modules["nnschemaparser.widget.inspector"], modules)
     assert "nnschemaparser.widget.static_html" in widget  # imported inside a method

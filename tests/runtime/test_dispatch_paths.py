@@ -183,20 +183,28 @@ def test_super_method_calls_with_kwargs_match_eager_in_values_and_errors(twice):
     assert_schema_matches_eager_or_raises_alike(SuperCalls(), {"x": torch.randn(2, 3), "twice": twice})
 
 
-def test_generated_calls_refuse_keyword_names_that_are_not_plain_strings():
-    from nnschemaparser.runtime.operands import call_closure
-    from nnschemaparser.schema.model import VarRef
+class KeywordCall(nn.Module):
+    def forward(self, a):
+        return dict(x=a)
 
+
+def _keyword_schema(key):
+    """KeywordCall's schema with the keyword of its `dict(x=a)` call replaced by `key`."""
+    from nnschemaparser.schema.model import OpInstruction
+
+    schema = NNParser.parse_model(model=KeywordCall(), inputs_tensors_values={"a": torch.ones(1)})
+    call = next(i for i in schema.body if isinstance(i, OpInstruction) and i.target is dict)
+    call.kwargs = {key: call.kwargs["x"]}
+    return schema
+
+
+def test_generated_calls_refuse_keyword_names_that_are_not_plain_strings():
     class Sneaky(str):
         def __repr__(self):
             return "__import__('os').system('exit 3')"
 
     for key in (Sneaky("x"), 3):
         with pytest.raises(TypeError, match="keywords must be strings"):
-            call_closure("run", "f[out] = t({call})", {"out": "y", "t": dict}, [], {key: VarRef("a")}, (), None, None,
-                         "t")
-    run = call_closure("run", "f[out] = t({call})", {"out": "y", "t": dict}, [], {"not an identifier": VarRef("a")},
-                       (), None, None, "t")
-    frame = {"a": 1}
-    run(frame)
-    assert frame["y"] == {"not an identifier": 1}
+            SchemaInterpreter().run(_keyword_schema(key), {"a": torch.ones(1)})
+    out = SchemaInterpreter().run(_keyword_schema("not an identifier"), {"a": torch.ones(1)})[0]
+    assert list(out) == ["not an identifier"] and torch.equal(out["not an identifier"], torch.ones(1))

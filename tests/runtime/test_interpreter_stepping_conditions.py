@@ -4,6 +4,7 @@ import torch
 from torch import nn
 
 from nnschemaparser import ActivationRecorder, NNParser, SchemaInterpreter, capture_run
+from nnschemaparser.schema.model import condition_instructions
 
 
 class Loops(nn.Module):
@@ -36,8 +37,8 @@ def _parsed():
 def test_if_test_and_while_reevaluations_are_not_steps():
     schema, x = _parsed()
     (while_, if_) = [i for i in schema.body if getattr(i, "kind", None) in ("while", "if")]
-    while_test = {id(i) for i in while_.condition}
-    if_test = {id(i) for i in if_.condition}
+    while_test = {id(i) for i in condition_instructions(while_)}
+    if_test = {id(i) for i in condition_instructions(if_)}
     steps, outputs = _steps(schema, {"x": x})
     stepped = [id(instr) for _, instr in steps]
     assert not if_test & set(stepped)
@@ -51,7 +52,7 @@ def test_if_test_and_while_reevaluations_are_not_steps():
 def test_traces_still_record_every_condition_evaluation():
     schema, x = _parsed()
     (while_, if_) = [i for i in schema.body if getattr(i, "kind", None) in ("while", "if")]
-    tensor_tests = [i.out_var for i in while_.condition + if_.condition
+    tensor_tests = [i.out_var for i in condition_instructions(while_) + condition_instructions(if_)
                     if isinstance(i.resolved.shape, tuple) and i.resolved.dtype.startswith("torch.")]
     record = capture_run(schema, {"x": x})
     recorded = [step.out_var for step in record.trace]

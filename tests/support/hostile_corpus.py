@@ -225,9 +225,9 @@ _FORBIDDEN_VALUES = [
 _TYPED_FIELDS = {
     "out_var": 5, "qualified_name": ["x"], "display_name": 1.5, "style": None, "cond_var": 0, "context_var": [],
     "mutates": 1, "splat_args": "false", "as_tuple": 0, "has_cause": None, "args": "x", "kwargs": [],
-    "star_args": {}, "body": {}, "else_body": "x", "condition": None, "final_body": 3, "handlers": {},
+    "star_args": {}, "body": {}, "else_body": "x", "condition": None, "prepare": {}, "final_body": 3, "handlers": {},
     "names": "abc", "out_vars": [1], "params": [None], "kwonly": "a", "free_vars": [3], "firstlineno": "1",
-    "source": 3, "weight_refs": [], "defaults": [], "name": None, "path": 0, "module_type": {}, "wrapped": "yes",
+    "source": 3, "weight_refs": [], "defaults": "x", "name": None, "path": 0, "module_type": {}, "wrapped": "yes",
     "inputs": [], "outputs": {}, "weights": [], "skipped": {"a": 1}, "input_defaults": [], "signature": 3,
     "method_name": 7, "skip_reason": 1, "resolved": {}, "location": "here", "line": -1, "file": "0",
     "code": None, "handler_names": [1], "index_var": 3, "bind_var": True, "args_var": 1, "kwargs_var": [],
@@ -258,7 +258,7 @@ class _Maker:
 
 def _schema_mutations(m: _Maker) -> None:
     # 1. format and version
-    for index, version in enumerate([0, 2, 999, -1]):
+    for index, version in enumerate([0, 1, 3, 999, -1]):  # 1: the old shape of conditions
         doc = m.doc()
         doc["version"] = version
         m.add(f"version-{index}", doc, FormatVersionError)
@@ -285,7 +285,8 @@ def _schema_mutations(m: _Maker) -> None:
         "function": (_functions, ("name", "params", "body", "file", "source", "weight_refs", "self_name")),
         "op": (lambda d: _instrs(d, "op"), ("target", "args", "kwargs", "star_args", "style", "out_var",
                                            "resolved", "location")),
-        "control": (lambda d: _instrs(d, "control"), ("kind", "condition", "cond_var", "body", "bind_var")),
+        "control": (lambda d: _instrs(d, "control"), ("kind", "prepare", "condition", "cond_var", "body",
+                                                     "bind_var")),
         "try": (lambda d: _instrs(d, "try"), ("handlers", "handler_names", "handler_bodies", "final_body")),
         "const": (_consts, ("text", "value")),
     }
@@ -433,6 +434,33 @@ def _schema_mutations(m: _Maker) -> None:
     doc = m.doc()
     m.pick(_instrs(doc, "try"))["handler_names"].append("extra")
     m.add("try-length-mismatch", doc, MalformedFileError)
+    # a control instruction's condition: one op binding cond_var (a named test runs nothing)
+    doc = m.doc()
+    control = m.pick(_instrs(doc, "control"))
+    control["condition"] = [control["condition"]]  # the shape of version 1
+    m.add("condition-as-list", doc, MalformedFileError)
+    doc = m.doc()
+    m.pick(_instrs(doc, "control"))["condition"] = copy.deepcopy(m.pick(_instrs(doc, "return")))
+    m.add("condition-not-an-op", doc, MalformedFileError)
+    doc = m.doc()
+    m.pick(_instrs(doc, "control"))["condition"]["out_var"] = "other"
+    m.add("condition-binds-another-variable", doc, MalformedFileError)
+    named = [c for c in _instrs(m.base, "control") if c["condition"]["style"] == "test"]
+    assert named, "the corpus model has a named test (its comprehension's `.0`)"
+    for index, change in enumerate([{"target": {"kind": "callable", "name": "torch.add"}},
+                                    {"args": [{"kind": "var", "name": "x"}]},
+                                    {"args": [{"kind": "var", "name": ".0"}, 1]},
+                                    {"kwargs": {"k": 1}}, {"args_var": "x"}, {"mutates": True}]):
+        doc = m.doc()
+        m.pick([c for c in _instrs(doc, "control") if c["condition"]["style"] == "test"])["condition"].update(change)
+        m.add(f"named-test-{index}", doc, MalformedFileError)
+    doc = m.doc()
+    op_condition = m.pick([c for c in _instrs(doc, "control") if c["condition"]["style"] != "test"])
+    op_condition["condition"]["style"] = "test"  # an op that runs, marked as one that does not
+    m.add("named-test-hiding-an-op", doc, MalformedFileError)
+    doc = m.doc()
+    m.pick([f for f in _functions(doc) if f["body"]])["body"].insert(0, copy.deepcopy(named[0]["condition"]))
+    m.add("named-test-in-a-body", doc, MalformedFileError)
     doc = m.doc()
     fn_instr = m.pick(_instrs(doc, "function"))
     fn_instr["defaults"] = [1] * (len(fn_instr["function"]["params"]) + 1)

@@ -119,7 +119,9 @@ def test_every_statement_that_ran_as_instructions_has_exactly_one_row(case):
             stmt = index.of(instr.location)
             if stmt is not None:
                 lines_of_instructions.add(index.span(stmt)[0])
-            for attr in ("condition", "body", "else_body", "final_body"):
+            if hasattr(instr, "condition"):  # a ControlInstruction's test: `prepare`, then its `condition` op
+                walk(instr.prepare + [instr.condition])
+            for attr in ("body", "else_body", "final_body"):
                 walk(getattr(instr, attr, None) or [])
             for handler in getattr(instr, "handler_bodies", None) or []:
                 walk(handler)

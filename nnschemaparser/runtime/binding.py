@@ -5,7 +5,8 @@ a call with wrong arguments must fail exactly as the eager call would: the same 
 order (keywords first, then too many positionals, then missing positionals, then missing keyword-
 only arguments), and the same text, which names the function by its `__qualname__`
 ("Model.forward.<locals>.inner") and counts `self` for methods. `root_call` turns a root's input scope ({name: value}) into the
-`(args, kwargs)` of the call `model(x, ...)` a user would write.
+`(args, kwargs)` of the call `model(x, ...)` a user would write. `merge_kwargs` merges a call's
+keywords with a `**mapping` as CPython does, with CPython's errors.
 
 Depends on schema and errors only.
 """
@@ -20,7 +21,7 @@ from ..schema.errors import SchemaRunError
 from ..schema.model import FunctionSchema, ModelBlockSchema
 
 __all__ = ["bind_arguments", "binder", "block_qualname", "nested_qualname", "root_call", "live_signature",
-           "INLINED_COMPREHENSIONS"]
+           "merge_kwargs", "function_str", "INLINED_COMPREHENSIONS"]
 
 INLINED_COMPREHENSIONS = ("<listcomp>", "<setcomp>", "<dictcomp>")  # no scope of their own since 3.12 (PEP 709)
 _COMPREHENSION_NAMES = {"<listcomp>": "<listcomp>", "<setcomp>": "<setcomp>", "<dictcomp>": "<dictcomp>",
@@ -208,3 +209,33 @@ def root_call(sig: Optional[FunctionSchema], scope: dict, label: str = "forward"
         else:
             break
     return (*args, *extras), kwargs
+
+
+def _collect(**kwargs: Any) -> dict:
+    return kwargs
+
+
+def function_str(x: Any) -> str:
+    """How CPython names a callee in a call's TypeError (`_PyObject_FunctionStr`): `mod.qualname()`."""
+    try:
+        qualname = x.__qualname__
+    except AttributeError:
+        return str(x)
+    module = getattr(x, "__module__", None)
+    return f"{module}.{qualname}()" if module is not None and module != "builtins" else f"{qualname}()"
+
+
+def merge_kwargs(kw: dict, extra: Any, callee: Callable[[], Any]) -> dict:
+    """The keywords of `callee()(**kw, **extra)`, merged by CPython itself.
+
+    A keyword given twice, a non-mapping after `**` or a key that is not a string raises the
+    TypeError CPython raises for that call, worded with the callee's name as CPython words it.
+    """
+    try:
+        return _collect(**kw, **extra)
+    except TypeError as exc:
+        text = str(exc)
+        own = function_str(_collect)
+        if not text.startswith(own):
+            raise
+        raise TypeError(function_str(callee()) + text[len(own):]) from None

@@ -1,0 +1,795 @@
+"""The code generator: each function of a schema becomes one real Python function.
+
+`CodeGenerator` writes the source of one `FunctionSchema` (a forward, a method, a closure) compiled
+for one block and one program mode, the way `ast.NodeVisitor` and torch.fx's codegen are organised:
+each instruction kind has one `emit_<Instruction>` that alone says how that instruction runs, for
+plain runs, observed runs (captures, stepping, pauses before calls) and generator expressions.
+The result reads like the forward it came from:
+
+    def forward(self, x):
+        hidden = _fc1((x,), {}) if _children.get('fc1') is _fc1_module else _live_call(...)
+        activated = hidden.relu()
+        ...
+
+Two ways of keeping variables:
+
+- **locals** (plain runs): the function takes the forward's own parameters (CPython binds them,
+  with its own errors) and every variable is a fast local named as in the source (temporaries `$t3`
+  become `_t3`); control flow is Python's own `if` / `for` / `while` / `try` / `with`.
+- **frame** (observed runs, and any function defining closures, whose variables the closures read
+  late): variables live in a dict `f` the observer, the stepper's edits and the closures see;
+  the observer's calls are written between the instructions.
+
+The generated code is compiled with the user's file name and each line's position set to the
+source position of the instruction it runs, so a traceback through an interpreted forward shows
+`File "model.py", line 12, in forward` with the line the user wrote (and its carets), and pdb,
+py-spy and cProfile attribute frames to the model's own lines. Identical functions (the 32 layers of
+a stack) share one code object; each gets its own globals (`env`: the callables, constants, weights'
+dicts and helpers the text names). An exception passing through a generated frame gets one note
+(`functions.failure`) naming the source text of the instruction that was running.
+
+Depends on the schema, `binding`, `listeners` (signals, `StepAbandoned`) and `functions`.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import keyword
+import operator
+import types
+from typing import Any, Callable, Optional
+
+from torch import Tensor, nn
+
+from ..schema.model import (BlockInstruction, BreakInstruction, Const, ContinueInstruction, ControlInstruction,
+                            DeleteInstruction, FunctionInstruction, FunctionSchema, Instruction, OpInstruction,
+                            RaiseInstruction, ReturnInstruction, SliceOf, TryInstruction, VarRef, WithInstruction,
+                            condition_instructions)
+from .binding import merge_kwargs
+from .functions import (META_KEY, FunctionMeta, call_live, delete_names, failure, names_read, refresh_free_vars,
+                        register_lines, unbound_for_handlers, weight_attribute, write_back)
+from .instructions import (MAX_BLOCKS, MAX_INDENT, bound_names, fusable_method_call, identifier, is_element, literal,
+                           position, quote, walk_instructions)
+from .listeners import BREAK, CONTINUE, RETURN, RETURN_SLOT, StepAbandoned
+
+__all__ = ["CodeGenerator", "Generated"]
+
+_Module = nn.Module
+_CURRENT = object()  # a line stands for the instruction being written
+_MISSING = object()
+
+
+# Calls of these callables are written as the operator itself (`operator.add(a, b)` is `a + b`:
+# the same C slot, the same errors), so the generated code pays no call for them.
+_OPERATORS = {operator.add: "{0} + {1}", operator.sub: "{0} - {1}", operator.mul: "{0} * {1}",
+              operator.truediv: "{0} / {1}", operator.floordiv: "{0} // {1}", operator.mod: "{0} % {1}",
+              operator.pow: "{0} ** {1}", operator.matmul: "{0} @ {1}", operator.and_: "{0} & {1}",
+              operator.or_: "{0} | {1}", operator.xor: "{0} ^ {1}", operator.lshift: "{0} << {1}",
+              operator.rshift: "{0} >> {1}", operator.neg: "-{0}",
+              operator.pos: "+{0}", operator.invert: "~{0}", operator.not_: "not {0}", operator.is_: "{0} is {1}",
+              operator.is_not: "{0} is not {1}", operator.eq: "{0} == {1}", operator.ne: "{0} != {1}",
+              operator.lt: "{0} < {1}", operator.le: "{0} <= {1}", operator.gt: "{0} > {1}", operator.ge: "{0} >= {1}"}
+
+
+class Generated:
+    """One function compiled from generated text: the callable, its text, and what it was made of."""
+
+    __slots__ = ("function", "source", "mode", "filename")
+
+    def __init__(self, function: Callable, source: str, mode: str, filename: str):
+        self.function = function
+        self.source = source
+        self.mode = mode
+        self.filename = filename
+
+
+_CODE_CACHE: dict = {}
+
+
+class CodeGenerator:
+    """Writes and compiles one function of a schema (see the module docstring).
+
+    `ctx` is the program's side of the bargain (a `program.Program`): `observer`, `tensor_results`,
+    `observe_calls`, and the helpers the generated calls use (`static_call`, `value_call`,
+    `closure_maker`, `announcer`, `part`)."""
+
+    def __init__(self, ctx: Any, unit: Any, frame: bool, generator: bool = False, part_of: Any = None):
+        self.ctx = ctx
+        self.unit = unit
+        self.schema: FunctionSchema = unit.schema
+        self.frame = frame  # variables in the dict `f` (else fast locals)
+        self.generator = generator  # a generator expression's helper: elements are yielded
+        self.part_of = part_of  # a deep compound statement compiled apart: signals are returned
+        self.observer = ctx.observer
+        self.lines: list[tuple[str, Optional[Instruction]]] = []
+        self.env: dict = {"__builtins__": builtins.__dict__}
+        self.local_names: dict[str, str] = {}
+        self.taken: set[str] = set()
+        self.loops = 0  # loops open at the current point (break/continue go to Python's own)
+        self.blocks = 0
+        self.indent = 1
+        self.current: Optional[Instruction] = None
+        self.counter = 0
+        if frame:
+            self.taken.update(("f", "outer"))
+        else:
+            self._reserve_locals()
+        self.weights = dict(unit.weights)
+        self.direct_weights = unit.direct_weights
+
+    # -- names --------------------------------------------------------------------------------
+
+    def _reserve_locals(self) -> None:
+        schema = self.schema
+        names = list(schema.params) + list(schema.kwonly) + [n for n in (schema.vararg, schema.kwarg) if n]
+        if self.unit.self_name:
+            names.insert(0, self.unit.self_name)
+        names += [ref for ref, _ in self.unit.weights]
+        for instr in walk_instructions(schema.body):
+            names.extend(bound_names(instr))
+            names.extend(names_read(instr))
+        plain = [n for n in names if type(n) is str and n.isidentifier() and not keyword.iskeyword(n)]
+        self.taken.update(plain)
+        for name in plain:
+            self.local_names[name] = name
+        for name in names:
+            if name not in self.local_names:
+                self.local_names[name] = self.fresh(name)
+
+    def fresh(self, base: str) -> str:
+        """A new name no variable of the function and no other helper uses."""
+        base = "_" + identifier(base)
+        name, k = base, 1
+        while name in self.taken or keyword.iskeyword(name) or hasattr(builtins, name):
+            k += 1
+            name = f"{base}{k}"
+        self.taken.add(name)
+        return name
+
+    def temp(self, kind: str) -> str:
+        """A local of the generated code's own (one per kind: `_method`, `_callee`)."""
+        return self.helper_name("temp " + kind, lambda: self.fresh(kind))
+
+    def helper_name(self, key: str, make: Callable[[], str]) -> str:
+        names = self.__dict__.setdefault("_helpers", {})
+        name = names.get(key)
+        if name is None:
+            name = names[key] = make()
+        return name
+
+    def const(self, value: Any, base: str) -> str:
+        """A global of the generated function holding `value`."""
+        name = self.fresh(base)
+        self.env[name] = value
+        return name
+
+    def var(self, name: str) -> str:
+        """Source reading (or, as a target, binding) the variable `name`."""
+        if type(name) is not str:
+            raise TypeError(f"variable names must be strings, not {type(name).__name__}")
+        if self.frame:
+            return f"f[{quote(name)}]"
+        local = self.local_names.get(name)
+        if local is None:
+            local = self.local_names[name] = self.fresh(name)
+        return local
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def line(self, text: str, instr: Any = _CURRENT) -> None:
+        """One line of the function, standing for `instr` (default: the instruction being written;
+        None: no instruction, the line of the `def`)."""
+        self.lines.append(("    " * self.indent + text, self.current if instr is _CURRENT else instr))
+
+    def block(self, header: str, body: Callable[[], None], instr: Any = _CURRENT) -> None:
+        self.line(header, instr)
+        self.indent += 1
+        start = len(self.lines)
+        body()
+        if len(self.lines) == start:
+            self.line("pass")
+        self.indent -= 1
+
+    # -- operands --------------------------------------------------------------------------------
+
+    def operand(self, op: Any, subscript: bool = False) -> str:
+        if isinstance(op, VarRef):
+            return self.var(op.name)
+        if isinstance(op, Const):
+            text = literal(op.value)
+            if text is not None and type(op.value) is not tuple:
+                return text
+            return self.const(op.value, op.text or "const")
+        if isinstance(op, SliceOf):
+            parts = [("" if p is None else self.operand(p)) for p in (op.lower, op.upper, op.step)]
+            if subscript:
+                text = f"{parts[0]}:{parts[1]}"
+                return text + (f":{parts[2]}" if op.step is not None else "")
+            return f"{self.helper('slice', slice)}({', '.join(p if p else 'None' for p in parts)})"
+        if isinstance(op, tuple):
+            if subscript and op and not any(isinstance(p, tuple) and not p for p in op):
+                inner = [self.operand(p, subscript=True) for p in op]
+                return ", ".join(inner) + ("," if len(inner) == 1 else "")
+            text = literal(op)
+            if text is not None:
+                return text
+            inner = [self.operand(p) for p in op]
+            return "(" + ", ".join(inner) + ("," if len(inner) == 1 else "") + ")"
+        if isinstance(op, list):
+            return "[" + ", ".join(self.operand(p) for p in op) + "]"
+        if isinstance(op, dict):
+            return "{" + ", ".join(f"{self.operand(k)}: {self.operand(v)}" for k, v in op.items()) + "}"
+        text = literal(op)
+        if text is not None:
+            return text
+        return self.const(op, type(op).__name__)
+
+    def arguments(self, instr: Any, callee: str) -> tuple[str, str]:
+        """(`call`, `lists`): the call's own argument text (`a, *b, dim=c, **kw`) and the same as
+        `(a, *b), {'dim': c}` for the invokers, which take (args, kwargs)."""
+        for key in instr.kwargs:
+            if type(key) is not str:
+                raise TypeError(f"keywords must be strings, not {type(key).__name__}")
+        stars = set(instr.star_args)
+        positional = [("*" if i in stars else "") + self.operand(op) for i, op in enumerate(instr.args)]
+        if instr.args_var is not None:
+            positional.append("*" + self.var(instr.args_var))
+        pairs = [(key, self.operand(op)) for key, op in instr.kwargs.items()]
+        plain = all(k.isidentifier() and not keyword.iskeyword(k) for k, _ in pairs)
+        display = "{" + ", ".join(f"{quote(k)}: {text}" for k, text in pairs) + "}"
+        if instr.kwargs_var is not None:
+            merged = f"{self.const(merge_kwargs, 'merge_kwargs')}({display}, {self.var(instr.kwargs_var)}, " \
+                     f"lambda: {callee})"
+        else:
+            merged = display
+        tuple_text = "(" + ", ".join(positional) + ("," if len(positional) == 1 else "") + ")"
+        own = [f"{k}={text}" for k, text in pairs] if plain else (["**" + display] if pairs else [])
+        if instr.kwargs_var is not None:
+            own.append("**" + self.var(instr.kwargs_var))
+        return ", ".join([*positional, *own]), f"{tuple_text}, {merged}"
+
+    # -- weights --------------------------------------------------------------------------------
+
+    def read_weights(self, names: list) -> None:
+        """Live reads of the registered weights among `names`, before the instruction reading them:
+        forward may reassign them (`self.b = ...`, `register_buffer`), as Module.__getattr__ sees."""
+        if not self.weights or not names:
+            return
+        for ref in dict.fromkeys(names):
+            attr = self.weights.get(ref)
+            if attr is None:
+                continue
+            module = self.module_name()
+            if self.direct_weights:
+                params = self.helper("params", getattr(self.unit.module, "_parameters", {}))
+                read = self.helper("attribute", weight_attribute)
+                self.line(f"{self.var(ref)} = {params}[{quote(attr)}] if {quote(attr)} in {params} else "
+                          f"{read}({module}, {quote(attr)})")
+            else:
+                self.line(f"{self.var(ref)} = {self.helper('getattr', getattr)}({module}, {quote(attr)})")
+
+    def helper(self, key: str, value: Any) -> str:
+        """A global shared by the whole function (one name per helper)."""
+        return self.helper_name(key, lambda: self.const(value, key))
+
+    def module_name(self) -> str:
+        return self.helper("module", self.unit.module)
+
+    # -- observer calls ---------------------------------------------------------------------------
+
+    def observed(self) -> bool:
+        return self.observer is not None
+
+    def before(self, instr: Instruction) -> None:
+        if self.observed() and getattr(instr, "mutates", False):
+            self.line(f"{self.helper('before', self.observer.before)}({self.instr_name(instr)}, f)")
+
+    def after(self, instr: Instruction) -> None:
+        if not self.observed():
+            return
+        after = self.helper("after", self.observer.after)
+        if self.ctx.tensor_results and not isinstance(instr, ReturnInstruction):
+            out = instr.out_var
+            if out:
+                tensor = self.helper("Tensor", Tensor)
+                self.line(f"if {self.helper('isinstance', isinstance)}(f.get({quote(out)}), {tensor}):")
+                self.line(f"    {after}({self.instr_name(instr)}, f)")
+            return
+        self.line(f"{after}({self.instr_name(instr)}, f)")
+
+    def instr_name(self, instr: Instruction) -> str:
+        names = self.__dict__.setdefault("_instr_names", {})
+        name = names.get(id(instr))
+        if name is None:
+            name = names[id(instr)] = self.const(instr, "i")
+        return name
+
+    def announce(self, instr: Instruction) -> None:
+        if self.observed() and self.ctx.observe_calls:
+            announce = self.ctx.announcer(instr, self.unit)
+            if announce is not None:
+                self.line(f"{self.const(announce, 'announce')}(f)")
+
+    # -- the function ------------------------------------------------------------------------------
+
+    def generate(self) -> Generated:
+        schema = self.schema
+        name = identifier(schema.name.strip("<>"))
+        if keyword.iskeyword(name):
+            name += "_"
+        if self.part_of is not None:
+            params = "f"
+        elif self.frame:
+            params = "f, outer" if self.generator else "f"
+        else:
+            params = self.signature()
+        err = self.fresh("error")
+        self.counter = 0
+        self.indent = 2
+        self.emit_list(schema.body if self.part_of is None else self.part_of)
+        if not self.lines:
+            self.line("pass")
+        body = self.lines
+        self.lines = []
+        self.indent = 0
+        self.line(f"def {name}({params}):", None)
+        self.indent = 1
+        self.line("try:", None)
+        if self.generator:
+            self.line(f"    {self.helper('refresh', refresh_free_vars)}(f, outer, {self.helper('free_vars', tuple(schema.free_vars))})", None)
+        self.lines.extend(body)
+        failing = self.const(failure, "failure")
+        base = self.helper("BaseException", BaseException)
+        if self.frame:
+            self.line(f"except {base} as {err}:", None)
+            self.line(f"    {err} = {failing}({err}, f)", None)
+            self.line(f"    if {err} is None:", None)
+            self.line("        raise", None)
+            self.line(f"    raise {err} from None", None)
+        else:
+            self.line(f"except {base} as {err}:", None)
+            self.line(f"    {failing}({err}, None)", None)
+            self.line("    raise", None)
+        return self.compile(name)
+
+    def signature(self) -> str:
+        schema, unit = self.schema, self.unit
+        parts = []
+        if unit.self_name is not None:
+            parts.append(self.var(unit.self_name))
+        defaults = schema.defaults
+        for p in schema.params:
+            parts.append(self.var(p) + (f"={self._default_text(defaults[p])}" if p in defaults else ""))
+        if schema.vararg:
+            parts.append("*" + self.var(schema.vararg))
+        elif schema.kwonly:
+            parts.append("*")
+        for p in schema.kwonly:
+            parts.append(self.var(p) + (f"={self._default_text(defaults[p])}" if p in defaults else ""))
+        if schema.kwarg:
+            parts.append("**" + self.var(schema.kwarg))
+        return ", ".join(parts)
+
+    @staticmethod
+    def _default_text(value: Any) -> str:
+        text = literal(value)
+        return text if text is not None else "..."
+
+    def compile(self, name: str) -> Generated:
+        schema = self.schema
+        filename = schema.filename or f"<nnschemaparser {self.unit.label}>"
+        text = "\n".join(line for line, _ in self.lines) + "\n"
+        firstline = schema.firstlineno or 1
+        positions = [position(instr, firstline) for _, instr in self.lines]
+        key = (text, filename, tuple(positions), name)
+        code = _CODE_CACHE.get(key)
+        if code is None:
+            tree = ast.parse(text)
+            for node in ast.walk(tree):
+                if hasattr(node, "lineno") and node.lineno is not None:
+                    lineno, end_lineno, col, end_col = positions[node.lineno - 1]
+                    node.lineno, node.end_lineno, node.col_offset, node.end_col_offset = \
+                        lineno, end_lineno, col, end_col
+            module_code = builtins.compile(tree, filename, "exec")
+            code = next(c for c in module_code.co_consts if hasattr(c, "co_code"))
+            if len(_CODE_CACHE) > 20000:
+                _CODE_CACHE.clear()
+            _CODE_CACHE[key] = code
+        instructions: dict = {}
+        for (line, instr), where in zip(self.lines, positions):
+            if instr is not None:
+                bucket = instructions.setdefault(where, [])
+                if instr not in bucket:
+                    bucket.append(instr)
+        self.env[META_KEY] = FunctionMeta(self.unit, instructions, text)
+        function = types.FunctionType(code, self.env, name)
+        if not self.frame and self.part_of is None:
+            defaults = schema.defaults
+            function.__defaults__ = tuple(defaults[p] for p in schema.params if p in defaults) or None
+            kw = {p: defaults[p] for p in schema.kwonly if p in defaults}
+            function.__kwdefaults__ = kw or None
+        function.__qualname__ = self.unit.qualname
+        register_lines(filename, self.lines)
+        return Generated(function, text, "frame" if self.frame else "locals", filename)
+
+    # -- instruction lists ------------------------------------------------------------------------
+
+    def emit_list(self, instrs: list) -> None:
+        index = 0
+        observed = self.observed()
+        while index < len(instrs):
+            instr = instrs[index]
+            nxt = instrs[index + 1] if index + 1 < len(instrs) else None
+            if nxt is not None and (not observed or self.ctx.tensor_results) and fusable_method_call(instr, nxt) \
+                    and not (observed and nxt.mutates) and not self.generator:
+                self.current = nxt
+                self.read_weights(names_read(instr) + names_read(nxt))
+                self.emit_method_call(instr, nxt)
+                self.after(nxt)
+                index += 2
+                continue
+            self.current = instr
+            if self.too_deep(instr):
+                self.emit_part(instr)
+            else:
+                getattr(self, "emit_" + type(instr).__name__)(instr)
+            if isinstance(instr, (ReturnInstruction, BreakInstruction, ContinueInstruction, RaiseInstruction)):
+                break  # nothing after it runs
+            index += 1
+
+    def too_deep(self, instr: Instruction) -> bool:
+        if not self.frame or not isinstance(instr, (ControlInstruction, TryInstruction, WithInstruction)):
+            return False
+        return self.blocks + 3 >= MAX_BLOCKS or self.indent + 4 >= MAX_INDENT
+
+    def leaf(self, instr: Instruction, write: Callable[[], None]) -> None:
+        """An instruction that runs and is reported: weights read, announced, before/after."""
+        self.read_weights(names_read(instr))
+        self.announce(instr)
+        self.before(instr)
+        write()
+        self.after(instr)
+
+    # -- one emitter per instruction ----------------------------------------------------------------
+
+    def emit_OpInstruction(self, instr: OpInstruction) -> None:
+        if self.generator and is_element(instr):
+            self.read_weights(names_read(instr))
+            self.line(f"{self.helper('writeback', write_back)}(f, outer, {self.helper('nonlocal_vars', tuple(self.schema.nonlocal_vars))})")
+            self.line(f"yield {self.operand(instr.args[1])}")
+            self.line(f"{self.helper('refresh', refresh_free_vars)}(f, outer, {self.helper('free_vars', tuple(self.schema.free_vars))})")
+            return
+        self.leaf(instr, lambda: self.write_op(instr))
+
+    def write_op(self, instr: OpInstruction) -> None:
+        out = self.var(instr.out_var) if instr.out_var else self.temp("unused")
+        target = instr.target
+        if isinstance(target, VarRef):
+            callee = self.temp("callee")
+            call, lists = self.arguments(instr, callee)
+            self.line(f"{callee} = {self.var(target.name)}")
+            self.line(f"{out} = {self.helper('call_value', self.ctx.call_value)}({callee}, {lists}) "
+                      f"if {self.helper('isinstance', isinstance)}({callee}, {self.helper('Module', _Module)}) "
+                      f"else {callee}({call})")
+            return
+        simple = not instr.kwargs and not instr.star_args and instr.args_var is None and instr.kwargs_var is None
+        if simple:
+            text = self.operator_text(target, instr.args)
+            if text is not None:
+                self.line(f"{out} = {text}")
+                return
+        name = self.const(target, instr.display_name or getattr(target, "__name__", "call"))
+        call, _ = self.arguments(instr, name)
+        self.line(f"{out} = {name}({call})")
+
+    def operator_text(self, target: Any, args: list) -> Optional[str]:
+        try:
+            template = _OPERATORS.get(target)
+        except TypeError:  # an unhashable callable
+            return None
+        if target is operator.getitem and len(args) == 2:
+            return f"{self.operand(args[0])}[{self.operand(args[1], subscript=True)}]"
+        if template is None and target is getattr and len(args) == 2:
+            name = _attribute_name(args[1])
+            if name is not None:
+                return f"{self.operand(args[0])}.{name}"
+        if template is None or len(args) != template.count("{"):
+            return None
+        return template.format(*(self.operand(a) for a in args))
+
+    def emit_method_call(self, fetch: OpInstruction, call: OpInstruction) -> None:
+        """`$t = getattr(obj, 'm')` + `out = $t(...)` as `out = obj.m(...)` (a module's method goes
+        through call_value, which runs its block)."""
+        receiver = self.operand(fetch.args[0])
+        name = _attribute_name(fetch.args[1])
+        method = self.temp("method")
+        bind = f"{self.var(fetch.out_var)} = " if self.observed() else ""
+        if name is not None:
+            self.line(f"{method} = {bind}{receiver}.{name}", fetch)
+        else:
+            self.line(f"{method} = {bind}{self.helper('getattr', getattr)}({receiver}, {quote(fetch.args[1])})", fetch)
+        out = self.var(call.out_var) if call.out_var else self.temp("unused")
+        args, lists = self.arguments(call, method)
+        self.line(f"{out} = {self.helper('call_value', self.ctx.call_value)}({method}, {lists}) "
+                  f"if {self.helper('isinstance', isinstance)}({method}, {self.helper('Module', _Module)}) "
+                  f"else {method}({args})", call)
+
+    def emit_BlockInstruction(self, instr: BlockInstruction) -> None:
+        self.leaf(instr, lambda: self.write_block_call(instr))
+
+    def write_block_call(self, instr: BlockInstruction) -> None:
+        out = self.var(instr.out_var) if instr.out_var else self.temp("unused")
+        ref = instr.block_ref
+        if instr.callee_var is not None:
+            value = self.var(instr.callee_var)
+            if ref.method is not None:
+                value = f"{self.helper('getattr', getattr)}({value}, {quote(ref.method)})"
+            _, lists = self.arguments(instr, value)
+            self.line(f"{out} = {self.helper('call_value', self.ctx.call_value)}({value}, {lists})")
+            return
+        call = self.ctx.static_call(instr, self.unit, self.env)
+        base = identifier((ref.path or "self").replace(".", "_") + ("_" + ref.method if ref.method else ""))
+        if call.invoke is None:  # not in the schema (None at parse time, or replaced since): the live child
+            live = self.const(call.live, "live_" + base)
+            _, lists = self.arguments(instr, f"{live}()")
+            self.line(f"{out} = {self.helper('call_live', call_live)}({live}(), {lists})")
+            return
+        invoke = self.fresh(base)
+        self.env[invoke] = self.ctx.lazy_invoker(call.invoke, self.env, invoke)
+        callee = self.const(call.callee, base + "_callee")
+        _, lists = self.arguments(instr, f"{callee}()")
+        if call.test is None:
+            self.line(f"{out} = {invoke}({lists})")
+            return
+        expected = self.const(call.expected, base + "_module")
+        if call.simple_test:
+            check = f"{self.helper('children', call.test)}.get({quote(call.first)}) is {expected}"
+        else:
+            check = f"{self.const(call.test, 'current_' + base)}() is {expected}"
+        live = self.const(call.live, "live_" + base)
+        self.line(f"{out} = {invoke}({lists}) if {check} else "
+                  f"{self.helper('call_value', self.ctx.call_value)}({live}(), {lists})")
+
+    def emit_FunctionInstruction(self, instr: FunctionInstruction) -> None:
+        maker = self.const(self.ctx.closure_maker(instr, self.unit), "make_" + identifier(instr.function.name))
+        self.leaf(instr, lambda: self.line(f"{self.var(instr.out_var)} = {maker}(f)"))
+
+    def emit_ReturnInstruction(self, instr: ReturnInstruction) -> None:
+        names = instr.out_vars
+        if not names:
+            value = "None"
+        elif len(names) == 1 and not instr.as_tuple:
+            value = self.var(names[0])
+        else:
+            value = "(" + ", ".join(self.var(n) for n in names) + ("," if len(names) == 1 else "") + ")"
+        self.read_weights(names_read(instr))
+        if self.generator:
+            self.line(f"{self.helper('writeback', write_back)}(f, outer, {self.helper('nonlocal_vars', tuple(self.schema.nonlocal_vars))})")
+            self.line("return")
+            return
+        if self.observed():
+            self.line(f"f[{quote(RETURN_SLOT)}] = {value}")
+            self.after(instr)
+            if self.part_of is not None:
+                self.line(f"return {self.helper('RETURN', RETURN)}")
+            else:
+                self.line(f"return f.pop({quote(RETURN_SLOT)})")
+            return
+        if self.part_of is not None:
+            self.line(f"f[{quote(RETURN_SLOT)}] = {value}")
+            self.line(f"return {self.helper('RETURN', RETURN)}")
+            return
+        self.line(f"return {value}")
+
+    def _loop_signal(self, instr: Instruction, word: str, signal: str) -> None:
+        self.after(instr)
+        if self.loops:
+            self.line(word)
+        else:  # inside a part, the loop is its caller's
+            self.line(f"return {self.helper(signal, BREAK if signal == 'BREAK' else CONTINUE)}")
+
+    def emit_BreakInstruction(self, instr: BreakInstruction) -> None:
+        self._loop_signal(instr, "break", "BREAK")
+
+    def emit_ContinueInstruction(self, instr: ContinueInstruction) -> None:
+        self._loop_signal(instr, "continue", "CONTINUE")
+
+    def emit_RaiseInstruction(self, instr: RaiseInstruction) -> None:
+        self.read_weights(names_read(instr))
+        self.announce(instr)
+        if instr.exc is None:
+            self.line("raise")
+        elif instr.has_cause:
+            self.line(f"raise {self.operand(instr.exc)} from {self.operand(instr.cause)}")
+        else:
+            self.line(f"raise {self.operand(instr.exc)}")
+
+    def emit_DeleteInstruction(self, instr: DeleteInstruction) -> None:
+        def write() -> None:
+            if self.frame:
+                self.line(f"{self.helper('delete', delete_names)}(f, {self.const(tuple(instr.names), 'names')})")
+            else:
+                self.line("del " + ", ".join(self.var(n) for n in instr.names))
+        self.leaf(instr, write)
+
+    def emit_condition(self, instr: ControlInstruction, stepped: bool) -> None:
+        """The instructions computing `cond_var`; an `if` test (or a `while` re-evaluation) is not a
+        step: the observer is told it is a condition."""
+        prepare = condition_instructions(instr)
+        reads = [instr.cond_var] if instr.cond_var in self.weights else []
+        if not prepare and not reads:
+            return
+        if self.observed() and not stepped:
+            self.line(f"{self.helper('begin', self.observer.begin_condition)}()", instr)
+            self.blocks += 1
+            self.block("try:", lambda: (self.emit_list(prepare), self.read_weights(reads)), instr)
+            self.block("finally:", lambda: self.line(f"{self.helper('end', self.observer.end_condition)}()", instr),
+                       instr)
+            self.blocks -= 1
+        else:
+            self.emit_list(prepare)
+            self.current = instr
+            self.read_weights(reads)
+        self.current = instr
+
+    def nested(self, instrs: list, loop: bool = False) -> Callable[[], None]:
+        def write() -> None:
+            saved = self.current
+            if loop:
+                self.loops += 1
+            try:
+                self.emit_list(instrs)
+            finally:
+                if loop:
+                    self.loops -= 1
+                self.current = saved
+        return write
+
+    def emit_ControlInstruction(self, instr: ControlInstruction) -> None:
+        getattr(self, "emit_" + instr.kind)(instr)
+
+    def emit_if(self, instr: ControlInstruction) -> None:
+        self.emit_condition(instr, stepped=False)
+        self.block(f"if {self.var(instr.cond_var)}:", self.nested(instr.body), instr)
+        if instr.else_body:
+            self.block("else:", self.nested(instr.else_body), instr)
+
+    def emit_while(self, instr: ControlInstruction) -> None:
+        state = self.fresh("tested")
+        self.line(f"{state} = False", instr)
+        self.blocks += 1
+
+        def loop() -> None:
+            if self.observed():  # the first test is a step, its re-evaluations are not
+                self.block(f"if {state}:", lambda: self.emit_condition(instr, stepped=False), instr)
+                self.block("else:", lambda: (self.line(f"{state} = True", instr),
+                                            self.emit_condition(instr, stepped=True)), instr)
+            else:
+                self.emit_condition(instr, stepped=True)
+            self.block(f"if not {self.var(instr.cond_var)}:",
+                       lambda: (self.line(f"{state} = None", instr), self.line("break", instr)), instr)
+            self.nested(instr.body, loop=True)()
+
+        self.block("while True:", loop, instr)
+        self.blocks -= 1
+        if instr.else_body:
+            self.block(f"if {state} is None:", self.nested(instr.else_body), instr)
+
+    def emit_for(self, instr: ControlInstruction) -> None:
+        self.emit_condition(instr, stepped=True)
+        position = self.fresh("position") if instr.index_var is not None else None
+        if position is not None:
+            self.line(f"{position} = 0", instr)
+        target = self.var(instr.bind_var)
+        self.blocks += 1
+
+        def body() -> None:
+            if position is not None:
+                self.line(f"{self.var(instr.index_var)} = {position}", instr)
+                self.line(f"{position} += 1", instr)
+            self.nested(instr.body, loop=True)()
+
+        self.block(f"for {target} in {self.var(instr.cond_var)}:", body, instr)
+        if instr.else_body:
+            self.block("else:", self.nested(instr.else_body), instr)
+        self.blocks -= 1
+
+    def emit_TryInstruction(self, instr: TryInstruction) -> None:
+        self.blocks += 3
+        observed = self.observed()
+
+        def convert(body: Callable[[], None]) -> Callable[[], None]:
+            """In a frame-dict function, an unbound read (a KeyError of `f`) is a NameError for
+            the handlers and before `finally` runs (it may bind the name)."""
+            if not self.frame:
+                return body
+
+            def write() -> None:
+                missed = self.fresh("missed")
+
+                def handle() -> None:
+                    self.line(f"{missed} = {self.helper('unbound', unbound_for_handlers)}({missed}, f)", instr)
+                    self.line(f"if {missed} is None:", instr)
+                    self.line("    raise", instr)
+                    self.line(f"raise {missed} from None", instr)
+
+                self.block("try:", body, instr)
+                self.block(f"except {self.helper('KeyError', KeyError)} as {missed}:", handle, instr)
+
+            return write
+
+        def handlers() -> None:
+            if instr.handlers:
+                self.block("try:", convert(self.nested(instr.body)), instr)
+                if observed:
+                    self.block(f"except {self.helper('StepAbandoned', StepAbandoned)}:",
+                               lambda: self.line("raise", instr), instr)
+                for classes, name, body in zip(instr.handlers, instr.handler_names, instr.handler_bodies):
+                    self.handler(instr, classes, name, body)
+                if instr.else_body:
+                    self.block("else:", self.nested(instr.else_body), instr)
+            else:
+                self.nested(instr.body)()
+                self.nested(instr.else_body)()
+
+        if instr.final_body:
+            self.block("try:", convert(handlers), instr)
+            self.block("finally:", self.nested(instr.final_body), instr)
+        else:
+            handlers()
+        self.blocks -= 3
+
+    def handler(self, instr: TryInstruction, classes: tuple, name: Optional[str], body: list) -> None:
+        clause = "except" if not classes else f"except {self.const(tuple(classes), 'handled')}"
+        if name is None:
+            self.block(clause + ":", self.nested(body), instr)
+        elif not self.frame:
+            self.block(f"{clause} as {self.var(name)}:", self.nested(body), instr)
+        else:
+            caught = self.fresh("caught")
+
+            def bound() -> None:
+                self.line(f"f[{quote(name)}] = {caught}", instr)
+                self.block("try:", self.nested(body), instr)
+                self.block("finally:", lambda: self.line(f"f.pop({quote(name)}, None)", instr), instr)
+
+            self.block(f"{clause} as {caught}:", bound, instr)
+
+    def emit_WithInstruction(self, instr: WithInstruction) -> None:
+        self.blocks += 1
+        context = self.var(instr.context_var)
+        if instr.bind_var is None:
+            self.block(f"with {context}:", self.nested(instr.body), instr)
+        else:
+            self.block(f"with {context} as {self.var(instr.bind_var)}:", self.nested(instr.body), instr)
+        self.blocks -= 1
+
+    def emit_part(self, instr: Instruction) -> None:
+        """A compound statement nested past Python's limits, compiled as a function of its own over
+        the same frame; its break/continue/return come back as signals."""
+        part = self.ctx.part(self.unit, [instr])
+        signal = self.fresh("signal")
+        self.line(f"{signal} = {self.const(part, 'part')}(f)", instr)
+
+        def passes() -> None:
+            if self.loops:
+                self.line(f"if {signal} is {self.helper('BREAK', BREAK)}:", instr)
+                self.line("    break", instr)
+                self.line(f"if {signal} is {self.helper('CONTINUE', CONTINUE)}:", instr)
+                self.line("    continue", instr)
+            if self.part_of is not None:
+                self.line(f"return {signal}", instr)
+            elif self.observed() or self.frame:
+                self.line(f"return f.pop({quote(RETURN_SLOT)})", instr)
+
+        self.block(f"if {signal} is not None:", passes, instr)
+
+
+def _attribute_name(op: Any) -> Optional[str]:
+    value = op.value if isinstance(op, Const) else op
+    if type(value) is str and value.isidentifier() and not keyword.iskeyword(value) and not value.startswith("__"):
+        return value
+    return None
+
+
