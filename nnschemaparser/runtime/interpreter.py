@@ -28,8 +28,9 @@ from .binding import live_signature
 from .instructions import operand_reader
 from .program import Program, programs_for
 from ..schema.errors import EditError, SchemaRunError
-from .listeners import CallEvent, EditEvent, EventObserver, InstructionEvent, StepAbandoned, TraceListener, instruction_kind
-from ..schema.model import Instruction, ModelBlockSchema, SourceLocation
+from .listeners import (RETURN_SLOT, CallEvent, EditEvent, EventObserver, InstructionEvent, StepAbandoned,
+                        TraceListener, instruction_kind)
+from ..schema.model import Instruction, ModelBlockSchema, ReturnInstruction, SourceLocation
 from ..schema.notation import operand_text
 
 __all__ = ["SchemaInterpreter", "StepInfo", "CallPause", "outputs_list"]
@@ -250,6 +251,27 @@ class _Stepper(TraceListener):
         step = StepInfo(self.index, instruction_kind(instr), instr.out_var, event.depth, event.value, event.frames,
                         instr, event.path, instr.location, self.notify if self.listeners else None,
                         _run=self)
+        if self.edits:
+            for edit in self.edits.get(self.index, ()):
+                step.edit(**edit)
+        self.consumer.switch(step)
+
+    def instruction_hook(self) -> Callable[[Instruction, dict, Any], None]:
+        return self._step_directly
+
+    def _step_directly(self, instr: Instruction, frame: dict, observer: Any) -> None:
+        """`on_instruction` without its event: what the event would hold, read from the observer."""
+        if observer.conditions:  # an if test or a while re-evaluation (spec 000)
+            return
+        self.index += 1
+        if isinstance(instr, ReturnInstruction):
+            value = frame.get(RETURN_SLOT)
+        else:
+            out = instr.out_var
+            value = frame.get(out) if out else None
+        step = StepInfo(self.index, instruction_kind(instr), instr.out_var, observer.depth, value,
+                        observer.frames_tuple(), instr, observer.path, instr.location,
+                        self.notify if self.listeners else None, _run=self)
         if self.edits:
             for edit in self.edits.get(self.index, ()):
                 step.edit(**edit)

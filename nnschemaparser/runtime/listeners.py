@@ -185,8 +185,15 @@ class TraceListener:
         """None, or a function `after(instruction, frame, observer)` the observer calls instead of
         building an `InstructionEvent` for `on_instruction`: used only when this listener is the
         run's one instruction listener, has `every_instruction = False` and values are not captured.
-        It gets what the event would hold from the frame and the observer (`_depth`, `_block`,
-        `_path`, `frames`) and must do exactly what `on_instruction` does with the event."""
+        It gets what the event would hold from the frame and the observer (`depth`, `block`,
+        `path`, `frames`, `frames_tuple()`, `conditions`) and must do exactly what `on_instruction`
+        does with the event."""
+        return None
+
+    def instruction_hook(self) -> Optional[Callable[[Instruction, dict, Any], None]]:
+        """Like `tensor_result_hook`, for a listener with `every_instruction = True`: called for
+        every instruction instead of building an `InstructionEvent`, when this listener is the run's
+        one instruction listener and values are not captured (the stepper uses it)."""
         return None
 
 
@@ -227,9 +234,9 @@ class EventObserver(Observer):
         self.paths: list[str] = []
         self.blocks: list[ModelBlockSchema] = []
         self._frames_tuple: Optional[tuple] = None
-        self._depth = -1
-        self._block: Optional[ModelBlockSchema] = None
-        self._path = ""
+        self.depth = -1
+        self.block: Optional[ModelBlockSchema] = None
+        self.path = ""
         self.conditions = 0  # how many unstepped condition tests are running
         self.configure(listeners, capture_values)
 
@@ -250,8 +257,9 @@ class EventObserver(Observer):
         self._every = all(every for _, every in self._instruction_wants)
         self._any_every = any(every for _, every in self._instruction_wants)
         self._direct: Optional[Callable[[Instruction, dict, Any], None]] = None
-        if not capture_values and len(self._instruction_listeners) == 1 and not self._any_every:
-            self._direct = self._instruction_listeners[0].tensor_result_hook()
+        if not capture_values and len(self._instruction_listeners) == 1:
+            only = self._instruction_listeners[0]
+            self._direct = only.instruction_hook() if self._any_every else only.tensor_result_hook()
 
     def reset(self) -> None:
         self.conditions = 0
@@ -263,9 +271,16 @@ class EventObserver(Observer):
     def _moved(self) -> None:
         """The frame stack changed: refresh what the next events share."""
         self._frames_tuple = None
-        self._depth = len(self.frames) - 1
-        self._block = self.blocks[-1] if self.blocks else None
-        self._path = self.paths[-1] if self.paths else ""
+        self.depth = len(self.frames) - 1
+        self.block = self.blocks[-1] if self.blocks else None
+        self.path = self.paths[-1] if self.paths else ""
+
+    def frames_tuple(self) -> tuple:
+        """The live frames, outermost first (rebuilt only when a block or function is entered or left)."""
+        frames = self._frames_tuple
+        if frames is None:
+            frames = self._frames_tuple = tuple(self.frames)
+        return frames
 
     @staticmethod
     def block_path(block: ModelBlockSchema) -> str:
@@ -277,11 +292,11 @@ class EventObserver(Observer):
         self.paths.append(path)
         self.blocks.append(block)
         self._frames_tuple = None
-        self._depth += 1
-        self._block = block
-        self._path = path
+        self.depth += 1
+        self.block = block
+        self.path = path
         if self._enter_listeners:
-            event = BlockEvent(block, frame, self._depth, path)
+            event = BlockEvent(block, frame, self.depth, path)
             for listener in self._enter_listeners:
                 listener.on_block_enter(event)
 
@@ -296,9 +311,9 @@ class EventObserver(Observer):
         paths.pop()
         blocks.pop()
         self._frames_tuple = None
-        self._depth = len(frames) - 1
-        self._block = blocks[-1] if blocks else None
-        self._path = paths[-1] if paths else ""
+        self.depth = len(frames) - 1
+        self.block = blocks[-1] if blocks else None
+        self.path = paths[-1] if paths else ""
 
     def fail_block(self, block: ModelBlockSchema, frame: dict, exc: BaseException) -> None:
         self._pop()
@@ -334,14 +349,14 @@ class EventObserver(Observer):
         frames = self._frames_tuple
         if frames is None:
             frames = self._frames_tuple = tuple(self.frames)
-        event = CallEvent(instr, frame, self._depth, self._block, self._path, callee, callee_path, frames,
+        event = CallEvent(instr, frame, self.depth, self.block, self.path, callee, callee_path, frames,
                           self.conditions == 0)
         for listener in self._call_listeners:
             listener.on_before_call(event)
 
     def after(self, instr: Instruction, frame: dict) -> None:
         direct = self._direct
-        if direct is not None:  # one tensor-results listener with its own hook: no event to build
+        if direct is not None:  # one instruction listener with its own hook: no event to build
             direct(instr, frame, self)
             return
         returns = instr.__class__ is ReturnInstruction or isinstance(instr, ReturnInstruction)
@@ -368,7 +383,7 @@ class EventObserver(Observer):
         frames = self._frames_tuple
         if frames is None:
             frames = self._frames_tuple = tuple(self.frames)
-        event = InstructionEvent(instr, frame, self._depth, self._block, self._path, value, has_value, frames,
+        event = InstructionEvent(instr, frame, self.depth, self.block, self.path, value, has_value, frames,
                                  self.conditions == 0)
         if wanted:
             for call in calls:

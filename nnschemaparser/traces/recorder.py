@@ -260,12 +260,12 @@ class ActivationRecorder(TraceListener):
 
         def after(instr: Instruction, frame: dict, observer: Any) -> None:
             if instr.__class__ is ReturnInstruction:
-                returned(instr, frame, observer._depth)
+                returned(instr, frame, observer.depth)
                 return
             out = instr.out_var
             value = frame.get(out) if out else None
             if isinstance(value, tensor):
-                took(instr, frame, value, observer._depth, observer._block, observer._path, observer.frames)
+                took(instr, frame, value, observer.depth, observer.block, observer.path, observer.frames)
 
         return after
 
