@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ import nnschemaparser
 PACKAGE = Path(nnschemaparser.__file__).parent
 STAGES = ("schema", "lowering", "runtime", "parser", "traces", "inspection", "files", "widget", "validation",
           "examples")
-ROOT_MODULES = {"__init__", "__main__", "compat"}
+ROOT_MODULES = {"__init__", "__main__"}
 MAX_LINES = 600
 
 
@@ -171,20 +172,17 @@ def test_no_module_is_past_the_size_limit_without_a_stated_reason():
     assert not long, f"split these or say why in the docstring ('Longer than {MAX_LINES} lines because ...'): {long}"
 
 
-@pytest.mark.parametrize("old, new", [("errors", "schema.errors"), ("histograms", "traces.histograms"),
-                                      ("engine", "runtime.program"), ("zoo", "validation.zoo"),
-                                      ("inspector", "inspection.inspector")])
-def test_old_module_paths_import_the_same_module(old, new):
-    assert importlib.import_module(f"nnschemaparser.{old}") is importlib.import_module(f"nnschemaparser.{new}")
+@pytest.mark.parametrize("old", ["errors", "histograms", "engine", "zoo", "inspector", "intrinsics", "demo"])
+def test_old_top_level_module_paths_are_gone(old):
+    """The modules live in their stages only: no import hook answers the pre-stage paths any more."""
+    assert f"nnschemaparser.{old}" not in sys.modules
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(f"nnschemaparser.{old}")
+    assert not [f for f in sys.meta_path if type(f).__module__.startswith("nnschemaparser")]
 
 
-def test_every_old_module_path_still_imports():
-    from nnschemaparser.compat import MOVED
-
-    for old, new in MOVED.items():
-        module = importlib.import_module(f"nnschemaparser.{old}")
-        assert module.__name__ == f"nnschemaparser.{new}" and module.__spec__.name == module.__name__
-    from nnschemaparser.lowering import lower_source  # old modules that are subpackages now
+def test_subpackages_that_were_modules_keep_their_names():
+    from nnschemaparser.lowering import lower_source
     from nnschemaparser.parser import NNParser, preserved_state
     from nnschemaparser.schema import ModelBlockSchema, OpInstruction
     from nnschemaparser.traces import ActivationTrace, container_id

@@ -717,6 +717,8 @@ class FunctionLowering(ExpressionLowering, ContainerLoopLowering):
                                      [Const(value, f"{node.module or ''}.{alias.name}")], style="value"), node)
 
     def emit_deferred_import(self, name: str, spec: Any, spelled: str, node: ast.AST) -> None:
+        # `nnschemaparser.intrinsics.` is the intrinsics' name in files (files/allowlist.py), not a module
+        # path; saved schemas compare it, so it stays
         self.emit(op_instruction(name, intrinsics.run_import, [Const(spec, spelled)], display="import",
                                  qualified="nnschemaparser.intrinsics.run_import"), node)
 
