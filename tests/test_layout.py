@@ -40,7 +40,7 @@ def _enclosing_kinds(tree: ast.AST) -> dict[int, str]:
     kinds: dict[int, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            kinds.update({id(n): "in a function" for n in ast.walk(node) if id(n) not in kinds})
+            kinds.update({id(n): "in a function" for n in ast.walk(node)})
     for node in ast.walk(tree):  # a TYPE_CHECKING block says more than the function around it
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             kinds.update({id(n): "if TYPE_CHECKING" for child in node.body for n in ast.walk(child)})
@@ -184,7 +184,7 @@ def shortest_loop(graph: dict[str, set[str]], start: str, within: set[str]) -> l
                     path = [node]
                     while path[-1] != start:
                         path.append(previous[path[-1]])
-                    return [start] + path[::-1][1:] + [start] if len(path) > 1 else [start, start]
+                    return [start] + path[::-1][1:] + [start]
                 if nxt not in previous:
                     previous[nxt] = node
                     following.append(nxt)
@@ -193,7 +193,7 @@ def shortest_loop(graph: dict[str, set[str]], start: str, within: set[str]) -> l
 
 
 def describe_cycles(graph: dict[str, set[str]], sites: dict[tuple[str, str], list[str]]) -> str:
-    """Each circle: its modules, the imports that close it (with their lines), and one loop through it."""
+    """Each circle: its modules, the imports between them (line, where) and its shortest loops."""
     cycles = find_cycles(graph)
     out = [f"{len(cycles)} import circle(s); break each by moving what both sides need into one module "
            "(or passing it in), not by hiding an import:"]
