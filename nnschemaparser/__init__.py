@@ -1,14 +1,11 @@
 """nnschemaparser: a PyTorch module's forward as a readable, runnable schema.
 
-The package root only re-exports. Pipeline: source -> lowering -> schema -> engine/interpreter ->
-listeners (traces, stepping, comparison) -> views (dump, DataFrames, plots, widget, CLI).
+The package root only re-exports. Pipeline: source -> lowering -> schema -> runtime (program,
+interpreter) -> listeners (traces, stepping, comparison) -> views (dump, DataFrames, plots, widget, CLI).
 The stages are subpackages (schema, lowering, runtime, parser, traces, inspection, files, widget,
-validation; docs/ARCHITECTURE.md); `compat` keeps the old top-level module paths importable.
+validation, examples; docs/ARCHITECTURE.md); import a module from its stage
+(`nnschemaparser.schema.errors`, not `nnschemaparser.errors`).
 """
-
-from . import compat as _compat
-
-_compat.install()
 
 from .inspection.capture import ModelCapture, capture_model
 from .traces.sampling import CaptureLimits, TensorSnapshot

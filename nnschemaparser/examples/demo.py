@@ -2,7 +2,7 @@
 static inspector (`inspector.html`: a base run and a fork that zeroes `hidden`, Compare working with
 no kernel), then says how to open it and the notebooks.
 
-Usage: python -m nnschemaparser.demo [--out DIR]
+Usage: python -m nnschemaparser.examples.demo [--out DIR]
 """
 
 from __future__ import annotations

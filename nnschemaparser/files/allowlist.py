@@ -2,7 +2,7 @@
 
 A schema file names a callable as a string ("torch.nn.functional.linear", "operator.add"). Loading
 looks the string up in one table of exact names built here from modules this package imports itself
-(torch, torch.nn.functional, operator, math, builtins, copy, warnings, nnschemaparser.intrinsics):
+(torch, torch.nn.functional, operator, math, builtins, copy, warnings, lowering.intrinsics):
 nothing is imported, evaluated or looked up by attribute on behalf of a file. A name outside the
 table is refused with `UnsafeReferenceError`. The table holds:
 
@@ -15,7 +15,8 @@ table is refused with `UnsafeReferenceError`. The table holds:
                  ones), torch.linalg / fft / special, torch.nn.functional, torch.Tensor methods (minus
                  storage, sharing and numpy), a short list of Python-level helpers and classes, the
                  torch.nn module classes; never torch.load, torch.save, hub, jit.load, ops, library
-    intrinsics   every helper the lowering emits (nnschemaparser.intrinsics.__all__)
+    intrinsics   every helper the lowering emits (`intrinsics.__all__`), named `nnschemaparser.intrinsics.<name>`:
+                 the file namespace of the module `nnschemaparser.lowering.intrinsics` (docs/FORMAT.md)
 
 Attribute access is the one door out of this table, so attribute names are checked too: no dunder
 name except a few harmless ones, and none of a short list of names that reach files, processes,

@@ -3,14 +3,9 @@
 Schema files and trace files share this layer. It reads JSON the strict way (no duplicate keys, no
 NaN/Infinity tokens, no number that overflows, nesting bounded before the parser sees it), checks
 records field by field (an unknown field is refused, a missing one too) and raises one typed error
-per kind of problem, always naming the file, the entry and what to do:
-
-    SchemaFormatError                 (errors.py) a saved schema or trace file is malformed or unsafe
-    ├── MalformedFileError            not JSON, a field of the wrong type, a truncated file, ...
-    ├── FormatVersionError            another format, or a version this release does not read
-    ├── FileLimitError                the file exceeds a FileLimits bound (size, nesting, counts)
-    ├── UnsafeReferenceError          a callable, global or attribute outside the allowlist
-    └── ModelMismatchError            load_schema(model=...) got a model of another structure
+per kind of problem, always naming the file, the entry and what to do: `MalformedFileError`,
+`FormatVersionError`, `FileLimitError`, `UnsafeReferenceError` and `ModelMismatchError`, each a
+`SchemaFormatError` (the package's exception tree, with what each one means, is in schema/errors.py).
 
 Depends on errors and the standard library only; knows nothing about schemas, traces or torch.
 """

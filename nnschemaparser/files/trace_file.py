@@ -9,7 +9,7 @@ it names. Only then are the tensors materialised, as views of the file's own byt
 loaded trace holds the file once. The header and the trace document in its metadata are decoded by
 bounded_json under the file's memory budget (FileLimits.max_decode_ratio times its size).
 
-Depends on traces, schema, value_codec, file_format and safetensors; never on the engine or views.
+Depends on traces, schema, value_codec, file_format and safetensors; never on the runtime or views.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ lowered by the `ExpressionLowering` mixin (expressions.py). Anything without a v
 `generic_visit`, the one place that refuses, with the construct's name and file:line. A refusal makes
 the parser re-dispatch that module to its real forward, so the schema always runs.
 
-Depends on schema, intrinsics, source and errors; never on the engine or any view.
+Depends on schema, intrinsics, source and errors; never on the runtime or any view.
 
 Longer than 600 lines because it is one visitor class with one method per CPython statement node
 kind (and the helpers those share); splitting the class across files would scatter its dispatch.
@@ -715,6 +715,8 @@ class FunctionLowering(ExpressionLowering, ContainerLoopLowering):
                                      [Const(value, f"{node.module or ''}.{alias.name}")], style="value"), node)
 
     def emit_deferred_import(self, name: str, spec: Any, spelled: str, node: ast.AST) -> None:
+        # `nnschemaparser.intrinsics.` is the intrinsics' name in files (files/allowlist.py), not a module
+        # path; saved schemas compare it, so it stays
         self.emit(op_instruction(name, intrinsics.run_import, [Const(spec, spelled)], display="import",
                                  qualified="nnschemaparser.intrinsics.run_import"), node)
 

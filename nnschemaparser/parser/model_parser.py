@@ -10,7 +10,8 @@ module it wraps. The model's parameters, buffers, plain attributes, training fla
 restored after that run, and so is what a lazy module's first call changes (its class, hooks and
 uninitialised tensors).
 
-Depends on schema, lowering, source, engine, notation and errors; never on listeners or views.
+Depends on schema (model, notation, errors), lowering (source, statements), runtime (program,
+argument_binding), equality and special_modules; never on listeners or views.
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ class _BlockBuilder:
         """A `@staticmethod` forward takes no `self`; a `@classmethod` one takes the class first.
 
         Both are lowered as plain functions (no `self.<attr>` to resolve); a classmethod's first
-        parameter becomes the block's `self_name`, which the engine binds to the module's class.
+        parameter becomes the block's `self_name`, which the runtime binds to the module's class.
         """
         fn = raw.__func__
         if unwrap_function(fn) is not fn:
@@ -156,7 +157,7 @@ class _BlockBuilder:
             try:
                 target = block.find(request.path)
             except KeyError:
-                continue  # the engine calls the live method when the block is absent
+                continue  # the runtime calls the live method when the block is absent
             if target.skip_reason is not None or request.key in target.methods:
                 continue
             method_block = ModelBlockSchema(name=target.name, path=target.path, module_type=target.module_type,
@@ -454,7 +455,7 @@ def _verify(model: nn.Module, root: ModelBlockSchema, scope: dict, rng: torch.Te
     """Run eager from the same state and RNG; return the innermost blocks whose result differs.
 
     Empty when the schema's result equals eager's exactly. Otherwise both are run again with a
-    recording forward hook on every module (the engine runs module hooks as `_call_impl` does, so
+    recording forward hook on every module (the runtime runs module hooks as `_call_impl` does, so
     both runs see the same hooks), and a block is a suspect when its module's first output differs
     while none of its interpreted sub-blocks' does (the error is in its own body).
     """

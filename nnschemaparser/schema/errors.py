@@ -1,17 +1,44 @@
-"""The exceptions nnschemaparser raises on its own account.
+"""The exceptions nnschemaparser raises on its own account, and the package's one exception tree.
 
 Exceptions raised by the user's model code are never wrapped: they keep their type and get a note
-naming the instruction and the forward's file:line. Everything below is about our side:
+naming the instruction and the forward's file:line. Everything below is about our side: every
+exception and warning class the package defines, under its base, with the module defining it (in
+parentheses; none: this module). The classes stay in their stages' modules, since schema/ imports
+nothing of the package; tests/test_error_tree.py fails when one is missing here, gone, or moved.
 
-    NNSchemaError                     base of every error of this package
-    ├── UnsupportedSyntaxError        the lowering cannot express a construct (the child is skipped)
-    ├── SourceUnavailableError        no source for a forward (C extension, REPL, stripped build)
-    ├── ParseError                    parse_model was given inputs it cannot use
-    ├── SchemaRunError                the schema cannot run as given (missing input, no live module)
-    ├── EditError                     a stepping edit names an unknown variable or changes shape/dtype
-    ├── SchemaFormatError             a saved schema or trace file is malformed or unsafe
-    ├── GraphExportError (export_flow.py)  torch.export cannot export a model for graph-mode inspection
-    └── TargetError (target.py)       a CLI target that cannot be loaded or built
+    Exception
+    ├── NNSchemaError                                         base of the errors a caller of the package catches
+    │   ├── UnsupportedSyntaxError                            the lowering cannot express a construct (child skipped)
+    │   ├── SourceUnavailableError                            no source for a forward (C extension, REPL, stripped)
+    │   ├── ParseError                                        parse_model was given inputs it cannot use
+    │   ├── SchemaRunError                                    the schema cannot run as given (missing input, ...)
+    │   ├── EditError                                         a stepping edit: unknown variable, other shape/dtype
+    │   ├── SchemaFormatError                                 a saved schema or trace file is malformed or unsafe
+    │   │   ├── MalformedFileError (files.file_format)        not JSON, a field of the wrong type, truncated, ...
+    │   │   ├── FormatVersionError (files.file_format)        another format, or a version this release cannot read
+    │   │   ├── FileLimitError (files.file_format)            past a FileLimits bound (size, nesting, counts)
+    │   │   ├── UnsafeReferenceError (files.file_format)      a callable, global or attribute off the allowlist
+    │   │   │   └── SourceMismatchError (files.verification)  load_schema(model=...): not the source's instructions
+    │   │   └── ModelMismatchError (files.file_format)        load_schema(model=...): another structure
+    │   │       └── SourceMismatchError (files.verification)  the same class, under both of its bases
+    │   ├── GraphExportError (inspection.export_flow)         torch.export cannot export the model (graph mode)
+    │   ├── TargetError (inspection.target)                   a CLI target that cannot be loaded or built
+    │   ├── PlanError (inspection.plan)                       plan options that cannot be used
+    │   ├── PlanAPIError (inspection.plan_client)             the plan deployment is unreachable or gives no plan
+    │   ├── GPUTableError (inspection.gpu_table)              a GPU table override that cannot be read
+    │   ├── GraphFileError (inspection.neurarch_graph)        not a readable .neurarch.json graph file
+    │   ├── TensorViewError (widget.tensor_views)             a tensor view the inspector cannot draw
+    │   └── InspectorError (widget.state)                     a request the inspector cannot carry out
+    ├── BuildError (widget.build)                             the widget bundle cannot be built (no js/, node, npm)
+    ├── _QuotaExhausted (inspection.capture)                  internal: a shared capture quota ran out
+    ├── _WalkExhausted (inspection.capture)                   internal: an input or output walk hit its quota
+    ├── _Usage (inspection.cli)                               internal: bad usage after argparse (exit status 2)
+    ├── _Difference (files.verification)                      internal: a difference, raised as SourceMismatchError
+    └── _Refused (widget.share_server)                        internal: a request the server refuses (HTTP status)
+    UserWarning
+    └── GraphMismatchWarning (inspection.inspector)           graph mode: the exported result is not eager's
+    BaseException
+    └── StepAbandoned (runtime.listeners)                      unwinds a paused stepped run; passes `except Exception:`
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The schema data model: plain dataclasses describing a parsed module and its lowered forward.
 
 This module is the bottom of the package. It imports nothing from nnschemaparser and never knows how a
-schema is produced (lowering, parser), executed (engine, interpreter) or shown (dump, traces, widget).
+schema is produced (lowering, parser), executed (runtime: program, interpreter) or shown (dump, traces, widget).
 
 A parsed model is a tree of `ModelBlockSchema`, one per `nn.Module` instance. A block's `body` is a
 list of instructions drawn from a closed set:
@@ -366,8 +366,12 @@ class FunctionSchema:
     `i` of `source` (for a decorated function `firstlineno` is its first decorator's line, as Python's
     `co_firstlineno`). Nested functions and comprehensions have no `source` of their own; their
     `firstlineno` is their own first line in the same file.
-    `cell_vars` are names a nested function reads or writes from this function's scope
-    (`nonlocal`); `free_vars` are names this function reads from enclosing scopes.
+    `free_vars` are the names this function (or a function nested in it) reads or rebinds from
+    enclosing scopes, its closure variables; `nonlocal_vars` are those of them it rebinds (a
+    `nonlocal` declaration, a walrus in a comprehension), so the enclosing scope sees the new value.
+    `weight_refs` maps each variable that reads a parameter or buffer of the module (`self.weight`)
+    to that attribute; `self_name` is the name of a method's first parameter (a classmethod
+    forward's `cls`).
     """
 
     name: str = ""

@@ -44,7 +44,7 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
                 limits: Optional[CaptureLimits] = None) -> ExecutionRecord:
     """Run `block` on `scope` ({input name: value}), capturing every intermediate tensor.
 
-    The run goes through the same engine as `SchemaInterpreter.run`, so outputs equal eager ones
+    The run goes through the same runtime `Program` as `SchemaInterpreter.run`, so outputs equal eager ones
     bit for bit; the schema itself is not modified. With `capture_grads=True`, call backward() on
     a loss built from `record.outputs`, then read `record.gradients`. The cyclic garbage collector
     is paused while the run goes (and resumed after it, if it was on).

@@ -5,7 +5,7 @@ sub-block call anywhere in the tree ("activation"; a bound method fetched by `ge
 tensor, so it is not a step), and the root's tensor outputs ("output").
 
 Values are kept as detached aliases, not copies. What makes them "the value at capture time" is
-the engine's `before` event: right before an instruction flagged `mutates` runs (`x.add_()`,
+the runtime's `on_before_mutation` event: right before an instruction flagged `mutates` runs (`x.add_()`,
 `y[0] = ...`, `F.relu(x, inplace=True)`), the recorder clones the kept values whose storage is the
 storage of the operand about to change (and note the step in `changed_in_place`, so a view can say
 the tensor was changed later). Storages are indexed lazily, on the first mutation, so a

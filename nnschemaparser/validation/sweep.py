@@ -1,6 +1,6 @@
 """The validation sweep: every zoo model parsed, interpreted and compared bit for bit with eager.
 
-    python -m nnschemaparser.sweep [--subset fast|all|local] [--only NAME ...] [--csv PATH] [--markdown PATH]
+    python -m nnschemaparser.validation.sweep [--subset fast|all|local] [--only NAME ...] [--csv PATH] [--markdown PATH]
 
 For each case: build the model, parse it from its example inputs, then in eval mode and in train mode
 (dropout under one fixed seed) compare every output with `torch.equal` and, after the same backward
@@ -317,7 +317,7 @@ def markdown_table(rows: list[SweepRow]) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nnschemaparser.sweep", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m nnschemaparser.validation.sweep", description=__doc__.splitlines()[0])
     parser.add_argument("--subset", choices=["fast", "all", "local"], default="all")
     parser.add_argument("--only", nargs="*", help="case names to run")
     parser.add_argument("--csv", default="sweep.csv")

@@ -170,7 +170,7 @@ def _main(argv: list[str] | None = None) -> int:
     import time
     import warnings
 
-    ap = argparse.ArgumentParser(prog="python -m nnschemaparser.zoo", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m nnschemaparser.validation.zoo", description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="build and run every case eagerly")
     ap.add_argument("--all", action="store_true", help="include cases listed in REFUSED")
     ap.add_argument("--fast", action="store_true", help="only fast_subset()")
@@ -232,4 +232,4 @@ if __name__ == "__main__":
     import sys
 
     # Run through the package module so case modules and REFUSED share one copy.
-    sys.exit(importlib.import_module("nnschemaparser.zoo")._main())
+    sys.exit(importlib.import_module("nnschemaparser.validation.zoo")._main())

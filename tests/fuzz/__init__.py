@@ -1,4 +1,4 @@
-"""Differential fuzzing of the lowering and the engine against eager PyTorch.
+"""Differential fuzzing of the lowering and the runtime against eager PyTorch.
 
 `choices` says where random decisions come from (a Hypothesis draw or a seeded RNG); `grammar`
 (expressions), `statements` and `compound` (statement bodies) and `programs` (whole modules) write

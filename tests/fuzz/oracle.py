@@ -4,7 +4,7 @@ A program is imported from a real .py file (the parser reads forwards from files
 built from a fixed seed, and the same inputs go to the eager forward and to the schema, each run from
 the same model state and RNG seed (`preserved_state` puts the state back between runs). The schema is
 parsed with `resolve=False`, so nothing the interpreter does is hidden by the parser's fallback of
-re-dispatching a failing child to its real module; it then runs in the three engine modes (plain,
+re-dispatching a failing child to its real module; it then runs in the three runtime modes (plain,
 observed with a trace listener, stepped). Each must give what eager gives:
 
 * the same outputs: tensors by `torch.equal` (NaN where eager has NaN), same containers and types;
@@ -114,7 +114,7 @@ def check_source(source: str, directory: Path) -> Outcome:
 
 
 def check_model(model: nn.Module, inputs: dict[str, Any]) -> Outcome:
-    """Compare eager against the schema of `model` on `inputs` in every engine mode."""
+    """Compare eager against the schema of `model` on `inputs` in every runtime mode."""
     before = _state(model)
     try:
         schema = NNParser.parse_model(model, resolve=False)

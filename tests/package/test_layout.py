@@ -3,8 +3,8 @@
 Each stage subpackage states in its docstring which stages it may import ("May import: ..."); a
 stage may name only earlier stages there. These tests fail when a module imports a stage its
 docstring does not allow, when a docstring allows a later stage, when the package has an import
-circle (module-level or inside functions), when a stage imports the package root, or when a module
-grows past the size limit without saying why.
+circle (module level, inside functions or under `if TYPE_CHECKING:`), when a stage imports the
+package root, or when a module grows past the size limit without saying why.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ import nnschemaparser
 PACKAGE = Path(nnschemaparser.__file__).parent
 STAGES = ("schema", "lowering", "runtime", "parser", "traces", "inspection", "files", "widget", "validation",
           "examples")
-ROOT_MODULES = {"__init__", "__main__", "compat"}
+ROOT_MODULES = {"__init__", "__main__"}
 MAX_LINES = 600
 
 
@@ -34,24 +35,31 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in PACKAGE.rglob("*.py") if "static" not in p.parts}
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    skip = set()
+def _enclosing_kinds(tree: ast.AST) -> dict[int, str]:
+    """id(import node) -> where it sits: "if TYPE_CHECKING", "in a function" (else: module level)."""
+    kinds: dict[int, str] = {}
     for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            kinds.update({id(n): "in a function" for n in ast.walk(node)})
+    for node in ast.walk(tree):  # a TYPE_CHECKING block says more than the function around it
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip.update(id(n) for child in node.body for n in ast.walk(child))
-    return skip
+            kinds.update({id(n): "if TYPE_CHECKING" for child in node.body for n in ast.walk(child)})
+    return kinds
 
 
-def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The package modules `name` imports, anywhere in its code (not under `if TYPE_CHECKING`)."""
+def import_sites(name: str, path: Path, modules: dict[str, Path]) -> dict[str, list[str]]:
+    """The package modules `name` imports, anywhere in its code, each with where it does it.
+
+    Every import counts: module level, inside functions and under `if TYPE_CHECKING:` (a module
+    that needs another one's names only for annotations still depends on it; the circle is real
+    even when the interpreter never runs it). Each site reads "line N" plus where it sits.
+    """
     tree = ast.parse(path.read_text())
-    skip = _type_checking_nodes(tree)
+    kinds = _enclosing_kinds(tree)
     is_package = path.name == "__init__.py"
     here = name if is_package else name.rpartition(".")[0]
-    found = set()
+    found: dict[str, list[str]] = {}
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         targets = []
         if isinstance(node, ast.ImportFrom):
             if node.level:
@@ -66,8 +74,14 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
             targets.extend(alias.name for alias in node.names)
         for target in targets:
             if target in modules and target != name:
-                found.add(target)
+                site = f"line {node.lineno}" + (f", {kinds[id(node)]}" if id(node) in kinds else "")
+                found.setdefault(target, []).append(site)
     return found
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package modules `name` imports, anywhere in its code (`if TYPE_CHECKING:` blocks too)."""
+    return set(import_sites(name, path, modules))
 
 
 def stage_of(module: str) -> str | None:
@@ -145,15 +159,65 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return cycles
 
 
-def test_the_package_has_no_import_circles():
+def import_graph() -> tuple[dict[str, set[str]], dict[tuple[str, str], list[str]]]:
+    """module -> the package modules it imports, and (module, target) -> the import sites."""
     modules = _modules()
-    graph = {}
+    graph, sites = {}, {}
     for name, path in modules.items():
-        edges = imports_of(name, path, modules)
+        found = import_sites(name, path, modules)
         # a package's __init__ is imported with each of its modules: an edge to it is not a circle of
         # the code (re-exports are checked by the stage rule above)
-        graph[name] = {t for t in edges if not (name.startswith(t + ".") and modules[t].name == "__init__.py")}
-    assert not find_cycles(graph), f"import circles: {find_cycles(graph)}"
+        graph[name] = {t for t in found if not (name.startswith(t + ".") and modules[t].name == "__init__.py")}
+        sites.update({(name, t): found[t] for t in graph[name]})
+    return graph, sites
+
+
+def shortest_loop(graph: dict[str, set[str]], start: str, within: set[str]) -> list[str]:
+    """The shortest import path from `start` back to itself inside `within` (a breadth-first walk)."""
+    previous: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for nxt in sorted(graph.get(node, set()) & within):
+                if nxt == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(previous[path[-1]])
+                    return [start] + path[::-1][1:] + [start]
+                if nxt not in previous:
+                    previous[nxt] = node
+                    following.append(nxt)
+        frontier = following
+    return []
+
+
+def describe_cycles(graph: dict[str, set[str]], sites: dict[tuple[str, str], list[str]]) -> str:
+    """Each circle: its modules, the imports between them (line, where) and its shortest loops."""
+    cycles = find_cycles(graph)
+    out = [f"{len(cycles)} import circle(s); break each by moving what both sides need into one module "
+           "(or passing it in), not by hiding an import:"]
+    for number, cycle in enumerate(cycles, 1):
+        members = set(cycle)
+        out.append(f"circle {number}: {len(cycle)} modules: {', '.join(cycle)}")
+        for name in cycle:
+            for target in sorted(graph[name] & members):
+                out.append(f"    {name} -> {target}  ({'; '.join(sites[(name, target)])})")
+        loops: list[list[str]] = []
+        for name in cycle:
+            loop = shortest_loop(graph, name, members)[:-1]
+            turn = loop.index(min(loop))
+            if loop[turn:] + loop[:turn] not in loops:
+                loops.append(loop[turn:] + loop[:turn])
+        out.append("  shortest loops:")
+        out.extend(f"    {' -> '.join(m.rpartition('.')[2] for m in loop + loop[:1])}" for loop in loops)
+    return "\n".join(out)
+
+
+def test_the_package_has_no_import_circles():
+    graph, sites = import_graph()
+    if find_cycles(graph):
+        pytest.fail(describe_cycles(graph, sites), pytrace=False)
 
 
 def test_the_cycle_finder_finds_a_circle():
@@ -171,20 +235,17 @@ def test_no_module_is_past_the_size_limit_without_a_stated_reason():
     assert not long, f"split these or say why in the docstring ('Longer than {MAX_LINES} lines because ...'): {long}"
 
 
-@pytest.mark.parametrize("old, new", [("errors", "schema.errors"), ("histograms", "traces.histograms"),
-                                      ("engine", "runtime.program"), ("zoo", "validation.zoo"),
-                                      ("inspector", "inspection.inspector")])
-def test_old_module_paths_import_the_same_module(old, new):
-    assert importlib.import_module(f"nnschemaparser.{old}") is importlib.import_module(f"nnschemaparser.{new}")
+@pytest.mark.parametrize("old", ["errors", "histograms", "engine", "zoo", "inspector", "intrinsics", "demo"])
+def test_old_top_level_module_paths_are_gone(old):
+    """The modules live in their stages only: no import hook answers the pre-stage paths any more."""
+    assert f"nnschemaparser.{old}" not in sys.modules
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(f"nnschemaparser.{old}")
+    assert not [f for f in sys.meta_path if type(f).__module__.startswith("nnschemaparser")]
 
 
-def test_every_old_module_path_still_imports():
-    from nnschemaparser.compat import MOVED
-
-    for old, new in MOVED.items():
-        module = importlib.import_module(f"nnschemaparser.{old}")
-        assert module.__name__ == f"nnschemaparser.{new}" and module.__spec__.name == module.__name__
-    from nnschemaparser.lowering import lower_source  # old modules that are subpackages now
+def test_subpackages_that_were_modules_keep_their_names():
+    from nnschemaparser.lowering import lower_source
     from nnschemaparser.parser import NNParser, preserved_state
     from nnschemaparser.schema import ModelBlockSchema, OpInstruction
     from nnschemaparser.traces import ActivationTrace, container_id
@@ -199,3 +260,29 @@ def test_the_import_reader_sees_relative_absolute_and_lazy_imports():
     assert {"nnschemaparser.schema.model", "nnschemaparser.runtime.codegen"} <= program
     widget = imports_of("nnschemaparser.widget.inspector", modules["nnschemaparser.widget.inspector"], modules)
     assert "nnschemaparser.widget.static_html" in widget  # imported inside a method
+
+
+def test_the_import_reader_counts_type_checking_and_function_imports(tmp_path):
+    path = tmp_path / "a.py"
+    path.write_text("from typing import TYPE_CHECKING\nfrom . import b\n\nif TYPE_CHECKING:\n    from .c import C\n\n\n"
+                    "def f():\n    from pkg import d\n    if TYPE_CHECKING:\n        import pkg.e\n")
+    modules = {name: tmp_path / f"{name}.py" for name in ("pkg.a", "pkg.b", "pkg.c", "pkg.d", "pkg.e")}
+    assert import_sites("pkg.a", path, modules) == {
+        "pkg.b": ["line 2"], "pkg.c": ["line 5, if TYPE_CHECKING"], "pkg.d": ["line 9, in a function"],
+        "pkg.e": ["line 11, if TYPE_CHECKING"]}
+
+
+def test_a_circle_is_described_with_its_imports_and_loops():
+    graph = {"p.a": {"p.b"}, "p.b": {"p.a", "p.c"}, "p.c": {"p.a"}, "p.d": {"p.a"}}
+    sites = {("p.a", "p.b"): ["line 1"], ("p.b", "p.a"): ["line 2, if TYPE_CHECKING"], ("p.b", "p.c"): ["line 3"],
+             ("p.c", "p.a"): ["line 4, in a function"], ("p.d", "p.a"): ["line 5"]}
+    assert describe_cycles(graph, sites).splitlines()[1:] == [
+        "circle 1: 3 modules: p.a, p.b, p.c",
+        "    p.a -> p.b  (line 1)",
+        "    p.b -> p.a  (line 2, if TYPE_CHECKING)",
+        "    p.b -> p.c  (line 3)",
+        "    p.c -> p.a  (line 4, in a function)",
+        "  shortest loops:",
+        "    a -> b -> a",
+        "    a -> b -> c -> a",
+    ]

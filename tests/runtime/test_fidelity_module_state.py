@@ -2,7 +2,7 @@
 
 Forward may reassign a buffer or parameter (`self.b = self.b * 2`), register one, or replace a
 child, on a branch the example input never takes: the parse-time check cannot see it, so the
-engine itself must read `self.<name>` from the live module at each use.
+runtime itself must read `self.<name>` from the live module at each use.
 """
 
 import copy

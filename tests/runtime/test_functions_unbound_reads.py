@@ -23,7 +23,7 @@ class ReadAfterUntakenBranch(nn.Module):
 
 
 class InPlaceMethodOnUnbound(nn.Module):
-    """Seed 1153: a method call on the unbound name (the engine fuses getattr and call)."""
+    """Seed 1153: a method call on the unbound name (the runtime fuses getattr and call)."""
 
     def forward(self, x):
         if x.sum() > 100:

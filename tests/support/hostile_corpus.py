@@ -189,7 +189,7 @@ _DANGEROUS_CALLABLES = [
     "operator.methodcaller", "torch.Tensor.numpy", "torch.Tensor.storage", "types.FunctionType", "ctypes.CDLL",
     "code.interact", "runpy.run_path", "torch.manual_seed", "torch.set_default_device", "builtins.super",
     "tests.support.hostile_corpus.touch_canary", "hostile_corpus.touch_canary", "nnschemaparser.intrinsics._Spread",
-    "nnschemaparser.file_format.write_atomic", "torch.sparse_coo_tensor", "torch.Tensor.set_", "", "torch.",
+    "nnschemaparser.files.file_format.write_atomic", "torch.sparse_coo_tensor", "torch.Tensor.set_", "", "torch.",
     "builtins.getattr ", "TORCH.ADD",
 ]
 _DANGEROUS_GLOBALS = [

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from nnschemaparser import zoo  # noqa: E402
+from nnschemaparser.validation import zoo  # noqa: E402
 from nnschemaparser.validation.sweep import markdown_table, run_case, summary  # noqa: E402
 
 FAST = zoo.fast_subset()
