@@ -1,13 +1,23 @@
 """Stage 3, runtime: executes a schema by re-dispatching every instruction to the real callables.
 
-`program` is the execution core (`Program`: instructions compiled once into closures over a frame
-dict), assembled from `operands` (operand getters, argument builders), `functions` (interpreted
-functions, closures, lazy generators, method units), `compile_calls` (ops and sub-block calls),
-`compile_control` (if/for/while/try/with/raise/return...), `module_hooks` (forward hooks as
-`Module._call_impl` runs them) and `observer` (the hooks that listeners, captures and stepping use).
-`argument_binding` and `unbound_reads` reproduce CPython's binding and unbound-name errors;
-`listeners` turns observer calls into events; `interpreter` is the public driver
-(`SchemaInterpreter.run / call / step_run`, `StepInfo`, `CallPause`, edits).
+Seven modules, each a noun:
+
+- `codegen`: the code generator. Each function of a schema becomes one real Python function, with
+  one `emit_<Instruction>` per instruction kind saying how it runs (plain and observed); the code
+  carries the user's file and line numbers.
+- `instructions`: what the generator reads off instructions before it writes (fused method calls,
+  literals, whether a plain run can keep fast locals, source positions).
+- `functions`: interpreted closures (`InterpretedFunction`), decorators re-applied around a schema,
+  and what happens when a generated function fails (the note naming the source text; CPython's
+  errors for unbound reads).
+- `program`: `Program`, the cache of compiled functions of one schema and mode, the invokers that
+  run a block as `module(*args, **kwargs)` would, and dispatch of module values.
+- `binding`: CPython's argument binding and its errors, for frame-dict functions.
+- `hooks`: module forward hooks around an interpreted forward, as `Module._call_impl` runs them.
+- `listeners`: the `Observer` interface the generated code calls, `EventObserver` turning it into
+  events, and `TraceListener`.
+- `interpreter`: the public driver (`SchemaInterpreter.run / call / step_run`, `StepInfo`,
+  `CallPause`, edits).
 
 May import: `schema` only. It never imports the lowering: a schema runs without its source.
 """

@@ -1,6 +1,6 @@
 """Binding call arguments to parameters as CPython does, with CPython's TypeError messages.
 
-The engine binds the arguments of every interpreted forward, method, closure and lambda itself, so
+A frame-dict function (observed runs, closures) binds its arguments itself, so
 a call with wrong arguments must fail exactly as the eager call would: the same checks in the same
 order (keywords first, then too many positionals, then missing positionals, then missing keyword-
 only arguments), and the same text, which names the function by its `__qualname__`

@@ -28,7 +28,12 @@ a stack) share one code object; each gets its own globals (`env`: the callables,
 dicts and helpers the text names). An exception passing through a generated frame gets one note
 (`functions.failure`) naming the source text of the instruction that was running.
 
-Depends on the schema, `binding`, `listeners` (signals, `StepAbandoned`) and `functions`.
+Longer than 600 lines because it is one visitor class: the whole of how every instruction kind
+runs, plain and observed, is its `emit_<Instruction>` methods, kept together on purpose (what it
+reads off instructions beforehand is `instructions`, what generated code calls is `functions`).
+
+Depends on the schema, `binding`, `instructions`, `listeners` (signals, `StepAbandoned`) and
+`functions`.
 """
 
 from __future__ import annotations

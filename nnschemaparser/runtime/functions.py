@@ -9,7 +9,7 @@ generator set to the instruction's position in the user's file) and, in a frame-
 turns a read of an unbound variable (a KeyError of the dict) into the UnboundLocalError or
 NameError CPython raises. `failing_block` finds the innermost interpreted block of a traceback.
 
-Depends on the schema, `notation`-free text and `binding`.
+Depends on the schema, `binding` and `listeners`.
 """
 
 from __future__ import annotations

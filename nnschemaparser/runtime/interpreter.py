@@ -1,4 +1,4 @@
-"""SchemaInterpreter: the public drivers of the engine — plain runs, observed runs and stepping.
+"""SchemaInterpreter: the public drivers of the runtime — plain runs, observed runs and stepping.
 
 `run` and `call` execute a schema with the plain compiled program when there is nothing to observe,
 and with an observed program otherwise. `step_run` runs the observed program inside a greenlet and
@@ -7,12 +7,12 @@ or of a `while` re-evaluation, as spec 000 says; traces still record those); edi
 are reported to the listeners (`TraceListener.on_edit`). With `pause_before_calls=True` it also
 pauses before each sub-block call, yielding a `CallPause` (the callee, the call site, its
 arguments): a pause is not a step, so step indices (edits, forks, traces) are the same with or
-without them. The execution rules are the engine's, written once; this module only drives them.
+without them. The execution rules are the code generator's, written once; this module only drives them.
 
 Observed programs are compiled once per schema and lent to one run at a time, with that run's
 listeners plugged into their observer; a one-call capture therefore costs no compilation.
 
-Depends on engine, listeners, schema and errors.
+Depends on `program`, `binding`, `instructions`, `listeners` and the schema.
 """
 
 from __future__ import annotations

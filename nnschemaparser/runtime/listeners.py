@@ -1,12 +1,15 @@
-"""The listener layer: engine callbacks become small event records for recorders, steppers and views.
+"""The listener layer: the observer calls of generated code become event records for recorders, steppers and views.
 
 `TraceListener` documents each hook as a no-op; subclasses override what they need. `EventObserver`
-is the engine-side adapter: it keeps the stack of live frames (so every event knows its frame depth
+is the runtime-side adapter: it keeps the stack of live frames (so every event knows its frame depth
 and block path), optionally snapshots values into `instruction.resolved` (capture_values), and fans
 each event out, in order, to the listeners that override its hook; an event nobody listens to is
 never built. One observer serves many runs: `configure` swaps its listeners between runs.
 
-Depends on schema, engine (the Observer interface) and notation; never on views.
+`Observer` (the interface the generated code calls), the signals of parts compiled apart and
+`StepAbandoned` live here too.
+
+Depends on schema and notation; never on views.
 """
 
 from __future__ import annotations
@@ -222,7 +225,7 @@ def snapshot(value: Any) -> Any:
 
 
 class EventObserver(Observer):
-    """Turns engine callbacks into events for `listeners`, tracking frames and block paths.
+    """Turns the generated code's observer calls into events for `listeners`, tracking frames and block paths.
 
     `after` runs once per executed instruction, so what every event shares is kept ready instead of
     recomputed: the depth, block and path of the innermost frame, and the tuple of live frames
