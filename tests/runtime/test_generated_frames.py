@@ -128,3 +128,38 @@ def test_compiled_programs_live_outside_the_schema_and_go_with_it():
     del schema
     gc.collect()
     assert ref() is None  # the programs compiled for it did not keep it alive
+
+
+MODEL_FILE = '''
+import torch
+from torch import nn
+
+
+class FromAFile(nn.Module):
+    def forward(self, x):
+        wide = x * 2
+        return wide.view(5, 5)
+'''
+
+
+def test_a_traceback_shows_the_line_written_even_when_the_models_file_is_gone(tmp_path, monkeypatch):
+    import importlib
+    import linecache
+    import sys
+
+    path = tmp_path / "gone_model.py"
+    path.write_text(MODEL_FILE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("gone_model")
+    try:
+        model = module.FromAFile()
+        schema = NNParser.parse_model(model=model, inputs_tensors_values={"x": torch.randn(3, 4)}, verify=False,
+                                      resolve=False)
+        path.unlink()
+        linecache.clearcache()  # nothing left to read the file from
+        with pytest.raises(RuntimeError) as caught:
+            SchemaInterpreter().run(schema, {"x": torch.randn(3, 4)})
+        ours = [fr for fr in traceback.extract_tb(caught.value.__traceback__) if fr.filename == str(path)]
+        assert ours and ours[-1].lineno == 9 and ours[-1].line == "return wide.view(5, 5)"
+    finally:
+        sys.modules.pop("gone_model", None)
