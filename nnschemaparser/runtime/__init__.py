@@ -1,6 +1,6 @@
 """Stage 3, runtime: executes a schema by re-dispatching every instruction to the real callables.
 
-Seven modules, each a noun:
+Eight modules, each a noun:
 
 - `codegen`: the code generator. Each function of a schema becomes one real Python function, with
   one `emit_<Instruction>` per instruction kind saying how it runs (plain and observed); the code
