@@ -215,32 +215,33 @@ class Program:
         else:
             direct = self._direct(block)
             module = block.module
-            if block.wrapper is not None or len(GLOBAL_HOOK_DICTS) != 4:
+            target, first = self._fast_target(block)
+            if len(GLOBAL_HOOK_DICTS) != 4:
                 def invoke(args: Any, kwargs: dict) -> Any:
                     if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
                             or module._backward_pre_hooks or global_hooks_active() or "forward" in module.__dict__):
                         return call_with_hooks(module, args, kwargs, direct)
                     return direct(args, kwargs)
+            elif target is not None:
+                g0, g1, g2, g3 = GLOBAL_HOOK_DICTS
+
+                # the common case written out: the hook test, then the generated forward itself (or
+                # the forward's decorators re-applied around it)
+                def invoke(args: Any, kwargs: dict) -> Any:
+                    if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                            or module._backward_pre_hooks or g0 or g1 or g2 or g3
+                            or "forward" in module.__dict__):
+                        return call_with_hooks(module, args, kwargs, direct)
+                    return target(first, *args, **kwargs)
             else:
                 g0, g1, g2, g3 = GLOBAL_HOOK_DICTS
-                unit = self.unit(block)
-                if not unit.frame and unit.self_name is not None:
-                    # the common case written out: the hook test, then the generated forward itself
-                    fn, self_value = unit.function, unit.self_value
 
-                    def invoke(args: Any, kwargs: dict) -> Any:
-                        if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-                                or module._backward_pre_hooks or g0 or g1 or g2 or g3
-                                or "forward" in module.__dict__):
-                            return call_with_hooks(module, args, kwargs, direct)
-                        return fn(self_value, *args, **kwargs)
-                else:
-                    def invoke(args: Any, kwargs: dict) -> Any:
-                        if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-                                or module._backward_pre_hooks or g0 or g1 or g2 or g3
-                                or "forward" in module.__dict__):
-                            return call_with_hooks(module, args, kwargs, direct)
-                        return direct(args, kwargs)
+                def invoke(args: Any, kwargs: dict) -> Any:
+                    if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                            or module._backward_pre_hooks or g0 or g1 or g2 or g3
+                            or "forward" in module.__dict__):
+                        return call_with_hooks(module, args, kwargs, direct)
+                    return direct(args, kwargs)
         self.invokers[id(block)] = invoke
         return invoke
 
@@ -256,6 +257,19 @@ class Program:
             return invoke(args, kwargs)
 
         return first_call
+
+    def _fast_target(self, block: ModelBlockSchema) -> tuple:
+        """(target, first) such that `target(first, *args, **kwargs)` runs `block`'s forward in a
+        plain run: the generated function with its module (or the decorators around it); (None, None)
+        when the forward keeps a frame dict or takes no `self`."""
+        unit = self.unit(block)
+        if unit.frame or unit.self_name is None:
+            return None, None
+        if block.wrapper is None:
+            return unit.function, unit.self_value
+        if unit.self_value is not block.module:
+            return None, None
+        return self._wrapped_runner(block, unit), block.module
 
     @staticmethod
     def _through_call_override(module: nn.Module, direct: Callable[[Any, dict], Any]) -> Callable[[Any, dict], Any]:
@@ -329,6 +343,8 @@ class Program:
                     if observer is None:
                         return fn(frame)
                     return _observed_run(observer, block_ref(), fn, frame)
+            elif unit.self_name is not None and unit.self_value is block.module:
+                inner = fn  # the generated forward takes `self` as the original does
             else:
                 self_value = unit.self_value
 
