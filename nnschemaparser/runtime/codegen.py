@@ -439,8 +439,9 @@ class CodeGenerator:
                 self.emit_part(instr)
             else:
                 getattr(self, "emit_" + type(instr).__name__)(instr)
-            if isinstance(instr, (ReturnInstruction, BreakInstruction, ContinueInstruction, RaiseInstruction)):
-                break  # nothing after it runs
+            # What follows a return, break, continue or raise never runs, but it is written all the
+            # same: the names it binds are locals of the function, as in the source, so a read of one
+            # raises UnboundLocalError as CPython does (not a NameError for a missing global).
             index += 1
 
     def too_deep(self, instr: Instruction) -> bool:

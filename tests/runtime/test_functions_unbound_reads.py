@@ -105,8 +105,20 @@ class DictLookupKeyErrorStaysKeyError(nn.Module):
         return table["g"]
 
 
+class BoundOnlyAfterAReturn(nn.Module):
+    """A name bound only in code after a `return` is still a local of the function: reading it
+    raises UnboundLocalError, not a NameError for a missing global (the fuzzer's seed 202612337,
+    found when plain runs moved to fast locals)."""
+
+    def forward(self, x):
+        if x.sum() > 100:
+            return x
+            late = x * 2  # noqa: F841 - never runs
+        return late  # noqa: F821
+
+
 @pytest.mark.parametrize("model_class", [
-    ReadAfterUntakenBranch, InPlaceMethodOnUnbound, ReadAfterDelete, CaughtAsNameError,
+    BoundOnlyAfterAReturn, ReadAfterUntakenBranch, InPlaceMethodOnUnbound, ReadAfterDelete, CaughtAsNameError,
     ClosureReadsUnboundFreeVariable, ComprehensionReadsUnboundLocal, FinallyRebindsAfterUnboundRead,
     DictLookupKeyErrorStaysKeyError,
 ], ids=lambda cls: cls.__name__)
