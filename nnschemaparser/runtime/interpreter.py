@@ -66,7 +66,7 @@ def _check_block(block: Any) -> None:
     # the model holds now (program.Program.static_call), as eager does.
 
 
-@dataclass
+@dataclass(slots=True)
 class StepInfo:
     """One executed instruction of a stepped run, with the live frames it can edit."""
 
