@@ -62,7 +62,6 @@ __all__ = ["CodeGenerator", "Generated"]
 
 _Module = nn.Module
 _CURRENT = object()  # a line stands for the instruction being written
-_MISSING = object()
 
 
 # Calls of these callables are written as the operator itself (`operator.add(a, b)` is `a + b`:
@@ -96,8 +95,8 @@ class CodeGenerator:
     """Writes and compiles one function of a schema (see the module docstring).
 
     `ctx` is the program's side of the bargain (a `program.Program`): `observer`, `tensor_results`,
-    `observe_calls`, and the helpers the generated calls use (`static_call`, `value_call`,
-    `closure_maker`, `announcer`, `part`)."""
+    `observe_calls`, and the helpers the generated calls use (`call_value`, `static_call`,
+    `lazy_invoker`, `closure_maker`, `announcer`, `part`)."""
 
     def __init__(self, ctx: Any, unit: Any, frame: bool, generator: bool = False, part_of: Any = None):
         self.ctx = ctx
@@ -115,7 +114,6 @@ class CodeGenerator:
         self.blocks = 0
         self.indent = 1
         self.current: Optional[Instruction] = None
-        self.counter = 0
         if frame:
             self.taken.update(("f", "outer"))
         else:
@@ -330,7 +328,6 @@ class CodeGenerator:
         else:
             params = self.signature()
         err = self.fresh("error")
-        self.counter = 0
         self.indent = 2
         self.emit_list(schema.body if self.part_of is None else self.part_of)
         if not self.lines:
@@ -342,7 +339,8 @@ class CodeGenerator:
         self.indent = 1
         self.line("try:", None)
         if self.generator:
-            self.line(f"    {self.helper('refresh', refresh_free_vars)}(f, outer, {self.helper('free_vars', tuple(schema.free_vars))})", None)
+            refresh = self.helper("refresh", refresh_free_vars)
+            self.line(f"    {refresh}(f, outer, {self.helper('free_vars', tuple(schema.free_vars))})", None)
         self.lines.extend(body)
         failing = self.const(failure, "failure")
         base = self.helper("BaseException", BaseException)
@@ -405,7 +403,7 @@ class CodeGenerator:
         for (line, instr), where in zip(self.lines, positions):
             if instr is not None:
                 bucket = instructions.setdefault(where, [])
-                if instr not in bucket:
+                if not any(known is instr for known in bucket):  # by identity: instructions compare by value
                     bucket.append(instr)
         self.env[META_KEY] = FunctionMeta(self.unit, instructions, text)
         function = types.FunctionType(code, self.env, name)
