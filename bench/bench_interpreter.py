@@ -1,6 +1,6 @@
 """Interpreted run time against eager, side by side in one process.
 
-    python bench/bench_interpreter.py [--repeats N]
+    python bench/bench_interpreter.py [--rounds N] [--quick] [--timer wall|cpu]
 
 For each model: parse once, check the schema output is torch.equal to eager, then time eager and
 the interpreter alternately (interleaved rounds, median of per-round times) under torch.no_grad().
@@ -25,11 +25,14 @@ from nnschemaparser import NNParser, SchemaInterpreter  # noqa: E402
 from nnschemaparser.parser.equality import first_mismatch  # noqa: E402
 
 
+CLOCK = time.perf_counter  # --timer cpu: time.thread_time on one torch thread (waiting for a core does not count)
+
+
 def timed(fn, inner: int) -> float:
-    start = time.perf_counter()
+    start = CLOCK()
     for _ in range(inner):
         fn()
-    return (time.perf_counter() - start) / inner
+    return (CLOCK() - start) / inner
 
 
 def same(a, b) -> bool:
@@ -64,14 +67,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--quick", action="store_true", help="fewer rounds (smoke run)")
+    parser.add_argument("--timer", choices=("wall", "cpu"), default="wall",
+                        help="wall: time.perf_counter (default); cpu: time.thread_time with torch on one thread")
     args = parser.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    global CLOCK
+    if args.timer == "cpu":
+        CLOCK = time.thread_time
+        torch.set_num_threads(1)
+    else:
+        torch.set_num_threads(max(1, torch.get_num_threads()))
     rounds = 3 if args.quick else args.rounds
     rows = [
         bench("64 x Linear(64,64)+relu, batch 1", linear_stack, rounds, 200, with_fx=True),
         bench("GPT-2 small (12x768), 64 tokens", gpt2_small, rounds, 3),
     ]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.timer} time")
     print(f"{'model':36s} {'eager ms':>9s} {'schema ms':>9s} {'ratio':>6s}  exact  other")
     for row in rows:
         m = row["medians"]
