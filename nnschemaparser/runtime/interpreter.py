@@ -269,9 +269,8 @@ class _Stepper(TraceListener):
         else:
             out = instr.out_var
             value = frame.get(out) if out else None
-        step = StepInfo(self.index, instruction_kind(instr), instr.out_var, observer.depth, value,
-                        observer.frames_tuple(), instr, observer.path, instr.location,
-                        self.notify if self.listeners else None, _run=self)
+        step = StepInfo(self.index, instruction_kind(instr), instr.out_var, observer.depth, value, observer.frames_tuple(), instr,
+                        observer.path, instr.location, self.notify if self.listeners else None, self)
         if self.edits:
             for edit in self.edits.get(self.index, ()):
                 step.edit(**edit)
