@@ -28,6 +28,7 @@ Depends on schema, listeners, traces, descriptions and sampling (for `CaptureLim
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Mapping
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -156,15 +157,20 @@ def _version(tensor: torch.Tensor) -> int:
         return -1
 
 
+# The description caches of each schema's runs, kept as long as the schema lives, outside it
+# (weakly keyed by the root; no entry refers to a block but weakly, so the entry goes with it).
+_TABLES: "weakref.WeakKeyDictionary[ModelBlockSchema, tuple]" = weakref.WeakKeyDictionary()
+
+
 def _description_tables(root: ModelBlockSchema) -> tuple[dict, dict, dict]:
-    """The description caches of `root`'s runs, kept on the schema: (ops, calls, container-id prefixes).
+    """The description caches of `root`'s runs: (ops, calls, container-id prefixes).
 
     Every entry is keyed by what its text depends on and holds the instruction it was made for, so
-    a hit is checked by identity; they live and die with the schema, like its compiled programs.
+    a hit is checked by identity.
     """
-    tables = root.__dict__.get("_description_tables")
+    tables = _TABLES.get(root)
     if tables is None:
-        tables = root.__dict__["_description_tables"] = ({}, {}, {})
+        tables = _TABLES[root] = ({}, {}, {})
     return tables
 
 
@@ -201,7 +207,7 @@ class ActivationRecorder(TraceListener):
         self.trace = ActivationTrace()
         self.root_frame: Optional[dict] = None
         # Descriptions by instruction (ops with a fixed callee, blocks by path) or by called module;
-        # a run takes the schema's own tables (`_description_tables`), so they outlive one capture.
+        # a run takes the tables of its schema (`_description_tables`), so they outlive one capture.
         self._ops: dict[int, tuple] = {}
         self._calls: dict[tuple, tuple] = {}
         self._prefixes: dict[str, str] = {}
@@ -487,13 +493,13 @@ class ActivationRecorder(TraceListener):
             return cached
         key = (id(instr), id(block))
         cached = self._calls.get(key)
-        if cached is None or cached[2] is not instr or cached[3] is not block:
+        if cached is None or cached[2] is not instr or cached[3]() is not block:
             try:
                 callee: Optional[ModelBlockSchema] = block.find(ref.path)
             except KeyError:
                 callee = None
             path = callee.path if callee is not None else ref.path
-            cached = (describe_block_call(path, callee, ref.method), path, instr, block)
+            cached = (describe_block_call(path, callee, ref.method), path, instr, weakref.ref(block))
             self._calls[key] = cached
         return cached
 

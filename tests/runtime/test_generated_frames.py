@@ -112,22 +112,22 @@ def test_source_code_reads_like_the_forward_with_its_names():
     assert "weight = " in linear and "F_linear(input, weight, bias)" in linear
 
 
-def test_compiled_programs_live_outside_the_schema_and_go_with_it():
+def test_compiled_programs_and_caches_live_outside_the_schema_and_go_with_it():
     model = Reshapes().eval()
     x = torch.randn(3, 4)
-    schema = NNParser.parse_model(model=model, inputs_tensors_values={"x": torch.randn(3, 12).view(3, 12)[:, :4]},
-                                  verify=False, resolve=False)
-    before = {block_id: set(vars(block)) for block_id, block in enumerate(schema.iter_blocks())}
+    schema = _schema(model, x)
+    schema.sub_blocks["proj"].body  # noqa: B018 - the schema as parsed
+    before = [set(vars(block)) for block in schema.iter_blocks()]
     with pytest.raises(RuntimeError):
         SchemaInterpreter().run(schema, {"x": x})
-    capture_run(NNParser.parse_model(model=nn.Sequential(nn.Linear(4, 4)), inputs_tensors_values={"input": x}),
-                {"input": x})
-    after = {block_id: set(vars(block)) for block_id, block in enumerate(schema.iter_blocks())}
-    assert before == after  # nothing cached in the schema's objects
+    linear = schema.sub_blocks["proj"]
+    record = capture_run(linear, {"input": x})
+    steps = list(SchemaInterpreter().step_run(linear, {"input": x}))
+    assert [set(vars(block)) for block in schema.iter_blocks()] == before  # nothing cached in the schema
     ref = weakref.ref(schema)
-    del schema
+    del schema, linear, record, steps
     gc.collect()
-    assert ref() is None  # the programs compiled for it did not keep it alive
+    assert ref() is None  # the programs and description caches kept for it did not keep it alive
 
 
 MODEL_FILE = '''
