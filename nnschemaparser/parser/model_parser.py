@@ -11,7 +11,7 @@ restored after that run, and so is what a lazy module's first call changes (its 
 uninitialised tensors).
 
 Depends on schema (model, notation, errors), lowering (source, statements), runtime (program,
-argument_binding), equality and special_modules; never on listeners or views.
+binding, functions), equality and special_modules; never on listeners or views.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The generated straight-line bodies (runtime/bodies.py) keep the closures' execution rules.
+"""The generated functions (runtime/codegen.py) keep the execution rules of every program mode.
 
 A capture whose listeners want tensor results only runs a program that calls the observer only
 where a tensor was bound (and fuses method fetches); its trace must be the trace of the

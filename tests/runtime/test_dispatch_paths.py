@@ -1,9 +1,9 @@
 """The dispatch-bound fast paths keep CPython's semantics (issue 17).
 
-Calls with keywords, constants, spreads and `**kwargs` run as generated closures
-(`operands.call_closure`); sub-block calls keep their invoker in a cell; the observer builds no
-event for the instructions a tensor recorder does not want; the recorder's description tables live
-on the schema. Each test checks a behaviour those paths must keep: argument order and values, the
+Calls with keywords, constants, spreads and `**kwargs` are written into the generated code
+(`codegen.CodeGenerator.arguments`); a sub-block call's invoker is put into the generated
+function's globals at its first call; the observer builds no event for the instructions a tensor
+recorder does not want; the recorder's description tables are kept per schema. Each test checks a behaviour those paths must keep: argument order and values, the
 errors of a bad call, unbound reads, which events a listener sees, and descriptions that follow a
 callee fetched at run time. The bench models of bench/models.py (shrunk) run exactly too.
 """
