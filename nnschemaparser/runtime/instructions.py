@@ -35,17 +35,7 @@ def fusable_method_call(first: Instruction, second: Instruction) -> bool:
             and first.args_var is None and first.kwargs_var is None
             and first.out_var.startswith("$") and type(second) is OpInstruction
             and isinstance(second.target, VarRef) and second.target.name == first.out_var
-            and first.out_var not in names_read_operands(second))
-
-
-def names_read_operands(instr: OpInstruction) -> set:
-    names = set(names_read(instr))
-    if isinstance(instr.target, VarRef):
-        # the callee itself is read once; any other read of it keeps the getattr apart
-        count = names_read(instr).count(instr.target.name)
-        if count <= 1:
-            names.discard(instr.target.name)
-    return names
+            and names_read(second).count(first.out_var) == 1)  # read as the callee only
 
 
 def walk_instructions(instrs: list) -> Any:

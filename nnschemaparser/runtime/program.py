@@ -303,15 +303,16 @@ class Program:
     def _direct(self, block: ModelBlockSchema) -> Callable[[Any, dict], Any]:
         """Run `block`'s schema (inside its forward's decorators, if any), without module hooks."""
         unit = self.unit(block)
+        target, first = self._fast_target(block)
+        if target is not None:
+            return lambda args, kwargs: target(first, *args, **kwargs)
         if block.wrapper is not None:
             runner = self._wrapped_runner(block, unit)
             module = block.module
             return lambda args, kwargs: runner(module, *args, **kwargs)
         fn, self_name, self_value = unit.function, unit.self_name, unit.self_value
-        if not unit.frame:
-            if self_name is None:
-                return lambda args, kwargs: fn(*args, **kwargs)
-            return lambda args, kwargs: fn(self_value, *args, **kwargs)
+        if not unit.frame:  # a forward without `self` (a staticmethod)
+            return lambda args, kwargs: fn(*args, **kwargs)
         params, simple, count = unit.params, unit.simple, len(unit.params)
         defaults, general = unit.schema.defaults, unit.binder
         observer = self.observer
