@@ -48,5 +48,8 @@ def worker(rank: int, world: int, port: int, kind: str, out_dir: str) -> None:
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps({
             "root": schema.name, "skipped": schema.skipped, "skip_reason": schema.skip_reason,
             "interpreted": interpreted, "gradients": compared}))
+        # No rank tears its group down while the other still talks to it: gloo aborts the process
+        # ("terminate called without an active exception") when a peer goes away mid-collective.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
