@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -48,8 +49,12 @@ def worker(rank: int, world: int, port: int, kind: str, out_dir: str) -> None:
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps({
             "root": schema.name, "skipped": schema.skipped, "skip_reason": schema.skip_reason,
             "interpreted": interpreted, "gradients": compared}))
-        # No rank tears its group down while the other still talks to it: gloo aborts the process
-        # ("terminate called without an active exception") when a peer goes away mid-collective.
-        dist.barrier()
+        dist.barrier()  # no rank tears its group down while the other still talks to it
     finally:
         dist.destroy_process_group()
+    # A rank that finished leaves at once: a normal interpreter exit runs the C++ destructors of
+    # gloo's threads, which now and then abort the process ("terminate called without an active
+    # exception", SIGABRT) after its work is done and written.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
