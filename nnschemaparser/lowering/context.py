@@ -1,7 +1,7 @@
 """What one lowering may look at (`LoweringContext`) and the method schemas it asks for (`MethodRequest`).
 
 Shared by `expressions` and `statements`, so neither imports the other for these. Depends on the
-standard library only.
+schema's `Binding` only.
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
+
+from ..schema.model import Binding
 
 __all__ = ["MethodRequest", "LoweringContext"]
 
@@ -21,6 +23,9 @@ class MethodRequest:
     key: str
     function: Callable
     owner: Optional[type]
+    # True when the forward reads the method as a value (`self.feed_forward_chunk` passed to a
+    # helper that calls it): the runtime lends the instance the schema under that name for a run.
+    as_value: bool = False
 
 
 @dataclass
@@ -29,9 +34,19 @@ class LoweringContext:
 
     globals: dict[str, Any]
     closure: dict[str, Any] = field(default_factory=dict)
+    cells: dict[str, Any] = field(default_factory=dict)  # the closure's cells, by name
     module: Any = None
     owner: Optional[type] = None
     requests: list[MethodRequest] = field(default_factory=list)
+
+    def binding_of(self, name: str, value: Any) -> Optional[Binding]:
+        """Where `name` (just resolved to `value`) lives: a closure cell or a module global; None
+        for a builtin (the runtime does not follow rebinding builtins)."""
+        if name in self.closure and name in self.cells:
+            return Binding(text=name, kind="closure", namespace=self.cells[name], key=name, value=value)
+        if name in self.globals:
+            return Binding(text=name, kind="global", namespace=self.globals, key=name, value=value)
+        return None
 
     def resolve_global(self, name: str) -> tuple[bool, Any]:
         if name in self.closure:

@@ -26,6 +26,7 @@ from . import intrinsics
 from ..schema.notation import operand_text
 from .context import MethodRequest
 from ..schema.model import (
+    Binding,
     BlockInstruction,
     BlockRef,
     Const,
@@ -221,9 +222,7 @@ class ExpressionLowering:
             temp = self.new_temp()
             self.emit(op_instruction(temp, intrinsics.raise_name_error, [name], display="NameError"), node)
             return VarRef(temp)
-        if isinstance(value, _PRIMITIVES):
-            return Const(value, name)
-        return Const(value, name)
+        return Const(value, name, binding=self.ctx.binding_of(name, value))
 
     def static_value(self, node: ast.expr) -> tuple[bool, Any]:
         """(True, value) when `node` names a global, builtin, or an attribute of a module or class."""
@@ -236,6 +235,24 @@ class ExpressionLowering:
             if found and isinstance(base, (types.ModuleType, type)) and hasattr(base, node.attr):
                 return True, getattr(base, node.attr)
         return False, None
+
+    def static_binding(self, node: ast.expr, value: Any) -> Optional[Binding]:
+        """The Binding of a name or a dotted chain rooted at a global or closure name (`F.gelu`)."""
+        attrs = []
+        root = node
+        while isinstance(root, ast.Attribute):
+            attrs.append(root.attr)
+            root = root.value
+        if not isinstance(root, ast.Name):
+            return None
+        found, base = self.ctx.resolve_global(root.id)
+        if not found:
+            return None
+        binding = self.ctx.binding_of(root.id, base)
+        if binding is None or not attrs:
+            return binding
+        return Binding(text=ast.unparse(node), kind=binding.kind, namespace=binding.namespace, key=binding.key,
+                       attrs=tuple(reversed(attrs)), value=value)
 
     def is_self(self, node: ast.expr) -> bool:
         return isinstance(node, ast.Name) and self.self_name is not None and node.id == self.self_name
@@ -259,7 +276,7 @@ class ExpressionLowering:
     def expr_Attribute(self, node: ast.Attribute, dest: Optional[str]) -> Any:
         found, value = self.static_value(node)
         if found:
-            return Const(value, ast.unparse(node))
+            return Const(value, ast.unparse(node), binding=self.static_binding(node, value))
         if self.is_self(node.value) and self.ctx.module is not None:
             module = self.ctx.module
             state = {**getattr(module, "_parameters", {}), **getattr(module, "_buffers", {})}
@@ -270,10 +287,26 @@ class ExpressionLowering:
                 ref = f"self.{node.attr}"
                 self.weight_refs[ref] = node.attr
                 return VarRef(ref)
+        if self.is_self(node.value) and self.ctx.module is not None and isinstance(node.ctx, ast.Load):
+            self.request_method_value(node.attr)
         base = self.expr_operand(node.value)
         out = self.target_var(dest)
         self.emit(op_instruction(out, getattr, [base, node.attr], display="getattr"), node)
         return VarRef(out)
+
+    def request_method_value(self, attr: str) -> None:
+        """`self.method` read as a value (not called here): ask for the method's schema, marked so
+        that a run lends it to the instance and whoever calls the value runs the schema."""
+        module = self.ctx.module
+        if attr in getattr(module, "__dict__", {}) or attr in ("forward", "__call__", "_call_impl"):
+            return
+        fn = inspect.getattr_static(module, attr, None)
+        if not isinstance(fn, types.FunctionType):
+            return
+        owner = self._defining_class(type(module), attr)
+        if self._framework_method(owner) or owner is None or owner.__module__.startswith("torch."):
+            return
+        self.ctx.requests.append(MethodRequest(path="", key=attr, function=fn, owner=owner, as_value=True))
 
     def is_plain_attribute(self, attr: str) -> bool:
         """False when the class defines `attr` itself (a property, e.g. a parametrization)."""
@@ -623,8 +656,10 @@ class ExpressionLowering:
             callee = target.value
             display = display or target.text
             mutates = mutates or self._mutating_callable(callee) or "inplace" in kwargs or "out" in kwargs
-            return op_instruction(out, callee, args, kwargs, display=display, star_args=stars,
-                                  kwargs_var=kwargs_var, mutates=mutates)
+            instr = op_instruction(out, callee, args, kwargs, display=display, star_args=stars,
+                                   kwargs_var=kwargs_var, mutates=mutates)
+            instr.binding = target.binding
+            return instr
         if not isinstance(target, VarRef):
             temp = self.new_temp()
             self.current.append(op_instruction(temp, intrinsics.assign, [target], style="value"))

@@ -67,7 +67,8 @@ def lower_function(fn: Callable, *, module: Any = None, owner: Optional[type] = 
             f"{fn.__qualname__} nests expressions or statements too deeply to lower; bind the inner parts to "
             "variables first", code.co_filename, code.co_firstlineno) from None
     ctx = LoweringContext(globals=fn.__globals__, closure=_closure_values(fn), module=module, owner=owner,
-                          requests=requests if requests is not None else [])
+                          requests=requests if requests is not None else [],
+                          cells=dict(zip(fn.__code__.co_freevars, fn.__closure__ or ())))
     return _lower_bounded(lambda: FunctionLowering(ctx, src, src.node, enclosing=None, is_method=module is not None),
                           src)
 

@@ -20,12 +20,15 @@ import contextlib
 import copy
 import math
 import operator
+import random
+import sys
 from typing import Any, Iterator, Mapping, Optional
 
 import torch
 from torch import nn
 
 from ..runtime.binding import root_call
+from ..runtime.coverage import LiveCall, LiveCallDetector, merge_live_calls
 from ..runtime.functions import failing_block
 from ..runtime.program import Observer, Program, entry_signature, rebindable
 from .equality import first_mismatch
@@ -126,6 +129,8 @@ class _BlockBuilder:
         block.signature = signature
         block.body = signature.body
         block.input_defaults = dict(signature.defaults)
+        if owner is not None:
+            block.parsed_from = (owner, "forward", raw)
         self.lower_requests(block, requests)
 
     def lower_unbound_forward(self, block: ModelBlockSchema, raw: Any, owner: type) -> None:
@@ -158,12 +163,16 @@ class _BlockBuilder:
                 target = block.find(request.path)
             except KeyError:
                 continue  # the runtime calls the live method when the block is absent
-            if target.skip_reason is not None or request.key in target.methods:
+            if target.skip_reason is not None:
+                continue
+            if request.key in target.methods:
+                if request.as_value:
+                    target.methods[request.key].reached_live = True
                 continue
             method_block = ModelBlockSchema(name=target.name, path=target.path, module_type=target.module_type,
                                             module=target.module, method_name=request.key,
                                             sub_blocks=target.sub_blocks, methods=target.methods,
-                                            function=request.function)
+                                            function=request.function, reached_live=request.as_value)
             target.methods[request.key] = method_block  # placeholder first: recursion finds it
             fn = unwrap_function(request.function)
             if fn is not request.function:
@@ -182,9 +191,12 @@ class _BlockBuilder:
                 continue
             method_block.signature = signature
             method_block.body = signature.body
+            if request.owner is not None and request.owner.__dict__.get(request.key.rsplit(".", 1)[-1]) is request.function:
+                method_block.parsed_from = (request.owner, request.key.rsplit(".", 1)[-1], request.function)
             method_block.input_defaults = dict(signature.defaults)
             pending.extend(MethodRequest(path=f"{request.path}.{r.path}".strip(".") if request.path else r.path,
-                                         key=r.key, function=r.function, owner=r.owner) for r in more)
+                                         key=r.key, function=r.function, owner=r.owner, as_value=r.as_value)
+                           for r in more)
 
 
 def _collect_skipped(block: ModelBlockSchema) -> dict[str, str]:
@@ -231,10 +243,12 @@ def preserved_state(model: nn.Module) -> Iterator[None]:
     devices = []
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         devices = list(range(torch.cuda.device_count()))
+    python_states = _python_rng_states()
     try:
         with torch.random.fork_rng(devices=devices):
             yield
     finally:
+        _set_python_rng_states(python_states)
         with torch.no_grad():
             for module, training, tensors, attrs in saved:
                 for (store, name), (value, copy) in tensors.items():
@@ -413,10 +427,18 @@ class NNParser:
             try:
                 with preserved_state(model):
                     rng = torch.get_rng_state()
-                    result = program.run_root(_fresh(scope))
+                    states = _python_rng_states()
+                    with LiveCallDetector(root) as detector:
+                        result = program.run_root(_fresh(scope))
+                if _lend_reached(root, detector.calls):
+                    for block in root.iter_blocks():
+                        block.inputs, block.outputs = {}, []
+                    continue  # run again: live code now reaches those blocks' schemas
+                root.live_calls = [call.as_row() for call in
+                                   merge_live_calls(detector.calls, _helpers(program.live_log.values()))]
                 if not verify:
                     return
-                suspects = _verify(model, root, scope, rng, result)
+                suspects = _verify(model, root, scope, rng, result, states)
                 if not suspects:
                     return
                 for block in suspects:
@@ -450,8 +472,52 @@ class NNParser:
         raise ParseError(f"gave up resolving {root.name} after {_MAX_SKIP_RETRIES} skipped children")
 
 
+def _lend_reached(root: ModelBlockSchema, calls: list) -> bool:
+    """Mark the interpreted blocks whose original forward live code ran (`reached_live`): runs lend
+    them the schema as their forward. True when there was one to mark."""
+    marked = False
+    for call in calls:
+        if call.kind != "module" or call.module is None:
+            continue
+        try:
+            block = root.find(call.module)
+        except KeyError:
+            continue
+        if block.skip_reason is None and block.signature is not None and not block.reached_live:
+            block.reached_live = marked = True
+    return marked
+
+
+def _helpers(calls: Any) -> list:
+    """The program's notes of live helpers that called interpreted modules, as coverage rows."""
+    out = []
+    for call in calls:
+        call = LiveCall(**{**call.__dict__})
+        call.kind = "helper"
+        out.append(call)
+    return out
+
+
+def _python_rng_states() -> tuple:
+    """Python's `random` and numpy's global generator states (a forward may draw from them)."""
+    numpy_state = None
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy_state = numpy.random.get_state()
+    return random.getstate(), numpy_state
+
+
+def _set_python_rng_states(states: Optional[tuple]) -> None:
+    if states is None:
+        return
+    python_state, numpy_state = states
+    random.setstate(python_state)
+    if numpy_state is not None:
+        sys.modules["numpy"].random.set_state(numpy_state)
+
+
 def _verify(model: nn.Module, root: ModelBlockSchema, scope: dict, rng: torch.Tensor,
-            result: Any) -> list[ModelBlockSchema]:
+            result: Any, states: Optional[tuple] = None) -> list[ModelBlockSchema]:
     """Run eager from the same state and RNG; return the innermost blocks whose result differs.
 
     Empty when the schema's result equals eager's exactly. Otherwise both are run again with a
@@ -462,6 +528,7 @@ def _verify(model: nn.Module, root: ModelBlockSchema, scope: dict, rng: torch.Te
     try:
         with preserved_state(model):
             torch.set_rng_state(rng)
+            _set_python_rng_states(states)
             expected = _eager_call(model, root, scope)
     except Exception:  # eager fails where the schema ran: nothing to compare against
         return []
@@ -476,10 +543,12 @@ def _verify(model: nn.Module, root: ModelBlockSchema, scope: dict, rng: torch.Te
     try:
         with preserved_state(model):
             torch.set_rng_state(rng)
+            _set_python_rng_states(states)
             _eager_call(model, root, scope)
         eager_outputs, recorded = recorded, {}
         with preserved_state(model):
             torch.set_rng_state(rng)
+            _set_python_rng_states(states)
             Program(root).run_root(_fresh(scope))
         schema_outputs = recorded
     except Exception:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import keyword
 import operator
 import types
@@ -47,12 +48,13 @@ from typing import Any, Callable, Optional
 
 from torch import Tensor, nn
 
-from ..schema.model import (BlockInstruction, BreakInstruction, Const, ContinueInstruction, ControlInstruction,
+from ..schema.model import (Binding, BlockInstruction, BreakInstruction, Const, ContinueInstruction, ControlInstruction,
                             DeleteInstruction, FunctionInstruction, FunctionSchema, Instruction, OpInstruction,
                             RaiseInstruction, ReturnInstruction, SliceOf, TryInstruction, VarRef, WithInstruction,
                             condition_instructions)
 from .binding import merge_kwargs
-from .functions import (META_KEY, FunctionMeta, call_live, delete_names, failure, names_read, refresh_free_vars,
+from .functions import (MISSING, META_KEY, FunctionMeta, call_live, delete_names, failure, names_read, rebind,
+                        refresh_free_vars, stale_method,
                         register_lines, unbound_for_handlers, weight_attribute, write_back)
 from .instructions import (MAX_BLOCKS, MAX_INDENT, bound_names, fusable_method_call, identifier, is_element, literal,
                            position, quote, walk_instructions)
@@ -120,6 +122,7 @@ class CodeGenerator:
             self._reserve_locals()
         self.weights = dict(unit.weights)
         self.direct_weights = unit.direct_weights
+        self.bound: dict = {}  # (namespace id, key, attrs) -> (Binding, [global names holding its value])
 
     # -- names --------------------------------------------------------------------------------
 
@@ -167,6 +170,45 @@ class CodeGenerator:
         self.env[name] = value
         return name
 
+    def bound_const(self, value: Any, binding: Binding, base: str) -> str:
+        """A global of the generated function holding `value`, read at parse time through `binding`:
+        the function checks the binding at each call and refreshes the global when it changed."""
+        name = self.const(value, base)
+        key = (id(binding.namespace), binding.key, binding.attrs)
+        group = self.bound.get(key)
+        if group is None:
+            group = self.bound[key] = (binding, [])
+        group[1].append(name)
+        return name
+
+    def guard_lines(self) -> None:
+        """The check, at the top of the function, that what the lowering froze still holds: each
+        global or closure binding it read (refreshed when rebound, see `functions.rebind`), and the
+        forward (or method) it was lowered from still being its class's (else StaleSchemaError)."""
+        checks = []
+        missing = self.helper("MISSING", MISSING)
+        groups = []
+        for binding, names in self.bound.values():
+            space = self.const(binding.namespace, "space")
+            if binding.kind == "closure":
+                read = f"{space}.cell_contents"
+            else:
+                read = f"{space}.get({quote(binding.key)}, {missing})"
+            for attr in binding.attrs:
+                read = f"{self.helper('getattr', getattr)}({read}, {quote(attr)}, {missing})"
+            checks.append(f"{read} is not {names[0]}")
+            groups.append((binding, tuple(names)))
+        parsed = getattr(self.unit, "parsed_from", None)
+        if parsed is not None:
+            owner, attr, function = parsed
+            stale = self.const(functools.partial(stale_method, owner, attr, function, self.unit.label), "stale")
+            self.line(f"    if {self.const(owner.__dict__, 'class_dict')}.get({quote(attr)}, {missing}) is not "
+                      f"{self.const(function, 'parsed')}: {stale}()", None)
+        if checks:
+            refresh = self.const(functools.partial(rebind, self.env, tuple(groups), self.unit.label,
+                                                   f"{self.schema.filename}:{self.schema.firstlineno}"), "rebind")
+            self.line(f"    if {' or '.join(checks)}: {refresh}()", None)
+
     def var(self, name: str) -> str:
         """Source reading (or, as a target, binding) the variable `name`."""
         if type(name) is not str:
@@ -200,6 +242,8 @@ class CodeGenerator:
         if isinstance(op, VarRef):
             return self.var(op.name)
         if isinstance(op, Const):
+            if op.binding is not None:
+                return self.bound_const(op.value, op.binding, op.text or "const")
             text = literal(op.value)
             if text is not None and type(op.value) is not tuple:
                 return text
@@ -338,6 +382,8 @@ class CodeGenerator:
         self.line(f"def {name}({params}):", None)
         self.indent = 1
         self.line("try:", None)
+        if self.part_of is None:
+            self.guard_lines()
         if self.generator:
             refresh = self.helper("refresh", refresh_free_vars)
             self.line(f"    {refresh}(f, outer, {self.helper('free_vars', tuple(schema.free_vars))})", None)
@@ -483,7 +529,9 @@ class CodeGenerator:
             if text is not None:
                 self.line(f"{out} = {text}")
                 return
-        name = self.const(target, instr.display_name or getattr(target, "__name__", "call"))
+        base = instr.display_name or getattr(target, "__name__", "call")
+        binding = getattr(instr, "binding", None)
+        name = self.bound_const(target, binding, base) if binding is not None else self.const(target, base)
         call, _ = self.arguments(instr, name)
         self.line(f"{out} = {name}({call})")
 

@@ -20,13 +20,57 @@ import types
 import weakref
 from typing import Any, Callable, Optional
 
+from ..schema.errors import StaleSchemaError
 from ..schema.model import Instruction, SliceOf, VarRef
 from .binding import INLINED_COMPREHENSIONS
 from .listeners import StepAbandoned
 
-__all__ = ["InterpretedFunction", "rebind_wrapper", "rebindable", "FunctionMeta", "META_KEY", "failure",
+__all__ = ["MISSING", "rebind", "stale_method", "InterpretedFunction", "rebind_wrapper", "rebindable", "FunctionMeta", "META_KEY", "failure",
            "unbound_here", "failing_block", "names_read", "source_text", "weight_attribute", "call_live",
            "delete_names", "refresh_free_vars", "write_back", "unbound_for_handlers", "register_lines"]
+
+# What a guard reads for a global or attribute that is gone.
+MISSING = type("Missing", (), {"__repr__": lambda self: "<missing>", "__slots__": ()})()
+
+
+def rebind(env: dict, groups: tuple, label: str, where: str) -> None:
+    """Called by a generated function whose guard saw a global or closure binding the lowering read
+    at parse time changed: refresh the generated globals holding it, so the run follows the new
+    binding as eager does (a kernel library patching `modeling_llama.apply_rotary_pos_emb`). A name
+    that no longer exists is a StaleSchemaError naming it, where it is read and the fix."""
+    for binding, names in groups:
+        if binding.kind == "closure":
+            try:
+                value = binding.namespace.cell_contents
+            except ValueError:
+                value = MISSING
+        else:
+            value = binding.namespace.get(binding.key, MISSING)
+        for attr in binding.attrs:
+            value = getattr(value, attr, MISSING)
+        if value is MISSING:
+            raise StaleSchemaError(
+                f"`{binding.text}`, which {label} ({where}) reads, no longer exists (it was "
+                f"{binding.value!r} when the model was parsed); restore it, or parse the model again "
+                "(NNParser.parse_model) so the schema reads what the code now reads")
+        for name in names:
+            env[name] = value
+
+
+def stale_method(owner: type, attr: str, function: Any, label: str) -> None:
+    """Called by a generated function whose class no longer has the forward (or method) the schema
+    was lowered from: the schema would run the old code, so it refuses."""
+    now = owner.__dict__.get(attr)
+    where = ""
+    code = getattr(function, "__code__", None)
+    if code is not None:
+        where = f" (lowered from {code.co_filename}:{code.co_firstlineno})"
+    replaced = getattr(now, "__qualname__", None) or repr(now)
+    raise StaleSchemaError(
+        f"{owner.__qualname__}.{attr} was replaced after the model was parsed{where}; it is now {replaced}. "
+        f"The schema of {label} runs the code it parsed, which eager no longer runs: parse the model "
+        "again (NNParser.parse_model) to interpret the new code")
+
 
 # The key of a generated function's globals holding its `FunctionMeta` (no identifier: the
 # generated text cannot name it).

@@ -12,6 +12,7 @@ nothing of the package; tests/test_error_tree.py fails when one is missing here,
     │   ├── SourceUnavailableError                            no source for a forward (C extension, REPL, stripped)
     │   ├── ParseError                                        parse_model was given inputs it cannot use
     │   ├── SchemaRunError                                    the schema cannot run as given (missing input, ...)
+    │   │   └── StaleSchemaError                              a binding frozen at parse time no longer holds
     │   ├── EditError                                         a stepping edit: unknown variable, other shape/dtype
     │   ├── SchemaFormatError                                 a saved schema or trace file is malformed or unsafe
     │   │   ├── MalformedFileError (files.file_format)        not JSON, a field of the wrong type, truncated, ...
@@ -49,6 +50,7 @@ __all__ = [
     "SourceUnavailableError",
     "ParseError",
     "SchemaRunError",
+    "StaleSchemaError",
     "EditError",
     "SchemaFormatError",
 ]
@@ -78,6 +80,12 @@ class ParseError(NNSchemaError):
 
 class SchemaRunError(NNSchemaError):
     """The schema cannot run as given."""
+
+
+class StaleSchemaError(SchemaRunError):
+    """A name the lowering resolved at parse time (a forward replaced on its class, a global that
+    was deleted) no longer holds in a way the schema can follow; the message names it, where it
+    is read, and the fix (parse the model again)."""
 
 
 class EditError(NNSchemaError):

@@ -31,6 +31,7 @@ __all__ = [
     "VarRef",
     "BlockRef",
     "SliceOf",
+    "Binding",
     "Const",
     "SourceLocation",
     "Instruction",
@@ -101,14 +102,32 @@ class VarRef:
 
 
 @dataclass(frozen=True, eq=False)
+class Binding:
+    """Where the lowering read a name it froze: a module global (`namespace` is the function's
+    globals dict, `key` the name), a closure cell (`namespace` the cell), followed by attributes
+    (`attrs`: `F.gelu` is global `F`, then `.gelu`). The runtime checks at each call of the function
+    that the binding still gives `value`, and follows it when it does not (see `runtime.codegen`).
+    Not saved in schema files: a loaded schema reads what its file names."""
+
+    text: str
+    kind: str  # "global" or "closure"
+    namespace: Any = field(repr=False)
+    key: str = ""
+    attrs: tuple = ()
+    value: Any = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, eq=False)
 class Const:
     """An object resolved at lowering time (a module-level constant, a class, a dtype), passed as is.
 
-    `text` is how the source spelled it ("MAX_LEN", "torch.float32"), used for display.
+    `text` is how the source spelled it ("MAX_LEN", "torch.float32"), used for display; `binding`
+    where it was read, when it came from a global or closure name (the runtime follows a rebinding).
     """
 
     value: Any
     text: str = ""
+    binding: Optional[Binding] = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         return f"Const({self.text or self.value!r})"
@@ -201,6 +220,8 @@ class OpInstruction(Instruction):
     star_args: tuple[int, ...] = ()
     mutates: bool = False
     style: str = "call"
+    # Where a `target` resolved at lowering time was read (a global, `F.gelu`): see `Binding`.
+    binding: Optional[Binding] = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -416,6 +437,25 @@ class ModelBlockSchema:
     skip_reason: Optional[str] = None
     wrapper: Any = None
     function: Any = None
+    # Set by the parser on a block whose forward live code reached on the example run (a library
+    # helper or a processor object calling the module): runs lend the module the schema as its
+    # instance `forward` for the run, so such calls are interpreted too.
+    reached_live: bool = False
+    # (class, attribute, function as found in the class dict) this block was lowered from; the
+    # runtime refuses to run it once the class holds another (the forward replaced after parsing).
+    parsed_from: Any = None
+    # The root's report of what ran outside the schema on the example run (rows of `coverage()`).
+    live_calls: list = field(default_factory=list)
+
+    def coverage(self):
+        """A DataFrame of what ran outside the schema on the parse-time run: one row per region
+        (module path, class, kind, what was called, the helper that called it, the block and
+        file:line where the schema made the call, how many times, why). Empty when everything
+        the model computed was interpreted."""
+        import pandas as pd
+
+        columns = ["module", "module_type", "kind", "callee", "via", "block", "location", "calls", "reason"]
+        return pd.DataFrame([dict(row) for row in self.live_calls], columns=columns)
 
     @property
     def is_skipped(self) -> bool:
