@@ -20,8 +20,10 @@ from .schema.errors import (
     SchemaFormatError,
     SchemaRunError,
     SourceUnavailableError,
+    StaleSchemaError,
     UnsupportedSyntaxError,
 )
+from .traces.routing import moe_routing
 from .files.file_format import (
     FileLimitError,
     FileLimits,
@@ -87,7 +89,7 @@ __all__ = [
     "ControlInstruction", "TryInstruction", "WithInstruction", "FunctionInstruction", "RaiseInstruction",
     "DeleteInstruction", "ReturnInstruction", "ContinueInstruction", "BreakInstruction",
     "NNSchemaError", "UnsupportedSyntaxError", "SourceUnavailableError", "ParseError", "SchemaRunError",
-    "EditError", "SchemaFormatError",
+    "EditError", "SchemaFormatError", "StaleSchemaError", "moe_routing",
     "CaptureLimits", "ModelCapture", "TensorSnapshot", "capture_model", "ModelMetadata", "ModuleMetadata",
     "inspect_model", "ConfigFieldSpec", "ModelStructureSpec", "inspect_config",
     "ModelInspector", "OpInfo", "InputEdge", "ModuleContext", "ModuleInfo", "ModuleCall", "GraphExportError",

@@ -35,6 +35,10 @@ class LoweringContext:
     globals: dict[str, Any]
     closure: dict[str, Any] = field(default_factory=dict)
     cells: dict[str, Any] = field(default_factory=dict)  # the closure's cells, by name
+    # The lowered function's own defaults (`__defaults__`, `__kwdefaults__`): Python evaluated them
+    # once, at `def` time, so the schema takes those objects rather than re-evaluating the source.
+    defaults: Optional[tuple] = None
+    kwdefaults: Optional[dict] = None
     module: Any = None
     owner: Optional[type] = None
     requests: list[MethodRequest] = field(default_factory=list)

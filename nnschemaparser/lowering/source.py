@@ -8,6 +8,7 @@ line (IPython registers cell sources with `linecache`). Depends on the standard 
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import inspect
 import linecache
@@ -75,10 +76,71 @@ def function_source(fn: Callable) -> FunctionSource:
     if cached is not None:
         return cached
     result = _read_function_source(fn)
+    owner = _enclosing_class(getattr(fn, "__qualname__", ""))
+    if owner and _has_private_names(result.node):
+        result = FunctionSource(node=_Mangler(owner).visit(copy.deepcopy(result.node)), filename=result.filename,
+                                firstlineno=result.firstlineno, lines=result.lines, indent=result.indent)
     if len(_SOURCES) > 8192:
         _SOURCES.clear()
     _SOURCES[key] = result
     return result
+
+
+def _enclosing_class(qualname: str) -> str:
+    """The class a function's body is compiled in (`Block.forward` -> "Block"; "" for none):
+    the last dotted part before the function that is no `<locals>`."""
+    parts = qualname.split(".")[:-1]
+    if not parts or parts[-1] == "<locals>":
+        return ""  # a function defined inside a function (or at module level): no class body
+    return parts[-1]
+
+
+def _private(name: str) -> bool:
+    return name.startswith("__") and not name.endswith("__")
+
+
+def _has_private_names(node: ast.AST) -> bool:
+    for child in ast.walk(node):
+        if isinstance(child, ast.Attribute) and _private(child.attr):
+            return True
+        if isinstance(child, ast.Name) and _private(child.id):
+            return True
+        if isinstance(child, ast.arg) and _private(child.arg):
+            return True
+        if isinstance(child, ast.keyword) and child.arg and _private(child.arg):
+            return True
+    return False
+
+
+class _Mangler(ast.NodeTransformer):
+    """Private names (`self.__scale`, `__helper`) as CPython compiles them in a class body:
+    `_Class__scale` (the class name without its leading underscores)."""
+
+    def __init__(self, owner: str):
+        self.prefix = "_" + owner.lstrip("_") if owner.strip("_") else ""
+
+    def mangle(self, name: str) -> str:
+        return self.prefix + name if self.prefix and _private(name) else name
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        self.generic_visit(node)
+        node.attr = self.mangle(node.attr)
+        return node
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        node.id = self.mangle(node.id)
+        return node
+
+    def visit_arg(self, node: ast.arg) -> ast.AST:
+        self.generic_visit(node)
+        node.arg = self.mangle(node.arg)
+        return node
+
+    def visit_keyword(self, node: ast.keyword) -> ast.AST:
+        self.generic_visit(node)
+        if node.arg:
+            node.arg = self.mangle(node.arg)
+        return node
 
 
 def _read_function_source(fn: Callable) -> FunctionSource:

@@ -68,7 +68,8 @@ def lower_function(fn: Callable, *, module: Any = None, owner: Optional[type] = 
             "variables first", code.co_filename, code.co_firstlineno) from None
     ctx = LoweringContext(globals=fn.__globals__, closure=_closure_values(fn), module=module, owner=owner,
                           requests=requests if requests is not None else [],
-                          cells=dict(zip(fn.__code__.co_freevars, fn.__closure__ or ())))
+                          cells=dict(zip(fn.__code__.co_freevars, fn.__closure__ or ())),
+                          defaults=getattr(fn, "__defaults__", None), kwdefaults=getattr(fn, "__kwdefaults__", None))
     return _lower_bounded(lambda: FunctionLowering(ctx, src, src.node, enclosing=None, is_method=module is not None),
                           src)
 
@@ -283,12 +284,20 @@ class FunctionLowering(ExpressionLowering, ContainerLoopLowering):
             positional = positional[1:]
         defaults: dict[str, Any] = {}
         default_nodes = list(args.defaults)
-        for name, default in zip([a.arg for a in args.posonlyargs + args.args][-len(default_nodes):] if default_nodes else [],
-                                 default_nodes):
-            defaults[name] = self.static_default(default)
+        names = [a.arg for a in args.posonlyargs + args.args][-len(default_nodes):] if default_nodes else []
+        own = self.ctx.defaults if self.enclosing is None else None
+        if own is not None and len(own) == len(names):
+            defaults.update(zip(names, own))  # the objects Python made at `def` time (`dict()`, a call)
+        else:
+            for name, default in zip(names, default_nodes):
+                defaults[name] = self.static_default(default)
+        own_kw = self.ctx.kwdefaults if self.enclosing is None else None
         for arg, default in zip(args.kwonlyargs, args.kw_defaults):
             if default is not None:
-                defaults[arg.arg] = self.static_default(default)
+                if own_kw is not None and arg.arg in own_kw:
+                    defaults[arg.arg] = own_kw[arg.arg]
+                else:
+                    defaults[arg.arg] = self.static_default(default)
         for stmt in node.body:
             self.visit(stmt)
         if not self.current or not isinstance(self.current[-1], ReturnInstruction):

@@ -31,6 +31,7 @@ from ..runtime.binding import root_call
 from ..runtime.coverage import LiveCall, LiveCallDetector, merge_live_calls
 from ..runtime.functions import failing_block
 from ..runtime.program import Observer, Program, entry_signature, rebindable
+from .dispatch import known_dispatch
 from .equality import first_mismatch
 from .special_modules import ClassAndHooks, is_compiled, opaque_reason, snapshot, tensors_of_module, weight_repr
 from ..schema.errors import NNSchemaError, ParseError, SourceUnavailableError, UnsupportedSyntaxError
@@ -117,7 +118,12 @@ class _BlockBuilder:
             self.lower_unbound_forward(block, raw, owner)
             return
         fn = unwrap_function(forward)
-        if fn is not forward:
+        dispatch = known_dispatch(forward, module) if fn is not forward else None
+        if dispatch is not None:
+            # the implementation the wrapper picks for this configuration is what runs: lower it
+            fn = unwrap_function(dispatch.chosen)
+            block.dispatch = dispatch
+        elif fn is not forward:
             if not rebindable(forward):
                 raise UnsupportedSyntaxError(
                     f"{block.name}.forward is wrapped by a decorator that does not close over the function it "
@@ -219,6 +225,9 @@ def _list_skipped(root: ModelBlockSchema) -> None:
     _collect_skipped(root)
     if root.skip_reason is not None:
         root.skipped = {ROOT_KEY: root.skip_reason, **root.skipped}
+    for row in root.live_calls:  # what the detector saw run live is listed too
+        if row["kind"] != "helper" and row["module"] is not None:
+            root.skipped.setdefault(row["module"] or ROOT_KEY, row["reason"])
 
 
 # --- protected runs ---------------------------------------------------------------------------

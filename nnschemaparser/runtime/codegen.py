@@ -54,7 +54,7 @@ from ..schema.model import (Binding, BlockInstruction, BreakInstruction, Const, 
                             condition_instructions)
 from .binding import merge_kwargs
 from .functions import (MISSING, META_KEY, FunctionMeta, call_live, delete_names, failure, names_read, rebind,
-                        refresh_free_vars, stale_method,
+                        refresh_free_vars, stale_dispatch, stale_method,
                         register_lines, unbound_for_handlers, weight_attribute, write_back)
 from .instructions import (MAX_BLOCKS, MAX_INDENT, bound_names, fusable_method_call, identifier, is_element, literal,
                            position, quote, walk_instructions)
@@ -204,6 +204,12 @@ class CodeGenerator:
             stale = self.const(functools.partial(stale_method, owner, attr, function, self.unit.label), "stale")
             self.line(f"    if {self.const(owner.__dict__, 'class_dict')}.get({quote(attr)}, {missing}) is not "
                       f"{self.const(function, 'parsed')}: {stale}()", None)
+        dispatch = getattr(self.unit, "dispatch", None)
+        if dispatch is not None and self.unit.self_name is not None:
+            chosen = self.const(dispatch.chosen, "implementation")
+            refuse = self.const(functools.partial(stale_dispatch, dispatch, self.unit.label), "stale_dispatch")
+            me = self.var(self.unit.self_name)
+            self.line(f"    if {self.const(dispatch.resolve, 'dispatch')}({me}) is not {chosen}: {refuse}({me})", None)
         if checks:
             refresh = self.const(functools.partial(rebind, self.env, tuple(groups), self.unit.label,
                                                    f"{self.schema.filename}:{self.schema.firstlineno}"), "rebind")

@@ -22,6 +22,7 @@ import inspect
 import sys
 import threading
 import types
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
@@ -30,14 +31,13 @@ from torch import nn
 from ..schema.model import ModelBlockSchema
 from .functions import META_KEY, FunctionMeta
 
-__all__ = ["LiveCall", "LiveCallDetector", "original_code", "merge_live_calls", "COVERAGE_COLUMNS",
+__all__ = ["LiveCall", "LiveCallDetector", "active_detector", "original_code", "merge_live_calls", "COVERAGE_COLUMNS",
            "generated_caller"]
 
-# The columns of `coverage()`'s DataFrame, in order.
-COVERAGE_COLUMNS = ("module", "module_type", "kind", "callee", "via", "block", "location", "calls", "reason")
+from ..schema.model import COVERAGE_COLUMNS  # noqa: E402  (the columns of `coverage()`, in order)
 
 # Frames of torch's own call machinery, never "the helper that made the call".
-_PLUMBING_FILES = ("torch/nn/modules/module.py", "torch/nn/utils/parametrize.py", "torch/_dynamo",
+_PLUMBING_FILES = ("torch/nn/modules/module.py", "torch/nn/utils/parametrize.py", "torch/_dynamo", "torch/_compile.py",
                    "torch/utils/_contextlib.py", "contextlib.py", "nnschemaparser/runtime/")
 
 
@@ -110,6 +110,8 @@ def generated_caller(frame: Any, stop_codes: frozenset = frozenset()) -> tuple[O
 
 def describe_generated(frame: Optional[Any]) -> tuple[str, str]:
     """(block label, "file:line") of the instruction a generated frame is executing."""
+    while frame is not None and not isinstance(frame.f_globals.get(META_KEY), FunctionMeta):
+        frame = frame.f_back  # up to the nearest generated frame
     if frame is None:
         return "", ""
     meta = frame.f_globals.get(META_KEY)
@@ -130,6 +132,17 @@ def describe_generated(frame: Optional[Any]) -> tuple[str, str]:
     return label, location
 
 
+_ACTIVE = threading.local()  # the detector active on this thread, if any
+
+
+def active_detector() -> Optional["LiveCallDetector"]:
+    return getattr(_ACTIVE, "detector", None)
+
+
+# What a detector watches, per schema (weakly keyed by its root; blocks are held weakly below).
+_STATIC: "weakref.WeakKeyDictionary[ModelBlockSchema, tuple]" = weakref.WeakKeyDictionary()
+
+
 class LiveCallDetector:
     """While active, records every execution of a model forward's original code (a live call).
 
@@ -137,28 +150,33 @@ class LiveCallDetector:
     `with LiveCallDetector(root) as found: program.run_root(scope)`, then `found.calls`.
     """
 
-    def __init__(self, root: ModelBlockSchema, extra_modules: Iterable[nn.Module] = ()):
+    def __init__(self, root: ModelBlockSchema):
+        static = _STATIC.get(root)
+        if static is None:
+            static = _STATIC[root] = self._watch(root)
+        self.codes, self.paths, self.blocks, self.stop_codes = static
+        self.found: dict[tuple, LiveCall] = {}
+        self._previous = None
+        self._thread = None
+
+    def _watch(self, root: ModelBlockSchema) -> tuple:
+        """(codes to watch, module id -> path, module id -> block, the codes as a frozenset)."""
         self.codes: dict[Any, list] = {}
         self.paths: dict[int, str] = {}
-        self.blocks: dict[int, ModelBlockSchema] = {}
+        self.blocks: dict[int, Any] = {}  # weak references to the blocks
         for block in root.iter_blocks():
             module = block.module
             if module is None or block.method_name is not None:
                 continue
             self.paths.setdefault(id(module), block.path)
-            self.blocks.setdefault(id(module), block)
+            self.blocks.setdefault(id(module), weakref.ref(block))
             self._add(type(module))
         model = root.module
         if model is not None:
             for path, module in model.named_modules(remove_duplicate=False):
                 self.paths.setdefault(id(module), path)
                 self._add(type(module))
-        for module in extra_modules:
-            self._add(type(module))
-        self.stop_codes = frozenset(self.codes)
-        self.found: dict[tuple, LiveCall] = {}
-        self._previous = None
-        self._thread = None
+        return self.codes, self.paths, self.blocks, frozenset(self.codes)
 
     def _add(self, cls: type) -> None:
         function = inspect.getattr_static(cls, "forward", None)
@@ -174,7 +192,25 @@ class LiveCallDetector:
     def calls(self) -> list[LiveCall]:
         return list(self.found.values())
 
+    def note_skipped(self, block: ModelBlockSchema, frame: Any) -> None:
+        """A skipped block called from generated `frame` whose forward has no Python code the
+        profile hook would see (TorchScript, a compiled module): count it here."""
+        function = inspect.getattr_static(type(block.module), "forward", None)
+        if isinstance(function, types.FunctionType) and original_code(function) in self.codes:
+            return  # its own code runs: `_on_call` counts it
+        label, location = describe_generated(frame)
+        key = ("module", block.path, "", label, location)
+        entry = self.found.get(key)
+        if entry is not None:
+            entry.calls += 1
+            return
+        module_type = type(block.module).__qualname__
+        self.found[key] = LiveCall(module=block.path, module_type=module_type, kind="module",
+                                   callee=f"{module_type}.forward", via="", block=label, location=location,
+                                   reason=f"skipped: {block.skip_reason}", key=key)
+
     def __enter__(self) -> "LiveCallDetector":
+        _ACTIVE.detector = self
         self._previous = sys.getprofile()
         self._thread = threading.get_ident()
         codes = self.codes
@@ -192,6 +228,7 @@ class LiveCallDetector:
 
     def __exit__(self, *exc: Any) -> None:
         sys.setprofile(self._previous)
+        _ACTIVE.detector = None
 
     def _on_call(self, frame: Any) -> None:
         caller, between, nested = generated_caller(frame, self.stop_codes)
@@ -200,7 +237,8 @@ class LiveCallDetector:
         code = frame.f_code
         module = frame.f_locals.get(code.co_varnames[0]) if code.co_argcount else None
         path = self.paths.get(id(module)) if isinstance(module, nn.Module) else None
-        block = self.blocks.get(id(module)) if module is not None else None
+        ref = self.blocks.get(id(module)) if module is not None else None
+        block = ref() if ref is not None else None
         module_type = type(module).__qualname__ if module is not None else ""
         via = ""
         if between:

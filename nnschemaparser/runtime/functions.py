@@ -25,7 +25,7 @@ from ..schema.model import Instruction, SliceOf, VarRef
 from .binding import INLINED_COMPREHENSIONS
 from .listeners import StepAbandoned
 
-__all__ = ["MISSING", "rebind", "stale_method", "InterpretedFunction", "rebind_wrapper", "rebindable", "FunctionMeta", "META_KEY", "failure",
+__all__ = ["MISSING", "rebind", "stale_method", "stale_dispatch", "InterpretedFunction", "rebind_wrapper", "rebindable", "FunctionMeta", "META_KEY", "failure",
            "unbound_here", "failing_block", "names_read", "source_text", "weight_attribute", "call_live",
            "delete_names", "refresh_free_vars", "write_back", "unbound_for_handlers", "register_lines"]
 
@@ -70,6 +70,20 @@ def stale_method(owner: type, attr: str, function: Any, label: str) -> None:
         f"{owner.__qualname__}.{attr} was replaced after the model was parsed{where}; it is now {replaced}. "
         f"The schema of {label} runs the code it parsed, which eager no longer runs: parse the model "
         "again (NNParser.parse_model) to interpret the new code")
+
+
+def stale_dispatch(dispatch: Any, label: str, module: Any) -> None:
+    """Called by a generated function whose decorator would now pick another implementation than
+    the one lowered (the setting changed after parsing)."""
+    try:
+        now = dispatch.value(module)
+    except Exception as exc:  # the setting itself is gone
+        now = f"unreadable ({type(exc).__name__}: {exc})"
+    chosen = getattr(dispatch.chosen, "__qualname__", repr(dispatch.chosen))
+    raise StaleSchemaError(
+        f"{label} was lowered from {chosen}, the implementation its decorator picked when the model was "
+        f"parsed; {dispatch.setting} is now {now!r}, for which it picks another. Set it back, or parse the "
+        "model again (NNParser.parse_model) to interpret the implementation that now runs")
 
 
 # The key of a generated function's globals holding its `FunctionMeta` (no identifier: the

@@ -32,7 +32,7 @@ from ..schema.model import (BlockInstruction, FunctionInstruction, FunctionSchem
                             OpInstruction, VarRef)
 from .binding import binder, block_qualname, live_signature, nested_qualname, root_call
 from .codegen import CodeGenerator
-from .coverage import LiveCall, describe_generated, generated_caller
+from .coverage import LiveCall, active_detector, describe_generated, generated_caller
 from .instructions import operand_reader, uses_frame
 from .functions import InterpretedFunction, rebind_wrapper, rebindable
 from .hooks import GLOBAL_HOOK_DICTS, call_with_hooks, global_hooks_active
@@ -112,6 +112,7 @@ class CompiledFunction:
         self.label = f"{block.name}.{schema.name}" if is_block else schema.name
         # (class, attribute, function) the block was lowered from: the generated code checks it holds
         self.parsed_from = block.parsed_from if is_block else None
+        self.dispatch = block.dispatch if is_block and block.method_name is None else None
         self.qualname = qualname or (block_qualname(block, self.label) if is_block else schema.name)
         self.binder = binder(self.qualname, schema, self.params, self.self_name is not None)
         # A generator expression's helper runs lazily, one element per `next`, as CPython's does.
@@ -373,6 +374,9 @@ class Program:
         """Run `block` as a call `module(*args, **kwargs)` would."""
         if block.skip_reason is not None:
             module = block.module
+            detector = active_detector()
+            if detector is not None and module is not None:
+                detector.note_skipped(block, sys._getframe(1))
             if module is None:
                 raise SchemaRunError(f"block {block.path or block.name!r} was skipped ({block.skip_reason}) and "
                                      "has no live module to run; load the schema with model=...")
@@ -552,6 +556,8 @@ class Program:
 
         schema_forward.thread = None
         schema_forward.__wrapped__ = original.__get__(module)  # inspect.signature sees the forward's
+        schema_forward.__name__ = getattr(original, "__name__", "forward")
+        schema_forward.__qualname__ = getattr(original, "__qualname__", "forward")
         return schema_forward
 
     def _lent_method(self, block: ModelBlockSchema) -> Callable:

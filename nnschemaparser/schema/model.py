@@ -32,6 +32,7 @@ __all__ = [
     "BlockRef",
     "SliceOf",
     "Binding",
+    "coverage_frame",
     "Const",
     "SourceLocation",
     "Instruction",
@@ -411,6 +412,17 @@ class FunctionSchema:
     self_name: Optional[str] = None
 
 
+COVERAGE_COLUMNS = ("module", "module_type", "kind", "callee", "via", "block", "location", "calls", "reason")
+
+
+def coverage_frame(rows: list, helpers: bool = False):
+    """The coverage DataFrame of `rows` (dicts with COVERAGE_COLUMNS); helper rows only if asked."""
+    import pandas as pd
+
+    kept = [dict(row) for row in rows if helpers or row.get("kind") != "helper"]
+    return pd.DataFrame(kept, columns=list(COVERAGE_COLUMNS))
+
+
 @dataclass(eq=False)
 class ModelBlockSchema:
     """One block of the tree: a module's forward (or one of its methods) lowered to instructions.
@@ -444,18 +456,23 @@ class ModelBlockSchema:
     # (class, attribute, function as found in the class dict) this block was lowered from; the
     # runtime refuses to run it once the class holds another (the forward replaced after parsing).
     parsed_from: Any = None
+    # For a forward a decorator dispatches (`use_experts_implementation`): how the implementation
+    # lowered as this block was chosen (`parser.dispatch.Dispatch`); the runtime checks it holds.
+    dispatch: Any = None
     # The root's report of what ran outside the schema on the example run (rows of `coverage()`).
     live_calls: list = field(default_factory=list)
 
-    def coverage(self):
-        """A DataFrame of what ran outside the schema on the parse-time run: one row per region
-        (module path, class, kind, what was called, the helper that called it, the block and
-        file:line where the schema made the call, how many times, why). Empty when everything
-        the model computed was interpreted."""
-        import pandas as pd
+    def coverage(self, helpers: bool = False):
+        """A DataFrame of what ran outside the schema on the parse-time run, one row per region:
+        `module` (its path; None when not a sub-module), `module_type`, `kind` ("module": a
+        module's own forward ran live), `callee`, `via` (the library function that made the call),
+        `block` and `location` (where the schema made the call that led there: block path and
+        file:line), `calls` (how many times) and `reason`. Empty when everything the model computed
+        was interpreted. `helpers=True` adds rows of kind "helper": library functions the schema
+        runs as one call (like any op) whose module calls were interpreted.
 
-        columns = ["module", "module_type", "kind", "callee", "via", "block", "location", "calls", "reason"]
-        return pd.DataFrame([dict(row) for row in self.live_calls], columns=columns)
+        For a later run, `capture_run(...).coverage()` says the same of that run."""
+        return coverage_frame(self.live_calls, helpers)
 
     @property
     def is_skipped(self) -> bool:

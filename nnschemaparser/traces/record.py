@@ -17,7 +17,8 @@ from ..runtime.listeners import RETURN_SLOT
 from ..schema.errors import SchemaRunError
 from ..runtime.interpreter import SchemaInterpreter
 from .recorder import ActivationRecorder
-from ..schema.model import ModelBlockSchema
+from ..runtime.coverage import LiveCallDetector
+from ..schema.model import ModelBlockSchema, coverage_frame
 from .trace import ActivationTrace, GradientTrace
 
 __all__ = ["ExecutionRecord", "capture_run"]
@@ -31,6 +32,12 @@ class ExecutionRecord:
     trace: ActivationTrace
     scope: dict
     recorder: ActivationRecorder = field(repr=False)
+    live_calls: list = field(default_factory=list, repr=False)
+
+    def coverage(self, helpers: bool = False):
+        """What ran outside the schema during this run, as `ModelBlockSchema.coverage()` says it
+        for the parse-time run (a branch the example input did not take may reach other code)."""
+        return coverage_frame(self.live_calls, helpers)
 
     @property
     def gradients(self) -> GradientTrace:
@@ -58,12 +65,13 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
     if collecting:
         gc.disable()
     try:
-        outputs = SchemaInterpreter(listeners=[recorder]).run(block=block, scope=scope)
+        with LiveCallDetector(block) as detector:  # what runs live, seen from the forwards' code objects
+            outputs = SchemaInterpreter(listeners=[recorder]).run(block=block, scope=scope)
     finally:
         if collecting:
             gc.enable()
     return ExecutionRecord(outputs=outputs, trace=recorder.trace, scope=_root_scope(block, scope, recorder.root_frame),
-                           recorder=recorder)
+                           recorder=recorder, live_calls=[call.as_row() for call in detector.calls])
 
 
 def _root_scope(block: ModelBlockSchema, scope: dict, frame: Optional[dict]) -> dict:
