@@ -122,3 +122,58 @@ def test_qwen2_moe_experts_are_interpreted_with_no_live_call():
     with torch.no_grad():
         assert torch.equal(record.outputs[0].logits, model(ids).logits)
     assert any(s.block_path == "model.layers.0.mlp.experts" for s in record.trace.steps)
+
+
+def test_diffusers_attention_processors_call_interpreted_modules():
+    diffusers = pytest.importorskip("diffusers")
+    torch.manual_seed(0)
+    unet = diffusers.UNet2DConditionModel(
+        block_out_channels=(32, 64), layers_per_block=1, sample_size=8, in_channels=4, out_channels=4,
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+        cross_attention_dim=16, attention_head_dim=8, norm_num_groups=8).eval()
+    inputs = {"sample": torch.randn(1, 4, 8, 8), "timestep": torch.tensor(3), "encoder_hidden_states": torch.randn(1, 5, 16)}
+    schema = NNParser.parse_model(unet, inputs_tensors_values=inputs)
+    assert schema.coverage().empty, schema.coverage().to_string()
+    record = capture_run(schema, dict(inputs))
+    with torch.no_grad():
+        assert torch.equal(record.outputs[0].sample, unet(**inputs).sample)
+    assert record.coverage().empty
+    # the processor objects' own code runs as one call: listed as helpers, with their module calls interpreted
+    assert any(callee.endswith("AttnProcessor2_0.__call__") for callee in schema.coverage(helpers=True)["callee"])
+    steps = {s.block_path for s in record.trace.steps}
+    attention = [p for p in steps if p.endswith(("to_q", "to_k", "to_v", "to_out.0"))]
+    from diffusers.models.attention_processor import Attention
+
+    count = sum(isinstance(module, Attention) for module in unet.modules())
+    assert count == 8 and len(attention) == 4 * count  # every attention's 4 projections ran as schema
+
+
+def test_x_transformers_wrapper_with_a_call_default_is_interpreted():
+    x_transformers = pytest.importorskip("x_transformers")
+    torch.manual_seed(0)
+    model = x_transformers.TransformerWrapper(num_tokens=64, max_seq_len=16,
+                                              attn_layers=x_transformers.Decoder(dim=32, depth=2, heads=4)).eval()
+    x = torch.randint(0, 64, (1, 8))
+    schema = NNParser.parse_model(model, inputs_tensors_values={"x": x})
+    assert schema.skip_reason is None and schema.skipped == {}
+    assert schema.coverage().empty
+    record = capture_run(schema, {"x": x})
+    with torch.no_grad():
+        assert torch.equal(record.outputs[0], model(x))
+
+
+def test_peft_lora_model_is_exact_and_its_hook_context_is_reported():
+    peft = pytest.importorskip("peft")
+    torch.manual_seed(0)
+    base = tf.LlamaForCausalLM(tf.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                              num_attention_heads=4, num_key_value_heads=2)).eval()
+    model = peft.get_peft_model(base, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)).eval()
+    ids = torch.randint(0, 64, (1, 6))
+    schema = NNParser.parse_model(model, inputs_tensors_values={"input_ids": ids})
+    assert schema.coverage().empty
+    # the @contextmanager method runs as the real one (a generator function is not lowered) and says so
+    assert list(schema.skipped) == ["_enable_peft_forward_hooks()"]
+    record = capture_run(schema, {"input_ids": ids})
+    with torch.no_grad():
+        assert torch.equal(record.outputs[0].logits, model(input_ids=ids).logits)
+    assert any(s.block_path.endswith("q_proj.lora_A.default") for s in record.trace.steps)
