@@ -50,6 +50,8 @@ class SweepRow:
     skipped: str = ""
     skipped_children: int = 0
     skipped_by_design: int = 0
+    live_calls: int = 0  # module forwards that ran outside the schema on the parse run (coverage())
+    live: str = ""
     output_maxdiff: float = math.nan
     grad_maxdiff: float = math.nan
     train_maxdiff: float = math.nan
@@ -193,6 +195,10 @@ def run_case(name: str, family: str, build: Callable[[], torch.nn.Module],
         row.skipped_reasons["<root>"] = schema.skip_reason
     row.skipped = "; ".join(f"{k}: {v[:80]}" for k, v in row.skipped_reasons.items())
     row.skipped_children, row.skipped_by_design = count_skipped_children(schema)
+    live = schema.coverage()
+    row.live_calls = int(live["calls"].sum()) if len(live) else 0
+    row.live = "; ".join(f"{r.module if r.module is not None else r.module_type}: {r.reason[:60]}"
+                         for r in live.itertuples())[:300]
     try:
         problem, row.output_maxdiff, row.grad_maxdiff = _compare_run(model, twin, schema, inputs, train=False)
         if problem is None:
@@ -284,6 +290,8 @@ def summary(rows: list[SweepRow]) -> dict[str, Any]:
         "parsed_fraction": parsed / blocks if blocks else 0.0,
         "skipped_children": sum(r.skipped_children for r in counted),
         "skipped_by_design": sum(r.skipped_by_design for r in counted),
+        "live_calls": sum(r.live_calls for r in counted),
+        "live_cases": sum(1 for r in counted if r.live_calls),
     }
 
 
@@ -306,12 +314,12 @@ def write_csv(rows: list[SweepRow], path: Path) -> None:
 
 def markdown_table(rows: list[SweepRow]) -> str:
     head = ("| architecture | family | status | params | instructions | blocks | skipped | skipped children | "
-            "output maxdiff | grad maxdiff | train maxdiff | parse s | run / eager | detail |")
-    lines = [head, "|" + "---|" * 14]
+            "live calls | output maxdiff | grad maxdiff | train maxdiff | parse s | run / eager | detail |")
+    lines = [head, "|" + "---|" * 15]
     for r in rows:
         skipped = str(len(r.skipped_reasons)) if r.skipped_reasons else "0"
         lines.append(f"| {r.name} | {r.family} | {r.status} | {r.params:,} | {r.instructions} | {r.blocks} | "
-                     f"{skipped} | {_skipped_cell(r)} | {_fmt(r.output_maxdiff)} | {_fmt(r.grad_maxdiff)} | {_fmt(r.train_maxdiff)} | "
+                     f"{skipped} | {_skipped_cell(r)} | {r.live_calls} | {_fmt(r.output_maxdiff)} | {_fmt(r.grad_maxdiff)} | {_fmt(r.train_maxdiff)} | "
                      f"{_fmt(r.parse_s)} | {_fmt(r.run_ratio)} | {r.detail.replace('|', '/')[:120]} |")
     return "\n".join(lines)
 
@@ -332,13 +340,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         write_csv(rows, Path(args.csv))
     table = markdown_table(rows)
     skipped_lines = [f"- {r.name}: {k}: {v}" for r in rows for k, v in r.skipped_reasons.items()]
+    live_lines = [f"- {r.name}: {r.live}" for r in rows if r.live]
     Path(args.markdown).write_text(
         f"{table}\n\n**{info['exact']} exact, {info['wrong']} wrong, {info['refused']} refused** of {info['cases']} "
         f"cases ({info['architectures_exact']} transformers architectures exact); blocks parsed "
         f"{info['parsed_blocks']}/{info['blocks']} = {100 * info['parsed_fraction']:.1f}%; skipped children "
         f"{info['skipped_children']} by the project's limits, {info['skipped_by_design']} by design (TorchScript, "
-        "torch.compile, a forward replaced on the instance)\n\n"
-        + ("Skipped children:\n" + "\n".join(skipped_lines) + "\n" if skipped_lines else "No skipped children.\n"))
+        f"torch.compile, a forward replaced on the instance); live calls {info['live_calls']} in "
+        f"{info['live_cases']} cases (module forwards that ran outside the schema, `schema.coverage()`)\n\n"
+        + ("Skipped children:\n" + "\n".join(skipped_lines) + "\n" if skipped_lines else "No skipped children.\n")
+        + ("\nLive calls:\n" + "\n".join(live_lines) + "\n" if live_lines else "\nNo live calls.\n"))
     for r in rows:
         if r.status != "exact":
             print(f"{r.status.upper():8s} {r.name}: {r.detail}")
