@@ -178,8 +178,8 @@ class DataFlowRecorder(TraceListener):
 
         def entered(module: nn.Module, args: Any) -> None:
             path = paths.get(id(module))
-            if path is not None:
-                log.note(Entered(path))
+            if path is not None and not getattr(module.__dict__.get("forward"), "schema_lent", False):
+                log.note(Entered(path))  # (a lent forward runs the module's schema: not an eager call)
 
         handle = register_module_forward_pre_hook(entered)
         try:

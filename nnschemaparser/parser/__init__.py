@@ -5,7 +5,10 @@ it calls, runs the schema once on the example inputs under a protected state to 
 skips (re-dispatches to the real module) any child whose schema cannot be lowered or differs from
 eager; `equality` is the exact structural comparison of results that verification uses;
 `special_modules` names the modules that run as themselves (TorchScript, `torch.compile`, a
-replaced forward) and the state a lazy module's first call changes.
+replaced forward) and the state a lazy module's first call changes; `dispatch` resolves decorators
+that dispatch a forward to another implementation (`use_experts_implementation`) the way they do;
+`live_calls` marks what the live-call detector saw live code reach, and replays Python's and
+numpy's RNG for verification.
 
 May import: `schema`, `lowering`, `runtime`.
 """

@@ -20,15 +20,14 @@ import contextlib
 import copy
 import math
 import operator
-import random
-import sys
 from typing import Any, Iterator, Mapping, Optional
 
 import torch
 from torch import nn
 
 from ..runtime.binding import root_call
-from ..runtime.coverage import LiveCall, LiveCallDetector, merge_live_calls
+from ..runtime.coverage import LiveCallDetector, merge_live_calls
+from .live_calls import helpers_of, lend_reached, python_rng_states, set_python_rng_states
 from ..runtime.functions import failing_block
 from ..runtime.program import Observer, Program, entry_signature, rebindable
 from .dispatch import known_dispatch
@@ -252,12 +251,12 @@ def preserved_state(model: nn.Module) -> Iterator[None]:
     devices = []
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         devices = list(range(torch.cuda.device_count()))
-    python_states = _python_rng_states()
+    python_states = python_rng_states()
     try:
         with torch.random.fork_rng(devices=devices):
             yield
     finally:
-        _set_python_rng_states(python_states)
+        set_python_rng_states(python_states)
         with torch.no_grad():
             for module, training, tensors, attrs in saved:
                 for (store, name), (value, copy) in tensors.items():
@@ -436,15 +435,15 @@ class NNParser:
             try:
                 with preserved_state(model):
                     rng = torch.get_rng_state()
-                    states = _python_rng_states()
+                    states = python_rng_states()
                     with LiveCallDetector(root) as detector:
                         result = program.run_root(_fresh(scope))
-                if _lend_reached(root, detector.calls):
+                if lend_reached(root, detector.calls):
                     for block in root.iter_blocks():
                         block.inputs, block.outputs = {}, []
                     continue  # run again: live code now reaches those blocks' schemas
                 root.live_calls = [call.as_row() for call in
-                                   merge_live_calls(detector.calls, _helpers(program.live_log.values()))]
+                                   merge_live_calls(detector.calls, helpers_of(program.live_log.values()))]
                 if not verify:
                     return
                 suspects = _verify(model, root, scope, rng, result, states)
@@ -481,50 +480,6 @@ class NNParser:
         raise ParseError(f"gave up resolving {root.name} after {_MAX_SKIP_RETRIES} skipped children")
 
 
-def _lend_reached(root: ModelBlockSchema, calls: list) -> bool:
-    """Mark the interpreted blocks whose original forward live code ran (`reached_live`): runs lend
-    them the schema as their forward. True when there was one to mark."""
-    marked = False
-    for call in calls:
-        if call.kind != "module" or call.module is None:
-            continue
-        try:
-            block = root.find(call.module)
-        except KeyError:
-            continue
-        if block.skip_reason is None and block.signature is not None and not block.reached_live:
-            block.reached_live = marked = True
-    return marked
-
-
-def _helpers(calls: Any) -> list:
-    """The program's notes of live helpers that called interpreted modules, as coverage rows."""
-    out = []
-    for call in calls:
-        call = LiveCall(**{**call.__dict__})
-        call.kind = "helper"
-        out.append(call)
-    return out
-
-
-def _python_rng_states() -> tuple:
-    """Python's `random` and numpy's global generator states (a forward may draw from them)."""
-    numpy_state = None
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:
-        numpy_state = numpy.random.get_state()
-    return random.getstate(), numpy_state
-
-
-def _set_python_rng_states(states: Optional[tuple]) -> None:
-    if states is None:
-        return
-    python_state, numpy_state = states
-    random.setstate(python_state)
-    if numpy_state is not None:
-        sys.modules["numpy"].random.set_state(numpy_state)
-
-
 def _verify(model: nn.Module, root: ModelBlockSchema, scope: dict, rng: torch.Tensor,
             result: Any, states: Optional[tuple] = None) -> list[ModelBlockSchema]:
     """Run eager from the same state and RNG; return the innermost blocks whose result differs.
@@ -537,7 +492,7 @@ def _verify(model: nn.Module, root: ModelBlockSchema, scope: dict, rng: torch.Te
     try:
         with preserved_state(model):
             torch.set_rng_state(rng)
-            _set_python_rng_states(states)
+            set_python_rng_states(states)
             expected = _eager_call(model, root, scope)
     except Exception:  # eager fails where the schema ran: nothing to compare against
         return []
@@ -552,12 +507,12 @@ def _verify(model: nn.Module, root: ModelBlockSchema, scope: dict, rng: torch.Te
     try:
         with preserved_state(model):
             torch.set_rng_state(rng)
-            _set_python_rng_states(states)
+            set_python_rng_states(states)
             _eager_call(model, root, scope)
         eager_outputs, recorded = recorded, {}
         with preserved_state(model):
             torch.set_rng_state(rng)
-            _set_python_rng_states(states)
+            set_python_rng_states(states)
             Program(root).run_root(_fresh(scope))
         schema_outputs = recorded
     except Exception:

@@ -1,6 +1,6 @@
 """Stage 3, runtime: executes a schema by re-dispatching every instruction to the real callables.
 
-Eight modules, each a noun:
+Ten modules, each a noun:
 
 - `codegen`: the code generator. Each function of a schema becomes one real Python function, with
   one `emit_<Instruction>` per instruction kind saying how it runs (plain and observed); the code
@@ -11,7 +11,12 @@ Eight modules, each a noun:
   and what happens when a generated function fails (the note naming the source text; CPython's
   errors for unbound reads).
 - `program`: `Program`, the cache of compiled functions of one schema and mode, the invokers that
-  run a block as `module(*args, **kwargs)` would, and dispatch of module values.
+  run a block as `module(*args, **kwargs)` would, and dispatch of module values. Generated code
+  checks at each call that what the lowering froze still holds (`functions.rebind`,
+  `stale_method`, `stale_dispatch`).
+- `coverage`: the live-call detector (what ran outside the schema, found from the code objects of
+  the model's own forwards) and its `LiveCall` records.
+- `lending`: schema forwards (and methods) lent to the instances live code reaches during a run.
 - `binding`: CPython's argument binding and its errors, for frame-dict functions.
 - `hooks`: module forward hooks around an interpreted forward, as `Module._call_impl` runs them.
 - `listeners`: the `Observer` interface the generated code calls, `EventObserver` turning it into

@@ -18,10 +18,8 @@ Depends on the schema, `codegen`, `functions`, `binding`, `hooks` and `listeners
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import sys
-import threading
 import weakref
 from typing import Any, Callable, Optional
 
@@ -32,7 +30,8 @@ from ..schema.model import (BlockInstruction, FunctionInstruction, FunctionSchem
                             OpInstruction, VarRef)
 from .binding import binder, block_qualname, live_signature, nested_qualname, root_call
 from .codegen import CodeGenerator
-from .coverage import LiveCall, active_detector, describe_generated, generated_caller
+from .coverage import active_detector
+from .lending import lending, lent_values
 from .instructions import operand_reader, uses_frame
 from .functions import InterpretedFunction, rebind_wrapper, rebindable
 from .hooks import GLOBAL_HOOK_DICTS, call_with_hooks, global_hooks_active
@@ -168,8 +167,7 @@ class Program:
         self.module_invokers: dict[int, Callable] = {}
         self._by_module: dict[int, Any] = {}
         self._lent: Optional[list] = None
-        # Regions live code reached while this program ran (see `lending`): {key: LiveCall}.
-        self.live_log: dict = {}
+        self.live_log: dict = {}  # helpers live code ran while this program ran (`lending`)
         for block in root.iter_blocks():
             if block.module is not None and block.method_name is None:
                 self._by_module.setdefault(id(block.module), weakref.ref(block))
@@ -519,94 +517,11 @@ class Program:
             return announce_module
         return None
 
-    # -- forwards lent to the modules live code calls ----------------------------------------------
-
-    def _lent_forwards(self) -> list:
-        """(module, attribute, schema callable) for each block live code reached at parse time
-        (`reached_live`): a forward that library code calls through the module, or a method a
-        forward passes as a value (`apply_chunking_to_forward(self.feed_forward_chunk, ...)`)."""
-        lent = self._lent
-        if lent is None:
-            lent = self._lent = []
-            for block in self.root.iter_blocks():
-                if block.reached_live and block.skip_reason is None and block.module is not None:
-                    if block.method_name is None:
-                        lent.append((block.module, "forward", self._lent_forward(block)))
-                    elif "." not in block.method_name and block.signature is not None:
-                        lent.append((block.module, block.method_name, self._lent_method(block)))
-        return lent
-
-    def _lent_forward(self, block: ModelBlockSchema) -> Callable:
-        """The instance `forward` a module gets while a run goes: `Module._call_impl` (with the
-        module's hooks) calls it when live code (a library helper, a processor object) calls the
-        module, and it runs the block's schema in this program, so the call is interpreted. Called on
-        another thread (the model used eagerly while a stepped run is paused), it is the class forward."""
-        direct = self._direct(block)
-        module = block.module
-        original = type(module).forward
-        owner = threading.get_ident
-        log = self.live_log
-        label = block.path
-
-        def schema_forward(*args: Any, **kwargs: Any) -> Any:
-            if owner() != schema_forward.thread:
-                return original(module, *args, **kwargs)
-            _note_live_caller(log, sys._getframe(), label, type(module).__qualname__)
-            return direct(args, kwargs)
-
-        schema_forward.thread = None
-        schema_forward.__wrapped__ = original.__get__(module)  # inspect.signature sees the forward's
-        schema_forward.__name__ = getattr(original, "__name__", "forward")
-        schema_forward.__qualname__ = getattr(original, "__qualname__", "forward")
-        return schema_forward
-
-    def _lent_method(self, block: ModelBlockSchema) -> Callable:
-        """The bound method a forward reads as a value (`self.feed_forward_chunk`) while a run goes:
-        calling it, from wherever, runs the method's schema (on another thread: the real method)."""
-        module = block.module
-        name = block.method_name
-        original = block.function if block.function is not None else getattr(type(module), name)
-        invoke_block = weakref.ref(block)
-        owner = threading.get_ident
-
-        def schema_method(*args: Any, **kwargs: Any) -> Any:
-            if owner() != schema_method.thread:
-                return original(module, *args, **kwargs)
-            return self.invoker(invoke_block())(args, kwargs)
-
-        schema_method.thread = None
-        schema_method.__wrapped__ = original.__get__(module)
-        schema_method.__name__ = getattr(original, "__name__", name)
-        schema_method.__qualname__ = getattr(original, "__qualname__", name)
-        return schema_method
-
-    @contextlib.contextmanager
     def lending(self):
-        """While a run goes, the modules live code reaches carry the schema as their `forward`."""
-        lent = self._lent_forwards()
-        if not lent:
-            yield
-            return
-        absent = object()
-        saved = []
-        thread = threading.get_ident()
-        for module, attr, lent_value in lent:
-            store = module.__dict__
-            previous = store.get(attr, absent)
-            if previous is not absent and getattr(previous, "__wrapped__", None) is None:
-                continue  # a forward the user put on the instance: it runs, as in eager
-            saved.append((store, attr, previous, lent_value, lent_value.thread))
-            lent_value.thread = thread
-            store[attr] = lent_value
-        try:
-            yield
-        finally:
-            for store, attr, previous, lent_value, old_thread in reversed(saved):
-                lent_value.thread = old_thread
-                if previous is absent:
-                    store.pop(attr, None)
-                else:
-                    store[attr] = previous
+        """While a run goes, the modules live code reaches carry the schema as their `forward` (`lending`)."""
+        if self._lent is None:
+            self._lent = lent_values(self)
+        return lending(self._lent)
 
     # -- running the root ---------------------------------------------------------------------
 
@@ -629,39 +544,17 @@ class Program:
                                  f"{', '.join(map(repr, missing))} of {root.name}.forward; pass them as "
                                  f"scope={{{', '.join(repr(m) + ': ...' for m in missing)}}}")
         args, kwargs = root_call(entry_signature(root.module, sig), scope, f"{root.name}.forward")
-        if self._lent_forwards():
+        if self._lent or self._lent is None:
             with self.lending():
                 return self.call_block(root, args, kwargs)
         return self.call_block(root, args, kwargs)
 
     def call_root(self, args: tuple, kwargs: dict) -> Any:
         """Run the root block as `model(*args, **kwargs)`: the arguments are passed as given."""
-        if self._lent_forwards():
+        if self._lent or self._lent is None:
             with self.lending():
                 return self.call_block(self.root, tuple(args), dict(kwargs))
         return self.call_block(self.root, tuple(args), dict(kwargs))
-
-
-def _note_live_caller(log: dict, frame: Any, module_path: str, module_type: str) -> None:
-    """Count the live code (a helper, a processor object) that called the lent forward of `module_path`."""
-    caller, between, _ = generated_caller(frame)
-    if not between:
-        return
-    outer = between[-1]
-    name = outer.f_globals.get("__name__", "")
-    callee = f"{name}.{getattr(outer.f_code, 'co_qualname', outer.f_code.co_name)}"
-    inner = between[0]
-    inner_name = f"{inner.f_globals.get('__name__', '')}.{getattr(inner.f_code, 'co_qualname', inner.f_code.co_name)}"
-    label, location = describe_generated(caller)
-    key = ("callable", callee, label, location)
-    entry = log.get(key)
-    if entry is not None:
-        entry.calls += 1
-        return
-    log[key] = LiveCall(module=None, module_type="", kind="callable", callee=callee,
-                        via=inner_name if inner is not outer else "", block=label, location=location,
-                        reason=(f"{callee} ran as one call (its own code is not interpreted); the module "
-                                f"{module_path or '<root>'} ({module_type}) it called was interpreted"), key=key)
 
 
 def _observed_run(observer: Observer, block: ModelBlockSchema, fn: Callable[[dict], Any], frame: dict) -> Any:

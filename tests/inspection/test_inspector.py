@@ -78,7 +78,7 @@ class TopK(nn.Module):
 
 
 def scaled(fn, x):
-    """A plain helper the schema calls as one op; the module it is given runs eagerly inside it."""
+    """A plain helper the schema calls as one op; the module it is given runs as its schema inside it."""
     return fn(x) * 2
 
 
@@ -261,15 +261,17 @@ def test_skipped_root_runs_as_one_op_of_the_root():
     assert inspector.modules["proj"].run_by == ("NoSource",)
 
 
-def test_module_run_eagerly_inside_an_op_names_that_op():
+def test_module_a_helper_calls_is_interpreted_and_not_counted_as_an_eager_call():
+    """`scaled(self.inner, x)` runs as one op, and the module it calls runs as its schema (the
+    parser lends it the schema as its forward): its op is there, counted once, run by no op."""
     inspector = ModelInspector(OpaqueHelper(), example_inputs=(torch.randn(2, 4),))
-    assert names(inspector.ops) == ["scaled", "sigmoid"]
-    assert inspector.op("scaled").states == ("inner.weight", "inner.bias")
-    assert inspector.op("scaled").eager_modules == ("inner",)
+    assert names(inspector.ops) == ["inner.linear", "scaled", "sigmoid"]
+    assert inspector.op("inner.linear").states == ("inner.weight", "inner.bias")
+    assert inspector.op("scaled").eager_modules == ()
+    assert [edge.source for edge in inspector.op("scaled").inputs] == ["inner.linear"]
     assert inspector.modules["inner"].calls == 1
-    assert inspector.modules["inner"].run_by == ("scaled",)
-    assert "run inside:     scaled" in inspector.format_summary(colorize=False, details=True)
-    assert "run inside:" not in inspector.format_summary(colorize=False)
+    assert inspector.modules["inner"].run_by == ()
+    assert "run inside:" not in inspector.format_summary(colorize=False, details=True)
 
 
 def test_skipped_child_and_its_children_count_their_eager_calls():

@@ -67,9 +67,6 @@ def test_the_lent_forward_is_gone_after_a_run_and_eager_calls_on_other_threads_r
     assert "chunk" not in model.__dict__
     seen = {}
 
-    class Probe(SchemaInterpreter):
-        pass
-
     def eager_elsewhere():
         seen["out"] = model(x)
 
@@ -82,6 +79,22 @@ def test_the_lent_forward_is_gone_after_a_run_and_eager_calls_on_other_threads_r
     for _ in steps:
         pass
     assert torch.equal(seen["out"], model(x))
+
+
+def test_an_eager_call_between_the_steps_of_a_paused_run_is_plain_eager():
+    torch.manual_seed(0)
+    model = HandsWorkAway().eval()
+    x = torch.randn(3, 4)
+    schema = _parse(model, x)
+    expected = model(x)
+    steps = SchemaInterpreter().step_run(block=schema, scope={"x": x})
+    taken = 0
+    for _ in steps:
+        taken += 1
+        if taken == 3:  # paused inside the run, on this thread: the lent forwards are in place
+            assert any("forward" in m.__dict__ for m in model.modules())
+            assert torch.equal(model(x), expected)
+    assert all("forward" not in m.__dict__ for m in model.modules())
 
 
 def test_a_parametrized_weight_is_computed_by_its_interpreted_parametrization():
