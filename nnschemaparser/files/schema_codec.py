@@ -54,6 +54,7 @@ from ..schema.model import (
     ContinueInstruction,
     ControlInstruction,
     DeleteInstruction,
+    YieldInstruction,
     FunctionInstruction,
     FunctionSchema,
     Instruction,
@@ -86,7 +87,7 @@ OLD_VERSION_FIX = "re-parse the model with NNParser.parse_model and save it agai
 _TYPES = {
     OpInstruction: "op", BlockInstruction: "block", ControlInstruction: "control", TryInstruction: "try",
     WithInstruction: "with", FunctionInstruction: "function", RaiseInstruction: "raise",
-    DeleteInstruction: "delete", ReturnInstruction: "return", ContinueInstruction: "continue",
+    DeleteInstruction: "delete", YieldInstruction: "yield", ReturnInstruction: "return", ContinueInstruction: "continue",
     BreakInstruction: "break",
 }
 _COMMON = ("type", "out_var", "resolved", "location")
@@ -101,6 +102,7 @@ _FIELDS = {
     "function": ("function", "defaults", "kw_defaults"),
     "raise": ("exc", "cause", "has_cause"),
     "delete": ("names",),
+    "yield": ("value",),
     "return": ("out_vars", "as_tuple"),
     "continue": (),
     "break": (),
@@ -286,6 +288,9 @@ class SchemaEncoder:
 
     def encode_delete(self, instr: DeleteInstruction, data: dict) -> None:
         data["names"] = list(instr.names)
+
+    def encode_yield(self, instr: YieldInstruction, data: dict) -> None:
+        data["value"] = None if instr.value is None else self.values.operand(instr.value, "yield")
 
     def encode_return(self, instr: ReturnInstruction, data: dict) -> None:
         data["out_vars"] = list(instr.out_vars)
@@ -617,6 +622,9 @@ class SchemaDecoder:
 
     def decode_delete(self, data: dict, at: str, where: str) -> DeleteInstruction:
         return DeleteInstruction(names=get_str_list(data, "names", at))
+
+    def decode_yield(self, data: dict, at: str, where: str) -> YieldInstruction:
+        return YieldInstruction(value=None if data["value"] is None else self.values.operand(data["value"], f"{at}.value"))
 
     def decode_return(self, data: dict, at: str, where: str) -> ReturnInstruction:
         return ReturnInstruction(out_vars=get_str_list(data, "out_vars", at), as_tuple=get_bool(data, "as_tuple", at))

@@ -37,6 +37,7 @@ from ..schema.model import (
     SliceOf,
     TEST_STYLE,
     VarRef,
+    YieldInstruction,
 )
 
 __all__ = ["ExpressionLowering", "op_instruction", "qualified_name_of", "named_test", "split_condition"]
@@ -620,6 +621,14 @@ class ExpressionLowering:
 
     def expr_DictComp(self, node: ast.DictComp, dest: Optional[str]) -> Any:
         return self._comprehension(node, dest, "dict")
+
+    def expr_Yield(self, node: ast.Yield, dest: Optional[str]) -> Any:
+        """`yield v` in a generator function (a `@contextmanager` method): the value sent back is
+        bound to a variable (a temporary when nothing reads it)."""
+        value = None if node.value is None else self.expr_operand(node.value)
+        out = self.target_var(dest)
+        self.emit(YieldInstruction(out_var=out, value=value), node)
+        return VarRef(out)
 
     def expr_GeneratorExp(self, node: ast.GeneratorExp, dest: Optional[str]) -> Any:
         return self._comprehension(node, dest, "gen")

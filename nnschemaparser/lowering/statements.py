@@ -114,6 +114,7 @@ class _BindingCollector(ast.NodeVisitor):
         self.nonlocals: set[str] = set()
         self.globals: set[str] = set()
         self.yields = False
+        self.delegates = False  # `yield from` / `await`
 
     def visit_Name(self, node: ast.Name) -> None:
         if isinstance(node.ctx, (ast.Store, ast.Del)):
@@ -165,8 +166,11 @@ class _BindingCollector(ast.NodeVisitor):
         self.yields = True
         self.generic_visit(node)
 
-    visit_YieldFrom = visit_Yield
-    visit_Await = visit_Yield
+    def visit_YieldFrom(self, node: ast.AST) -> None:
+        self.yields = self.delegates = True
+        self.generic_visit(node)
+
+    visit_Await = visit_YieldFrom
 
 
 def _arg_names(args: ast.arguments) -> list[str]:
@@ -183,6 +187,8 @@ def _arg_names(args: ast.arguments) -> list[str]:
 
 class FunctionLowering(ExpressionLowering, ContainerLoopLowering):
     """Lowers one function body (and, recursively, the closures and comprehensions inside it)."""
+
+    is_generator = False  # a top-level generator function (its body has `yield`)
 
     def __init__(self, ctx: LoweringContext, src: FunctionSource, node: Any, *,
                  enclosing: Optional["FunctionLowering"], is_method: bool, local_names: Optional[set] = None):
@@ -204,8 +210,11 @@ class FunctionLowering(ExpressionLowering, ContainerLoopLowering):
             body = node.body if isinstance(node.body, list) else [node.body]
             for stmt in body:
                 collector.visit(stmt)
-            if collector.yields:
-                raise self.refuse(node, "a generator function (yield) cannot be lowered")
+            if collector.delegates:
+                raise self.refuse(node, "a 'yield from' or 'await' cannot be lowered")
+            if collector.yields and (enclosing is not None or isinstance(node, ast.Lambda)):
+                raise self.refuse(node, "a generator function (yield) nested in a forward cannot be lowered")
+            self.is_generator = collector.yields
             if collector.globals:
                 raise self.refuse(node, "a 'global' statement cannot be lowered")
             self.nonlocals = collector.nonlocals

@@ -49,7 +49,7 @@ from typing import Any, Callable, Optional
 from torch import Tensor, nn
 
 from ..schema.model import (Binding, BlockInstruction, BreakInstruction, Const, ContinueInstruction, ControlInstruction,
-                            DeleteInstruction, FunctionInstruction, FunctionSchema, Instruction, OpInstruction,
+                            DeleteInstruction, YieldInstruction, FunctionInstruction, FunctionSchema, Instruction, OpInstruction,
                             RaiseInstruction, ReturnInstruction, SliceOf, TryInstruction, VarRef, WithInstruction,
                             condition_instructions)
 from .binding import merge_kwargs
@@ -662,6 +662,16 @@ class CodeGenerator:
             self.line(f"raise {self.operand(instr.exc)} from {self.operand(instr.cause)}")
         else:
             self.line(f"raise {self.operand(instr.exc)}")
+
+    def emit_YieldInstruction(self, instr: YieldInstruction) -> None:
+        """`out = yield value`: the generated function is a generator function, as the source is, so
+        `send`, `throw` and `close` (a `with` block's exception, `contextmanager`'s cleanup) reach
+        the schema's own try/finally exactly as they reach the original's."""
+        def write() -> None:
+            out = self.var(instr.out_var) if instr.out_var else self.temp("sent")
+            value = "" if instr.value is None else " " + self.operand(instr.value)
+            self.line(f"{out} = yield{value}")
+        self.leaf(instr, write)
 
     def emit_DeleteInstruction(self, instr: DeleteInstruction) -> None:
         def write() -> None:

@@ -4,7 +4,7 @@ The lowering knows what it could not lower (a skipped block); it cannot know wha
 library helper that receives a bound method and calls it, an attention processor object calling a
 module's children, a decorator dispatching to another implementation, a parametrization computing a
 weight when it is read. `LiveCallDetector` finds all of them the same way, from the code objects of
-the model's own forwards: while it is active (Python's profile hook on the running thread), any
+the model's own forwards: while it is active (a trace function on the running thread), any
 execution of a module's *original* forward code is a live call, since an interpreted forward runs
 generated code, never the original. For each such call it records the module, the generated frame
 that led to it (block path, instruction, file:line) and the non-module code in between (the helper
@@ -210,24 +210,31 @@ class LiveCallDetector:
                                    reason=f"skipped: {block.skip_reason}", key=key)
 
     def __enter__(self) -> "LiveCallDetector":
+        # A trace function (not a profile hook): CPython calls it for each new Python frame only,
+        # never for C calls, so a run of torch ops pays little. A tracer already set (a debugger,
+        # coverage.py) keeps working: it is called as before and its local tracer kept.
         _ACTIVE.detector = self
-        self._previous = sys.getprofile()
-        self._thread = threading.get_ident()
+        self._previous = sys.gettrace()
         codes = self.codes
         on_call = self._on_call
         previous = self._previous
 
-        def profile(frame: Any, event: str, arg: Any) -> None:
-            if event == "call" and frame.f_code in codes:
-                on_call(frame)
-            if previous is not None:
-                previous(frame, event, arg)
+        if previous is None:
+            def trace(frame: Any, event: str, arg: Any) -> None:
+                if frame.f_code in codes:
+                    on_call(frame)
+                return None
+        else:
+            def trace(frame: Any, event: str, arg: Any) -> Any:
+                if event == "call" and frame.f_code in codes:
+                    on_call(frame)
+                return previous(frame, event, arg)
 
-        sys.setprofile(profile)
+        sys.settrace(trace)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        sys.setprofile(self._previous)
+        sys.settrace(self._previous)
         _ACTIVE.detector = None
 
     def _on_call(self, frame: Any) -> None:

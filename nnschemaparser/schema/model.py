@@ -14,6 +14,7 @@ list of instructions drawn from a closed set:
     FunctionInstruction  def / lambda / comprehension helper: binds a closure
     RaiseInstruction     raise <exc> [from <cause>]
     DeleteInstruction    del name, ...
+    YieldInstruction     out = yield <value>  (a generator function: a @contextmanager method)
     ReturnInstruction, ContinueInstruction, BreakInstruction
 
 Operands inside `args` / `kwargs` are `VarRef`s, literals, or lists/tuples/dicts/slices of them.
@@ -44,6 +45,7 @@ __all__ = [
     "FunctionInstruction",
     "RaiseInstruction",
     "DeleteInstruction",
+    "YieldInstruction",
     "ReturnInstruction",
     "ContinueInstruction",
     "BreakInstruction",
@@ -355,6 +357,14 @@ class DeleteInstruction(Instruction):
     """del name, ... — unbinds scope variables."""
 
     names: list[str] = field(default_factory=list)
+
+
+@dataclass
+class YieldInstruction(Instruction):
+    """`out_var = yield value`: suspends a generator function (a `@contextmanager` method) with
+    `value`; `out_var` (if any) is bound to what the generator's user sends back."""
+
+    value: Any = None
 
 
 @dataclass

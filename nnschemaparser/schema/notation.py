@@ -15,6 +15,7 @@ from .model import (
     ContinueInstruction,
     ControlInstruction,
     DeleteInstruction,
+    YieldInstruction,
     FunctionInstruction,
     Instruction,
     OpInstruction,
@@ -139,6 +140,9 @@ def instruction_text(instr: Instruction) -> str:
         return f"RAISE {operand_text(instr.exc)}{cause}"
     if isinstance(instr, DeleteInstruction):
         return "DEL " + ", ".join(instr.names)
+    if isinstance(instr, YieldInstruction):
+        text = "YIELD" + ("" if instr.value is None else f" {operand_text(instr.value)}")
+        return f"{instr.out_var} = {text}" if instr.out_var else text
     if isinstance(instr, BreakInstruction):
         return "BREAK"
     if isinstance(instr, ContinueInstruction):

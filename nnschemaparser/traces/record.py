@@ -8,6 +8,7 @@ Depends on interpreter, recorder and traces; never on views.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -32,11 +33,16 @@ class ExecutionRecord:
     trace: ActivationTrace
     scope: dict
     recorder: ActivationRecorder = field(repr=False)
-    live_calls: list = field(default_factory=list, repr=False)
+    live_calls: Optional[list] = field(default=None, repr=False)
 
     def coverage(self, helpers: bool = False):
         """What ran outside the schema during this run, as `ModelBlockSchema.coverage()` says it
-        for the parse-time run (a branch the example input did not take may reach other code)."""
+        for the parse-time run (a branch the example input did not take may reach other code).
+        Only for a run made with `capture_run(..., coverage=True)`."""
+        if self.live_calls is None:
+            raise SchemaRunError("this run did not watch for live calls; run capture_run(..., coverage=True) "
+                                 "(it traces Python calls during the run, which costs time), or read "
+                                 "schema.coverage() for the parse-time run")
         return coverage_frame(self.live_calls, helpers)
 
     @property
@@ -48,12 +54,14 @@ class ExecutionRecord:
 
 
 def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = False,
-                limits: Optional[CaptureLimits] = None) -> ExecutionRecord:
+                limits: Optional[CaptureLimits] = None, coverage: bool = False) -> ExecutionRecord:
     """Run `block` on `scope` ({input name: value}), capturing every intermediate tensor.
 
     The run goes through the same runtime `Program` as `SchemaInterpreter.run`, so outputs equal eager ones
     bit for bit; the schema itself is not modified. With `capture_grads=True`, call backward() on
-    a loss built from `record.outputs`, then read `record.gradients`. The cyclic garbage collector
+    a loss built from `record.outputs`, then read `record.gradients`. With `coverage=True` the run
+    also watches for code outside the schema (`runtime.coverage.LiveCallDetector`, a trace function,
+    so the run is slower): `record.coverage()` lists it. The cyclic garbage collector
     is paused while the run goes (and resumed after it, if it was on).
     """
     recorder = ActivationRecorder(capture_grads=capture_grads, limits=limits)
@@ -65,13 +73,15 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
     if collecting:
         gc.disable()
     try:
-        with LiveCallDetector(block) as detector:  # what runs live, seen from the forwards' code objects
+        detector = LiveCallDetector(block) if coverage else contextlib.nullcontext()
+        with detector:  # what runs live, seen from the forwards' code objects
             outputs = SchemaInterpreter(listeners=[recorder]).run(block=block, scope=scope)
     finally:
         if collecting:
             gc.enable()
     return ExecutionRecord(outputs=outputs, trace=recorder.trace, scope=_root_scope(block, scope, recorder.root_frame),
-                           recorder=recorder, live_calls=[call.as_row() for call in detector.calls])
+                           recorder=recorder,
+                           live_calls=[call.as_row() for call in detector.calls] if coverage else None)
 
 
 def _root_scope(block: ModelBlockSchema, scope: dict, frame: Optional[dict]) -> dict:

@@ -3,12 +3,13 @@ and, where live code reached an interpreted module, interpreted through on the n
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
-from nnschemaparser import NNParser, SchemaInterpreter, capture_run
+from nnschemaparser import NNParser, SchemaInterpreter, SchemaRunError, capture_run
 from tests.support.fidelity_models import HoldsScripted
-from tests.support.live_call_models import HandsWorkAway, Parametrized, Unregistered
+from tests.support.live_call_models import HandsWorkAway, Parametrized, Unregistered, apply_twice
 
 
 def _parse(model, x):
@@ -22,7 +23,7 @@ def test_modules_reached_by_helpers_processors_and_explicit_forward_calls_are_in
     schema = _parse(model, x)
     assert schema.coverage().empty, schema.coverage().to_string()
     assert schema.skipped == {}
-    record = capture_run(schema, {"x": x})
+    record = capture_run(schema, {"x": x}, coverage=True)
     assert torch.equal(record.outputs[0], model(x))
     assert record.coverage().empty
     paths = {step.block_path for step in record.trace.steps}
@@ -114,7 +115,7 @@ def test_a_torchscript_child_is_reported_as_running_live_with_its_reason_and_pla
     x = torch.randn(2, 4)
     schema = _parse(model, x)
     assert "scripted" in schema.skipped
-    for frame in (schema.coverage(), capture_run(schema, {"x": x}).coverage()):
+    for frame in (schema.coverage(), capture_run(schema, {"x": x}, coverage=True).coverage()):
         assert list(frame["module"]) == ["scripted"] and list(frame["calls"]) == [1]
         assert frame.iloc[0]["reason"].startswith("skipped: RecursiveScriptModule is TorchScript")
         assert frame.iloc[0]["location"].endswith(f":{HoldsScripted.forward.__code__.co_firstlineno + 1}")
@@ -133,7 +134,7 @@ def test_a_module_that_is_no_sub_module_is_reported_as_a_live_call():
     assert "not a sub-module" in row["reason"]
     assert row["block"] == "Unregistered" and row["location"].endswith(f":{Unregistered.forward.__code__.co_firstlineno + 1}")
     assert row["calls"] == 1
-    record = capture_run(schema, {"x": x})
+    record = capture_run(schema, {"x": x}, coverage=True)
     assert len(record.coverage()) == 1 and record.coverage().iloc[0]["calls"] == 1
 
 
@@ -144,7 +145,7 @@ class _BranchHelper(nn.Module):
 
     def forward(self, x, flag: bool = False):
         if flag:
-            return (lambda f, v: f(v))(self.fc, x) * 2  # reached through a lambda only on this branch
+            return apply_twice(self.fc, x)  # a helper reaching fc, only on this branch
         return x
 
 
@@ -154,6 +155,16 @@ def test_a_run_reports_live_calls_on_a_branch_the_parse_run_did_not_take():
     x = torch.randn(2, 4)
     schema = NNParser.parse_model(model, inputs_tensors_values={"x": x})
     assert schema.coverage().empty
-    record = capture_run(schema, {"x": x, "flag": True})
+    record = capture_run(schema, {"x": x, "flag": True}, coverage=True)
     assert torch.equal(record.outputs[0], model(x, True))
-    assert record.coverage().empty  # the lambda is interpreted: fc is called from schema code
+    frame = record.coverage()
+    assert list(frame["module"]) == ["fc"] and list(frame["calls"]) == [2]
+    assert frame.iloc[0]["via"].endswith("apply_twice") and "apply_twice" in frame.iloc[0]["reason"]
+
+
+def test_coverage_of_a_run_that_did_not_watch_says_how_to_ask_for_it():
+    model = _BranchHelper().eval()
+    x = torch.randn(2, 4)
+    schema = NNParser.parse_model(model, inputs_tensors_values={"x": x})
+    with pytest.raises(SchemaRunError, match=r"capture_run\(\.\.\., coverage=True\)"):
+        capture_run(schema, {"x": x}).coverage()
