@@ -44,6 +44,7 @@ and static_html, starlette and uvicorn (the `serve` extra).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -381,6 +382,13 @@ def create_app(store: Optional[Path] = None, *, rate_limit: int = 30, window: fl
     async def health(request: Request):
         return JSONResponse({"ok": True})
 
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        try:
+            yield
+        finally:
+            pool.close()
+
     app = Starlette(routes=[
         Route("/api/v1/plan", plan, methods=["POST"]),
         Route("/api/v1/share", share, methods=["POST"]),
@@ -388,7 +396,7 @@ def create_app(store: Optional[Path] = None, *, rate_limit: int = 30, window: fl
         Route("/api/v1/schemas/{token}", schema_json, methods=["GET"]),
         Route("/p/{token}", share_page, methods=["GET"]),
         Route("/healthz", health, methods=["GET"]),
-    ], on_shutdown=[pool.close])
+    ], lifespan=lifespan)
     wrapped = _nosniff(app)
     wrapped.pool, wrapped.limiter, wrapped.store = pool, limiter, graphs  # for tests and benches
     return wrapped
