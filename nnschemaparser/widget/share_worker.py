@@ -10,7 +10,8 @@ graph checks (validate_graph, MAX_SERVED_NODES), the plan (compute_plan), the ca
 the page (shared_page) and the files to keep; it answers `(status, answer, files)` where `files`
 are the bytes the store writes. A worker that has not answered within `budget` seconds (it does
 nothing else, so this is its CPU time) is killed and replaced, and the request is answered 413
-("the request body takes more than N s to process"). When every worker is busy a request waits
+("the request body takes more than N s to process"). Workers run at a lower priority (nice 5) than
+the server's event loop. When every worker is busy a request waits
 for one at most `budget` seconds, then gets 503. A hostile body therefore costs at most one worker
 for `budget` seconds and never the event loop.
 
@@ -119,6 +120,12 @@ def process(kind: str, body: bytes, token: str, max_body: int) -> tuple[int, dic
 
 
 def _serve(conn) -> None:  # pragma: no cover - runs in the worker process
+    import os
+
+    try:
+        os.nice(5)  # below the event loop: a busy worker never takes the CPU /healthz needs
+    except (AttributeError, OSError):
+        pass
     from ..inspection import plan  # noqa: F401 - the imports first: the budget is the request's alone
     from . import shared_page  # noqa: F401
 
