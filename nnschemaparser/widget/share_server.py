@@ -1,7 +1,9 @@
 """`nnschemaparser serve`: a small self-hostable plan and share deployment (Starlette on uvicorn).
 
     nnschemaparser serve [--host 127.0.0.1] [--port 8000] [--store DIR] [--rate-limit 30] [--window 60]
-                         [--max-body 8388608] [--public-url https://plans.example.org]
+                         [--max-body 8388608] [--public-url https://plans.example.org] [--allow-origin URL]
+                         [--trusted-proxy ADDRS] [--workers 2] [--cpu-budget 5] [--store-quota BYTES]
+                         [--client-quota BYTES] [--expire-days 30]
 
 Routes:
 
@@ -11,34 +13,45 @@ Routes:
   the CLI's local `--plan`) and the answer is `{"card", "plan"}`, plus `{"shareUrl", "id"}` when
   `share` is true. Nothing of a plain plan request is kept (a `schema` is read only when sharing).
 - `POST /api/v1/share`: body `{"graph", "schema"?}`; stores it and answers `{"shareUrl", "id"}`.
-- `GET /p/<id>`: the page of a share. With a schema (what `nnschemaparser ... --share` uploads:
-  shared_page.share_document), the inspector's static page of that schema (its block tree, shapes,
-  sources; static_html.py) under the plan card; for a graph-only share, the card, the layers by scope
-  and the nodes, with no script. Both are one self-contained page sent with a Content-Security-Policy
-  that fetches nothing (the inspector's one script is allowed by its hash). The page is rendered
-  once, when the share is stored, so a GET only reads a file.
+- `GET /p/<id>`: the page of a share. With a schema (what `nnschemaparser ... --share --share-source`
+  uploads: shared_page.share_document), the inspector's static page of that schema (its block tree,
+  shapes, sources; static_html.py) under the plan card; for a graph-only share, the card, the layers
+  by scope and the nodes, with no script. Both are one self-contained page sent with a
+  Content-Security-Policy that fetches nothing (the inspector's one script is allowed by its hash).
+  The page is rendered once, when the share is stored, so a GET only reads a file.
   `GET /api/v1/graphs/<id>`: the stored graph as JSON; `GET /api/v1/schemas/<id>`: the stored
   schema document (404 for a graph-only share), which `load_schema` reads.
 - `GET /healthz`: `{"ok": true}`.
 
-An uploaded schema is hostile data: the request body is read with the schema files' strict bounded
-JSON reader (`files.file_format.parse_json`: nesting, string, number and decoded-size bounds) and
-the schema is decoded by the schema file loader without a model (shared_page.check_shared_schema:
-every record typed and checked, nothing imported, evaluated or called, never run); a body it
-refuses is 400 (413 past a size bound), naming the problem.
+Every request body is hostile. The event loop only reads it (at most `--max-body` bytes, else 413);
+the decoding (`files.file_format.parse_json`, the strict bounded reader), the graph checks, the plan,
+the schema check (shared_page.check_shared_schema: decoded without a model, nothing imported,
+evaluated, called or run) and the page are done in worker processes (share_worker.WorkerPool), each
+request under `--cpu-budget` seconds (past it: 413, the worker killed and replaced; every worker
+busy that long: 503), so a body that takes seconds of CPU never delays `/healthz` or a page. A
+body refused is 400 (413 past a size bound), naming the problem.
+
+POSTs must be `Content-Type: application/json` (415 otherwise) and, when they carry an `Origin`,
+come from the public URL's origin or one named by `--allow-origin` (403 otherwise: a cross-site
+form cannot create shares). Each client address may make `--rate-limit` POST requests per
+`--window` seconds (429 past that; RateLimiter forgets idle clients and keeps at most 100,000),
+unless it sends `Authorization: Bearer <key>` with a key from `NEURARCH_SERVER_KEYS`
+(comma-separated) or `--keys-file` (one a line); an unknown key is 401. The address is the socket's:
+forwarded headers are believed only from `--trusted-proxy` addresses (uvicorn's proxy headers are
+off otherwise). Share URLs start with `--public-url` (default: the address the server listens on),
+never the request's Host header. Every response is sent with `X-Content-Type-Options: nosniff`.
+Errors answer `{"error": "..."}`.
 
 Shares are stored as files in `--store` (default: a new temporary folder) under ids made by
 `secrets.token_urlsafe(18)` (144 random bits): the URL cannot be guessed, and anyone who has it can
-open it. Limits: a request body over `--max-body` bytes is refused with 413, a graph over
-`MAX_SERVED_NODES` nodes with 400; each client IP may make `--rate-limit` POST requests per
-`--window` seconds (429 past that), unless it sends `Authorization: Bearer <key>` with a key from
-`NEURARCH_SERVER_KEYS` (comma-separated) or `--keys-file` (one a line); an unknown key is 401.
-Errors answer `{"error": "..."}`.
+open it. GraphStore keeps at most `--store-quota` bytes in all and `--client-quota` bytes per
+address per day (507 past either), and a share is gone `--expire-days` after it was stored (404;
+its files deleted by the next sweep). A graph over `MAX_SERVED_NODES` nodes is 400.
 
 The server lives in the widget stage because it serves pages (it may import `inspection` for the
 graph checks and the plan); the root `__main__` dispatches `nnschemaparser serve` here.
-Depends on inspection (neurarch_graph, plan, gpu_table), files (file_format), the widget's shared_page
-and static_html, starlette and uvicorn (the `serve` extra).
+Depends on inspection (plan), files (file_format), the widget's share_worker, shared_page and
+static_html, starlette and uvicorn (the `serve` extra).
 """
 
 from __future__ import annotations
@@ -65,7 +78,7 @@ from .share_worker import MAX_SERVED_NODES, WorkerPool
 from .shared_page import graph_page
 from .static_html import content_security_policy
 
-__all__ = ["create_app", "main", "RateLimiter", "GraphStore", "MAX_SERVED_NODES", "DEFAULT_MAX_BODY"]
+__all__ = ["create_app", "main", "RateLimiter", "GraphStore", "QuotaError", "MAX_SERVED_NODES", "DEFAULT_MAX_BODY"]
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
 _ID = re.compile(r"^[A-Za-z0-9_-]{20,64}$")
