@@ -186,7 +186,8 @@ def _argument_parser(prog: str = "nnschemaparser") -> argparse.ArgumentParser:
                       help="exit 2 when the card reports a blocker (implies --plan)")
     plan.add_argument("--share", action="store_true",
                       help="store the graph (layer types, shapes, hyperparameters; no weights, no source) at a "
-                           "public unguessable URL of the deployment: anyone with the link can open it (implies --plan)")
+                           "public unguessable URL of the deployment: anyone with the link can open it "
+                           "(implies --plan)")
     plan.add_argument("--share-source", action="store_true",
                       help="with --share, also upload the model's schema: its forward's source text, variable "
                            "names, file names, shapes and dtypes (no weights); the share then opens in the inspector")

@@ -47,9 +47,8 @@ from .flops import count_parameters
 from .inspector import ModelInspector
 from .neurarch_types import is_mapped, neurarch_params, neurarch_type
 
-__all__ = ["NEURARCH_FORMAT", "GraphFileError", "build_neurarch_graph", "failure_graph", "outgoing_graph", "read_graph",
-           "validate_graph", "default_graph_path", "MAX_GRAPH_NODES",
-           "MAX_GRAPH_FILE_BYTES"]
+__all__ = ["NEURARCH_FORMAT", "GraphFileError", "build_neurarch_graph", "failure_graph", "outgoing_graph",
+           "read_graph", "validate_graph", "default_graph_path", "MAX_GRAPH_NODES", "MAX_GRAPH_FILE_BYTES"]
 
 NEURARCH_FORMAT = "neurarch/1"
 ADD_OPS = frozenset({"add", "add_", "iadd", "__add__", "__iadd__", "__radd__"})
@@ -341,8 +340,8 @@ def outgoing_graph(graph: dict[str, Any]) -> dict[str, Any]:
     if isinstance(graph.get("opaque"), dict):
         sent["opaque"] = {str(path): "" for path in graph["opaque"]}
     if isinstance(graph.get("blockers"), list):
-        sent["blockers"] = [_FAILED + b[len(_FAILED):].split(":", 1)[0] if isinstance(b, str) and b.startswith(_FAILED)
-                            else b for b in graph["blockers"]]
+        sent["blockers"] = [_FAILED + b[len(_FAILED):].split(":", 1)[0]
+                            if isinstance(b, str) and b.startswith(_FAILED) else b for b in graph["blockers"]]
     return sent
 
 

@@ -279,7 +279,8 @@ def _nosniff(app):
 
 
 def create_app(store: Optional[Path] = None, *, rate_limit: int = 30, window: float = 60.0,
-               api_keys: Sequence[str] = (), max_body: int = DEFAULT_MAX_BODY, public_url: str = "http://127.0.0.1:8000",
+               api_keys: Sequence[str] = (), max_body: int = DEFAULT_MAX_BODY,
+               public_url: str = "http://127.0.0.1:8000",
                allowed_origins: Sequence[str] = (), workers: int = 2, cpu_budget: float = 5.0,
                max_store_bytes: int = 1 << 30, client_store_bytes: int = 32 << 20,
                expire_days: float = 30.0, max_clients: int = 100_000):

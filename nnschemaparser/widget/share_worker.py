@@ -10,8 +10,8 @@ graph checks (validate_graph, MAX_SERVED_NODES), the plan (compute_plan), the ca
 the page (shared_page) and the files to keep; it answers `(status, answer, files)` where `files`
 are the bytes the store writes. A worker that has not answered within `budget` seconds (it does
 nothing else, so this is its CPU time) is killed and replaced, and the request is answered 413
-("the request body takes more than N s to process"). Workers run at a lower priority (nice 5) than
-the server's event loop. When every worker is busy a request waits
+("the request body takes more than N s to process"). Workers run at a lower priority (nice 10) than
+the server's event loop, from their start on. When every worker is busy a request waits
 for one at most `budget` seconds, then gets 503. A hostile body therefore costs at most one worker
 for `budget` seconds and never the event loop.
 
@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import threading
 from typing import Any, Optional
 
 __all__ = ["WorkerPool", "process", "MAX_SERVED_NODES"]
 
 MAX_SERVED_NODES = 50_000
+_NICE = 10  # the workers' priority below the server's event loop
 
 
 class _Refused(Exception):
@@ -120,12 +122,6 @@ def process(kind: str, body: bytes, token: str, max_body: int) -> tuple[int, dic
 
 
 def _serve(conn) -> None:  # pragma: no cover - runs in the worker process
-    import os
-
-    try:
-        os.nice(5)  # below the event loop: a busy worker never takes the CPU /healthz needs
-    except (AttributeError, OSError):
-        pass
     from ..inspection import plan  # noqa: F401 - the imports first: the budget is the request's alone
     from . import shared_page  # noqa: F401
 
@@ -147,6 +143,10 @@ class _Worker:
         self.conn, child = context.Pipe()
         self.process = context.Process(target=_serve, args=(child,), daemon=True)
         self.process.start()
+        try:  # below the event loop from its first instruction on (the package import included)
+            os.setpriority(os.PRIO_PROCESS, self.process.pid, _NICE)
+        except (AttributeError, OSError):
+            pass
         child.close()
         self.warm = False
 
