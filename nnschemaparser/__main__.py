@@ -12,8 +12,9 @@ import sys
 from typing import Optional, Sequence
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run `nnschemaparser` with `argv` (default: sys.argv[1:]); returns the exit status."""
+def main(argv: Optional[Sequence[str]] = None, prog: str = "nnschemaparser") -> int:
+    """Run `nnschemaparser` with `argv` (default: sys.argv[1:]); returns the exit status. `prog` is the
+    name the command's messages use (`neurarch-trace` from the neurarch_trace entry points)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["serve"]:
         from .widget.share_server import main as serve
@@ -21,7 +22,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return serve(argv[1:])
     from .inspection.cli import main as inspect
 
-    return inspect(argv, share_schema=_share_document)
+    return inspect(argv, share_schema=_share_document, prog=prog)
 
 
 def _share_document(schema):

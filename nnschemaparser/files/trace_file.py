@@ -209,6 +209,10 @@ def _shape(value: Any, where: str, limits: FileLimits) -> list[int]:
         raise MalformedFileError(f"{where}: expected an array of at most {limits.max_dims} dimensions")
     if any(type(d) is not int or not 0 <= d < 2 ** 62 for d in value):
         raise MalformedFileError(f"{where}: dimensions are non-negative integers")
+    # the strides of a contiguous tensor multiply every dim but the first (zero-sized dims too): they must fit
+    if math.prod(max(d, 1) for d in value) >= 2 ** 62:
+        raise MalformedFileError(f"{where}: the shape {list(value)} is larger than a tensor can be laid out "
+                                 "(its strides overflow 64 bits)")
     return value
 
 

@@ -1,14 +1,15 @@
-"""The `nnschemaparser` command: inspect a model from the shell and export what the run saw.
+"""The `nnschemaparser` command (also `neurarch-trace`): inspect a model from the shell and export what the run saw.
 
     nnschemaparser TARGET --input 2,16 [--input 2,8:long ...] [-o out.neurarch.json] [--format neurarch|nnsp]
                    [--dump schema.txt] [--trace trace.txt] [--summary] [--card] [--depth N] [--verbose]
                    [--plan [--batch-size N --precision fp16 --mode training --optimizer adam
                     --epoch-samples N --gpu-table FILE.json --plan-json FILE] [--base OTHER.neurarch.json]
-                    [--fail-on-block] [--api URL] [--share [--share-graph-only]]]
+                    [--fail-on-block] [--api URL] [--share [--share-source]]]
 
 TARGET is `path/to/file.py:Name`, `package.module:Name` or `hf:<model_type>` (see target.py). Each
 --input is one positional input of forward: its shape, and optionally `:dtype`. The model is put in
-eval mode, random inputs are drawn from a fixed seed, and everything runs locally on CPU.
+eval mode, random inputs are drawn from a fixed seed, and everything runs locally on CPU with
+autograd enabled (as neurarch-trace's trace runs; the values are the same bit for bit as under no_grad).
 
 The graph is always written: to -o, else to `<Name>.neurarch.json` (`<Name>.nnsp.json` with
 `--format nnsp`) in the current directory, said on stderr. `--format neurarch` (the default) is
@@ -19,19 +20,23 @@ the neurarch-trace file (neurarch_graph.py), `--format nnsp` the project's riche
 machine unless `--api URL` (or `NEURARCH_API`) names a deployment (`nnschemaparser serve`), which
 then computes the card (`NEURARCH_API_KEY` is sent as a bearer token); `--share` (needs a
 deployment) stores the graph there and prints `Share: URL` last. `--base`, `--share` and
-`--fail-on-block` imply `--plan`. When `main` is given `share_schema` (the `nnschemaparser`
-command's entry point, the root `__main__`, passes widget.shared_page.share_document: this stage
-may not import the files or widget stages), `--share` also uploads the model's schema file document
-(the lowered forward: variable names, source text, shapes and dtypes; no weights), which the
-deployment's page of the share opens in the inspector; `--share-graph-only` keeps it to the graph.
+`--fail-on-block` imply `--plan`. What is sent (docs/CLI.md, "Privacy"): the graph as
+`neurarch_graph.outgoing_graph` makes it (layer types, shapes, hyperparameters, module paths and the
+target string; no weights, no source, no opaque reasons or failure messages), the base graph the
+same way, the options and the file part of the target. Only `--share --share-source` adds the
+model's schema document (the lowered forward: variable names, source text, file names relative to
+here, shapes and dtypes; no weights), made by `share_schema`, which the root `__main__` passes
+(widget.shared_page.share_document: this stage may not import the files or widget stages); the
+deployment's page of such a share opens it in the inspector.
 
 stdout carries only what was asked for (the summary, `-o -`, the cards, the Share line; the card
-alone when nothing is asked); progress and notices go to stderr. Exit status: 0 on success, 1 on
-any failure (one line on stderr; the traceback with --verbose; a model whose forward fails still
-gets its card, saying so), 2 on bad usage. With `--plan`, a forward that fails is a blocker the
-card reports and the exit status is 0 once the card printed, or 2 with `--fail-on-block` when the
-card reports any blocker; a network failure, rate limit or server error of the deployment is one
-line on stderr and exit status 1, with the graph file already on disk.
+alone when nothing is asked); progress and notices go to stderr. Exit status, as neurarch-trace
+defines it: 0 on success; 1 on any failure and on bad usage (one line on stderr; the traceback with
+--verbose; a model whose forward fails still gets its card, saying so; the model's own `sys.exit`
+is such a failure, ModelExit); 2 only with `--fail-on-block` when the card reports a blocker. With
+`--plan`, a forward that fails is a blocker the card reports and the exit status is 0 once the card
+printed; a network failure, rate limit or server error of the deployment is one line on stderr and
+exit status 1, with the graph file already on disk.
 
 Depends on target, inspector, graph_export, neurarch_graph, plan, plan_client, gpu_table, card,
 flops, equality, dump and text_trace; nothing depends on it.
@@ -57,13 +62,13 @@ from .flops import count_forward_flops
 from .gpu_table import load_table
 from .graph_export import build_graph, write_graph
 from .inspector import ModelInspector
-from .neurarch_graph import build_neurarch_graph, default_graph_path, failure_graph, read_graph
+from .neurarch_graph import build_neurarch_graph, default_graph_path, failure_graph, outgoing_graph, read_graph
 from .plan import IMAGENET_1K_TRAIN, OPTIMIZER_STATE_BYTES, PlanOptions, compute_plan, format_plan_card
 from .plan_client import request_plan
 from .target import LoadedTarget, load_target
 from ..traces.text_trace import TraceRecorder
 
-__all__ = ["main", "InputSpec", "parse_input_spec", "make_inputs"]
+__all__ = ["main", "InputSpec", "parse_input_spec", "make_inputs", "USAGE_STATUS", "ModelExit"]
 
 _DTYPES = {
     "float": torch.float32, "float32": torch.float32, "fp32": torch.float32,
@@ -136,9 +141,16 @@ def make_inputs(specs: Sequence[InputSpec], default_dtype: torch.dtype, token_ra
     return tensors
 
 
-def _argument_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="nnschemaparser",
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are `_Usage` (one line, exit status USAGE_STATUS) instead of exit 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise _Usage(message)
+
+
+def _argument_parser(prog: str = "nnschemaparser") -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=prog,
         description="Parse a PyTorch model into its schema, run it once on random inputs and report what ran.",
         epilog="Examples: nnschemaparser models.py:MLP --input 2,16 --card ; "
                "nnschemaparser hf:bert --summary -o bert.json")
@@ -173,10 +185,14 @@ def _argument_parser() -> argparse.ArgumentParser:
     plan.add_argument("--fail-on-block", action="store_true",
                       help="exit 2 when the card reports a blocker (implies --plan)")
     plan.add_argument("--share", action="store_true",
-                      help="store the graph and the model's schema (no weights) at an unguessable URL of the "
-                           "deployment, whose page opens it in the inspector (implies --plan)")
+                      help="store the graph (layer types, shapes, hyperparameters; no weights, no source) at a "
+                           "public unguessable URL of the deployment: anyone with the link can open it "
+                           "(implies --plan)")
+    plan.add_argument("--share-source", action="store_true",
+                      help="with --share, also upload the model's schema: its forward's source text, variable "
+                           "names, file names, shapes and dtypes (no weights); the share then opens in the inspector")
     plan.add_argument("--share-graph-only", action="store_true",
-                      help="with --share, upload the graph only, not the schema (its forward's source and names)")
+                      help="with --share, upload the graph only (the default; kept for older scripts)")
     plan.add_argument("--api", metavar="URL", default=None,
                       help="the deployment to ask (default: $NEURARCH_API; none: computed locally)")
     plan.add_argument("--batch-size", type=int, default=32, metavar="N", help="batch size to plan for (default 32)")
@@ -194,11 +210,22 @@ def _argument_parser() -> argparse.ArgumentParser:
 
 
 class _Usage(Exception):
-    """Bad usage found after argparse: reported with the usage line and exit status 2."""
+    """Bad usage (argparse's or found after it): one line on stderr and exit status USAGE_STATUS."""
+
+
+#: The exit status of bad usage: a failure (1), never 2, which `--fail-on-block` reserves for a blocker.
+USAGE_STATUS = 1
+
+
+class ModelExit(RuntimeError):
+    """The model's code (its import, construction or forward) called sys.exit: a failure, not a way out."""
+
+
+_PROG = ["nnschemaparser"]
 
 
 def _note(stderr: TextIO, text: str) -> None:
-    print(f"nnschemaparser: {text}", file=stderr)
+    print(f"{_PROG[0]}: {text}", file=stderr)
 
 
 def _check_usage(args: argparse.Namespace) -> None:
@@ -215,6 +242,10 @@ def _check_usage(args: argparse.Namespace) -> None:
         raise _Usage("-o - writes the graph to stdout, which the plan card needs: give -o a file name")
     if args.share_graph_only and not args.share:
         raise _Usage("--share-graph-only only changes what --share uploads: add --share")
+    if args.share_source and not args.share:
+        raise _Usage("--share-source only changes what --share uploads: add --share")
+    if args.share_source and args.share_graph_only:
+        raise _Usage("--share-source uploads the schema and --share-graph-only refuses it: give one of them")
     if args.share and not args.api:
         raise _Usage("--share stores the graph on a deployment: give --api URL or set NEURARCH_API "
                      "(run one with: nnschemaparser serve)")
@@ -245,9 +276,12 @@ def _print_plan(args: argparse.Namespace, graph: dict, base: Optional[dict], opt
     """Print the plan card (and the Share line); the exit status the card calls for."""
     share_url = None
     if args.api:
-        shared = " and to share it" + (" with its schema" if schema is not None else "") if args.share else ""
-        _note(stderr, f"sending the graph to {args.api} for its plan{shared}")
-        answer = request_plan(args.api, graph, base=base, target=args.target, source=source, options=options,
+        shared = " and to share it at a public URL" + (
+            " with its schema (the forward's source)" if schema is not None else "") if args.share else ""
+        _note(stderr, f"sending the graph (layer types, shapes and hyperparameters; no weights) to {args.api} "
+                      f"for its plan{shared}")
+        answer = request_plan(args.api, outgoing_graph(graph), base=outgoing_graph(base) if base else None,
+                              target=args.target, source=source, options=options,
                               api_key=os.environ.get("NEURARCH_API_KEY") or None, share=args.share,
                               schema=schema if args.share else None)
         plan, card = answer["plan"], answer["card"]
@@ -266,8 +300,11 @@ def _print_plan(args: argparse.Namespace, graph: dict, base: Optional[dict], opt
 
 def _shared_schema(args: argparse.Namespace, inspector: ModelInspector, share_schema: Optional[Callable[[Any], dict]],
                    stderr: TextIO) -> Optional[dict]:
-    """The schema document `--share` uploads, or None (graph only: asked for, or not encodable)."""
-    if not args.share or args.share_graph_only or share_schema is None:
+    """The schema document `--share --share-source` uploads, or None (the graph only: the default)."""
+    if not (args.share and args.share_source):
+        return None
+    if share_schema is None:
+        _note(stderr, "notice: this entry point cannot encode the schema; sharing the graph only")
         return None
     try:
         return share_schema(inspector.schema)
@@ -282,7 +319,7 @@ def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO,
     options = _plan_options(args) if args.plan else None
     base = read_graph(args.base) if args.base else None
     _note(stderr, f"loading {args.target}")
-    target = load_target(args.target)
+    target = _guarded(load_target, args.target)
     model = target.model.eval()
     specs = list(args.input or [parse_input_spec(text) for text in target.default_inputs])
     inputs = make_inputs(specs, args.dtype or torch.float32, _token_range(target, args.token_range), args.seed)
@@ -292,7 +329,9 @@ def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO,
     tracer = TraceRecorder() if args.trace else None
     wants_card = args.card or not (args.summary or args.output or args.dump or args.trace or args.plan)
     try:
-        inspector = ModelInspector(model, example_inputs=tuple(inputs), listeners=[tracer] if tracer else ())
+        # the seed's trace: eval() mode, CPU, autograd enabled (attribution follows the autograd graph)
+        inspector = _guarded(ModelInspector, model, example_inputs=tuple(inputs),
+                             listeners=[tracer] if tracer else (), autograd=True)
     except Exception as exc:
         if wants_card:  # the card says the model does not run; the failure line still goes to stderr
             stdout.write(format_failure_card(model, exc, name=name, source=target.source,
@@ -324,7 +363,7 @@ def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO,
     graph = neurarch if args.format == "neurarch" else build_graph(inspector, **graph_args)
     _write_graph_file(args, graph, name, stdout, stderr)
     if wants_card:
-        _, eager = count_forward_flops(model, [t.clone() for t in inputs])
+        _, eager = _guarded(count_forward_flops, model, [t.clone() for t in inputs], autograd=True)
         stdout.write(format_card(inspector, name=name, source=target.source,
                                  matches_eager=first_mismatch(eager, inspector.result) is None))
     if args.plan:
@@ -333,29 +372,43 @@ def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO,
     return 0
 
 
+def _guarded(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call into the model's code; its sys.exit is a ModelExit (a failure with one line), never the CLI's exit."""
+    try:
+        return function(*args, **kwargs)
+    except SystemExit as exc:
+        raise ModelExit(f"the model's code called sys.exit({exc.code!r}); a model must raise, not exit") from None
+
+
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     message = text[0] if text else ""
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
-def main(argv: Optional[Sequence[str]] = None, *, share_schema: Optional[Callable[[Any], dict]] = None) -> int:
-    """Run the command with `argv` (default: sys.argv[1:]); returns the exit status. `share_schema`
-    turns a schema into the document `--share` uploads with the graph (None: the graph only)."""
-    parser = _argument_parser()
+def main(argv: Optional[Sequence[str]] = None, *, share_schema: Optional[Callable[[Any], dict]] = None,
+         prog: str = "nnschemaparser") -> int:
+    """Run the command with `argv` (default: sys.argv[1:]); returns the exit status: 0 success, 1 any
+    failure or bad usage (one line on stderr), 2 only for `--fail-on-block` with a blocker.
+    `share_schema` turns a schema into the document `--share --share-source` uploads with the graph
+    (None: the graph only); `prog` names the command in its messages (`neurarch-trace`)."""
+    parser = _argument_parser(prog)
+    _PROG[0] = prog
+    stdout, stderr = sys.stdout, sys.stderr
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse: --help (0) or bad usage (2)
-        return exc.code if isinstance(exc.code, int) else 2
-    stdout, stderr = sys.stdout, sys.stderr
+    except SystemExit as exc:  # --help and --version: argparse printed them
+        return exc.code if isinstance(exc.code, int) else 0
+    except _Usage as exc:
+        print(f"{prog}: error: {exc} (see {prog} --help)", file=stderr)
+        return USAGE_STATUS
     try:
         return _run(args, stdout, stderr, share_schema)
     except _Usage as exc:
-        parser.print_usage(stderr)
-        print(f"nnschemaparser: error: {exc}", file=stderr)
-        return 2
-    except (Exception, KeyboardInterrupt) as exc:
+        print(f"{prog}: error: {exc} (see {prog} --help)", file=stderr)
+        return USAGE_STATUS
+    except (Exception, KeyboardInterrupt, SystemExit) as exc:
         if args.verbose:
             traceback.print_exc(file=stderr)
-        print(f"nnschemaparser: error: {_one_line(exc)}", file=stderr)
+        print(f"{prog}: error: {_one_line(exc)}", file=stderr)
         return 1

@@ -57,15 +57,15 @@ class FlopMeter:
         return int(self._counter.get_total_flops())
 
 
-def count_forward_flops(model: nn.Module, args: Sequence[Any] = (), kwargs: Optional[Mapping[str, Any]] = None
-                        ) -> tuple[int, Any]:
+def count_forward_flops(model: nn.Module, args: Sequence[Any] = (), kwargs: Optional[Mapping[str, Any]] = None,
+                        *, autograd: bool = False) -> tuple[int, Any]:
     """Run `model(*args, **kwargs)` eagerly under FlopCounterMode; return (FLOPs, what forward returned).
 
-    The run happens under `torch.no_grad()` with the model's parameters, buffers, attributes,
-    training flags and RNG put back afterwards, so counting changes nothing.
+    The run happens under `torch.no_grad()` (autograd enabled with `autograd=True`) with the model's
+    parameters, buffers, attributes, training flags and RNG put back afterwards, so counting changes nothing.
     """
     kwargs = dict(kwargs or {})
-    with preserved_state(model), torch.no_grad(), FlopMeter() as meter:
+    with preserved_state(model), torch.set_grad_enabled(autograd), FlopMeter() as meter:
         result = model(*args, **kwargs)
     return meter.total, result
 

@@ -156,13 +156,24 @@ def table_from_json(data: Any, base: Optional[GPUTable] = None, where: str = "th
     return GPUTable(tuple(gpus.values()), utilization, headroom)
 
 
+#: The largest `--gpu-table` file read.
+MAX_TABLE_BYTES = 1024 * 1024
+
+
 def load_table(path: str | Path) -> GPUTable:
     """The built-in table with the overrides of the JSON file at `path`."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        with open(path, "rb") as handle:  # bounded: `--gpu-table /dev/zero` is refused, not read forever
+            raw = handle.read(MAX_TABLE_BYTES + 1)
     except OSError as exc:
         raise GPUTableError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_TABLE_BYTES:
+        raise GPUTableError(f"{path} is larger than {MAX_TABLE_BYTES} bytes, more than a GPU table holds")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise GPUTableError(f"{path} is not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise GPUTableError(f"{path} is not JSON ({exc.msg} at line {exc.lineno})") from None
     return table_from_json(data, where=str(path))

@@ -2,7 +2,7 @@
 
 The inspector is the facade of the inspection layer. On construction it parses the model
 (`NNParser.parse_model`), then runs the schema once with a `DataFlowRecorder` and a `FlopMeter`
-attached, under `torch.no_grad()` and with the model's state put back afterwards. From that one run
+attached, under `torch.no_grad()` (autograd enabled with `autograd=True`) and with the model's state put back afterwards. From that one run
 it knows every op (module-qualified name, type, inputs by producer and slot, states, consumers,
 source variable, shape, file:line and FLOPs) and every module's boundary. Queries select ops the way
 a compression config would: op types by exact string, op and module names/types by a full-match
@@ -97,12 +97,14 @@ class ModelInspector:
     with a registry of op types (see `op_filter`); it filters `ops`, the queries and the summary.
     `listeners` are extra TraceListeners attached to the eager inspection run (a TraceRecorder, say).
     The model's parameters, buffers, training flags and RNG are the same afterwards.
+    `autograd=True` records the eager run with autograd enabled (the CLI's trace, as neurarch-trace
+    runs it) instead of under `torch.no_grad()`; the values are the same bit for bit either way.
     """
 
     def __init__(self, model: nn.Module, example_inputs: Sequence[Any] = (),
                  example_kwargs: Optional[Mapping[str, Any]] = None, *,
                  execution_mode: str = "eager", compressor: Any = None,
-                 listeners: Sequence[TraceListener] = ()) -> None:
+                 listeners: Sequence[TraceListener] = (), autograd: bool = False) -> None:
         if not isinstance(model, nn.Module):
             if isinstance(model, type) and issubclass(model, nn.Module):
                 raise TypeError(f"ModelInspector needs a module instance, got the class {model.__name__}; "
@@ -116,6 +118,7 @@ class ModelInspector:
         op_types = op_types_of(compressor)
         self.model = model
         self.execution_mode = execution_mode
+        self.autograd = bool(autograd)
         self.op_types = op_types
         self.inputs = _forward_inputs(model, tuple(example_inputs), dict(example_kwargs or {}))
         self.schema: Optional[ModelBlockSchema] = None
@@ -143,7 +146,7 @@ class ModelInspector:
         recorder = DataFlowRecorder(self.model, flop_meter=meter.read)
         interpreter = SchemaInterpreter(listeners=recorder.listeners(listeners))
         scope = _fresh(self.inputs)
-        with preserved_state(self.model), torch.no_grad(), meter, recorder.watching():
+        with preserved_state(self.model), torch.set_grad_enabled(self.autograd), meter, recorder.watching():
             interpreter.run(self.schema, scope)
         return recorder.result()
 

@@ -47,12 +47,14 @@ from .flops import count_parameters
 from .inspector import ModelInspector
 from .neurarch_types import is_mapped, neurarch_params, neurarch_type
 
-__all__ = ["NEURARCH_FORMAT", "GraphFileError", "build_neurarch_graph", "failure_graph", "read_graph",
-           "validate_graph", "default_graph_path", "MAX_GRAPH_NODES"]
+__all__ = ["NEURARCH_FORMAT", "GraphFileError", "build_neurarch_graph", "failure_graph", "outgoing_graph",
+           "read_graph", "validate_graph", "default_graph_path", "MAX_GRAPH_NODES", "MAX_GRAPH_FILE_BYTES"]
 
 NEURARCH_FORMAT = "neurarch/1"
 ADD_OPS = frozenset({"add", "add_", "iadd", "__add__", "__iadd__", "__radd__"})
 CONCAT_OPS = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack"})
+#: The largest graph file `read_graph` reads (`--base`); past it the file is refused unread.
+MAX_GRAPH_FILE_BYTES = 256 * 1024 * 1024
 MAX_GRAPH_NODES = 200_000
 
 
@@ -326,6 +328,23 @@ def failure_graph(model: nn.Module, error: BaseException, *, name: str, target: 
     }
 
 
+_FAILED = "the forward does not run: "
+
+
+def outgoing_graph(graph: dict[str, Any]) -> dict[str, Any]:
+    """The graph as `--plan` and `--share` send it: layer types, shapes and hyperparameters, with the
+    two texts that may quote the model's code or paths left out: the reasons of `opaque` modules
+    (their paths stay, as empty strings) and the message of a failed forward (its exception type stays).
+    The graph on disk keeps both."""
+    sent = dict(graph)
+    if isinstance(graph.get("opaque"), dict):
+        sent["opaque"] = {str(path): "" for path in graph["opaque"]}
+    if isinstance(graph.get("blockers"), list):
+        sent["blockers"] = [_FAILED + b[len(_FAILED):].split(":", 1)[0]
+                            if isinstance(b, str) and b.startswith(_FAILED) else b for b in graph["blockers"]]
+    return sent
+
+
 def _is_count(value: Any) -> bool:
     return value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
 
@@ -380,11 +399,16 @@ def read_graph(path: str | Path) -> dict[str, Any]:
     """Read and validate a `.neurarch.json` file."""
     path = Path(path)
     try:
-        text = path.read_text()
+        with open(path, "rb") as handle:  # bounded: `--base /dev/zero` is refused, not read forever
+            data = handle.read(MAX_GRAPH_FILE_BYTES + 1)
     except OSError as exc:
         raise GraphFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_GRAPH_FILE_BYTES:
+        raise GraphFileError(f"{path} is larger than {MAX_GRAPH_FILE_BYTES} bytes, more than a graph file holds")
     try:
-        graph = json.loads(text)
+        graph = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise GraphFileError(f"{path} is not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise GraphFileError(f"{path} is not JSON ({exc.msg} at line {exc.lineno})") from None
     return validate_graph(graph, str(path))

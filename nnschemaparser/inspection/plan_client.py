@@ -5,8 +5,9 @@
     response["card"], response["plan"], response.get("shareUrl")
 
 The request body is `{"graph", "base", "target", "source", "options", "share"}` (`source`: the
-file or module the card names; the graph carries layer
-types, shapes and hyperparameters: no weights, no source), plus `"schema"` when sharing with one:
+file or module the card names; the graph, as the CLI sends it (neurarch_graph.outgoing_graph),
+carries layer types, shapes and hyperparameters: no weights, no source), plus `"schema"` only with
+`--share --share-source`:
 the model's schema file document (the lowered forward with its variable names, source text, shapes
 and dtypes; no weights), which the deployment shows in the inspector's page of the share. `api_key` is sent as
 `Authorization: Bearer <key>` (it lifts the server's per-IP rate limit). The HTTP timeout is
@@ -79,7 +80,7 @@ def request_plan(api: str, graph: dict[str, Any], *, base: Optional[dict[str, An
         if exc.code == 429:
             what = "rate limited (HTTP 429); set NEURARCH_API_KEY to lift the per-IP limit"
         elif exc.code == 413 and "schema" in payload:
-            what = "refused the request as too large (HTTP 413; --share-graph-only sends the graph without its schema)"
+            what = "refused the request as too large (HTTP 413; without --share-source the graph is sent without its schema)"
         elif exc.code >= 500:
             what = f"server error (HTTP {exc.code})"
         else:

@@ -36,7 +36,7 @@ from ..schema.model import VarRef
 from ..traces.frames import tensor_statistics
 from .tree import BlockTree
 
-__all__ = ["Breakpoint", "Breakpoints", "Navigation", "search", "SEARCH_LIMIT"]
+__all__ = ["Breakpoint", "Breakpoints", "Navigation", "search", "SEARCH_LIMIT", "MAX_BREAKPOINTS"]
 
 SEARCH_LIMIT = 200
 
@@ -58,6 +58,10 @@ def search(tree: BlockTree, query: str, limit: int = SEARCH_LIMIT) -> list[dict]
             break
     found = (exact + rest)[:limit]
     return [tree.describe(index) for index in found]
+
+
+#: The most breakpoints one inspector keeps (identical ones count once).
+MAX_BREAKPOINTS = 500
 
 
 @dataclass
@@ -95,14 +99,32 @@ class Breakpoints:
     items: list[Breakpoint] = field(default_factory=list)
     hits: list[dict] = field(default_factory=list)
 
+    version: int = 0  # counts the changes of `items`: a reply for `since=version` leaves the list out
+
     def __bool__(self) -> bool:
         return any(b.enabled for b in self.items)
 
     def add(self, bp: Breakpoint) -> Breakpoint:
+        """Add `bp`, or return the breakpoint already there with the same place (or predicate): an
+        identical breakpoint is kept once. At most MAX_BREAKPOINTS."""
+        same = (bp.kind, bp.node, bp.file, bp.line, bp.block, bp.when)
+        for existing in self.items:
+            if (existing.kind, existing.node, existing.file, existing.line, existing.block, existing.when) == same:
+                return existing
+        if len(self.items) >= MAX_BREAKPOINTS:
+            raise ValueError(f"there are {len(self.items)} breakpoints already, the most an inspector keeps; "
+                             "remove some first (clear_breakpoints removes all)")
         self.items.append(bp)
+        self.version += 1
         return bp
 
+    def pop(self, index: int) -> Breakpoint:
+        self.version += 1
+        return self.items.pop(index)
+
     def clear(self) -> None:
+        if self.items:
+            self.version += 1
         self.items.clear()
 
     def _inside(self, node: int, container: int) -> bool:
@@ -154,6 +176,10 @@ class Breakpoints:
         if kind == "when":
             try:
                 result = bp.when(step)
+            except SystemExit as exc:  # stop and say so; never the kernel's exit
+                return f"the condition {bp.label} called sys.exit({exc.code!r})"
+            except KeyboardInterrupt:
+                return f"the condition {bp.label} was interrupted"
             except Exception as exc:  # stop and say so: a predicate that cannot be evaluated is news
                 return f"the condition {bp.label} raised {type(exc).__name__}: {exc}"
             if isinstance(result, torch.Tensor):
@@ -229,32 +255,42 @@ class Navigation:
                                  "when=lambda step: ...")
         if when is not None and bp.kind != "when":
             raise self.navigation_error("when= is a breakpoint of its own; give it without a place")
-        return self.breakpoints.add(bp).to_dict()
+        return self._add_breakpoint(bp)
+
+    def _add_breakpoint(self, bp: Breakpoint) -> dict:
+        try:
+            return self.breakpoints.add(bp).to_dict()
+        except ValueError as exc:  # past MAX_BREAKPOINTS
+            raise self.navigation_error(str(exc)) from None
 
     def run_to_here(self, node: Optional[int] = None, *, line: Optional[int] = None, file: str = "") -> Any:
         """Continue to tree row `node` (or source `line`) as a one-time breakpoint; the other
         breakpoints still stop the run on the way. From the start when the run is over."""
         bps = self.breakpoints
-        before = len(bps.items)
+        before, version = len(bps.items), bps.version
         if line is not None:
             self.break_at(line=line, file=file)
         elif node is not None:
             self.break_at(node)
         else:
             raise self.navigation_error("run to here needs a tree row (node) or a source line")
-        target = bps.items.pop()
+        # a one-time breakpoint; when the same one is set already, that one stops the run and stays
+        target = bps.items.pop() if len(bps.items) > before else None
+        bps.version = version
         if self.status in ("finished", "error"):
             self.reset()
-        bps.items.insert(before, target)
+        if target is not None:
+            bps.items.insert(before, target)
         try:
             self.continue_()
         finally:
-            bps.items.remove(target)
+            if target is not None:
+                bps.items.remove(target)
         return self.current
 
     def break_on_nonfinite(self) -> dict:
         """Stop at the first step whose value is a floating tensor holding a NaN or an Inf."""
-        return self.breakpoints.add(Breakpoint("nonfinite", label="first NaN or Inf")).to_dict()
+        return self._add_breakpoint(Breakpoint("nonfinite", label="first NaN or Inf"))
 
     def run_to_trace_step(self, run: Optional[str], trace_step: int) -> Any:
         """Run the active run to the step matching trace step `trace_step` of run `run` (a trace or
@@ -300,14 +336,22 @@ class Navigation:
         items = self.breakpoints.items
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(items):
             raise self.navigation_error(f"there is no breakpoint {index!r}; there are {len(items)}")
-        return items.pop(index).to_dict()
+        return self.breakpoints.pop(index).to_dict()
 
     def clear_breakpoints(self) -> None:
         self.breakpoints.clear()
 
-    def view_breakpoints(self) -> dict:
-        return {"items": [bp.to_dict() for bp in self.breakpoints.items], "hits": self.breakpoints.hits[-50:],
-                "reason": self.stop_reason}
+    def view_breakpoints(self, since: Optional[int] = None) -> dict:
+        """The breakpoints (`items`), the last hits and the stop reason, with the list's `version`;
+        `since`: the version the caller holds; when the list has not changed since, `items` is left
+        out (the reply says `"unchanged": true`)."""
+        bps = self.breakpoints
+        view = {"version": bps.version, "hits": bps.hits[-50:], "reason": self.stop_reason}
+        if since is not None and since == bps.version:
+            view["unchanged"] = True
+        else:
+            view["items"] = [bp.to_dict() for bp in bps.items]
+        return view
 
     def search(self, query: str, limit: int = 200) -> list[dict]:
         """Tree nodes matching `query`: block paths, variables, instruction text, ops (see debugger.search)."""

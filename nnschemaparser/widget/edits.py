@@ -26,6 +26,8 @@ from ..runtime.interpreter import StepInfo
 __all__ = ["EditSpec", "EDIT_ACTIONS", "apply_edit_spec", "parse_edit"]
 
 EDIT_ACTIONS = ("zero", "scale", "noise", "expression")
+#: The longest expression an edit accepts (a longer text is refused before it is compiled).
+MAX_EXPRESSION_CHARS = 10_000
 
 
 @dataclass(frozen=True)
@@ -75,10 +77,14 @@ def parse_edit(step: StepInfo, action: str, argument: Any = None, seed: int = 0)
         if not isinstance(argument, str) or not argument.strip():
             raise EditError("expression needs Python source text, e.g. 'torch.zeros_like(value)' or 'value * 2'")
         argument = argument.strip()
+        if len(argument) > MAX_EXPRESSION_CHARS:
+            raise EditError(f"the expression is {len(argument)} characters, more than {MAX_EXPRESSION_CHARS}; "
+                            "define a function in the notebook and call it")
         try:
             compile(argument, "<edit>", "eval")
-        except SyntaxError as exc:
-            raise EditError(f"the expression {argument!r} does not parse: {exc.msg}") from None
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+            raise EditError(f"the expression {_short(argument)} does not parse: "
+                            f"{getattr(exc, 'msg', None) or type(exc).__name__}") from None
     else:
         argument = None
     return EditSpec(step_index=step.step_index, action=action, out_var=step.out_var,
@@ -92,8 +98,14 @@ def _new_value(spec: EditSpec, current: Any, step: StepInfo, namespace: Optional
         scope.update({"torch": torch, "F": torch.nn.functional, "value": current, "step": step})
         try:
             new = eval(compile(spec.argument, "<edit>", "eval"), scope)  # noqa: S307 - the user's own kernel
+        except SystemExit as exc:  # never the kernel's exit: the edit fails and says so
+            raise EditError(f"the expression {_short(spec.argument)} called sys.exit({exc.code!r}); "
+                            "nothing was changed") from None
+        except KeyboardInterrupt:
+            raise EditError(f"the expression {_short(spec.argument)} was interrupted; nothing was changed") from None
         except Exception as exc:
-            raise EditError(f"the expression {spec.argument!r} raised {type(exc).__name__}: {exc}") from None
+            raise EditError(f"the expression {_short(spec.argument)} raised {type(exc).__name__}: "
+                            f"{str(exc)[:300]}") from None
         return _same_requires_grad(new, current)
     if not isinstance(current, torch.Tensor):
         raise EditError(f"{spec.action} works on tensors; {spec.out_var!r} is a {type(current).__name__} "
@@ -109,6 +121,11 @@ def _new_value(spec: EditSpec, current: Any, step: StepInfo, namespace: Optional
     generator = torch.Generator(device=current.device).manual_seed(spec.seed)
     noise = torch.randn(current.shape, generator=generator, device=current.device, dtype=current.dtype)
     return current + noise * spec.argument
+
+
+def _short(text: str, limit: int = 120) -> str:
+    """`text` quoted for a message, cut to `limit` characters."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"
 
 
 def _same_requires_grad(new: Any, current: Any) -> Any:

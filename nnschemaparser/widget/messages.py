@@ -42,16 +42,59 @@ def json_safe(value: Any) -> Any:
     return value
 
 
+#: The largest magnitude a number of a message may have (a step, a page, a node id, a dim).
+MAX_MESSAGE_INT = 2 ** 53
+#: The longest text field of a message (a search query, a file name, a block path); edit
+#: expressions have their own bound (edits.MAX_EXPRESSION_CHARS).
+MAX_MESSAGE_TEXT = 10_000
+
+
+def _whole(value: Any, key: str) -> int:
+    """`value` as a whole number, or InspectorError naming `key` (no bool, no NaN or Infinity, no
+    fraction, nothing past MAX_MESSAGE_INT)."""
+    if isinstance(value, bool):
+        raise InspectorError(f"{key} must be a whole number, got {value!r}")
+    if isinstance(value, float):
+        if not math.isfinite(value) or not value.is_integer():
+            raise InspectorError(f"{key} must be a whole number, got {value!r}")
+        value = int(value)
+    elif isinstance(value, str) and len(value) <= 20:
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise InspectorError(f"{key} must be a whole number, got {value!r}") from None
+    elif not isinstance(value, int):
+        raise InspectorError(f"{key} must be a whole number, got {_brief(value)}")
+    if abs(value) > MAX_MESSAGE_INT:
+        raise InspectorError(f"{key} must be at most {MAX_MESSAGE_INT} in size, got {_brief(value)[:40]}")
+    return value
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:80]}... (a {type(value).__name__})"
+
+
 def _int(message: dict, key: str, default: int) -> int:
     value = message.get(key, default)
+    return default if value is None else _whole(value, key)
+
+
+def _text(message: dict, key: str) -> str:
+    """A text field ('' when absent), at most MAX_MESSAGE_TEXT characters."""
+    value = message.get(key)
     if value is None:
-        return default
-    if isinstance(value, bool):
-        raise InspectorError(f"{key} must be a number, got {value!r}")
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise InspectorError(f"{key} must be a number, got {value!r}") from None
+        return ""
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        raise InspectorError(f"{key} must be text, got {_brief(value)}")
+    value = str(value)
+    if len(value) > MAX_MESSAGE_TEXT:
+        raise InspectorError(f"{key} is {len(value)} characters, more than {MAX_MESSAGE_TEXT}")
+    return value
+
+
+def _since(message: dict) -> Any:
+    return None if message.get("since") is None else _whole(message["since"], "since")
 
 
 def _sort_key(column: str) -> Callable[[dict], tuple]:
@@ -133,7 +176,7 @@ class _Handlers:
     @staticmethod
     def on_edit(state: InspectorState, message: dict) -> Any:
         try:
-            spec = state.edit(str(message.get("action", "")), message.get("argument"))
+            spec = state.edit(_text(message, "action"), message.get("argument"))
         except NNSchemaError as exc:
             state.error = str(exc)
             raise
@@ -155,7 +198,7 @@ class _Handlers:
         rows = []
         for node in nodes[:64]:
             try:
-                rows.extend(state.tree.children_rows(int(node)))
+                rows.extend(state.tree.children_rows(_whole(node, "each of nodes")))
             except (KeyError, TypeError, ValueError) as exc:
                 raise InspectorError(str(exc).strip('"')) from None
         return {"rows": rows}
@@ -201,26 +244,29 @@ class _Handlers:
         if message.get("trace_step") is not None:
             return state.histograms(run=run, trace_step=_int(message, "trace_step", 0))
         step = message.get("step_index")
-        return state.histograms(None if step is None else _int(message, "step_index", 0), run)
+        try:
+            return state.histograms(None if step is None else _int(message, "step_index", 0), run)
+        except KeyError as exc:  # a step the run does not have
+            raise InspectorError(str(exc).strip('"')) from None
 
     # -- go anywhere: search, breakpoints, step out, call stack (issue 11) --------------------------
 
     @staticmethod
     def on_search(state: InspectorState, message: dict) -> Any:
-        return {"query": str(message.get("query") or ""),
-                "results": state.search(str(message.get("query") or ""), _int(message, "limit", 200))}
+        query = _text(message, "query")
+        return {"query": query, "results": state.search(query, _int(message, "limit", 200))}
 
     @staticmethod
     def on_break_at(state: InspectorState, message: dict) -> Any:
         if message.get("nonfinite"):
             state.break_on_nonfinite()
         elif message.get("line") is not None:
-            state.break_at(line=_int(message, "line", 0), file=str(message.get("file") or ""))
+            state.break_at(line=_int(message, "line", 0), file=_text(message, "file"))
         elif message.get("block"):
-            state.break_at(str(message["block"]))
+            state.break_at(_text(message, "block"))
         else:
             state.break_at(_int(message, "node", -1))
-        return state.view_breakpoints()
+        return state.view_breakpoints(_since(message))
 
     @staticmethod
     def on_inline(state: InspectorState, message: dict) -> Any:
@@ -232,16 +278,16 @@ class _Handlers:
     @staticmethod
     def on_remove_breakpoint(state: InspectorState, message: dict) -> Any:
         state.remove_breakpoint(_int(message, "index", -1))
-        return state.view_breakpoints()
+        return state.view_breakpoints(_since(message))
 
     @staticmethod
     def on_clear_breakpoints(state: InspectorState, message: dict) -> Any:
         state.clear_breakpoints()
-        return state.view_breakpoints()
+        return state.view_breakpoints(_since(message))
 
     @staticmethod
     def on_breakpoints(state: InspectorState, message: dict) -> Any:
-        return state.view_breakpoints()
+        return state.view_breakpoints(_since(message))
 
     @staticmethod
     def on_step_out(state: InspectorState, message: dict) -> Any:
@@ -251,7 +297,7 @@ class _Handlers:
     @staticmethod
     def on_run_to_here(state: InspectorState, message: dict) -> Any:
         if message.get("line") is not None:
-            state.run_to_here(line=_int(message, "line", 0), file=str(message.get("file") or ""))
+            state.run_to_here(line=_int(message, "line", 0), file=_text(message, "file"))
         else:
             state.run_to_here(_int(message, "node", -1))
         return _after_command(state, message)
@@ -269,10 +315,14 @@ class _Handlers:
     @staticmethod
     def on_tensor(state: InspectorState, message: dict) -> Any:
         dims, index = message.get("dims"), message.get("index")
-        if dims is not None and not isinstance(dims, list):
-            raise InspectorError("dims must be a list of one or two dim numbers")
-        if index is not None and not isinstance(index, list):
-            raise InspectorError("index must be a list with an index (or null) per dim")
+        if dims is not None:
+            if not isinstance(dims, list) or len(dims) > 2:
+                raise InspectorError("dims must be a list of one or two dim numbers")
+            dims = [_whole(d, "each of dims") for d in dims]
+        if index is not None:
+            if not isinstance(index, list) or len(index) > 64:
+                raise InspectorError("index must be a list with an index (or null) per dim")
+            index = [None if i is None else _whole(i, "each of index") for i in index]
         step = message.get("step_index")
         trace_step = message.get("trace_step")
         return state.tensor_view(None if step is None else _int(message, "step_index", 0), message.get("run") or None,
@@ -320,4 +370,10 @@ def handle_message(state: InspectorState, message: Any) -> dict:
         data = handler(state, message)
     except NNSchemaError as exc:
         return {"type": "reply", "id": request_id, "ok": False, "error": str(exc)}
+    except SystemExit as exc:  # the model's code or a notebook name called sys.exit: a reply, the kernel lives
+        return {"type": "reply", "id": request_id, "ok": False,
+                "error": f"{kind} stopped: the code it ran called sys.exit({exc.code!r}); the kernel is still running"}
+    except KeyboardInterrupt:  # the kernel was interrupted mid-request: the front end still gets its reply
+        return {"type": "reply", "id": request_id, "ok": False,
+                "error": f"{kind} was interrupted (KeyboardInterrupt); Reset starts a new run"}
     return {"type": "reply", "id": request_id, "ok": True, "data": json_safe(data)}

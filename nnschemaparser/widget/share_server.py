@@ -1,7 +1,9 @@
 """`nnschemaparser serve`: a small self-hostable plan and share deployment (Starlette on uvicorn).
 
     nnschemaparser serve [--host 127.0.0.1] [--port 8000] [--store DIR] [--rate-limit 30] [--window 60]
-                         [--max-body 8388608] [--public-url https://plans.example.org]
+                         [--max-body 8388608] [--public-url https://plans.example.org] [--allow-origin URL]
+                         [--trusted-proxy ADDRS] [--workers 2] [--cpu-budget 5] [--store-quota BYTES]
+                         [--client-quota BYTES] [--expire-days 30]
 
 Routes:
 
@@ -11,39 +13,51 @@ Routes:
   the CLI's local `--plan`) and the answer is `{"card", "plan"}`, plus `{"shareUrl", "id"}` when
   `share` is true. Nothing of a plain plan request is kept (a `schema` is read only when sharing).
 - `POST /api/v1/share`: body `{"graph", "schema"?}`; stores it and answers `{"shareUrl", "id"}`.
-- `GET /p/<id>`: the page of a share. With a schema (what `nnschemaparser ... --share` uploads:
-  shared_page.share_document), the inspector's static page of that schema (its block tree, shapes,
-  sources; static_html.py) under the plan card; for a graph-only share, the card, the layers by scope
-  and the nodes, with no script. Both are one self-contained page sent with a Content-Security-Policy
-  that fetches nothing (the inspector's one script is allowed by its hash). The page is rendered
-  once, when the share is stored, so a GET only reads a file.
+- `GET /p/<id>`: the page of a share. With a schema (what `nnschemaparser ... --share --share-source`
+  uploads: shared_page.share_document), the inspector's static page of that schema (its block tree,
+  shapes, sources; static_html.py) under the plan card; for a graph-only share, the card, the layers
+  by scope and the nodes, with no script. Both are one self-contained page sent with a
+  Content-Security-Policy that fetches nothing (the inspector's one script is allowed by its hash).
+  The page is rendered once, when the share is stored, so a GET only reads a file.
   `GET /api/v1/graphs/<id>`: the stored graph as JSON; `GET /api/v1/schemas/<id>`: the stored
   schema document (404 for a graph-only share), which `load_schema` reads.
 - `GET /healthz`: `{"ok": true}`.
 
-An uploaded schema is hostile data: the request body is read with the schema files' strict bounded
-JSON reader (`files.file_format.parse_json`: nesting, string, number and decoded-size bounds) and
-the schema is decoded by the schema file loader without a model (shared_page.check_shared_schema:
-every record typed and checked, nothing imported, evaluated or called, never run); a body it
-refuses is 400 (413 past a size bound), naming the problem.
+Every request body is hostile. The event loop only reads it (at most `--max-body` bytes, else 413);
+the decoding (`files.file_format.parse_json`, the strict bounded reader), the graph checks, the plan,
+the schema check (shared_page.check_shared_schema: decoded without a model, nothing imported,
+evaluated, called or run) and the page are done in worker processes (share_worker.WorkerPool), each
+request under `--cpu-budget` seconds (past it: 413, the worker killed and replaced; every worker
+busy that long: 503), so a body that takes seconds of CPU never delays `/healthz` or a page. A
+body refused is 400 (413 past a size bound), naming the problem.
+
+POSTs must be `Content-Type: application/json` (415 otherwise) and, when they carry an `Origin`,
+come from the public URL's origin or one named by `--allow-origin` (403 otherwise: a cross-site
+form cannot create shares). Each client address may make `--rate-limit` POST requests per
+`--window` seconds (429 past that; RateLimiter forgets idle clients and keeps at most 100,000),
+unless it sends `Authorization: Bearer <key>` with a key from `NEURARCH_SERVER_KEYS`
+(comma-separated) or `--keys-file` (one a line); an unknown key is 401. The address is the socket's:
+forwarded headers are believed only from `--trusted-proxy` addresses (uvicorn's proxy headers are
+off otherwise). Share URLs start with `--public-url` (default: the address the server listens on),
+never the request's Host header. Every response is sent with `X-Content-Type-Options: nosniff`.
+Errors answer `{"error": "..."}`.
 
 Shares are stored as files in `--store` (default: a new temporary folder) under ids made by
 `secrets.token_urlsafe(18)` (144 random bits): the URL cannot be guessed, and anyone who has it can
-open it. Limits: a request body over `--max-body` bytes is refused with 413, a graph over
-`MAX_SERVED_NODES` nodes with 400; each client IP may make `--rate-limit` POST requests per
-`--window` seconds (429 past that), unless it sends `Authorization: Bearer <key>` with a key from
-`NEURARCH_SERVER_KEYS` (comma-separated) or `--keys-file` (one a line); an unknown key is 401.
-Errors answer `{"error": "..."}`.
+open it. GraphStore keeps at most `--store-quota` bytes in all and `--client-quota` bytes per
+address per day (507 past either), and a share is gone `--expire-days` after it was stored (404;
+its files deleted by the next sweep). A graph over `MAX_SERVED_NODES` nodes is 400.
 
 The server lives in the widget stage because it serves pages (it may import `inspection` for the
 graph checks and the plan); the root `__main__` dispatches `nnschemaparser serve` here.
-Depends on inspection (neurarch_graph, plan, gpu_table), files (file_format), the widget's shared_page
-and static_html, starlette and uvicorn (the `serve` extra).
+Depends on inspection (plan), files (file_format), the widget's share_worker, shared_page and
+static_html, starlette and uvicorn (the `serve` extra).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -53,22 +67,19 @@ import sys
 import tempfile
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from pathlib import Path
 from typing import Any, Optional, Sequence
+from urllib.parse import urlsplit
 
-from ..files.bounded_json import plain
-from ..files.file_format import FileLimitError, dump_json, parse_json
-from ..inspection.gpu_table import GPUTableError
-from ..inspection.neurarch_graph import GraphFileError, validate_graph
-from ..inspection.plan import PlanError, compute_plan, format_plan_card, options_from_json
-from ..schema.errors import SchemaFormatError
-from .shared_page import check_shared_schema, graph_page, inspector_page, share_limits
+from ..files.file_format import dump_json
+from ..inspection.plan import compute_plan, format_plan_card
+from .share_worker import MAX_SERVED_NODES, WorkerPool
+from .shared_page import graph_page
 from .static_html import content_security_policy
 
-__all__ = ["create_app", "main", "RateLimiter", "GraphStore", "MAX_SERVED_NODES", "DEFAULT_MAX_BODY"]
+__all__ = ["create_app", "main", "RateLimiter", "GraphStore", "QuotaError", "MAX_SERVED_NODES", "DEFAULT_MAX_BODY"]
 
-MAX_SERVED_NODES = 50_000
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
 _ID = re.compile(r"^[A-Za-z0-9_-]{20,64}$")
 
@@ -80,59 +91,140 @@ class _Refused(Exception):
 
 
 class RateLimiter:
-    """At most `limit` hits per `window` seconds for each key (a client IP), sliding window."""
+    """At most `limit` hits per `window` seconds for each key (a client address), sliding window.
 
-    def __init__(self, limit: int, window: float) -> None:
-        self.limit, self.window = limit, window
-        self._hits: dict[str, deque] = {}
+    Bounded: a client idle for a whole window is forgotten (the least recently seen are checked
+    first, so each call does O(1) work on average), and past `max_clients` the least recently seen
+    client is forgotten as well."""
+
+    def __init__(self, limit: int, window: float, max_clients: int = 100_000) -> None:
+        self.limit, self.window, self.max_clients = limit, window, max_clients
+        self._hits: "OrderedDict[str, deque]" = OrderedDict()
         self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._hits)
 
     def allow(self, key: str, now: Optional[float] = None) -> bool:
         now = time.monotonic() if now is None else now
         with self._lock:
-            hits = self._hits.setdefault(key, deque())
+            while self._hits:  # forget the clients idle for a whole window, oldest first
+                oldest = next(iter(self._hits.values()))
+                if oldest and oldest[-1] > now - self.window:
+                    break
+                self._hits.popitem(last=False)
+            hits = self._hits.pop(key, None) or deque()
+            self._hits[key] = hits  # the most recently seen last
             while hits and hits[0] <= now - self.window:
                 hits.popleft()
             if len(hits) >= self.limit:
                 return False
             hits.append(now)
-            if len(self._hits) > 100_000:  # forget idle clients rather than grow without bound
-                for stale in [k for k, v in self._hits.items() if not v]:
-                    del self._hits[stale]
+            while len(self._hits) > self.max_clients:
+                self._hits.popitem(last=False)
             return True
+
+
+class QuotaError(Exception):
+    """A share the store's quotas refuse (the message says which)."""
 
 
 class GraphStore:
     """Shares as files in one folder, under ids from `secrets.token_urlsafe`: `<id>.json` (the graph),
-    `<id>.html` (its page) and, when a schema was shared, `<id>.schema.json` (its document)."""
+    `<id>.html` (its page) and, when a schema was shared, `<id>.schema.json` (its document).
 
-    def __init__(self, folder: Path) -> None:
+    Bounded: at most `max_bytes` in all, at most `client_bytes` written per client per `client_window`
+    seconds, and a share older than `expire_after` seconds is gone (404, its files deleted by the next
+    sweep, which runs at most once a minute on a write)."""
+
+    def __init__(self, folder: Path, *, max_bytes: int = 1 << 30, client_bytes: int = 32 << 20,
+                 client_window: float = 86_400.0, expire_after: float = 30 * 86_400.0) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.max_bytes, self.client_bytes, self.expire_after = max_bytes, client_bytes, expire_after
+        self._client_use: "OrderedDict[str, deque]" = OrderedDict()  # client -> (time, bytes) written
+        self.client_window = client_window
+        self._lock = threading.Lock()
+        self._last_sweep = 0.0
+        self.total = 0
+        self.sweep(force=True)
 
     @staticmethod
     def new_token() -> str:
         return secrets.token_urlsafe(18)
 
-    def put(self, token: str, graph: dict[str, Any], page: Optional[str] = None,
-            schema: Optional[dict[str, Any]] = None) -> bool:
-        """Store a share under `token` (False when the token is taken: draw another). Its schema and page
-        are written before the graph, whose file makes the id visible; no file is ever overwritten."""
-        try:
-            if schema is not None:
-                with open(self.folder / f"{token}.schema.json", "xb") as handle:
-                    handle.write(dump_json(schema))
+    def sweep(self, force: bool = False) -> None:
+        """Delete expired shares and recount the bytes kept."""
+        now = time.time()
+        if not force and now - self._last_sweep < 60:
+            return
+        self._last_sweep = now
+        total = 0
+        for path in self.folder.iterdir():
+            try:
+                stat = path.stat()
+                if now - stat.st_mtime > self.expire_after:
+                    path.unlink()
+                else:
+                    total += stat.st_size
+            except OSError:
+                pass
+        with self._lock:
+            self.total = total
+
+    def _charge(self, client: str, size: int) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if self.total + size > self.max_bytes:
+                raise QuotaError(f"the store is full ({self.total} of {self.max_bytes} bytes); try again later")
+            uses = self._client_use
+            while uses:  # forget the clients that wrote nothing for a whole window, oldest first
+                oldest = next(iter(uses.values()))
+                if oldest and oldest[-1][0] > now - self.client_window:
+                    break
+                uses.popitem(last=False)
+            use = uses.pop(client, None) or deque()
+            uses[client] = use
+            while use and use[0][0] <= now - self.client_window:
+                use.popleft()
+            used = sum(n for _, n in use)
+            if used + size > self.client_bytes:
+                raise QuotaError(f"this address has stored {used} bytes in the last {self.client_window:g} s; "
+                                 f"the quota is {self.client_bytes}")
+            use.append((now, size))
+            while len(uses) > 100_000:
+                uses.popitem(last=False)
+            self.total += size
+
+    def put(self, token: str, graph: Any = None, page: Optional[str] = None, schema: Optional[dict[str, Any]] = None,
+            *, files: Optional[dict[str, bytes]] = None, client: str = "") -> bool:
+        """Store a share under `token` (False when the token is taken: draw another): `files` by suffix
+        (`.json`, `.html`, `.schema.json`), or the graph, page and schema. The graph's file, which makes
+        the id visible, is written last; no file is ever overwritten. QuotaError past a quota."""
+        if files is None:
+            files = {".json": json.dumps(graph).encode()}
             if page is not None:
-                with open(self.folder / f"{token}.html", "x", encoding="utf-8") as handle:
-                    handle.write(page)
-            with open(self.folder / f"{token}.json", "x") as handle:
-                json.dump(graph, handle)
+                files[".html"] = page.encode("utf-8")
+            if schema is not None:
+                files[".schema.json"] = dump_json(schema)
+        self.sweep()
+        self._charge(client, sum(len(data) for data in files.values()))
+        try:
+            for suffix in sorted(files, key=lambda s: s == ".json"):
+                with open(self.folder / f"{token}{suffix}", "xb") as handle:
+                    handle.write(files[suffix])
             return True
         except FileExistsError:  # pragma: no cover - 144 random bits
             return False
 
     def _path(self, token: str, suffix: str) -> Optional[Path]:
-        if not _ID.match(token) or not (self.folder / f"{token}.json").is_file():
+        if not _ID.match(token):
+            return None
+        graph = self.folder / f"{token}.json"
+        try:
+            if time.time() - graph.stat().st_mtime > self.expire_after:
+                return None
+        except OSError:
             return None
         path = self.folder / f"{token}{suffix}"
         return path if path.is_file() else None
@@ -163,24 +255,68 @@ def _page_headers(page: str) -> dict[str, str]:
     return {"Content-Security-Policy": policy, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
 
 
+def _origin_of(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
+def _nosniff(app):
+    """ASGI middleware: `X-Content-Type-Options: nosniff` on every response."""
+
+    async def wrapped(scope, receive, send):
+        if scope["type"] != "http":
+            return await app(scope, receive, send)
+
+        async def send_with_header(message):
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-content-type-options"]
+                message = {**message, "headers": headers + [(b"x-content-type-options", b"nosniff")]}
+            await send(message)
+
+        return await app(scope, receive, send_with_header)
+
+    return wrapped
+
+
 def create_app(store: Optional[Path] = None, *, rate_limit: int = 30, window: float = 60.0,
-               api_keys: Sequence[str] = (), max_body: int = DEFAULT_MAX_BODY, public_url: Optional[str] = None):
-    """The Starlette application (see the module docstring); `store` defaults to a new temporary folder."""
+               api_keys: Sequence[str] = (), max_body: int = DEFAULT_MAX_BODY,
+               public_url: str = "http://127.0.0.1:8000",
+               allowed_origins: Sequence[str] = (), workers: int = 2, cpu_budget: float = 5.0,
+               max_store_bytes: int = 1 << 30, client_store_bytes: int = 32 << 20,
+               expire_days: float = 30.0, max_clients: int = 100_000):
+    """The ASGI application (see the module docstring); `store` defaults to a new temporary folder.
+    Share URLs start with `public_url` (never the request's Host header)."""
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
     from starlette.requests import Request
     from starlette.responses import HTMLResponse, JSONResponse, Response
     from starlette.routing import Route
 
-    graphs = GraphStore(Path(store) if store is not None else Path(tempfile.mkdtemp(prefix="nnsp-shares-")))
-    limiter = RateLimiter(rate_limit, window)
+    if not public_url.startswith(("http://", "https://")):
+        raise ValueError(f"public_url must start with http:// or https://, got {public_url!r}")
+    graphs = GraphStore(Path(store) if store is not None else Path(tempfile.mkdtemp(prefix="nnsp-shares-")),
+                        max_bytes=max_store_bytes, client_bytes=client_store_bytes,
+                        expire_after=expire_days * 86_400.0)
+    limiter = RateLimiter(rate_limit, window, max_clients)
     keys = {k for k in api_keys if k}
-    limits = share_limits(max_body)
+    origins = {_origin_of(public_url)} | {_origin_of(o) for o in allowed_origins}
+    pool = WorkerPool(workers, cpu_budget, max_body)
+    root = public_url.rstrip("/")
 
     def refuse(status: int, message: str) -> JSONResponse:
         return JSONResponse({"error": message}, status_code=status)
 
+    def client_of(request: Request) -> str:
+        return request.client.host if request.client else "unknown"
+
     def admit(request: Request) -> None:
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != "application/json":
+            raise _Refused(415, "the request body must be JSON, sent with Content-Type: application/json")
+        origin = request.headers.get("origin")
+        if origin is not None and origin.lower() not in origins:
+            raise _Refused(403, f"requests from the origin {origin[:100]!r} are refused; this server accepts "
+                                "POSTs from the command line and its own pages")
         auth = request.headers.get("authorization", "")
         if auth:
             scheme, _, token = auth.partition(" ")
@@ -189,12 +325,11 @@ def create_app(store: Optional[Path] = None, *, rate_limit: int = 30, window: fl
             if not any(secrets.compare_digest(token.strip(), k) for k in keys):
                 raise _Refused(401, "unknown API key")
             return  # a known key lifts the per-IP limit
-        client = request.client.host if request.client else "unknown"
-        if not limiter.allow(client):
+        if not limiter.allow(client_of(request)):
             raise _Refused(429, f"rate limit: at most {rate_limit} requests per {window:g} s from one address; "
                                 "send an API key to lift it")
 
-    async def read_json(request: Request) -> Any:
+    async def read_body(request: Request) -> bytes:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > max_body:
             raise _Refused(413, f"the request body is {declared} bytes, more than the limit of {max_body}")
@@ -204,87 +339,32 @@ def create_app(store: Optional[Path] = None, *, rate_limit: int = 30, window: fl
             if size > max_body:
                 raise _Refused(413, f"the request body is more than the limit of {max_body} bytes")
             chunks.append(chunk)
-        try:
-            # the bounded reader's compact document, as the plain dicts and lists the handlers read
-            return plain(parse_json(b"".join(chunks) or b"null", limits, "the request body"))
-        except FileLimitError as exc:
-            raise _Refused(413, str(exc)) from None
-        except SchemaFormatError as exc:
-            raise _Refused(400, str(exc)) from None
+        return b"".join(chunks)
 
-    def checked(graph: Any, where: str) -> dict[str, Any]:
-        try:
-            graph = validate_graph(graph, where)
-        except GraphFileError as exc:
-            raise _Refused(400, str(exc)) from None
-        if len(graph["nodes"]) > MAX_SERVED_NODES:
-            raise _Refused(400, f"{where} has {len(graph['nodes'])} nodes, more than this server's limit of "
-                                f"{MAX_SERVED_NODES}")
-        return graph
-
-    def share_url(request: Request, token: str) -> str:
-        root = (public_url or str(request.base_url)).rstrip("/")
-        return f"{root}/p/{token}"
-
-    def render(graph: dict[str, Any], schema: Any, card: str, token: str) -> tuple[str, Optional[dict[str, Any]]]:
-        """The share's page (the inspector's for a schema, else the graph page) and the schema to keep."""
-        title = str(graph.get("name") or "graph")
-        if schema is None:
-            return graph_page(graph, card, token), None
-        try:
-            decoded = check_shared_schema(schema, limits)
-        except SchemaFormatError as exc:
-            raise _Refused(400, f"the shared schema is refused: {exc}") from None
-        try:
-            return inspector_page(decoded, title, card), schema
-        except Exception as exc:  # a decoded schema the page cannot show: refused, never a crash
-            raise _Refused(400, f"the shared schema cannot be shown: {type(exc).__name__}: {exc}") from None
-
-    async def store(graph: dict[str, Any], schema: Any, card: str) -> str:
-        while True:
-            token = graphs.new_token()
-            page, kept = await run_in_threadpool(render, graph, schema, card, token)
-            if await run_in_threadpool(graphs.put, token, graph, page, kept):
-                return token
-
-    async def plan(request: Request):
+    async def post(request: Request, kind: str):
         try:
             admit(request)
-            body = await read_json(request)
-            if not isinstance(body, dict) or "graph" not in body:
-                raise _Refused(400, "the body must be a JSON object with a 'graph'")
-            graph = checked(body["graph"], "graph")
-            base = checked(body["base"], "base") if body.get("base") is not None else None
-            try:
-                options = options_from_json(body.get("options"))
-            except (PlanError, GPUTableError) as exc:
-                raise _Refused(400, str(exc)) from None
-            result = await run_in_threadpool(compute_plan, graph, options, base)
-            source = body.get("source")
-            if not isinstance(source, str):  # the file or module part of the target
-                target = body.get("target") if isinstance(body.get("target"), str) else graph.get("target")
-                source = target.rpartition(":")[0] if target and ":" in target else (target or "")
-            source = source[:200]
-            answer = {"plan": result, "card": format_plan_card(result, source=source)}
-            if body.get("share"):
-                token = await store(graph, body.get("schema"), answer["card"])
-                answer.update(id=token, shareUrl=share_url(request, token))
+            body = await read_body(request)
+            token = graphs.new_token()
+            status, answer, files = await pool.run(kind, body, token)
+            if status != 200:
+                return refuse(status, answer.get("error", "refused"))
+            if files is not None:
+                try:
+                    while not await run_in_threadpool(graphs.put, token, files=files, client=client_of(request)):
+                        token = graphs.new_token()  # pragma: no cover - 144 random bits
+                except QuotaError as exc:
+                    raise _Refused(507, str(exc)) from None
+                answer.update(id=token, shareUrl=f"{root}/p/{token}")
             return JSONResponse(answer)
         except _Refused as exc:
             return refuse(exc.status, str(exc))
 
+    async def plan(request: Request):
+        return await post(request, "plan")
+
     async def share(request: Request):
-        try:
-            admit(request)
-            body = await read_json(request)
-            if not isinstance(body, dict) or "graph" not in body:
-                raise _Refused(400, "the body must be a JSON object with a 'graph'")
-            graph = checked(body["graph"], "graph")
-            card = format_plan_card(await run_in_threadpool(compute_plan, graph))
-            token = await store(graph, body.get("schema"), card)
-            return JSONResponse({"id": token, "shareUrl": share_url(request, token)})
-        except _Refused as exc:
-            return refuse(exc.status, str(exc))
+        return await post(request, "share")
 
     def stored(request: Request) -> Optional[dict[str, Any]]:
         return graphs.get(request.path_params["token"])
@@ -316,14 +396,24 @@ def create_app(store: Optional[Path] = None, *, rate_limit: int = 30, window: fl
     async def health(request: Request):
         return JSONResponse({"ok": True})
 
-    return Starlette(routes=[
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        try:
+            yield
+        finally:
+            pool.close()
+
+    app = Starlette(routes=[
         Route("/api/v1/plan", plan, methods=["POST"]),
         Route("/api/v1/share", share, methods=["POST"]),
         Route("/api/v1/graphs/{token}", graph_json, methods=["GET"]),
         Route("/api/v1/schemas/{token}", schema_json, methods=["GET"]),
         Route("/p/{token}", share_page, methods=["GET"]),
         Route("/healthz", health, methods=["GET"]),
-    ])
+    ], lifespan=lifespan)
+    wrapped = _nosniff(app)
+    wrapped.pool, wrapped.limiter, wrapped.store = pool, limiter, graphs  # for tests and benches
+    return wrapped
 
 
 def _argument_parser() -> argparse.ArgumentParser:
@@ -339,7 +429,23 @@ def _argument_parser() -> argparse.ArgumentParser:
                         help=f"largest request body (default {DEFAULT_MAX_BODY})")
     parser.add_argument("--keys-file", default=None,
                         help="file of API keys, one a line (also: NEURARCH_SERVER_KEYS, comma-separated)")
-    parser.add_argument("--public-url", default=None, help="the URL share links start with (default: as requested)")
+    parser.add_argument("--public-url", default=None,
+                        help="the URL share links start with (default: http://HOST:PORT this server listens on; "
+                             "never the request's Host header)")
+    parser.add_argument("--allow-origin", action="append", default=[], metavar="URL",
+                        help="a web origin whose pages may POST here (repeatable; the public URL's always may)")
+    parser.add_argument("--trusted-proxy", default=None, metavar="ADDRESSES",
+                        help="addresses of reverse proxies whose X-Forwarded-For is believed (comma-separated; "
+                             "default: none, every client is its socket address)")
+    parser.add_argument("--workers", type=int, default=2, help="processes that decode and plan bodies (default 2)")
+    parser.add_argument("--cpu-budget", type=float, default=5.0, metavar="SECONDS",
+                        help="the most time one request body may take to process (default 5)")
+    parser.add_argument("--store-quota", type=int, default=1 << 30, metavar="BYTES",
+                        help="the most bytes the store keeps in all (default 1 GiB)")
+    parser.add_argument("--client-quota", type=int, default=32 << 20, metavar="BYTES",
+                        help="the most bytes one address may store per day (default 32 MiB)")
+    parser.add_argument("--expire-days", type=float, default=30.0, metavar="DAYS",
+                        help="shares are deleted this many days after they were stored (default 30)")
     return parser
 
 
@@ -350,10 +456,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
-    if args.rate_limit < 1 or args.window <= 0 or args.max_body < 1 or not 0 <= args.port <= 65535:
+    if min(args.rate_limit, args.max_body, args.workers, args.store_quota, args.client_quota) < 1 or \
+            min(args.window, args.cpu_budget, args.expire_days) <= 0 or not 0 <= args.port <= 65535:
         parser.print_usage(sys.stderr)
-        print("nnschemaparser serve: error: --rate-limit, --window and --max-body must be positive, --port 0-65535",
-              file=sys.stderr)
+        print("nnschemaparser serve: error: --rate-limit, --window, --max-body, --workers, --cpu-budget, the quotas "
+              "and --expire-days must be positive, --port 0-65535", file=sys.stderr)
+        return 2
+    if args.public_url is not None and not args.public_url.startswith(("http://", "https://")):
+        print("nnschemaparser serve: error: --public-url must start with http:// or https://", file=sys.stderr)
         return 2
     try:
         import uvicorn
@@ -368,8 +478,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except OSError as exc:
             print(f"nnschemaparser serve: error: cannot read {args.keys_file}: {exc.strerror}", file=sys.stderr)
             return 1
-    app = create_app(Path(args.store) if args.store else None, rate_limit=args.rate_limit, window=args.window,
-                     api_keys=keys, max_body=args.max_body, public_url=args.public_url)
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -381,7 +489,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     sock.listen(128)
     port = sock.getsockname()[1]
-    print(f"nnschemaparser serve: listening on http://{args.host}:{port}", file=sys.stderr, flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=5))
+    here = f"http://[{args.host}]:{port}" if family == socket.AF_INET6 else f"http://{args.host}:{port}"
+    app = create_app(Path(args.store) if args.store else None, rate_limit=args.rate_limit, window=args.window,
+                     api_keys=keys, max_body=args.max_body, public_url=args.public_url or here,
+                     allowed_origins=args.allow_origin, workers=args.workers, cpu_budget=args.cpu_budget,
+                     max_store_bytes=args.store_quota, client_store_bytes=args.client_quota,
+                     expire_days=args.expire_days)
+    print(f"nnschemaparser serve: listening on {here}", file=sys.stderr, flush=True)
+    proxies = [a.strip() for a in (args.trusted_proxy or "").split(",") if a.strip()]
+    # X-Forwarded-For is believed only from the proxies named (uvicorn trusts 127.0.0.1 by default)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=5,
+                                           proxy_headers=bool(proxies), forwarded_allow_ips=proxies or None))
     server.run(sockets=[sock])
     return 0

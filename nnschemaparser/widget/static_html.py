@@ -191,7 +191,10 @@ def static_payload(state: InspectorState, title: str = "", max_histogram_steps: 
 
 
 def _script_safe(text: str) -> str:
-    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+    """JSON text made safe inside a <script> element: every `<`, `>` and `&` written as its JSON
+    escape, so no text (`</script>`, `<!--`, `<script`) can end or change the element, and the
+    payload stays valid JSON that JSON.parse reads back unchanged (a `<` occurs only inside strings)."""
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 _MODULE_SCRIPT = '<script type="module">'

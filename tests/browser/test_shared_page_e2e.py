@@ -21,7 +21,8 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
 HOSTILE_NAME = "<img src=x onerror=\"document.title='pwned'\"></title><script>alert(1)</script>"
-HOSTILE_COMMENT = "# </script><script>document.title='pwned'</script><b onmouseover=alert(1)>bold</b>"
+HOSTILE_COMMENT = ("# <!-- </script><script>document.title='pwned'</script><b onmouseover=alert(1)>bold</b>"
+                   " <!-- a comment opener blanked the page when the payload wrote it as <\\!--")
 
 MODELS = textwrap.dedent('''
     from torch import nn
@@ -71,7 +72,7 @@ def shares(tmp_path_factory):
             for name, extra in (("TwoLayer", []), ("Hostile", ["--name", HOSTILE_NAME])):
                 out = io.StringIO()
                 with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-                    code = command([f"{models}:{name}", "--input", "2,16", "--share", "--api", server.url,
+                    code = command([f"{models}:{name}", "--input", "2,16", "--share", "--share-source", "--api", server.url,
                                     "-o", str(folder / f"{name}.neurarch.json"), *extra])
                 assert code == 0, out.getvalue()
                 urls[name] = out.getvalue().rstrip("\n").splitlines()[-1].removeprefix("Share: ")

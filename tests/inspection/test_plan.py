@@ -285,11 +285,11 @@ def test_fail_on_block_exits_0_once_the_card_printed_for_a_model_that_runs(model
     (["--plan", "--batch-size", "0"], "--batch-size must be 1 or more"),
     (["--plan", "--precision", "fp8"], "invalid choice: 'fp8'"),
 ])
-def test_bad_usage_keeps_exit_status_2(models, capsys, monkeypatch, extra, message):
+def test_bad_usage_is_one_line_and_exit_status_1_never_the_blockers_2(models, capsys, monkeypatch, extra, message):
     monkeypatch.delenv("NEURARCH_API", raising=False)
     code, out, err = run(capsys, f"{models}:TwoLayer", "--input", "2,16", *extra)
-    assert code == 2 and out == ""
-    assert message in err
+    assert code == 1 and out == ""
+    assert len(err.splitlines()) == 1 and message in err
 
 
 def test_stdout_carries_only_the_card(models, capsys):

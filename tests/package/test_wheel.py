@@ -47,6 +47,11 @@ def test_wheel_declares_the_widget_stack_and_carries_the_browser_files(wheel):
     assert {"nnschemaparser/widget/static/widget.js", "nnschemaparser/widget/static/widget.css"} <= names
     assert "nnschemaparser/runtime/program.py" in names and "nnschemaparser/examples/mlp.py" in names
     assert not any(n.startswith(("tests/", "js/", "bench/")) for n in names)
+    # neurarch-trace's names: the console script and `python -m neurarch_trace`
+    assert {"neurarch_trace/__init__.py", "neurarch_trace/__main__.py"} <= names
+    (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    with zipfile.ZipFile(wheel) as archive:
+        assert "neurarch-trace = neurarch_trace:main" in archive.read(entry_points).decode()
 
 
 def test_the_installed_wheel_imports_the_widget_and_renders_its_static_page(wheel, tmp_path):

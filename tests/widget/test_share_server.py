@@ -142,7 +142,7 @@ def test_the_deployment_prints_the_same_card_as_the_local_plan(server, models, c
     code, remote, err = run(capsys, *argv, "--plan", "--api", server.url)
     assert code == 0
     assert remote == local and "| Runs            yes" in remote
-    assert f"sending the graph to {server.url}" in err
+    assert f"sending the graph (layer types, shapes and hyperparameters; no weights) to {server.url}" in err
     assert not any(server.store.glob("*.json"))  # a plan request keeps nothing addressable
 
 
@@ -292,8 +292,9 @@ def test_share_from_the_command_uploads_the_schema_and_the_page_is_the_inspector
     from nnschemaparser.files.schema_file import schema_from_json
     from nnschemaparser.widget.static_html import content_security_policy
 
-    code, out, err = run_command(capsys, f"{models}:TwoLayer", "--input", "2,16", "--share", "--api", server.url)
-    assert code == 0 and "to share it with its schema" in err
+    code, out, err = run_command(capsys, f"{models}:TwoLayer", "--input", "2,16", "--share", "--share-source",
+                                 "--api", server.url)
+    assert code == 0 and "with its schema (the forward's source)" in err
     token = share_token(server, out)
     status, page, headers = get(f"{server.url}/p/{token}")
     assert status == 200 and headers["Content-Type"].startswith("text/html")
@@ -329,7 +330,7 @@ def test_share_from_the_command_uploads_the_schema_and_the_page_is_the_inspector
 def test_share_graph_only_and_an_old_clients_graph_get_the_graph_page(server, models, tmp_path, capsys):
     code, out, err = run_command(capsys, f"{models}:TwoLayer", "--input", "2,16", "--share", "--share-graph-only",
                                  "--api", server.url)
-    assert code == 0 and "to share it\n" in err
+    assert code == 0 and "to share it at a public URL\n" in err
     token = share_token(server, out)
     graph = json.loads((tmp_path / "TwoLayer.neurarch.json").read_text())
     status, answer, _ = post(f"{server.url}/api/v1/share", json.dumps({"graph": graph}).encode())  # an old client
@@ -347,7 +348,7 @@ def test_share_graph_only_and_an_old_clients_graph_get_the_graph_page(server, mo
 
 def test_share_graph_only_without_share_is_bad_usage(models, capsys):
     code, _, err = run_command(capsys, f"{models}:TwoLayer", "--input", "2,16", "--share-graph-only")
-    assert code == 2 and "--share-graph-only only changes what --share uploads: add --share" in err
+    assert code == 1 and "--share-graph-only only changes what --share uploads: add --share" in err
 
 
 def _schema_document(models) -> dict:
@@ -410,15 +411,16 @@ def test_a_request_body_is_read_with_the_bounded_strict_reader(server):
     assert get(f"{server.url}/healthz")[0] == 200  # still serving
 
 
-def test_a_share_too_large_for_the_deployment_is_one_line_naming_share_graph_only(models, tmp_path_factory, capsys):
+def test_a_share_too_large_for_the_deployment_is_one_line_naming_share_source(models, tmp_path_factory, capsys):
     small = Server(tmp_path_factory.mktemp("small"), "--max-body", "4000")  # the graph fits, not its schema
     try:
-        code, out, err = run_command(capsys, f"{models}:TwoLayer", "--input", "2,16", "--share", "--api", small.url)
+        code, out, err = run_command(capsys, f"{models}:TwoLayer", "--input", "2,16", "--share", "--share-source",
+                                     "--api", small.url)
         assert code == 1 and out == ""
         assert err.strip().splitlines()[-1].startswith(
             f"nnschemaparser: error: PlanAPIError: {small.url}/api/v1/plan: refused the request as too large (HTTP "
-            "413; --share-graph-only sends the graph without its schema): the request body is ")
-        code, out, _ = run_command(capsys, f"{models}:TwoLayer", "--input", "2,16", "--share", "--share-graph-only",
+            "413; without --share-source the graph is sent without its schema): the request body is ")
+        code, out, _ = run_command(capsys, f"{models}:TwoLayer", "--input", "2,16", "--share",
                                    "--api", small.url)
         assert code == 0 and out.splitlines()[-1].startswith(f"Share: {small.url}/p/")
     finally:
