@@ -26,6 +26,9 @@ class MethodRequest:
     # True when the forward reads the method as a value (`self.feed_forward_chunk` passed to a
     # helper that calls it): the runtime lends the instance the schema under that name for a run.
     as_value: bool = False
+    # Set for the `__call__` of a plain object the module holds (`self.processor(self, x)`, a
+    # diffusers attention processor): the method's `self` is that attribute of the module.
+    self_attr: Optional[str] = None
 
 
 @dataclass

@@ -299,7 +299,7 @@ class ExpressionLowering:
         """`self.method` read as a value (not called here): ask for the method's schema, marked so
         that a run lends it to the instance and whoever calls the value runs the schema."""
         module = self.ctx.module
-        if attr in getattr(module, "__dict__", {}) or attr in ("forward", "__call__", "_call_impl"):
+        if not isinstance(module, nn.Module) or attr in getattr(module, "__dict__", {}) or attr in ("forward", "__call__", "_call_impl"):
             return
         fn = inspect.getattr_static(module, attr, None)
         if not isinstance(fn, types.FunctionType):
@@ -751,6 +751,11 @@ class ExpressionLowering:
     def block_call(self, node: ast.Call, func: ast.expr) -> Optional[tuple[BlockRef, Optional[str]]]:
         """(BlockRef, callee_var) when the call runs a child block or a method schema, else None."""
         module = self.ctx.module
+        if module is not None and not isinstance(module, nn.Module):
+            # a plain object's method (a processor's `__call__`): only module values dispatch to blocks
+            if isinstance(func, ast.Name) and func.id in self.module_vars:
+                return BlockRef(path=self.module_vars[func.id], index_var=self.module_index_vars.get(func.id)), func.id
+            return None
         # self(...): the module's own forward, recursively.
         if self.is_self(func) and module is not None:
             return BlockRef(path=""), None
@@ -784,6 +789,8 @@ class ExpressionLowering:
         if child is not None:
             if func.attr == "forward":
                 return BlockRef(path=path), None
+            if not path and func.attr in getattr(child, "__dict__", {}):
+                return self.object_call(func.attr)  # an instance attribute: a processor object, or no block
             fn = inspect.getattr_static(child, func.attr, None)
             # A container without a forward (ModuleList, ModuleDict) is no block: call its method live.
             has_block = getattr(type(child).forward, "__name__", "") != "_forward_unimplemented"
@@ -799,7 +806,7 @@ class ExpressionLowering:
             if func.attr == "forward":
                 return BlockRef(path=""), None
             if func.attr in getattr(module, "__dict__", {}):
-                return None  # an instance attribute shadows the method
+                return self.object_call(func.attr)  # an instance attribute shadows the method
             fn = inspect.getattr_static(module, func.attr, None)
             if isinstance(fn, types.FunctionType) and func.attr not in ("__call__", "_call_impl"):
                 owner = self._defining_class(type(module), func.attr)
@@ -808,6 +815,20 @@ class ExpressionLowering:
                 self.ctx.requests.append(_request("", func.attr, fn, owner))
                 return BlockRef(path="", method=func.attr), None
         return None
+
+    def object_call(self, attr: str) -> Optional[tuple[BlockRef, Optional[str]]]:
+        """`self.processor(...)` where the attribute holds a plain object with a Python `__call__`
+        (a diffusers attention processor): a method schema of that `__call__`, whose `self` is the
+        object the module holds at each call (see `MethodRequest.self_attr`)."""
+        value = self.ctx.module.__dict__.get(attr)
+        if value is None or isinstance(value, (nn.Module, type, types.FunctionType, types.MethodType)):
+            return None
+        call = inspect.getattr_static(type(value), "__call__", None)
+        if not isinstance(call, types.FunctionType) or (call.__module__ or "").startswith(("torch.", "builtins")):
+            return None
+        key = f"{attr}.__call__"
+        self.ctx.requests.append(MethodRequest(path="", key=key, function=call, owner=type(value), self_attr=attr))
+        return BlockRef(path="", method=key), None
 
     def constant_entry(self, func: ast.Subscript) -> Optional[tuple[BlockRef, str]]:
         """`self.c[K](...)` with K a constant naming an existing entry of the container `self.c` (or of

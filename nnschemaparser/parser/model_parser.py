@@ -177,7 +177,8 @@ class _BlockBuilder:
             method_block = ModelBlockSchema(name=target.name, path=target.path, module_type=target.module_type,
                                             module=target.module, method_name=request.key,
                                             sub_blocks=target.sub_blocks, methods=target.methods,
-                                            function=request.function, reached_live=request.as_value)
+                                            function=request.function, reached_live=request.as_value,
+                                            self_attr=request.self_attr)
             target.methods[request.key] = method_block  # placeholder first: recursion finds it
             fn = unwrap_function(request.function)
             if fn is not request.function:
@@ -189,14 +190,16 @@ class _BlockBuilder:
                     continue
             more: list[MethodRequest] = []
             try:
-                signature = lower_function(fn, module=target.module, owner=request.owner, requests=more)
+                owner_object = target.module if request.self_attr is None else getattr(target.module, request.self_attr)
+                signature = lower_function(fn, module=owner_object, owner=request.owner, requests=more)
             except (UnsupportedSyntaxError, SourceUnavailableError) as exc:
                 # The method runs as the real Python method; its block stays listed as skipped.
                 method_block.skip_reason = str(exc)
                 continue
             method_block.signature = signature
             method_block.body = signature.body
-            if request.owner is not None and request.owner.__dict__.get(request.key.rsplit(".", 1)[-1]) is request.function:
+            if request.self_attr is None and request.owner is not None and \
+                    request.owner.__dict__.get(request.key.rsplit(".", 1)[-1]) is request.function:
                 method_block.parsed_from = (request.owner, request.key.rsplit(".", 1)[-1], request.function)
             method_block.input_defaults = dict(signature.defaults)
             pending.extend(MethodRequest(path=f"{request.path}.{r.path}".strip(".") if request.path else r.path,

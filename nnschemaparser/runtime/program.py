@@ -216,6 +216,8 @@ class Program:
 
             def invoke(args: Any, kwargs: dict) -> Any:
                 return self.call_block(block_ref(), tuple(args), kwargs)
+        elif block.self_attr is not None:
+            invoke = self._object_call(block)
         elif block.method_name is not None:
             invoke = self._direct(block)
         elif type(block.module).__call__ is not _Module.__call__:
@@ -305,6 +307,27 @@ class Program:
                     state.pop("forward", None)
                 else:
                     state["forward"] = saved
+
+        return invoke
+
+    def _object_call(self, block: ModelBlockSchema) -> Callable[[Any, dict], Any]:
+        """Run the schema of `module.<attr>.__call__` with `self` the object the module holds now;
+        an object of another class (a processor set since parsing) is called as it is."""
+        unit = self.unit(block)
+        module, attr, lowered = block.module, block.self_attr, block.function
+        fn, observer, block_ref = unit.function, self.observer, weakref.ref(block)
+
+        def invoke(args: Any, kwargs: dict) -> Any:
+            target = getattr(module, attr)
+            if type(target).__call__ is not lowered:
+                return target(*args, **kwargs)
+            if not unit.frame:
+                return fn(target, *args, **kwargs)
+            frame = unit.binder(args, kwargs, unit.schema.defaults)
+            frame[unit.self_name] = target
+            if observer is None:
+                return fn(frame)
+            return _observed_run(observer, block_ref(), fn, frame)
 
         return invoke
 

@@ -469,6 +469,9 @@ class ModelBlockSchema:
     # For a forward a decorator dispatches (`use_experts_implementation`): how the implementation
     # lowered as this block was chosen (`parser.dispatch.Dispatch`); the runtime checks it holds.
     dispatch: Any = None
+    # For the method schema of a plain object's `__call__` (`self.processor(...)`): the module
+    # attribute holding the object, which is the method's `self` at each call.
+    self_attr: Optional[str] = None
     # The root's report of what ran outside the schema on the example run (rows of `coverage()`).
     live_calls: list = field(default_factory=list)
 

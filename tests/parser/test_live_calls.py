@@ -41,8 +41,33 @@ def test_helpers_that_called_interpreted_modules_are_listed_on_request():
     helpers = schema.coverage(helpers=True)
     callees = set(helpers["callee"])
     assert any(name.endswith("apply_twice") for name in callees)
-    assert any(name.endswith("Processor.__call__") for name in callees)
+    assert not any(name.endswith("Processor.__call__") for name in callees)  # lowered: see below
     assert set(helpers["kind"]) == {"helper"}
+
+
+def test_a_processor_objects_call_is_lowered_with_its_source_names():
+    torch.manual_seed(0)
+    model = HandsWorkAway().eval()
+    x = torch.randn(3, 4)
+    schema = _parse(model, x)
+    assert "processor.__call__" in schema.methods
+    record = capture_run(schema, {"x": x})
+    assert torch.equal(record.outputs[0], model(x))
+    names = [step.out_var for step in record.trace.steps if step.block_path == "HandsWorkAway"]
+    assert {"query", "key", "weights"} <= set(names)
+
+
+def test_a_processor_of_another_class_set_after_parsing_runs_as_itself():
+    class Doubling:
+        def __call__(self, attn, hidden):
+            return attn.to_out(hidden) * 2
+
+    torch.manual_seed(0)
+    model = HandsWorkAway().eval()
+    x = torch.randn(3, 4)
+    schema = _parse(model, x)
+    model.processor = Doubling()
+    assert torch.equal(SchemaInterpreter().run(block=schema, scope={"x": x})[0], model(x))
 
 
 def test_gradients_through_interpreted_helper_calls_equal_eager():

@@ -124,7 +124,7 @@ def test_qwen2_moe_experts_are_interpreted_with_no_live_call():
     assert any(s.block_path == "model.layers.0.mlp.experts" for s in record.trace.steps)
 
 
-def test_diffusers_attention_processors_call_interpreted_modules():
+def test_diffusers_attention_processors_are_lowered_and_call_interpreted_modules():
     diffusers = pytest.importorskip("diffusers")
     torch.manual_seed(0)
     unet = diffusers.UNet2DConditionModel(
@@ -138,8 +138,12 @@ def test_diffusers_attention_processors_call_interpreted_modules():
     with torch.no_grad():
         assert torch.equal(record.outputs[0].sample, unet(**inputs).sample)
     assert record.coverage().empty
-    # the processor objects' own code runs as one call: listed as helpers, with their module calls interpreted
-    assert any(callee.endswith("AttnProcessor2_0.__call__") for callee in schema.coverage(helpers=True)["callee"])
+    assert schema.coverage(helpers=True).empty  # the processors' own code is lowered too
+    attn = "down_blocks.0.attentions.0.transformer_blocks.0.attn1"
+    assert "processor.__call__" in schema.find(attn).methods
+    names = [(s.out_var, s.op_name) for s in record.trace.steps if s.block_path == attn]
+    assert ("hidden_states", "torch._C._nn.scaled_dot_product_attention") in names
+    assert {"query", "key", "value"} <= {name for name, _ in names}
     steps = {s.block_path for s in record.trace.steps}
     attention = [p for p in steps if p.endswith(("to_q", "to_k", "to_v", "to_out.0"))]
     from diffusers.models.attention_processor import Attention
