@@ -36,7 +36,7 @@ def test_arbitrary_python_lowers_or_is_refused(module_source):
 
 
 @pytest.mark.parametrize("body", [
-    "yield x",
+    "yield from x",
     "global G\n    G = 1",
     "from os import *",
     "async def inner():\n        return 1",

@@ -56,9 +56,14 @@ def test_child_with_match_statement_is_skipped_with_reason_and_outputs_still_mat
     assert schema.sub_blocks["fc"].skip_reason is None
 
 
-def test_generator_function_is_refused_by_the_lowering():
+def test_a_delegating_generator_is_refused_by_the_lowering():
+    with pytest.raises(UnsupportedSyntaxError, match="yield from"):
+        lower_source("def forward(self, x):\n    yield from x\n")
+
+
+def test_a_nested_generator_function_is_refused_by_the_lowering():
     with pytest.raises(UnsupportedSyntaxError, match="generator function"):
-        lower_source("def forward(self, x):\n    yield x\n")
+        lower_source("def forward(self, x):\n    def inner():\n        yield x\n    return list(inner())\n")
 
 
 def test_lowering_keeps_source_names_and_numbers_temporaries():

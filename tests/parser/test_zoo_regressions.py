@@ -82,8 +82,7 @@ class GeneratorHelper(nn.Module):
         self.fc = nn.Linear(3, 3)
 
     def chunks(self, x):
-        for piece in x.chunk(3, dim=0):
-            yield piece * 2
+        yield from (piece * 2 for piece in x.chunk(3, dim=0))  # `yield from`: not lowered
 
     def forward(self, x):
         return self.fc(torch.cat(list(self.chunks(x))))
