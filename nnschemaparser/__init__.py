@@ -70,6 +70,7 @@ from .schema.model import (
     TryInstruction,
     VarRef,
     WithInstruction,
+    YieldInstruction,
 )
 from .files.schema_file import load_schema, save_schema
 from .files.verification import SourceMismatchError
@@ -87,7 +88,7 @@ __all__ = [
     "ModelBlockSchema", "FunctionSchema", "TensorRepr", "TensorReprWithValue", "TensorContainer", "VarRef",
     "BlockRef", "Const", "SliceOf", "SourceLocation", "Instruction", "OpInstruction", "BlockInstruction",
     "ControlInstruction", "TryInstruction", "WithInstruction", "FunctionInstruction", "RaiseInstruction",
-    "DeleteInstruction", "ReturnInstruction", "ContinueInstruction", "BreakInstruction",
+    "DeleteInstruction", "YieldInstruction", "ReturnInstruction", "ContinueInstruction", "BreakInstruction",
     "NNSchemaError", "UnsupportedSyntaxError", "SourceUnavailableError", "ParseError", "SchemaRunError",
     "EditError", "SchemaFormatError", "StaleSchemaError", "moe_routing",
     "CaptureLimits", "ModelCapture", "TensorSnapshot", "capture_model", "ModelMetadata", "ModuleMetadata",
