@@ -105,6 +105,9 @@ class BlockTree:
         self.call_targets: dict[int, int] = {}  # call node -> the block node it calls
         self.statement_nodes: dict[int, int] = {}  # instruction node -> the statement row holding it
         self._pending_targets: list[tuple[int, ModelBlockSchema]] = []
+        # interpreted blocks the parse run's live-call detector saw run as the real module
+        self.live_reasons = {row["module"]: row["reason"] for row in getattr(schema, "live_calls", ())
+                             if row.get("kind") != "helper" and row.get("module") is not None}
         self._indexes: dict[tuple, Optional[StatementIndex]] = {}
         self._texts: dict[tuple, str] = {}
         self._add_block(schema, parent=-1, label=schema.name)
@@ -131,6 +134,8 @@ class BlockTree:
         extra: dict[str, Any] = {"path": block.path}
         if block.skip_reason is not None:
             extra["skip"] = block.skip_reason
+        elif block.method_name is None and block.path in self.live_reasons:
+            extra["skip"] = f"ran live on the parse run: {self.live_reasons[block.path]}"
         shape = ", ".join(shape_text(r) for r in block.outputs)
         line = block.signature.firstlineno if block.signature is not None else 0
         node = self._new(_Node(parent, "B", text, shape=shape, line=line, op=block.module_type, extra=extra))
