@@ -193,3 +193,26 @@ def test_coverage_of_a_run_that_did_not_watch_says_how_to_ask_for_it():
     schema = NNParser.parse_model(model, inputs_tensors_values={"x": x})
     with pytest.raises(SchemaRunError, match=r"capture_run\(\.\.\., coverage=True\)"):
         capture_run(schema, {"x": x}).coverage()
+
+
+class _WeightNormConv(nn.Module):
+    """wav2vec2's positional convolution: `parametrizations.weight_norm` computes the weight when read."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.utils.parametrizations.weight_norm(nn.Conv1d(4, 4, 3, padding=1), name="weight", dim=2)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.conv(x))
+
+
+def test_weight_norm_parametrization_is_interpreted_as_wav2vec2_uses_it():
+    torch.manual_seed(0)
+    model = _WeightNormConv().eval()
+    x = torch.randn(1, 4, 8)
+    schema = _parse(model, x)
+    assert schema.coverage().empty and schema.skipped == {}
+    record = capture_run(schema, {"x": x}, coverage=True)
+    assert torch.equal(record.outputs[0], model(x))
+    assert record.coverage().empty
+    assert any(step.block_path.startswith("conv.parametrizations.weight") for step in record.trace.steps)
