@@ -388,8 +388,7 @@ class CodeGenerator:
         self.line(f"def {name}({params}):", None)
         self.indent = 1
         self.line("try:", None)
-        if self.part_of is None:
-            self.guard_lines()
+        self.guard_lines()  # a part checks what it reads too: it runs when its statement runs
         if self.generator:
             refresh = self.helper("refresh", refresh_free_vars)
             self.line(f"    {refresh}(f, outer, {self.helper('free_vars', tuple(schema.free_vars))})", None)

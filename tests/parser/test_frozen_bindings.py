@@ -124,3 +124,15 @@ def test_an_experts_implementation_changed_after_parsing_is_refused_with_the_set
     model.config._experts_implementation = "eager"
     with pytest.raises(StaleSchemaError, match=r"config\._experts_implementation is now 'eager'"):
         SchemaInterpreter().run(block=schema, scope={"input_ids": ids})
+
+
+def test_a_rebound_global_read_inside_a_deeply_nested_part_is_followed(monkeypatch):
+    """Past Python's nesting limits a statement is compiled as a part of its own: it checks its
+    bindings too."""
+    # the same shape as a real module, in the support module so its source is readable
+    torch.manual_seed(0)
+    model, x = models.DeeplyNested().eval(), torch.randn(2, 4)
+    schema = _parse(model, x=x)
+    assert schema.skipped == {}
+    monkeypatch.setattr(models, "SCALE", 0.125)
+    assert torch.equal(_run(schema, x=x), model(x))

@@ -157,3 +157,25 @@ class ReadsGlobals(nn.Module):
 
     def forward(self, x):
         return scale_helper(F.gelu(self.fc(x))) * SCALE
+
+
+class DeeplyNested(nn.Module):
+    """Nested past the code generator's block limit, reading a module global at the bottom."""
+
+    def forward(self, x):
+        for _ in range(1):
+            for _ in range(1):
+                for _ in range(1):
+                    for _ in range(1):
+                        for _ in range(1):
+                            for _ in range(1):
+                                for _ in range(1):
+                                    for _ in range(1):
+                                        for _ in range(1):
+                                            for _ in range(1):
+                                                for _ in range(1):
+                                                    for _ in range(1):
+                                                        for _ in range(1):
+                                                            for _ in range(1):
+                                                                x = x * SCALE
+        return x
