@@ -189,7 +189,8 @@ class CodeGenerator:
         missing = self.helper("MISSING", MISSING)
         groups = []
         for binding, names in self.bound.values():
-            space = self.const(binding.namespace, "space")
+            space = self.helper_name(f"namespace {id(binding.namespace)}", lambda binding=binding: self.const(
+                binding.namespace, "globals" if binding.kind == "global" else "cell"))
             if binding.kind == "closure":
                 read = f"{space}.cell_contents"
             else:
