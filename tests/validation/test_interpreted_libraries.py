@@ -181,3 +181,19 @@ def test_peft_lora_model_and_its_hook_context_manager_are_interpreted():
     with torch.no_grad():
         assert torch.equal(record.outputs[0].logits, model(input_ids=ids).logits)
     assert any(s.block_path.endswith("q_proj.lora_A.default") for s in record.trace.steps)
+
+
+def test_the_inspector_tree_shows_the_experts_loop_where_a_capture_steps():
+    from nnschemaparser.widget.tree import BlockTree
+
+    torch.manual_seed(0)
+    model = _mixtral(experts_implementation="eager")
+    ids = torch.randint(0, 64, (1, 6))
+    schema = NNParser.parse_model(model, inputs_tensors_values={"input_ids": ids})
+    tree = BlockTree(schema)
+    node = tree.path_nodes["model.layers.0.mlp.experts"]
+    rows = [tree.nodes[child].text for child in tree.nodes[node].children]
+    assert "FOR expert_idx IN expert_hit:" in rows and "skip" not in tree.nodes[node].extra
+    record = capture_run(schema, {"input_ids": ids})
+    inside = [s for s in record.trace.steps if s.block_path == "model.layers.0.mlp.experts"]
+    assert {"current_state", "current_hidden_states", "top_k_pos", "token_idx"} <= {s.out_var for s in inside}
