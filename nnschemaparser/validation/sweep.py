@@ -100,6 +100,14 @@ def _skipped_cell(row: SweepRow) -> str:
     return f"{row.skipped_children}" + (f" (+{row.skipped_by_design} by design)" if row.skipped_by_design else "")
 
 
+def _live_text(row: Any) -> str:
+    """One live region, short: what ran, where the schema called it, why in a few words."""
+    what = row.module if row.module is not None else f"a {row.module_type} that is no sub-module"
+    where = Path(row.location).name if row.location else "?"
+    why = f"via {'.'.join(row.via.split('.')[-2:])}" if row.via else row.reason.split(":")[0]
+    return f"{what} called at {where} ({why}, {row.calls}x)"
+
+
 def _clone(inputs: dict) -> dict:
     return {k: (v.detach().clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)) for k, v in inputs.items()}
 
@@ -197,8 +205,7 @@ def run_case(name: str, family: str, build: Callable[[], torch.nn.Module],
     row.skipped_children, row.skipped_by_design = count_skipped_children(schema)
     live = schema.coverage()
     row.live_calls = int(live["calls"].sum()) if len(live) else 0
-    row.live = "; ".join(f"{r.module if r.module is not None else r.module_type}: {r.reason[:60]}"
-                         for r in live.itertuples())[:300]
+    row.live = "; ".join(_live_text(r) for r in live.itertuples())[:400]
     try:
         problem, row.output_maxdiff, row.grad_maxdiff = _compare_run(model, twin, schema, inputs, train=False)
         if problem is None:
