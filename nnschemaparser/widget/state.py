@@ -227,6 +227,8 @@ class InspectorState(Navigation, TensorRequests):
         self.last_compare: Optional[dict] = None
         self._driver: Optional[_RunDriver] = None
         self._block_status: dict[int, str] = {}
+        self._dropped_entered: set[int] = set()  # blocks entered and rows run by finished runs no longer kept
+        self._dropped_executed: set[int] = set()
         self._compare_cache: Optional[tuple] = None
         self.breakpoints = Breakpoints(self.tree)
         self.stop_reason = ""
@@ -271,8 +273,8 @@ class InspectorState(Navigation, TensorRequests):
             self.scope = dict(scope)
         if self._driver is not None:
             self._driver.close()
-            if not self.active.finished:
-                self.runs.remove(self.active)
+            if not self.active.finished:  # an abandoned run is gone, and with it its breakpoint hits
+                self._forget_run(self.active)
         record = self._new_record(fork=bool(self.edits), edits=self.edits)
         self.runs.append(record)
         self._driver = _RunDriver(self, record)
@@ -280,6 +282,18 @@ class InspectorState(Navigation, TensorRequests):
         self.pause = None
         self.status = "ready"
         self.error = ""
+        self.stop_reason = ""  # why the run stopped belongs to that run
+
+    def _forget_run(self, record: RunRecord, keep_until: int = 0) -> None:
+        """Drop a run that will never be shown again (abandoned, or the overshoot of a target not
+        reached) with its breakpoint hits (but those up to step `keep_until`, which a replay keeps).
+        Run names are unique among the runs kept, so a hit's `run` names one run."""
+        self.runs.remove(record)
+        if record.finished:  # what it ran still counts for "did this row ever run"
+            self._dropped_entered |= record.entered
+            self._dropped_executed |= record.executed
+        self.breakpoints.hits[:] = [hit for hit in self.breakpoints.hits
+                                    if hit.get("run") != record.name or hit["step"] <= keep_until]
 
     def close(self) -> None:
         """Abandon the paused run (if any) and stop the run thread; a later step starts both again."""
@@ -334,9 +348,17 @@ class InspectorState(Navigation, TensorRequests):
             record.collect_gradients(self.options.loss_fn or default_loss)
         self._update_block_status()
 
+    def ran_nodes(self) -> tuple[set[int], set[int]]:
+        """(blocks entered, instruction rows executed) by any run so far, finished or not."""
+        entered, executed = set(self._dropped_entered), set(self._dropped_executed)
+        for run in self.runs:
+            entered |= run.entered
+            executed |= run.executed
+        return entered, executed
+
     def _update_block_status(self) -> None:
-        entered: set[int] = set()
-        executed: set[int] = set()
+        entered: set[int] = set(self._dropped_entered)
+        executed: set[int] = set(self._dropped_executed)
         for run in self.runs:
             entered |= run.entered
             executed |= run.executed
@@ -344,10 +366,32 @@ class InspectorState(Navigation, TensorRequests):
         self._untaken = self.tree.untaken_branches(entered, executed)
 
     def _new_action(self) -> None:
-        """A new command: the message of the one before it (a refused edit, a replay) is gone with it;
-        a failed run keeps its error until Reset."""
+        """A new command: the message of the one before it (a refused edit, a replay) and the reason the
+        run stopped are gone with it; a failed run keeps its error until Reset."""
         if self.status != "error":
             self.error = ""
+        self.stop_reason = ""
+
+    def _place(self) -> tuple[int, bool]:
+        """Where the run stands: (step index, paused before a call after it)."""
+        return self.step_index, self.pause is not None
+
+    def _not_reached(self, place: tuple[int, bool], target: str) -> None:
+        """A run-to that ran off the end of the run: say so and go back to `place`, as if it never ran.
+
+        The run that went past is dropped and the run is replayed (same edits, same random draws) to
+        the step it was at, so the paused state is not lost; the run keeps its name."""
+        end, overshoot = self.step_index, self.active
+        index, before_call = place
+        self.reset()
+        self._forget_run(overshoot, keep_until=index)
+        self.active.name = overshoot.name
+        while self.step_index < index and self._advance():
+            pass
+        if before_call and self.status == "paused":
+            self._advance(stop_at_calls=True)
+        self.stop_reason = f"target not reached: {target}; the run finished at step {end}" + (
+            f", and is back at step {index}" if index else ", and is back at its start")
 
     @property
     def position(self) -> "Optional[StepInfo | CallPause]":
@@ -391,10 +435,14 @@ class InspectorState(Navigation, TensorRequests):
         if step_index < 1:
             raise InspectorError(f"steps are numbered from 1; run_to({step_index}) has nowhere to go")
         self._new_action()
+        place = self._place()
         if step_index < self.step_index or (self.status in ("finished", "error") and step_index != self.step_index):
             self.reset()
+            place = (0, False)
         while self.step_index < step_index and self._advance():
             pass
+        if self.step_index < step_index and self.status == "finished":
+            self._not_reached(place, f"step {step_index}")
         return self.current
 
     # -- edits ---------------------------------------------------------------------------------
