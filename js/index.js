@@ -62,6 +62,8 @@ function render({ model, el }) {
     } finally {
       if (isStep) stepping -= 1;
     }
+    // a command may leave the step where it was (a target not reached): its reason still changes
+    if (isStep && navigator) navigator.refresh();
     await viewUpdated;  // the source and histograms the new step asked for
     await nextFrame();
     timings.push(performance.now() - started);
@@ -70,7 +72,14 @@ function render({ model, el }) {
   }
   /** @type {HTMLElement & { nnspTimings?: number[] }} */ (root).nnspTimings = timings;
 
-  const toolbar = createToolbar(send, { isStatic });
+  // Escape in a text box gives the focus back to the tree: the current row, else its focusable item.
+  const focusTree = () => {
+    const current = treeBox.querySelector(".nnsp-row.nnsp-current")?.closest("[role='treeitem']");
+    const item = /** @type {HTMLElement | null} */ (current || treeBox.querySelector("[role='treeitem'][tabindex='0']"));
+    if (item) item.focus();
+    else root.focus();
+  };
+  const toolbar = createToolbar(send, { isStatic, onEscape: () => focusTree() });
   const treeBox = h("div", { class: "nnsp-tree", role: "tree", "aria-label": "Block tree" });
   const stepBox = h("div", { class: "nnsp-stepinfo" });
   const sourceBox = h("div", { class: "nnsp-source" });
@@ -175,7 +184,7 @@ function render({ model, el }) {
   const navBox = h("div", { class: "nnsp-nav" });
   const stackBox = h("div", { class: "nnsp-stack" });
   const nav = new NavigatorPanel(navBox, channel, {
-    isStatic, send, lowered: () => tree.lowered,
+    isStatic, send, lowered: () => tree.lowered, onEscape: () => focusTree(),
     jump: (result) => Promise.all([tree.reveal(result.node, result.ancestors, { into: true }), source.show(result.source_block, result.line)]),
     onBreakpoints: (view) => source.setBreakpoints(view.items),
   });
