@@ -306,6 +306,19 @@ class InspectorWidget(anywidget.AnyWidget):
         with self._lock:
             return self._state.histograms(step, run, trace_step=trace_step)
 
+    def attention_heads(self, block_path: str, run: Optional[str] = None, call: int = -1) -> dict:
+        """The attention weights of the attention call in `block_path` (sdpa, flash or eager alike),
+        recomputed from the call's own query, key, mask and scale, with the token labels: {"weights":
+        tensor [batch, heads, q, k], "tokens", "recomputed": True, "function", "step", "note", ...}."""
+        with self._lock:
+            return self._state.recomputed_attention(block_path, run, call)
+
+    def same_statement(self, node: int, runs: Optional[list] = None, var: Optional[str] = None) -> dict:
+        """Tree row `node` inside a layer of a ModuleList and the same row in every other layer: the
+        value each bound, per run (stats and the trace step to open it); the browser's Layers tab."""
+        with self._lock:
+            return self._state.same_statement(node, runs, var)
+
     @property
     def never_run(self) -> list[str]:
         """The paths of the interpreted blocks no finished run entered (experts never routed to...)."""

@@ -282,6 +282,9 @@ class _Handlers:
 
     @staticmethod
     def on_attention(state: InspectorState, message: dict) -> Any:
+        if message.get("block"):  # a fused attention call's heads, recomputed from its inputs
+            return state.recomputed_attention_view(str(message["block"]), message.get("run") or None,
+                                                   _int(message, "batch", 0))
         step = message.get("step_index")
         trace_step = message.get("trace_step")
         return state.attention_view(None if step is None else _int(message, "step_index", 0),
@@ -304,6 +307,14 @@ class _Handlers:
         if runs is not None and not isinstance(runs, list):
             raise InspectorError("runs must be a list of run names")
         return state.layers(str(message.get("var") or "hidden_states"), str(message.get("stat") or "norm"), runs)
+
+    @staticmethod
+    def on_same_statement(state: InspectorState, message: dict) -> Any:
+        runs = message.get("runs")
+        if runs is not None and not isinstance(runs, list):
+            raise InspectorError("runs must be a list of run names")
+        return state.same_statement(_int(message, "node", -1), runs, message.get("var") or None)
+
 
 def handle_message(state: InspectorState, message: Any) -> dict:
     """The reply to one browser message (never raises for a bad request: the reply says what was wrong)."""
