@@ -308,9 +308,14 @@ export class TensorView {
     const cols = view.col_ids.length;
     const width = Math.max(160, (this.box.clientWidth || 320) - 4);
     const size = cellSize(rows, cols, width, 320);
-    drawCells(this.canvas, view.values, rows, cols, size, view.min, view.max, view.scale, cellHeight(rows, size, 160));
+    // a signed slice is coloured on a diverging scale over [-m, m]: white is 0, whatever the ends
+    const [lo, hi] = Array.isArray(view.range) ? view.range : [view.min, view.max];
+    drawCells(this.canvas, view.values, rows, cols, size, lo, hi, view.scale, cellHeight(rows, size, 160));
     this.canvas.setAttribute("aria-label", `Heatmap of ${view.var || "the value"}: ${rows} x ${cols} cells from ${fmt(view.min)} to ${fmt(view.max)}`);
-    clear(this.legendBox).append(legend(view.min, view.max, view.scale));
+    clear(this.legendBox).append(legend(lo, hi, view.scale));
+    if (view.scale === "diverging" && (view.min !== lo || view.max !== hi)) {
+      this.legendBox.append(h("span", { class: "nnsp-note" }, ` values from ${fmt(view.min)} to ${fmt(view.max)}`));
+    }
     this.note.textContent = [view.note, view.attention ? `attention weights (${view.attention}): every head in the attention view` : ""].filter(Boolean).join(" · ");
     if (this.onAttention) this.onAttention(view.attention ? { run: view.run, trace_step: view.trace_step } : {});
   }

@@ -163,9 +163,20 @@ class TensorRequests:
         records = [self.run(name) for name in runs] if runs else [r for r in self.runs if r.trace.steps]
         series = []
         for record in records:
-            item = layer_series(record.trace.steps, var, stat)
-            series.append({"run": record.name, **item})
-        return {"var": var, "stat": stat, "series": series}
+            running = [] if record.finished else [path for path, _ in record.block_stack]
+            try:
+                item = layer_series(record.trace.steps, var, stat, running)
+            except TensorViewError:
+                if record.finished or not series:
+                    raise
+                continue  # a paused run that has not finished a layer yet: no points of its own
+            series.append({"run": record.name, "finished": record.finished, **item})
+        prefixes = {s["prefix"] for s in series}
+        axis: list[int] = []
+        for prefix in prefixes:  # every layer of the list, so a partial run's points sit at their numbers
+            axis += [int(p[len(prefix) + 1:]) for p in self.tree.path_nodes
+                     if p.startswith(prefix + ".") and p[len(prefix) + 1:].isdigit()]
+        return {"var": var, "stat": stat, "series": series, "axis": sorted(set(axis))}
 
     # -- the same statement in every layer of a repeated block ----------------------------------
 
