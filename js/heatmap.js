@@ -317,6 +317,10 @@ export class TensorView {
       this.legendBox.append(h("span", { class: "nnsp-note" }, ` values from ${fmt(view.min)} to ${fmt(view.max)}`));
     }
     this.note.textContent = [view.note, view.attention ? `attention weights (${view.attention}): every head in the attention view` : ""].filter(Boolean).join(" · ");
-    if (this.onAttention) this.onAttention(view.attention ? { run: view.run, trace_step: view.trace_step } : {});
+    if (view.attention_block) this.note.textContent += `${this.note.textContent ? " · " : ""}a fused attention call in ${view.attention_block}: its heads, recomputed, in the attention view`;
+    if (this.onAttention) {
+      this.onAttention(view.attention ? { run: view.run, trace_step: view.trace_step }
+        : view.attention_block ? { run: view.run, block: view.attention_block } : {});
+    }
   }
 }

@@ -16,6 +16,7 @@ import { AttentionGrid } from "./attention.js";
 import { TrendsView } from "./trends.js";
 import { attachTreeKeys } from "./treekeys.js";
 import { TreeColours } from "./treecolour.js";
+import { LayersView } from "./layers.js";
 
 const nextFrame = () => new Promise((/** @type {(value?: unknown) => void} */ resolve) => requestAnimationFrame(() => resolve()));
 
@@ -149,6 +150,8 @@ function render({ model, el }) {
   const table = new TraceTable(addTab("Trace"), channel, { onSelect: select });
   const compare = new CompareView(addTab("Compare"), channel, { onSelect: select, isStatic, offlinePairs: model.get("compare_pairs") || [] });
   const trends = new TrendsView(addTab("Trends"), channel, { onSelect: select });
+  const layersView = isStatic ? null : new LayersView(addTab("Layers"), channel, { onSelect: select,
+    currentNode: () => Number((model.get("step_info") || {}).node ?? -1) });
   table.isStatic = isStatic;
   const treeColours = new TreeColours(treeBox, channel);
   trends.onColourBy = (query) => treeColours.colourBy(query);
@@ -167,6 +170,7 @@ function render({ model, el }) {
     }
     if (name === "Trace") table.refresh();
     if (name === "Trends") trends.refresh();
+    if (name === "Layers" && layersView) layersView.refresh();
   }
 
   root.append(
