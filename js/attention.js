@@ -75,7 +75,7 @@ export class AttentionGrid {
         "aria-pressed": "false", onclick: () => this.enlarge(i, readout) }, canvas);
       grid.append(h("figure", { class: "nnsp-attn-head", role: "listitem" }, h("figcaption", {}, `head ${head}`), open));
     });
-    const what = data.recomputed ? `${data.reason} (not a tensor of the run: sdpa never forms it)` : data.reason;
+    const what = data.recomputed && data.fused ? `${data.reason} (a fused kernel never forms these weights)` : data.reason;
     this.container.append(
       h("div", { class: "nnsp-subhead" }, `attention${data.recomputed ? " (recomputed)" : ""} · ${data.block || ""} · ${data.heads} heads · batch ${data.batch} of ${data.batches}`),
       h("div", { class: "nnsp-note" }, `${what}; queries down, keys across${data.note ? ` · ${data.note}` : ""}`),

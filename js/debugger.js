@@ -153,7 +153,7 @@ export class NavigatorPanel {
       const text = (!this.isLowered() && result.source) || result.text;
       const ran = result.ran === false ? h("span", { class: "nnsp-flag nnsp-flag-never", title: "no run so far ran this row" }, "never ran") : null;
       // One tab stop per result (the row's button); ● and ▶ are for the mouse, b and h their keys.
-      const item = h("li", { class: `nnsp-result${result.ran === false ? " nnsp-result-never" : ""}`, "aria-selected": String(index === 0),
+      const item = h("li", { class: `nnsp-result${result.ran === false ? " nnsp-result-never" : ""}`, "data-selected": String(index === 0),
         "data-node": result.node, "data-ran": String(result.ran !== false) },
         h("button", { class: "nnsp-result-open", type: "button", title: `${result.text}\nEnter: go there · b: break here · h: run to here`,
           "aria-label": `${result.kind} ${text} in ${where}${result.ran === false ? ", never ran" : ""}`,
@@ -172,7 +172,7 @@ export class NavigatorPanel {
   /** @param {number} index */
   select(index) {
     this.selected = index;
-    this.list.querySelectorAll(".nnsp-result").forEach((el, i) => el.setAttribute("aria-selected", String(i === index)));
+    this.list.querySelectorAll(".nnsp-result").forEach((el, i) => el.setAttribute("data-selected", String(i === index)));
     const el = this.list.children[index];
     if (el) /** @type {HTMLElement} */ (el).scrollIntoView({ block: "nearest" });
   }

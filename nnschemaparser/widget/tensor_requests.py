@@ -135,7 +135,7 @@ class TensorRequests:
         tokens = result["tokens"] if int(batch) == 0 else None
         view = attention_heads(result["weights"], "scaled_dot_product_attention", batch, tokens)
         view.update(run=result["run"], block=result["block"], step_index=result["step"], recomputed=True,
-                    reason=result["note"])
+                    reason=result["note"], fused=result["function"] != "eager_attention_forward")
         return view
 
     def trends(self, run: Optional[str] = None, stat: str = "norm") -> dict:
