@@ -206,6 +206,9 @@ export class TensorView {
         h("label", { class: "nnsp-label" }, "rows ", this.rowSelect), h("label", { class: "nnsp-label" }, "cols ", this.colSelect),
         h("label", { class: "nnsp-label" }, "diff with ", this.against)),
       this.sliders, this.legendBox, this.box, this.readout, this.note);
+    // nothing to draw until a step with a tensor is shown: no empty selects, no blank 300 x 150 canvas
+    this.panel = container;
+    container.classList.add("nnsp-tensor-empty");
     attachHover(this.canvas, this.readout, () => {
       const view = this.view;
       if (!view) return null;
@@ -266,6 +269,7 @@ export class TensorView {
         return this.fetch(rest, fresh);
       }
       this.view = null;
+      this.panel.classList.add("nnsp-tensor-empty");
       this.note.textContent = /** @type {Error} */ (err).message;
       clear(this.legendBox);
       this.canvas.width = 0;
@@ -280,6 +284,7 @@ export class TensorView {
   /** @param {Record<string, any>} view */
   render(view) {
     this.view = view;
+    this.panel.classList.remove("nnsp-tensor-empty");
     this.lastShape = JSON.stringify(view.shape);
     const where = view.step_index ? `step ${view.step_index}` : "input";
     this.caption.textContent = `${view.run} · ${where} (trace #${view.trace_step}) · ${view.var || "(no variable)"} ` +

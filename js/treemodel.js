@@ -169,6 +169,20 @@ export class TreeModel {
   }
 
   /**
+   * Of a chain of ancestors (root first), the ones whose children must be fetched to reach its end:
+   * those not all loaded, and those not even known yet (the first payload holds the top levels
+   * only; the kernel knows every node, so their children come in the same one request).
+   * @param {number[]} chain
+   * @returns {number[]}
+   */
+  unfetched(chain) {
+    return chain.filter((id) => {
+      const node = this.nodes.get(id);
+      return node === undefined || !this.loaded(node);
+    });
+  }
+
+  /**
    * The ancestors of node `id` known so far, the root first.
    * @param {number} id
    * @returns {number[]}

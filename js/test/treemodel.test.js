@@ -204,3 +204,13 @@ test("the lowered view fetches the children of let-through statements before dra
   assert.deepEqual(tree.flatMissing(0), [1]);
   assert.deepEqual(tree.visibleIds(), [0, 4, 5, 6, 7, 8, 9], "nothing drawn for it until they arrive");
 });
+
+test("unfetched asks for the children of every ancestor not loaded, also of those not known yet", () => {
+  const model = new TreeModel();
+  model.load([row(0, -1, "B", 2), row(1, 0, "i", 2), row(5, 0, "c", 0)]);  // the first payload: the top level only
+  // the chain to node 4 is 0 > 1 > 2; 2 is not known yet, and 1's children are not loaded
+  assert.deepEqual(model.unfetched([0, 1, 2]), [1, 2]);
+  assert.deepEqual(model.missing([0, 1, 2]), [1]);  // what expanding asks for: known nodes only
+  model.load([row(2, 1, "b", 1), row(3, 1, "b", 0), row(4, 2, "o", 0)]);
+  assert.deepEqual(model.unfetched([0, 1, 2]), []);
+});

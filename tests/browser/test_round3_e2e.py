@@ -73,7 +73,7 @@ def _press_in_widget(page, root, *keys: str) -> None:
 
 def _screens(page, root, artifacts, stem: str, scheme: str) -> None:
     for width in (1280, 900):
-        page.set_viewport_size({"width": width, "height": 1400 if width > 1000 else 2800})
+        page.set_viewport_size({"width": width, "height": 3400 if width > 1000 else 4800})  # the whole widget in view
         page.wait_for_timeout(400)
         root.screenshot(path=str(artifacts / f"{stem}-{width}-{scheme}.png"))
         if width == 900:
@@ -187,6 +187,9 @@ def test_round3_by_keyboard_on_an_sdpa_llama_and_a_mixtral_in_jupyterlab(round3_
     expect(reason).to_have_text("stopped: entered model.layers.3.mlp", timeout=60_000)
     state = _kernel_state(page)
     assert state["hits"] == [[state["run"], "entered model.layers.3.mlp"]]
+    current = root.locator(".nnsp-tree .nnsp-row.nnsp-current")  # deep in the tree the first payload left out
+    expect(current).to_have_count(1)
+    expect(current).to_contain_text("down_proj")
     root.get_by_role("tab", name="Trends").click()
     chart = root.locator(".nnsp-layer-chart")
     runs = state["runs"]
