@@ -156,7 +156,6 @@ export class NavigatorPanel {
       const item = h("li", { class: `nnsp-result${result.ran === false ? " nnsp-result-never" : ""}`, "data-selected": String(index === 0),
         "data-node": result.node, "data-ran": String(result.ran !== false) },
         h("button", { class: "nnsp-result-open", type: "button", title: `${result.text}\nEnter: go there · b: break here · h: run to here`,
-          "aria-label": `${result.kind} ${text} in ${where}${result.ran === false ? ", never ran" : ""}`,
           onclick: () => this.open(index), onkeydown: (/** @type {KeyboardEvent} */ e) => this.onResultKey(e, index) },
           h("span", { class: `nnsp-badge nnsp-badge-${result.kind}` }, result.kind),
           h("code", { class: "nnsp-result-text" }, text),
@@ -233,7 +232,8 @@ export class CallStackPanel {
     this.channel = channel;
     this.showFrame = showFrame;
     this.frames = h("ol", { class: "nnsp-frames", "aria-label": "Call stack frames" });
-    this.vars = h("div", { class: "nnsp-frame-vars" });
+    // a scrolled region is reachable by keyboard (axe: scrollable-region-focusable)
+    this.vars = h("div", { class: "nnsp-frame-vars", tabindex: "0", role: "region", "aria-label": "Variables of the selected frame" });
     container.append(this.frames, this.vars);
     this.serial = 0;
     /** @type {Record<string, any>[]} */

@@ -184,6 +184,17 @@ function render({ model, el }) {
     tabBar, tabBody);
   el.append(root);
 
+  // Dark hosts without JupyterLab's --jp-* colours (marimo puts dark-theme on its body): the widget's own
+  // dark palette, following the host when it switches.
+  const followTheme = () => {
+    if (getComputedStyle(root).getPropertyValue("--jp-layout-color1").trim()) { delete root.dataset.theme; return; }
+    const dark = [document.body, document.documentElement].some((e) => e && (e.classList.contains("dark") || e.classList.contains("dark-theme")));
+    root.dataset.theme = dark ? "dark" : "light";
+  };
+  const themeWatch = new MutationObserver(followTheme);
+  for (const target of [document.body, document.documentElement]) if (target) themeWatch.observe(target, { attributes: true, attributeFilter: ["class"] });
+  followTheme();
+
   // Go anywhere: search and breakpoints above the tree, the call stack beside the source.
   const navBox = h("div", { class: "nnsp-nav" });
   const stackBox = h("div", { class: "nnsp-stack" });
@@ -298,6 +309,7 @@ function render({ model, el }) {
     for (const [event, handler] of Object.entries(handlers)) model.off(event, handler);
     model.off("change:step_index", onStatus);
     channel.dispose();
+    themeWatch.disconnect();
     detachTreeKeys();
     treeColours.dispose();
   };

@@ -46,19 +46,27 @@ def round3_lab(tmp_path_factory):
 
 
 def axe_serious(page, root_selector: str = ".nnsp-root") -> list:
-    """The serious and critical axe violations inside every widget root of the page."""
+    """The serious and critical axe violations inside every widget root of the page (also roots in
+    shadow DOM, where marimo renders widgets); fails when there is no root to scan."""
     if not AXE.exists():
         pytest.skip(f"{AXE} is missing: run `make js-deps`")
     page.add_script_tag(path=str(AXE))
     result = page.evaluate("""async (selector) => {
+      const roots = [];
+      const visit = (node) => {
+        roots.push(...node.querySelectorAll(selector));
+        for (const el of node.querySelectorAll("*")) if (el.shadowRoot) visit(el.shadowRoot);
+      };
+      visit(document);
       const out = [];
-      for (const el of document.querySelectorAll(selector)) {
+      for (const el of roots) {
         const r = await axe.run(el);
-        for (const v of r.violations) out.push({ id: v.id, impact: v.impact, nodes: v.nodes.slice(0, 3).map((n) => n.target) });
+        for (const v of r.violations) out.push({ id: v.id, impact: v.impact, nodes: v.nodes.slice(0, 3).map((n) => n.target), why: v.nodes.slice(0, 3).map((n) => (n.failureSummary || "").slice(0, 160)) });
       }
-      return out;
+      return { scanned: roots.length, violations: out };
     }""", root_selector)
-    return [v for v in result if v["impact"] in ("serious", "critical")]
+    assert result["scanned"] > 0, "axe found no widget to scan"
+    return [v for v in result["violations"] if v["impact"] in ("serious", "critical")]
 
 
 def _focus_widget(root) -> None:
