@@ -46,6 +46,7 @@ from .runs import RunRecord, StepLog, default_loss, new_record
 from .tree import INITIAL_TREE_BYTES, BlockTree
 from .debugger import Breakpoints, Navigation
 from .tensor_requests import TensorRequests
+from .run_targets import RunTargets
 
 __all__ = ["InspectorState", "InspectorOptions", "InspectorError"]
 
@@ -198,10 +199,10 @@ class _RunDriver:
             pass
 
 
-class InspectorState(Navigation, TensorRequests):
+class InspectorState(RunTargets, Navigation, TensorRequests):
     """Stepping, edits, runs and comparisons of one schema on one input scope (search, breakpoints,
     step out and the call stack come from `debugger.Navigation`; tensor views from
-    `tensor_requests.TensorRequests`)."""
+    `tensor_requests.TensorRequests`; per-run bookkeeping from `run_targets.RunTargets`)."""
 
     navigation_error = InspectorError
 
@@ -284,17 +285,6 @@ class InspectorState(Navigation, TensorRequests):
         self.error = ""
         self.stop_reason = ""  # why the run stopped belongs to that run
 
-    def _forget_run(self, record: RunRecord, keep_until: int = 0) -> None:
-        """Drop a run that will never be shown again (abandoned, or the overshoot of a target not
-        reached) with its breakpoint hits (but those up to step `keep_until`, which a replay keeps).
-        Run names are unique among the runs kept, so a hit's `run` names one run."""
-        self.runs.remove(record)
-        if record.finished:  # what it ran still counts for "did this row ever run"
-            self._dropped_entered |= record.entered
-            self._dropped_executed |= record.executed
-        self.breakpoints.hits[:] = [hit for hit in self.breakpoints.hits
-                                    if hit.get("run") != record.name or hit["step"] <= keep_until]
-
     def close(self) -> None:
         """Abandon the paused run (if any) and stop the run thread; a later step starts both again."""
         try:
@@ -348,50 +338,12 @@ class InspectorState(Navigation, TensorRequests):
             record.collect_gradients(self.options.loss_fn or default_loss)
         self._update_block_status()
 
-    def ran_nodes(self) -> tuple[set[int], set[int]]:
-        """(blocks entered, instruction rows executed) by any run so far, finished or not."""
-        entered, executed = set(self._dropped_entered), set(self._dropped_executed)
-        for run in self.runs:
-            entered |= run.entered
-            executed |= run.executed
-        return entered, executed
-
-    def _update_block_status(self) -> None:
-        entered: set[int] = set(self._dropped_entered)
-        executed: set[int] = set(self._dropped_executed)
-        for run in self.runs:
-            entered |= run.entered
-            executed |= run.executed
-        self._block_status = self.tree.block_status(entered, executed)
-        self._untaken = self.tree.untaken_branches(entered, executed)
-
     def _new_action(self) -> None:
         """A new command: the message of the one before it (a refused edit, a replay) and the reason the
         run stopped are gone with it; a failed run keeps its error until Reset."""
         if self.status != "error":
             self.error = ""
         self.stop_reason = ""
-
-    def _place(self) -> tuple[int, bool]:
-        """Where the run stands: (step index, paused before a call after it)."""
-        return self.step_index, self.pause is not None
-
-    def _not_reached(self, place: tuple[int, bool], target: str) -> None:
-        """A run-to that ran off the end of the run: say so and go back to `place`, as if it never ran.
-
-        The run that went past is dropped and the run is replayed (same edits, same random draws) to
-        the step it was at, so the paused state is not lost; the run keeps its name."""
-        end, overshoot = self.step_index, self.active
-        index, before_call = place
-        self.reset()
-        self._forget_run(overshoot, keep_until=index)
-        self.active.name = overshoot.name
-        while self.step_index < index and self._advance():
-            pass
-        if before_call and self.status == "paused":
-            self._advance(stop_at_calls=True)
-        self.stop_reason = f"target not reached: {target}; the run finished at step {end}" + (
-            f", and is back at step {index}" if index else ", and is back at its start")
 
     @property
     def position(self) -> "Optional[StepInfo | CallPause]":
