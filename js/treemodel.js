@@ -139,12 +139,14 @@ export class TreeModel {
   }
 
   /**
-   * Whether the view draws the node open.
+   * Whether the view draws the node open. Compound statements and branches are open by default,
+   * loaded or not: the first payload holds the top levels only, so drawing an open one fetches its
+   * children (one request), as the user would expect of a row shown open.
    * @param {TreeNode} node
    */
   isOpen(node) {
     if (this.isFlat(node) || this.open.has(node.id)) return true;
-    return OPEN_BY_DEFAULT.has(node.kind) && !this.isFold(node) && this.loaded(node) && !this.closed.has(node.id);
+    return OPEN_BY_DEFAULT.has(node.kind) && !this.isFold(node) && !this.closed.has(node.id);
   }
 
   /**

@@ -52,13 +52,19 @@ test("a node is loaded when all of its children are", () => {
   assert.deepEqual(tree.missing([0, 1, 2]), []);
 });
 
-test("compound statements and branches open by default once loaded; blocks, calls and ops do not", () => {
+test("compound statements and branches open by default, loaded or not; blocks, calls and ops do not", () => {
   const tree = new TreeModel();
   tree.load(ROWS.slice(0, 4));
   const open = (/** @type {number} */ id) => tree.isOpen(/** @type {import("../types").TreeNode} */ (tree.nodes.get(id)));
   assert.equal(open(1), true);
-  assert.equal(open(2), false, "a branch whose child is not loaded yet stays closed");
+  // a branch whose child is not loaded yet (the tree is sent lazily) is drawn open: drawing it fetches the child
+  assert.equal(open(2), true);
+  assert.deepEqual(tree.visibleIds(), [0], "a closed block shows no children");
   assert.equal(open(0), false);
+  tree.open.add(0);
+  assert.deepEqual(tree.visibleIds(), [0], "an open node not loaded yet shows none of its children (loading…)");
+  tree.load([ROWS[5]]);
+  assert.deepEqual(tree.visibleIds(), [0, 1, 2, 3, 5], "the open branch 2 is a row; its child 4 is still to come");
   tree.load([ROWS[4]]);
   assert.equal(open(2), true);
 });
