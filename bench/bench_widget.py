@@ -142,6 +142,7 @@ def browser_round_trip(clicks: int, pause: float, notebook: str = "e2e_inspector
             step = root.get_by_role("button", name="Step", exact=True)
             reset = root.get_by_role("button", name="Reset")
             timings = []
+            phases = []
             done = 0
             page.wait_for_timeout(1000)
             while len(timings) < clicks:
@@ -151,6 +152,7 @@ def browser_round_trip(clicks: int, pause: float, notebook: str = "e2e_inspector
                 expect(root).to_have_attribute("data-commands", str(done))
                 value = float(root.get_attribute("data-round-trip-ms"))
                 timings.append(value)
+                phases.append([float(p) for p in root.get_attribute("data-phases-ms").split()])
                 if "finished" in root.locator(".nnsp-status").inner_text():
                     page.wait_for_timeout(pause * 1000)
                     reset.click()
@@ -160,6 +162,7 @@ def browser_round_trip(clicks: int, pause: float, notebook: str = "e2e_inspector
     finally:
         server.stop()
     return {"clicks": len(timings), "median_ms": statistics.median(timings),
+            "phases_ms": [statistics.median(p[i] for p in phases) for i in range(3)],
             "p95_ms": sorted(timings)[int(0.95 * (len(timings) - 1))], "max_ms": max(timings)}
 
 
@@ -192,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"step round trip, click to updated view in JupyterLab ({'8-layer Llama' if args.llama else 'MLP'}): median {clicks['median_ms']:.1f} ms, "
                   f"p95 {clicks['p95_ms']:.1f} ms, max {clicks['max_ms']:.1f} ms over {clicks['clicks']} clicks "
-                  f"{args.pause:.1f} s apart"
+                  f"{args.pause:.1f} s apart (medians: reply {clicks['phases_ms'][0]:.1f} ms, view requests "
+                  f"{clicks['phases_ms'][1]:.1f} ms, frame {clicks['phases_ms'][2]:.1f} ms)"
                   f"  budget 100 ms: {'ok' if clicks['median_ms'] <= 100 else 'OVER'}")
     return 0
 

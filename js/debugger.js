@@ -249,6 +249,13 @@ export class CallStackPanel {
       return;
     }
     if (serial !== this.serial) return;
+    this.show(frames);
+  }
+
+  /** The frames of the paused step (from a call_stack request, or a stepping command's reply).
+   * @param {Record<string, any>[]} frames */
+  show(frames) {
+    this.serial += 1;  // a request still in flight is older than these
     this.data = frames;
     clear(this.frames);
     if (!frames.length) {

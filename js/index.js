@@ -52,22 +52,32 @@ function render({ model, el }) {
   async function send(command, args = {}) {
     const started = performance.now();
     const isStep = STEPPING.has(command);
+    /** @type {Record<string, any> | null} */
+    let reply = null;
     if (isStep) { pinned = null; stepping += 1; }
     try {
-      const data = await channel.request(command, isStep ? { ...args, with_hist: true } : args);
+      // one round trip: the reply brings the histograms, the breakpoint view and the call stack
+      const data = await channel.request(command, isStep ? { ...args, with_hist: true, with_debug: true } : args);
+      reply = data;
       if (isStep && data && data.hist && !pinned) hists.render(data.hist);
+      if (isStep && data && data.breakpoints && navigator) navigator.update(data.breakpoints);
+      if (isStep && data && data.call_stack) callStack.show(data.call_stack);
     } catch (err) {
       const explained = explainError(err);
       errorBar.textContent = explained.text;
       if (explained.restarted) root.dataset.kernel = "restarted";
+      else if (isStep && navigator) { navigator.refresh(); callStack.refresh(); }  // no reply data to show
     } finally {
       if (isStep) stepping -= 1;
     }
-    // a command may leave the step where it was (a target not reached): its reason still changes
-    if (isStep && navigator) navigator.refresh();
+    const replied = performance.now();
     await viewUpdated;  // the source and histograms the new step asked for
+    if (reply && reply.inline) source.applyInline(reply.inline);
+    const drawn = performance.now();
     await nextFrame();
     timings.push(performance.now() - started);
+    // where the time went: to the kernel's reply, then the view's own requests, then the frame
+    root.dataset.phasesMs = [replied - started, drawn - replied, performance.now() - drawn].map((t) => t.toFixed(1)).join(" ");
     root.dataset.roundTripMs = timings[timings.length - 1].toFixed(1);
     root.dataset.commands = String(timings.length);
   }
@@ -217,6 +227,7 @@ function render({ model, el }) {
   const onDebugStep = () => {
     if (isStatic) return;
     if (!pinned) runHere.hidden = true;
+    if (stepping) return;  // the stepping command's reply brings the breakpoint view and the call stack
     nav.refresh();
     callStack.refresh();
   };
@@ -231,12 +242,17 @@ function render({ model, el }) {
     if (info.index || info.pause) {
       viewUpdated = Promise.all([
         info.node >= 0 ? tree.reveal(info.node, info.ancestors) : null,
-        source.show(info.source_block, info.line, info).then(() => source.inline()),
+        // while a stepping command is in flight its reply brings the inline values
+        source.show(info.source_block, info.line, info).then(() => (stepping ? undefined : source.inline())),
         pinned || stepping ? null : hists.show(info.trace_step ? { trace_step: info.trace_step } : { step_index: info.index }),
       ]).catch(() => undefined);
     }
     if (activeTab === "Trace") table.refreshSoon();
-    if ((info.index || info.pause) && !pinned && info.trace_step) tensorView.show({ trace_step: info.trace_step });
+    // the tensor view after the step card, tree, source and histograms (its heatmap is the largest reply)
+    if ((info.index || info.pause) && !pinned && info.trace_step) {
+      const query = { trace_step: info.trace_step };
+      viewUpdated.then(() => { if (!pinned) tensorView.show(query); });
+    }
   }
   function onRuns() {
     const runs = model.get("runs") || [];

@@ -91,11 +91,19 @@ def table_page(rows: list[dict], columns: list[str], page: int = 0, size: int = 
 
 
 def _after_command(state: InspectorState, message: dict) -> Any:
-    """With `with_hist`, a stepping command's reply carries the new step's histograms, so the browser
-    updates its whole view after one round trip instead of two."""
-    if not message.get("with_hist") or state.position is None:
-        return None
-    return {"hist": state.histograms()}
+    """With `with_hist`, a stepping command's reply carries the new step's histograms, and with
+    `with_debug` the breakpoint view (the stop reason, the run's hits), the call stack and the inline
+    values of the step's source, so the browser updates its whole view after one round trip, not four."""
+    out: dict = {}
+    if message.get("with_debug"):
+        out.update(breakpoints=state.view_breakpoints(), call_stack=state.call_stack())
+        position = state.position
+        node = state.tree.node_of_instruction(position.instruction) if position is not None else -1
+        if node >= 0:  # the inline values of the step's source, as the `inline` request gives them
+            out["inline"] = state.inline_values(state.tree.block_of(node))
+    if message.get("with_hist") and state.position is not None:
+        out["hist"] = state.histograms()
+    return out or None
 
 
 class _Handlers:
@@ -129,6 +137,7 @@ class _Handlers:
     @staticmethod
     def on_reset(state: InspectorState, message: dict) -> Any:
         state.reset()
+        return _after_command(state, message)
 
     @staticmethod
     def on_edit(state: InspectorState, message: dict) -> Any:

@@ -105,3 +105,21 @@ def test_search_results_say_whether_the_row_ever_ran_and_give_every_row_its_path
     cross = widget.search("cross_attn_output")
     assert not cross["ran"].any() and cross["path"].str.startswith("transformer.h.").all()
     widget.close()
+
+
+def test_a_stepping_reply_with_debug_brings_the_breakpoint_view_the_call_stack_and_inline_values(gpt2):
+    from nnschemaparser.widget.messages import handle_message
+
+    state = _fresh(gpt2)
+    state.break_at("h.1.attn")
+    reply = handle_message(state, {"type": "continue", "id": 1, "with_hist": True, "with_debug": True})
+    assert reply["ok"], reply
+    data = reply["data"]
+    assert data["breakpoints"]["reason"] == "entered transformer.h.1.attn"  # one round trip: no stale line
+    assert data["breakpoints"]["hits"][-1]["run"] == "base"
+    assert [f["block"] for f in data["call_stack"]][-1] == "transformer.h.1.attn"
+    node = state.tree.node_of_instruction(state.current.instruction)
+    assert data["inline"] == state.inline_values(state.tree.block_of(node))
+    assert "activation" in data["hist"]
+    reply = handle_message(state, {"type": "reset", "id": 2, "with_hist": True, "with_debug": True})
+    assert reply["data"]["breakpoints"]["reason"] == "" and reply["data"]["call_stack"] == []
