@@ -139,6 +139,28 @@ export class NavigatorPanel {
     }
   }
 
+  /** After the run moved: rows flagged "never ran" may have run now; ask again and redraw the
+   * results in place (the selection and the focus stay). */
+  async refreshRan() {
+    if (!this.query || !this.results.some((r) => r.ran === false)) return;
+    const query = this.query;
+    const selected = this.selected;
+    const home = /** @type {Document | ShadowRoot} */ (this.list.getRootNode());  // marimo: a shadow root
+    const focused = this.list.contains(home.activeElement || document.activeElement);
+    let data;
+    try {
+      data = await this.channel.request("search", { query });
+    } catch (err) {
+      return;
+    }
+    if (query !== this.query) return;
+    this.show(data.results, query);
+    if (selected >= 0 && selected < this.results.length) {
+      if (focused) this.focusResult(selected);
+      else this.select(selected);
+    }
+  }
+
   /** @param {SearchResult[]} results @param {string} query */
   show(results, query) {
     this.results = results;

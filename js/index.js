@@ -76,6 +76,7 @@ function render({ model, el }) {
     const drawn = performance.now();
     await nextFrame();
     timings.push(performance.now() - started);
+    if (isStep && navigator) navigator.refreshRan();  // after the paint: "never ran" flags of shown results
     // where the time went: to the kernel's reply, then the view's own requests, then the frame
     root.dataset.phasesMs = [replied - started, drawn - replied, performance.now() - drawn].map((t) => t.toFixed(1)).join(" ");
     root.dataset.roundTripMs = timings[timings.length - 1].toFixed(1);

@@ -49,6 +49,7 @@ def _break_and_continue(page, root, expect, keyboard: bool = True) -> None:
     page.keyboard.press("Enter")
     first = root.locator(".nnsp-result").first
     expect(first).to_contain_text("model.layers.1.self_attn", timeout=60_000)
+    expect(first).to_have_attribute("data-ran", "false")  # nothing ran yet
     if keyboard:
         page.keyboard.press("ArrowDown")
         page.keyboard.press("b")
@@ -62,6 +63,7 @@ def _break_and_continue(page, root, expect, keyboard: bool = True) -> None:
         root.get_by_role("button", name="Continue").click()
     expect(root.locator(".nnsp-stop-reason")).to_have_text("stopped: entered model.layers.1.self_attn", timeout=60_000)
     expect(root.get_by_label("Variables of the selected frame")).to_contain_text("hidden_states")
+    expect(first).to_have_attribute("data-ran", "true")  # the results shown follow the run: it is inside that block
 
 
 def _check(page, artifacts, host: str, scheme: str) -> None:
