@@ -1,7 +1,7 @@
 // The inspector's layout and wiring: header, stepper toolbar, block tree | current step, source
 // and histograms, then the Edit / Trace / Compare tabs. The entry point anywidget calls.
 
-import { h } from "./dom.js";
+import { h, scrollWithin } from "./dom.js";
 import { createChannel, createStaticModel } from "./protocol.js";
 import { TreeView } from "./tree.js";
 import { SourceView } from "./source.js";
@@ -202,6 +202,14 @@ function render({ model, el }) {
     const dark = [document.body, document.documentElement].some((e) => e && (e.classList.contains("dark") || e.classList.contains("dark-theme")));
     root.dataset.theme = dark ? "dark" : "light";
   };
+  // A pane that changes size (the window, a side panel, a wrapped line) keeps the current tree row
+  // and source line in view, not left half cut at its edge.
+  const keepCurrent = new ResizeObserver(() => {
+    scrollWithin(treeBox, treeBox.querySelector(".nnsp-row.nnsp-current"));
+    scrollWithin(sourceBox, sourceBox.querySelector(".nnsp-line-current"));
+  });
+  keepCurrent.observe(treeBox);
+  keepCurrent.observe(sourceBox);
   const themeWatch = new MutationObserver(followTheme);
   for (const target of [document.body, document.documentElement]) if (target) themeWatch.observe(target, { attributes: true, attributeFilter: ["class"] });
   followTheme();
@@ -327,6 +335,7 @@ function render({ model, el }) {
     model.off("change:step_index", onStatus);
     channel.dispose();
     themeWatch.disconnect();
+    keepCurrent.disconnect();
     detachTreeKeys();
     treeColours.dispose();
   };

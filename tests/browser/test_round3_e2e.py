@@ -69,6 +69,23 @@ def axe_serious(page, root_selector: str = ".nnsp-root") -> list:
     return [v for v in result["violations"] if v["impact"] in ("serious", "critical")]
 
 
+def assert_current_in_view(root) -> None:
+    """The current tree row and source line lie whole inside their pane's visible area (not half cut
+    at its edge), whatever the width."""
+    problems = root.evaluate("""(root) => {
+      const out = [];
+      for (const [pane, item] of [[".nnsp-tree", ".nnsp-row.nnsp-current"], [".nnsp-source", ".nnsp-line-current"]]) {
+        const box = root.querySelector(pane), el = box && box.querySelector(item);
+        if (!el) continue;
+        const b = box.getBoundingClientRect(), r = el.getBoundingClientRect();
+        const top = b.top + box.clientTop, bottom = top + box.clientHeight;
+        if (r.top < top - 1 || r.bottom > bottom + 1) out.push(`${item} [${Math.round(r.top)}, ${Math.round(r.bottom)}] outside ${pane} [${Math.round(top)}, ${Math.round(bottom)}]`);
+      }
+      return out;
+    }""")
+    assert not problems, problems
+
+
 def _focus_widget(root) -> None:
     root.locator(".nnsp-title").click()
 
@@ -84,6 +101,7 @@ def _screens(page, root, artifacts, stem: str, scheme: str) -> None:
         page.set_viewport_size({"width": width, "height": 3400 if width > 1000 else 4800})  # the whole widget in view
         page.wait_for_timeout(400)
         root.screenshot(path=str(artifacts / f"{stem}-{width}-{scheme}.png"))
+        assert_current_in_view(root)
         if width == 900:
             assert_inside(root, NARROW)
     page.set_viewport_size({"width": 1280, "height": 1400})

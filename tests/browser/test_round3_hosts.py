@@ -31,7 +31,7 @@ sys.path.insert(0, str(HERE))
 from lab_server import LabServer, free_port  # noqa: E402
 from test_inspector_e2e import _menu  # noqa: E402
 from test_inspector_views import assert_inside  # noqa: E402
-from test_round3_e2e import NARROW, axe_serious  # noqa: E402
+from test_round3_e2e import NARROW, assert_current_in_view, axe_serious  # noqa: E402
 
 
 def _env(**extra: str) -> dict:
@@ -72,6 +72,7 @@ def _check(page, artifacts, host: str, scheme: str) -> None:
         page.set_viewport_size({"width": width, "height": 3400 if width > 1000 else 4800})
         page.wait_for_timeout(500)
         roots.first.screenshot(path=str(artifacts / f"round3-{host}-llama-{width}-{scheme}.png"))
+        assert_current_in_view(roots.first)
         if width == 900:
             for i in range(roots.count()):
                 assert_inside(roots.nth(i), NARROW)
