@@ -16,7 +16,7 @@ export function explainError(err) {
 
 /**
  * @typedef {{ node: number, kind: string, text: string, source?: string, op: string, shape: string, line: number,
- *   block: string, path: string, ancestors: number[], source_block: number }} SearchResult
+ *   block: string, path: string, ancestors: number[], source_block: number, ran?: boolean }} SearchResult
  * @typedef {{ kind: string, node: number, file: string, line: number, block: string, label: string,
  *   hits: number, enabled: boolean }} BreakpointItem
  * @typedef {{ items: BreakpointItem[], hits: Record<string, any>[], reason: string }} BreakpointView
@@ -33,15 +33,24 @@ export function moveSelection(key, index, count) {
   return null;
 }
 
+// The line under the breakpoints: why the last command stopped, or that its target never came.
+/** @param {string} reason @returns {string} */
+export function reasonText(reason) {
+  if (!reason) return "";
+  return reason.startsWith("target not reached") ? reason : `stopped: ${reason}`;
+}
+
 export class NavigatorPanel {
   /**
    * @param {HTMLElement} container
    * @param {import("./types").Channel} channel
    * @param {{ jump: (result: SearchResult) => unknown, send: (command: string, args?: Record<string, unknown>) => Promise<unknown>,
-   *   onBreakpoints?: (view: BreakpointView) => void, isStatic: boolean, lowered?: () => boolean }} options
+   *   onBreakpoints?: (view: BreakpointView) => void, isStatic: boolean, lowered?: () => boolean, onEscape?: () => void }} options
    */
-  constructor(container, channel, { jump, send, onBreakpoints, isStatic, lowered }) {
+  constructor(container, channel, { jump, send, onBreakpoints, isStatic, lowered, onEscape }) {
     this.channel = channel;
+    /** where Escape sends the focus (the tree) */
+    this.onEscape = onEscape || (() => undefined);
     /** whether the tree shows the lowered instructions (results then show theirs, not the source text) */
     this.isLowered = lowered || (() => false);
     this.jump = jump;
@@ -53,9 +62,10 @@ export class NavigatorPanel {
     this.query = "";
     this.input = h("input", { class: "nnsp-input nnsp-search", type: "search", "aria-label": "Search the schema",
       placeholder: "search: h.1.attn, key_states, softmax…  (Enter)", disabled: isStatic,
-      onkeydown: (/** @type {KeyboardEvent} */ event) => this.onKey(event) });
+      onkeydown: (/** @type {KeyboardEvent} */ event) => this.onKey(event),
+      onfocus: () => this.input.select() });  // typing replaces the old query
     this.count = h("span", { class: "nnsp-note nnsp-search-count", role: "status", "aria-live": "polite" });
-    this.list = h("ul", { class: "nnsp-results", role: "listbox", "aria-label": "Search results" });
+    this.list = h("ul", { class: "nnsp-results", "aria-label": "Search results" });
     this.reason = h("div", { class: "nnsp-stop-reason", role: "status", "aria-live": "polite" });
     this.bpList = h("ul", { class: "nnsp-bps", "aria-label": "Breakpoints" });
     this.hitList = h("ol", { class: "nnsp-hits", "aria-label": "Breakpoint hits" });
@@ -74,10 +84,9 @@ export class NavigatorPanel {
   /** @param {KeyboardEvent} event */
   onKey(event) {
     event.stopPropagation();  // typing in the box is not a stepper shortcut
-    const moved = moveSelection(event.key, this.selected, this.results.length);
-    if (moved !== null) {
+    if (event.key === "ArrowDown" && this.results.length) {  // into the results: one tab stop each
       event.preventDefault();
-      this.select(moved);
+      this.focusResult(Math.max(0, this.selected));
       return;
     }
     if (event.key === "Enter") {
@@ -86,9 +95,36 @@ export class NavigatorPanel {
       if (query && query !== this.query) this.search(query).then(() => this.open(0));
       else if (this.results.length) this.open(Math.max(0, this.selected));
     } else if (event.key === "Escape") {
+      event.preventDefault();
       this.input.value = "";
       this.show([], "");
+      this.onEscape();
     }
+  }
+
+  /** Keys on a focused result: arrows move, Enter opens, b breaks there, h runs to it, Escape goes back.
+   * @param {KeyboardEvent} event @param {number} index */
+  onResultKey(event, index) {
+    event.stopPropagation();
+    const moved = moveSelection(event.key, index, this.results.length);
+    if (moved !== null) {
+      event.preventDefault();
+      if (event.key === "ArrowUp" && index === 0) this.input.focus();
+      else this.focusResult(moved);
+      return;
+    }
+    const result = this.results[index];
+    if (event.key === "Enter" || event.key === " ") { event.preventDefault(); this.open(index); }
+    else if (event.key === "b") { event.preventDefault(); this.request("break_at", { node: result.node }); }
+    else if (event.key === "h") { event.preventDefault(); this.send("run_to_here", { node: result.node }); }
+    else if (event.key === "Escape") { event.preventDefault(); this.onEscape(); }
+  }
+
+  /** @param {number} index */
+  focusResult(index) {
+    this.select(index);
+    const button = /** @type {HTMLElement | null} */ (this.list.children[index]?.querySelector(".nnsp-result-open"));
+    button?.focus();
   }
 
   /** @param {string} query */
@@ -103,24 +139,52 @@ export class NavigatorPanel {
     }
   }
 
+  /** After the run moved: rows flagged "never ran" may have run now; ask again and redraw the
+   * results in place (the selection and the focus stay). */
+  async refreshRan() {
+    if (!this.query || !this.results.some((r) => r.ran === false)) return;
+    const query = this.query;
+    const selected = this.selected;
+    const home = /** @type {Document | ShadowRoot} */ (this.list.getRootNode());  // marimo: a shadow root
+    const focused = this.list.contains(home.activeElement || document.activeElement);
+    let data;
+    try {
+      data = await this.channel.request("search", { query });
+    } catch (err) {
+      return;
+    }
+    if (query !== this.query) return;
+    this.show(data.results, query);
+    if (selected >= 0 && selected < this.results.length) {
+      if (focused) this.focusResult(selected);
+      else this.select(selected);
+    }
+  }
+
   /** @param {SearchResult[]} results @param {string} query */
   show(results, query) {
     this.results = results;
     this.selected = results.length ? 0 : -1;
     clear(this.list);
-    this.count.textContent = query ? `${results.length}${results.length >= 200 ? "+" : ""} match${results.length === 1 ? "" : "es"}` : "";
+    const never = results.filter((r) => r.ran === false).length;
+    this.count.textContent = query ? `${results.length}${results.length >= 200 ? "+" : ""} match${results.length === 1 ? "" : "es"}` +
+      (never ? ` · ${never} never ran` : "") : "";
     results.forEach((result, index) => {
       const where = result.path || result.block || "root";
       // The source view shows a row's source text; the lowered view its instruction.
       const text = (!this.isLowered() && result.source) || result.text;
-      const item = h("li", { class: "nnsp-result", role: "option", "aria-selected": String(index === 0), "data-node": result.node,
-        onclick: () => this.open(index) },
-        h("span", { class: `nnsp-badge nnsp-badge-${result.kind}` }, result.kind),
-        h("code", { class: "nnsp-result-text", title: result.text }, text),
-        h("span", { class: "nnsp-result-where" }, result.kind === "block" ? "" : where),
-        h("button", { class: "nnsp-icon", type: "button", title: "break here", "aria-label": `Break at ${text}`,
+      const ran = result.ran === false ? h("span", { class: "nnsp-flag nnsp-flag-never", title: "no run so far ran this row" }, "never ran") : null;
+      // One tab stop per result (the row's button); ● and ▶ are for the mouse, b and h their keys.
+      const item = h("li", { class: `nnsp-result${result.ran === false ? " nnsp-result-never" : ""}`, "data-selected": String(index === 0),
+        "data-node": result.node, "data-ran": String(result.ran !== false) },
+        h("button", { class: "nnsp-result-open", type: "button", title: `${result.text}\nEnter: go there · b: break here · h: run to here`,
+          onclick: () => this.open(index), onkeydown: (/** @type {KeyboardEvent} */ e) => this.onResultKey(e, index) },
+          h("span", { class: `nnsp-badge nnsp-badge-${result.kind}` }, result.kind),
+          h("code", { class: "nnsp-result-text" }, text),
+          h("span", { class: "nnsp-result-where" }, where), ran),
+        h("button", { class: "nnsp-icon", type: "button", tabindex: "-1", title: "break here (b)", "aria-label": `Break at ${text}`,
           onclick: (/** @type {Event} */ e) => { e.stopPropagation(); this.request("break_at", { node: result.node }); } }, "●"),
-        h("button", { class: "nnsp-icon", type: "button", title: "run to here", "aria-label": `Run to ${text}`,
+        h("button", { class: "nnsp-icon", type: "button", tabindex: "-1", title: "run to here (h)", "aria-label": `Run to ${text}`,
           onclick: (/** @type {Event} */ e) => { e.stopPropagation(); this.send("run_to_here", { node: result.node }); } }, "▶"));
       this.list.append(item);
     });
@@ -129,7 +193,7 @@ export class NavigatorPanel {
   /** @param {number} index */
   select(index) {
     this.selected = index;
-    this.list.querySelectorAll(".nnsp-result").forEach((el, i) => el.setAttribute("aria-selected", String(i === index)));
+    this.list.querySelectorAll(".nnsp-result").forEach((el, i) => el.setAttribute("data-selected", String(i === index)));
     const el = this.list.children[index];
     if (el) /** @type {HTMLElement} */ (el).scrollIntoView({ block: "nearest" });
   }
@@ -170,10 +234,11 @@ export class NavigatorPanel {
           onclick: () => this.request("remove_breakpoint", { index }) }, "×")));
     }
     if (!view.items.length) this.bpList.append(h("li", { class: "nnsp-note" }, "none: ● on a search result, a click on a source line number, or break_at(...)"));
-    this.reason.textContent = view.reason ? `stopped: ${view.reason}` : "";
+    this.reason.textContent = reasonText(view.reason);
+    this.reason.dataset.kind = view.reason.startsWith("target not reached") ? "not-reached" : view.reason ? "stopped" : "";
     clear(this.hitList);
-    for (const hit of view.hits.slice(-5).reverse()) {
-      this.hitList.append(h("li", {}, `step ${hit.step} · ${hit.reason}${hit.line ? ` · line ${hit.line}` : ""}`));
+    for (const hit of view.hits.slice(-5).reverse()) {  // the active run's own hits
+      this.hitList.append(h("li", {}, `${hit.run ? `${hit.run} · ` : ""}step ${hit.step} · ${hit.reason}${hit.line ? ` · line ${hit.line}` : ""}`));
     }
     this.onBreakpoints(view);
   }
@@ -189,7 +254,8 @@ export class CallStackPanel {
     this.channel = channel;
     this.showFrame = showFrame;
     this.frames = h("ol", { class: "nnsp-frames", "aria-label": "Call stack frames" });
-    this.vars = h("div", { class: "nnsp-frame-vars" });
+    // a scrolled region is reachable by keyboard (axe: scrollable-region-focusable)
+    this.vars = h("div", { class: "nnsp-frame-vars", tabindex: "0", role: "region", "aria-label": "Variables of the selected frame" });
     container.append(this.frames, this.vars);
     this.serial = 0;
     /** @type {Record<string, any>[]} */
@@ -205,6 +271,13 @@ export class CallStackPanel {
       return;
     }
     if (serial !== this.serial) return;
+    this.show(frames);
+  }
+
+  /** The frames of the paused step (from a call_stack request, or a stepping command's reply).
+   * @param {Record<string, any>[]} frames */
+  show(frames) {
+    this.serial += 1;  // a request still in flight is older than these
     this.data = frames;
     clear(this.frames);
     if (!frames.length) {

@@ -63,6 +63,11 @@ export function scrollWithin(container, child) {
   if (!container || !child) return;
   const box = container.getBoundingClientRect();
   const item = child.getBoundingClientRect();
-  if (item.top < box.top) container.scrollTop -= box.top - item.top + 8;
-  else if (item.bottom > box.bottom) container.scrollTop += item.bottom - box.bottom + 8;
+  // the visible part of the box: its client area (a horizontal scrollbar is not room to show a row in)
+  const top = box.top + container.clientTop;
+  const bottom = top + (container.clientHeight || box.height);
+  const margin = Math.min(item.height * 1.5, (bottom - top) / 3);
+  if (item.top >= top + margin && item.bottom <= bottom - margin) return;
+  // out of view or at an edge: bring it to the middle, so it is never half cut at the pane's edge
+  container.scrollTop += item.top - top - Math.max(0, (bottom - top - item.height) / 2);
 }

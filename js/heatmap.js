@@ -206,6 +206,9 @@ export class TensorView {
         h("label", { class: "nnsp-label" }, "rows ", this.rowSelect), h("label", { class: "nnsp-label" }, "cols ", this.colSelect),
         h("label", { class: "nnsp-label" }, "diff with ", this.against)),
       this.sliders, this.legendBox, this.box, this.readout, this.note);
+    // nothing to draw until a step with a tensor is shown: no empty selects, no blank 300 x 150 canvas
+    this.panel = container;
+    container.classList.add("nnsp-tensor-empty");
     attachHover(this.canvas, this.readout, () => {
       const view = this.view;
       if (!view) return null;
@@ -266,6 +269,7 @@ export class TensorView {
         return this.fetch(rest, fresh);
       }
       this.view = null;
+      this.panel.classList.add("nnsp-tensor-empty");
       this.note.textContent = /** @type {Error} */ (err).message;
       clear(this.legendBox);
       this.canvas.width = 0;
@@ -280,6 +284,7 @@ export class TensorView {
   /** @param {Record<string, any>} view */
   render(view) {
     this.view = view;
+    this.panel.classList.remove("nnsp-tensor-empty");
     this.lastShape = JSON.stringify(view.shape);
     const where = view.step_index ? `step ${view.step_index}` : "input";
     this.caption.textContent = `${view.run} · ${where} (trace #${view.trace_step}) · ${view.var || "(no variable)"} ` +
@@ -308,10 +313,19 @@ export class TensorView {
     const cols = view.col_ids.length;
     const width = Math.max(160, (this.box.clientWidth || 320) - 4);
     const size = cellSize(rows, cols, width, 320);
-    drawCells(this.canvas, view.values, rows, cols, size, view.min, view.max, view.scale, cellHeight(rows, size, 160));
+    // a signed slice is coloured on a diverging scale over [-m, m]: white is 0, whatever the ends
+    const [lo, hi] = Array.isArray(view.range) ? view.range : [view.min, view.max];
+    drawCells(this.canvas, view.values, rows, cols, size, lo, hi, view.scale, cellHeight(rows, size, 160));
     this.canvas.setAttribute("aria-label", `Heatmap of ${view.var || "the value"}: ${rows} x ${cols} cells from ${fmt(view.min)} to ${fmt(view.max)}`);
-    clear(this.legendBox).append(legend(view.min, view.max, view.scale));
+    clear(this.legendBox).append(legend(lo, hi, view.scale));
+    if (view.scale === "diverging" && (view.min !== lo || view.max !== hi)) {
+      this.legendBox.append(h("span", { class: "nnsp-note" }, ` values from ${fmt(view.min)} to ${fmt(view.max)}`));
+    }
     this.note.textContent = [view.note, view.attention ? `attention weights (${view.attention}): every head in the attention view` : ""].filter(Boolean).join(" · ");
-    if (this.onAttention) this.onAttention(view.attention ? { run: view.run, trace_step: view.trace_step } : {});
+    if (view.attention_block) this.note.textContent += `${this.note.textContent ? " · " : ""}a fused attention call in ${view.attention_block}: its heads, recomputed, in the attention view`;
+    if (this.onAttention) {
+      this.onAttention(view.attention ? { run: view.run, trace_step: view.trace_step }
+        : view.attention_block ? { run: view.run, block: view.attention_block } : {});
+    }
   }
 }

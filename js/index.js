@@ -1,7 +1,7 @@
 // The inspector's layout and wiring: header, stepper toolbar, block tree | current step, source
 // and histograms, then the Edit / Trace / Compare tabs. The entry point anywidget calls.
 
-import { h } from "./dom.js";
+import { h, scrollWithin } from "./dom.js";
 import { createChannel, createStaticModel } from "./protocol.js";
 import { TreeView } from "./tree.js";
 import { SourceView } from "./source.js";
@@ -16,6 +16,7 @@ import { AttentionGrid } from "./attention.js";
 import { TrendsView } from "./trends.js";
 import { attachTreeKeys } from "./treekeys.js";
 import { TreeColours } from "./treecolour.js";
+import { LayersView } from "./layers.js";
 
 const nextFrame = () => new Promise((/** @type {(value?: unknown) => void} */ resolve) => requestAnimationFrame(() => resolve()));
 
@@ -51,26 +52,46 @@ function render({ model, el }) {
   async function send(command, args = {}) {
     const started = performance.now();
     const isStep = STEPPING.has(command);
+    /** @type {Record<string, any> | null} */
+    let reply = null;
     if (isStep) { pinned = null; stepping += 1; }
     try {
-      const data = await channel.request(command, isStep ? { ...args, with_hist: true } : args);
+      // one round trip: the reply brings the histograms, the breakpoint view and the call stack
+      const data = await channel.request(command, isStep ? { ...args, with_hist: true, with_debug: true } : args);
+      reply = data;
       if (isStep && data && data.hist && !pinned) hists.render(data.hist);
+      if (isStep && data && data.breakpoints && navigator) navigator.update(data.breakpoints);
+      if (isStep && data && data.call_stack) callStack.show(data.call_stack);
     } catch (err) {
       const explained = explainError(err);
       errorBar.textContent = explained.text;
       if (explained.restarted) root.dataset.kernel = "restarted";
+      else if (isStep && navigator) { navigator.refresh(); callStack.refresh(); }  // no reply data to show
     } finally {
       if (isStep) stepping -= 1;
     }
+    const replied = performance.now();
     await viewUpdated;  // the source and histograms the new step asked for
+    if (reply && reply.inline) source.applyInline(reply.inline);
+    const drawn = performance.now();
     await nextFrame();
     timings.push(performance.now() - started);
+    if (isStep && navigator) navigator.refreshRan();  // after the paint: "never ran" flags of shown results
+    // where the time went: to the kernel's reply, then the view's own requests, then the frame
+    root.dataset.phasesMs = [replied - started, drawn - replied, performance.now() - drawn].map((t) => t.toFixed(1)).join(" ");
     root.dataset.roundTripMs = timings[timings.length - 1].toFixed(1);
     root.dataset.commands = String(timings.length);
   }
   /** @type {HTMLElement & { nnspTimings?: number[] }} */ (root).nnspTimings = timings;
 
-  const toolbar = createToolbar(send, { isStatic });
+  // Escape in a text box gives the focus back to the tree: the current row, else its focusable item.
+  const focusTree = () => {
+    const current = treeBox.querySelector(".nnsp-row.nnsp-current")?.closest("[role='treeitem']");
+    const item = /** @type {HTMLElement | null} */ (current || treeBox.querySelector("[role='treeitem'][tabindex='0']"));
+    if (item) item.focus();
+    else root.focus();
+  };
+  const toolbar = createToolbar(send, { isStatic, onEscape: () => focusTree() });
   const treeBox = h("div", { class: "nnsp-tree", role: "tree", "aria-label": "Block tree" });
   const stepBox = h("div", { class: "nnsp-stepinfo" });
   const sourceBox = h("div", { class: "nnsp-source" });
@@ -140,6 +161,8 @@ function render({ model, el }) {
   const table = new TraceTable(addTab("Trace"), channel, { onSelect: select });
   const compare = new CompareView(addTab("Compare"), channel, { onSelect: select, isStatic, offlinePairs: model.get("compare_pairs") || [] });
   const trends = new TrendsView(addTab("Trends"), channel, { onSelect: select });
+  const layersView = isStatic ? null : new LayersView(addTab("Layers"), channel, { onSelect: select,
+    currentNode: () => Number((model.get("step_info") || {}).node ?? -1) });
   table.isStatic = isStatic;
   const treeColours = new TreeColours(treeBox, channel);
   trends.onColourBy = (query) => treeColours.colourBy(query);
@@ -158,6 +181,7 @@ function render({ model, el }) {
     }
     if (name === "Trace") table.refresh();
     if (name === "Trends") trends.refresh();
+    if (name === "Layers" && layersView) layersView.refresh();
   }
 
   root.append(
@@ -171,11 +195,30 @@ function render({ model, el }) {
     tabBar, tabBody);
   el.append(root);
 
+  // Dark hosts without JupyterLab's --jp-* colours (marimo puts dark-theme on its body): the widget's own
+  // dark palette, following the host when it switches.
+  const followTheme = () => {
+    if (getComputedStyle(root).getPropertyValue("--jp-layout-color1").trim()) { delete root.dataset.theme; return; }
+    const dark = [document.body, document.documentElement].some((e) => e && (e.classList.contains("dark") || e.classList.contains("dark-theme")));
+    root.dataset.theme = dark ? "dark" : "light";
+  };
+  // A pane that changes size (the window, a side panel, a wrapped line) keeps the current tree row
+  // and source line in view, not left half cut at its edge.
+  const keepCurrent = new ResizeObserver(() => {
+    scrollWithin(treeBox, treeBox.querySelector(".nnsp-row.nnsp-current"));
+    scrollWithin(sourceBox, sourceBox.querySelector(".nnsp-line-current"));
+  });
+  keepCurrent.observe(treeBox);
+  keepCurrent.observe(sourceBox);
+  const themeWatch = new MutationObserver(followTheme);
+  for (const target of [document.body, document.documentElement]) if (target) themeWatch.observe(target, { attributes: true, attributeFilter: ["class"] });
+  followTheme();
+
   // Go anywhere: search and breakpoints above the tree, the call stack beside the source.
   const navBox = h("div", { class: "nnsp-nav" });
   const stackBox = h("div", { class: "nnsp-stack" });
   const nav = new NavigatorPanel(navBox, channel, {
-    isStatic, send, lowered: () => tree.lowered,
+    isStatic, send, lowered: () => tree.lowered, onEscape: () => focusTree(),
     jump: (result) => Promise.all([tree.reveal(result.node, result.ancestors, { into: true }), source.show(result.source_block, result.line)]),
     onBreakpoints: (view) => source.setBreakpoints(view.items),
   });
@@ -193,6 +236,7 @@ function render({ model, el }) {
   const onDebugStep = () => {
     if (isStatic) return;
     if (!pinned) runHere.hidden = true;
+    if (stepping) return;  // the stepping command's reply brings the breakpoint view and the call stack
     nav.refresh();
     callStack.refresh();
   };
@@ -207,12 +251,17 @@ function render({ model, el }) {
     if (info.index || info.pause) {
       viewUpdated = Promise.all([
         info.node >= 0 ? tree.reveal(info.node, info.ancestors) : null,
-        source.show(info.source_block, info.line, info).then(() => source.inline()),
+        // while a stepping command is in flight its reply brings the inline values
+        source.show(info.source_block, info.line, info).then(() => (stepping ? undefined : source.inline())),
         pinned || stepping ? null : hists.show(info.trace_step ? { trace_step: info.trace_step } : { step_index: info.index }),
       ]).catch(() => undefined);
     }
     if (activeTab === "Trace") table.refreshSoon();
-    if ((info.index || info.pause) && !pinned && info.trace_step) tensorView.show({ trace_step: info.trace_step });
+    // the tensor view after the step card, tree, source and histograms (its heatmap is the largest reply)
+    if ((info.index || info.pause) && !pinned && info.trace_step) {
+      const query = { trace_step: info.trace_step };
+      viewUpdated.then(() => { if (!pinned) tensorView.show(query); });
+    }
   }
   function onRuns() {
     const runs = model.get("runs") || [];
@@ -285,6 +334,8 @@ function render({ model, el }) {
     for (const [event, handler] of Object.entries(handlers)) model.off(event, handler);
     model.off("change:step_index", onStatus);
     channel.dispose();
+    themeWatch.disconnect();
+    keepCurrent.disconnect();
     detachTreeKeys();
     treeColours.dispose();
   };

@@ -119,7 +119,15 @@ export class SourceView {
     } catch (err) {
       return;
     }
-    if (serial !== this.inlineSerial || block !== this.block) return;
+    if (serial !== this.inlineSerial) return;
+    this.applyInline(data);
+  }
+
+  /** Show inline values ({block, lines}) from an `inline` request or a stepping command's reply.
+   * @param {{ block: number, lines: Record<string, string> }} data */
+  applyInline(data) {
+    if (data.block !== this.block) return;
+    this.inlineSerial += 1;  // a request still in flight is older than these
     for (const el of this.body.querySelectorAll(".nnsp-line")) {
       const line = /** @type {HTMLElement} */ (el).dataset.line || "";
       const slot = /** @type {HTMLElement} */ (el.querySelector(".nnsp-inline"));

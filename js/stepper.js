@@ -10,9 +10,9 @@ export const SHORTCUTS = { s: "step", i: "step_into", o: "step_over", u: "step_o
 
 /**
  * @param {(command: string, args?: Record<string, unknown>) => unknown} send
- * @param {{ isStatic: boolean }} options
+ * @param {{ isStatic: boolean, onEscape?: () => void }} options where Escape in the step box sends the focus
  */
-export function createToolbar(send, { isStatic }) {
+export function createToolbar(send, { isStatic, onEscape = () => undefined }) {
   /** @param {string} label @param {string} command @param {string} key @param {Record<string, unknown>} [extra] */
   const button = (label, command, key, extra = {}) => h("button", {
     class: "nnsp-button", type: "button", "aria-label": label, title: `${TITLES[command] || label} (${key})`,
@@ -21,7 +21,11 @@ export function createToolbar(send, { isStatic }) {
   const runToInput = h("input", {
     class: "nnsp-input nnsp-runto", type: "number", min: "1", step: "1", "aria-label": "Run to step",
     placeholder: "step", disabled: isStatic,
-    onkeydown: (/** @type {KeyboardEvent} */ event) => { if (event.key === "Enter") { event.stopPropagation(); runTo(); } },
+    onfocus: () => runToInput.select(),  // g then digits replaces the old number instead of appending to it
+    onkeydown: (/** @type {KeyboardEvent} */ event) => {
+      if (event.key === "Enter") { event.stopPropagation(); runTo(); }
+      else if (event.key === "Escape") { event.stopPropagation(); event.preventDefault(); onEscape(); }
+    },
   });
   const runTo = () => {
     const value = parseInt(runToInput.value, 10);

@@ -5,11 +5,18 @@
 import { h, clear, fmt } from "./dom.js";
 
 // [column of the trace frame, header]
-// (the stats come before the long description and op, so they are in view at 1280 px)
-const SHOWN = [["step", "#"], ["step_index", "step"], ["block_path", "block"], ["out_var", "var"],
+// (the stats come before the long description and op, so they are in view at 1280 px). The trace
+// step is the frame's `step` column, the "step" the status bar counts is its `step_index`: the
+// headers say so on hover (HEADER_TITLES).
+const SHOWN = [["step", "trace #"], ["step_index", "step"], ["block_path", "block"], ["out_var", "var"],
   ["shape", "shape"], ["dtype", "dtype"], ["mean", "mean"], ["std", "std"], ["min", "min"], ["max", "max"],
   ["description", "description"], ["op_name", "op"]];
 const NUMERIC = new Set(["step", "step_index", "mean", "std", "min", "max"]);
+/** @type {Record<string, string>} */
+const HEADER_TITLES = {
+  step: "trace step: the `step` column of widget.trace() (one per tensor recorded)",
+  step_index: "the step the status bar counts: the `step_index` column of widget.trace() (one per instruction run)",
+};
 
 /**
  * The text of a trace cell.
@@ -164,7 +171,7 @@ export class TraceTable {
     const header = h("tr", {}, ...SHOWN.map(([column, label]) => {
       const sorted = this.query.sort === column;
       return h("th", {
-        scope: "col", class: NUMERIC.has(column) ? "nnsp-num" : "",
+        scope: "col", class: NUMERIC.has(column) ? "nnsp-num" : "", title: HEADER_TITLES[column] || null,
         "aria-sort": sorted ? (this.query.desc ? "descending" : "ascending") : "none",
         onclick: () => {
           Object.assign(this.query, sortAfterClick(this.query, column));

@@ -181,7 +181,8 @@ export class TreeView extends TreeModel {
    */
   async reveal(id, ancestors = null, { into = false } = {}) {
     const chain = ancestors || this.ancestors(id);
-    await this.fetchChildren(chain);
+    const wanted = this.unfetched(chain);
+    if (wanted.length) this.load((await this.channel.request("children", { nodes: wanted })).rows);
     const plan = this.revealPlan(id, chain, into);
     this.current = id;  // so that opening the ancestors draws the right row highlighted
     for (const ancestor of plan.open) {

@@ -139,12 +139,14 @@ export class TreeModel {
   }
 
   /**
-   * Whether the view draws the node open.
+   * Whether the view draws the node open. Compound statements and branches are open by default,
+   * loaded or not: the first payload holds the top levels only, so drawing an open one fetches its
+   * children (one request), as the user would expect of a row shown open.
    * @param {TreeNode} node
    */
   isOpen(node) {
     if (this.isFlat(node) || this.open.has(node.id)) return true;
-    return OPEN_BY_DEFAULT.has(node.kind) && !this.isFold(node) && this.loaded(node) && !this.closed.has(node.id);
+    return OPEN_BY_DEFAULT.has(node.kind) && !this.isFold(node) && !this.closed.has(node.id);
   }
 
   /**
@@ -165,6 +167,20 @@ export class TreeModel {
     return ids.filter((id) => {
       const node = this.nodes.get(id);
       return node !== undefined && !this.loaded(node);
+    });
+  }
+
+  /**
+   * Of a chain of ancestors (root first), the ones whose children must be fetched to reach its end:
+   * those not all loaded, and those not even known yet (the first payload holds the top levels
+   * only; the kernel knows every node, so their children come in the same one request).
+   * @param {number[]} chain
+   * @returns {number[]}
+   */
+  unfetched(chain) {
+    return chain.filter((id) => {
+      const node = this.nodes.get(id);
+      return node === undefined || !this.loaded(node);
     });
   }
 

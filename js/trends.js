@@ -147,33 +147,75 @@ export class TrendsView {
   /** @param {Record<string, any>} data */
   renderLayers(data) {
     clear(this.layerChart);
-    const width = 360;
-    const height = 120;
+    const width = 380;
+    const height = 140;
+    const box = { left: 44, right: 8, top: 8, bottom: 22 };
     const all = data.series.flatMap((/** @type {any} */ s) => s.values).filter((/** @type {unknown} */ v) => typeof v === "number");
-    const lo = Math.min(...all);
-    const hi = Math.max(...all);
+    const lo = all.length ? Math.min(...all) : 0;
+    const hi = all.length ? Math.max(...all) : 1;
+    const axis = /** @type {number[]} */ (data.axis && data.axis.length ? data.axis : [...new Set(data.series.flatMap((/** @type {any} */ s) => s.layers))].sort((a, b) => a - b));
+    const x = layerX(axis, box.left, width - box.right);
+    const span = hi - lo || 1;
+    const y = (/** @type {number} */ v) => (hi === lo ? (box.top + height - box.bottom) / 2 : height - box.bottom - ((v - lo) / span) * (height - box.top - box.bottom));
     const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, class: "nnsp-layer-svg", role: "img",
-      "aria-label": `${data.var} ${data.stat} by layer, ${data.series.length} runs, from ${fmt(lo)} to ${fmt(hi)}` });
+      "aria-label": `${data.var} ${data.stat} by layer, ${data.series.length} runs, layers ${axis[0] ?? ""} to ${axis[axis.length - 1] ?? ""}, from ${fmt(lo)} to ${fmt(hi)}` });
+    // y ticks: the range's ends and its middle; x ticks: every layer number (every k-th when many)
+    for (const v of hi === lo ? [lo] : [lo, (lo + hi) / 2, hi]) {
+      const at = Math.round(y(v) * 100) / 100;
+      chart.append(svg("line", { x1: box.left, x2: width - box.right, y1: at, y2: at, class: "nnsp-layer-grid" }));
+      const label = svg("text", { x: box.left - 4, y: at + 3, class: "nnsp-layer-tick", "text-anchor": "end" });
+      label.textContent = fmt(v);
+      chart.append(label);
+    }
+    const every = Math.max(1, Math.ceil(axis.length / 16));
+    axis.forEach((layer, i) => {
+      if (i % every && i !== axis.length - 1) return;
+      const label = svg("text", { x: x(layer), y: height - 6, class: "nnsp-layer-tick", "text-anchor": "middle" });
+      label.textContent = String(layer);
+      chart.append(label);
+    });
     const legendBox = h("div", { class: "nnsp-layer-legend" });
     data.series.forEach((/** @type {any} */ series, /** @type {number} */ i) => {
-      const { points } = linePoints(series.values, width, height, { lo, hi, pad: 10 });
+      /** @type {[number, number][]} */
+      const points = [];
+      series.values.forEach((/** @type {unknown} */ v, /** @type {number} */ k) => {
+        if (typeof v === "number" && Number.isFinite(v)) points.push([x(series.layers[k]), Math.round(y(v) * 100) / 100]);
+      });
       chart.append(svg("polyline", { points: points.map((p) => p.join(",")).join(" "), class: `nnsp-layer-line nnsp-series-${i % 4}` }));
-      points.forEach(([x, y], k) => {
-        const dot = svg("circle", { cx: x, cy: y, r: 3, class: `nnsp-layer-dot nnsp-series-${i % 4}`, "data-layer": series.layers[k],
-          "data-value": String(series.values[k]) });
+      let p = 0;
+      series.values.forEach((/** @type {unknown} */ v, /** @type {number} */ k) => {
+        if (typeof v !== "number" || !Number.isFinite(v)) return;
+        const [cx, cy] = points[p++];
+        const dot = svg("circle", { cx, cy, r: 3, class: `nnsp-layer-dot nnsp-series-${i % 4}`, "data-layer": series.layers[k],
+          "data-value": String(v) });
         const tip = svg("title");
-        tip.textContent = `${series.run} · ${series.prefix}.${series.layers[k]} · ${data.var} ${data.stat} = ${fmt(series.values[k])}`;
+        tip.textContent = `${series.run} · ${series.prefix}.${series.layers[k]} · ${data.var} ${data.stat} = ${fmt(v)}`;
         dot.append(tip);
         chart.append(dot);
       });
-      legendBox.append(h("span", { class: `nnsp-layer-key nnsp-series-${i % 4}` }, `${series.run}`));
+      legendBox.append(h("span", { class: `nnsp-layer-key nnsp-series-${i % 4}` },
+        `${series.run}${series.finished === false ? ` (paused: layers ${series.layers.length ? `${series.layers[0]}–${series.layers[series.layers.length - 1]}` : "none"} returned)` : ""}`));
     });
     const first = data.series[0];
     this.layerChart.append(
       h("div", { class: "nnsp-subhead" }, `${data.var} ${data.stat} by layer of ${first ? first.prefix : "—"}`),
       chart,
-      h("div", { class: "nnsp-layer-axis" }, h("span", {}, `layer ${first ? first.layers[0] : ""}`), h("span", {}, `${fmt(lo)} … ${fmt(hi)}`),
-        h("span", {}, `layer ${first ? first.layers[first.layers.length - 1] : ""}`)),
+      h("div", { class: "nnsp-layer-axis" }, h("span", {}, `x: layer number · y: ${data.stat}`)),
       legendBox);
   }
+}
+
+/**
+ * The x of each layer number on an axis of every layer (so a run that returned from some layers
+ * only puts its points at their own numbers, not spread by their index).
+ * @param {number[]} axis the layer numbers, sorted
+ * @param {number} left
+ * @param {number} right
+ * @returns {(layer: number) => number}
+ */
+export function layerX(axis, left, right) {
+  const first = axis.length ? axis[0] : 0;
+  const last = axis.length ? axis[axis.length - 1] : 0;
+  const span = last - first;
+  return (layer) => Math.round((span ? left + ((layer - first) / span) * (right - left) : (left + right) / 2) * 100) / 100;
 }

@@ -52,13 +52,19 @@ test("a node is loaded when all of its children are", () => {
   assert.deepEqual(tree.missing([0, 1, 2]), []);
 });
 
-test("compound statements and branches open by default once loaded; blocks, calls and ops do not", () => {
+test("compound statements and branches open by default, loaded or not; blocks, calls and ops do not", () => {
   const tree = new TreeModel();
   tree.load(ROWS.slice(0, 4));
   const open = (/** @type {number} */ id) => tree.isOpen(/** @type {import("../types").TreeNode} */ (tree.nodes.get(id)));
   assert.equal(open(1), true);
-  assert.equal(open(2), false, "a branch whose child is not loaded yet stays closed");
+  // a branch whose child is not loaded yet (the tree is sent lazily) is drawn open: drawing it fetches the child
+  assert.equal(open(2), true);
+  assert.deepEqual(tree.visibleIds(), [0], "a closed block shows no children");
   assert.equal(open(0), false);
+  tree.open.add(0);
+  assert.deepEqual(tree.visibleIds(), [0], "an open node not loaded yet shows none of its children (loading…)");
+  tree.load([ROWS[5]]);
+  assert.deepEqual(tree.visibleIds(), [0, 1, 2, 3, 5], "the open branch 2 is a row; its child 4 is still to come");
   tree.load([ROWS[4]]);
   assert.equal(open(2), true);
 });
@@ -203,4 +209,14 @@ test("the lowered view fetches the children of let-through statements before dra
   tree.lowered = true;
   assert.deepEqual(tree.flatMissing(0), [1]);
   assert.deepEqual(tree.visibleIds(), [0, 4, 5, 6, 7, 8, 9], "nothing drawn for it until they arrive");
+});
+
+test("unfetched asks for the children of every ancestor not loaded, also of those not known yet", () => {
+  const model = new TreeModel();
+  model.load([row(0, -1, "B", 2), row(1, 0, "i", 2), row(5, 0, "c", 0)]);  // the first payload: the top level only
+  // the chain to node 4 is 0 > 1 > 2; 2 is not known yet, and 1's children are not loaded
+  assert.deepEqual(model.unfetched([0, 1, 2]), [1, 2]);
+  assert.deepEqual(model.missing([0, 1, 2]), [1]);  // what expanding asks for: known nodes only
+  model.load([row(2, 1, "b", 1), row(3, 1, "b", 0), row(4, 2, "o", 0)]);
+  assert.deepEqual(model.unfetched([0, 1, 2]), []);
 });

@@ -202,6 +202,8 @@ class Navigation:
             hit = self.breakpoints.check(self.current, previous, self.current.step_index in self.active.entry_steps)
             if hit is not None:
                 self.stop_reason = hit[1]
+                if self.breakpoints.hits:  # a hit belongs to the run it stopped
+                    self.breakpoints.hits[-1]["run"] = self.active.name
                 return False
         return True
 
@@ -269,24 +271,46 @@ class Navigation:
         bps = self.breakpoints
         before, version = len(bps.items), bps.version
         if line is not None:
-            self.break_at(line=line, file=file)
+            requested = self.break_at(line=line, file=file)
         elif node is not None:
-            self.break_at(node)
+            requested = self.break_at(node)
         else:
             raise self.navigation_error("run to here needs a tree row (node) or a source line")
         # a one-time breakpoint; when the same one is set already, that one stops the run and stays
-        target = bps.items.pop() if len(bps.items) > before else None
+        added = len(bps.items) > before
+        target = bps.items.pop() if added else next(
+            (bp for bp in bps.items if bp.to_dict() == requested), None)
         bps.version = version
+        place = self._place()
         if self.status in ("finished", "error"):
             self.reset()
-        if target is not None:
+            place = (0, False)
+        if added:
             bps.items.insert(before, target)
         try:
             self.continue_()
         finally:
-            if target is not None:
+            if added:
                 bps.items.remove(target)
+        if self.status == "finished" and target is not None:  # ran off the end: the target never came
+            self._not_reached(place, self._target_text(target))
         return self.current
+
+    def _target_text(self, bp: Breakpoint) -> str:
+        """A run-to target as the "target not reached" message names it, with why when it is known."""
+        if bp.kind == "line":
+            return f"line {bp.line}"
+        node = bp.node
+        text = (self.tree.source_text(node) or self.tree.nodes[node].text).strip()
+        label = f"`{text[:60]}{'…' if len(text) > 60 else ''}`"
+        untaken = set(getattr(self, "_untaken", ()))
+        chain = set(self.tree.ancestor_set(node)) | {node}
+        if chain & untaken:
+            return f"{label} in an untaken branch"
+        never = {n for n, s in getattr(self, "_block_status", {}).items() if s == "never"}
+        if chain & never:
+            return f"{label} in a block no run entered"
+        return label
 
     def break_on_nonfinite(self) -> dict:
         """Stop at the first step whose value is a floating tensor holding a NaN or an Inf."""
@@ -342,11 +366,13 @@ class Navigation:
         self.breakpoints.clear()
 
     def view_breakpoints(self, since: Optional[int] = None) -> dict:
-        """The breakpoints (`items`), the last hits and the stop reason, with the list's `version`;
-        `since`: the version the caller holds; when the list has not changed since, `items` is left
-        out (the reply says `"unchanged": true`)."""
+        """The breakpoints (`items`), the active run's last hits and the stop reason, with the list's
+        `version`; `since`: the version the caller holds; when the list has not changed since,
+        `items` is left out (the reply says `"unchanged": true`)."""
         bps = self.breakpoints
-        view = {"version": bps.version, "hits": bps.hits[-50:], "reason": self.stop_reason}
+        run = self.active.name
+        hits = [hit for hit in bps.hits if hit.get("run") == run]  # the active run's own
+        view = {"version": bps.version, "hits": hits[-50:], "reason": self.stop_reason, "run": run}
         if since is not None and since == bps.version:
             view["unchanged"] = True
         else:
@@ -354,11 +380,32 @@ class Navigation:
         return view
 
     def search(self, query: str, limit: int = 200) -> list[dict]:
-        """Tree nodes matching `query`: block paths, variables, instruction text, ops (see debugger.search)."""
+        """Tree nodes matching `query`: block paths, variables, instruction text, ops (see debugger.search);
+        each with `ran`: whether any run so far ran it (a block: entered; a statement or branch: some
+        instruction inside it ran), and `where`: the full path of the row (its block path, then the
+        row's own text for a row that is not a block)."""
         try:
-            return search(self.tree, query, limit)
+            results = search(self.tree, query, limit)
         except ValueError as exc:
             raise self.navigation_error(str(exc)) from None
+        ran = self._ran_set()
+        for result in results:
+            result["ran"] = result["node"] in ran
+            result["path"] = result["path"] or result["block"]  # every row says which layer it is in
+        return results
+
+    def _ran_set(self) -> set[int]:
+        """Every tree node that ran in some run: entered blocks, executed rows and their containers."""
+        entered, executed = self.ran_nodes()
+        key = (len(entered), len(executed), tuple(id(r) for r in self.runs))
+        cached = getattr(self, "_ran_cache", None)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        ran = set(entered) | set(executed)
+        for node in executed:
+            ran |= self.tree.ancestor_set(node)
+        self._ran_cache = (key, ran)
+        return ran
 
     def call_stack(self) -> list[dict]:
         """The frames of the paused step, root first: block path, tree node, visible variables

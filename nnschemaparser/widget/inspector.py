@@ -182,13 +182,15 @@ class InspectorWidget(anywidget.AnyWidget):
     def search(self, query: str, limit: int = 200) -> Any:
         """The tree rows matching `query` (block paths like "h.1.attn" first, then variables, op names,
         instruction text) as a DataFrame: node, kind, text, source (the source text the row shows in
-        the source view, "" where that is `text`), op, shape, line, block, path, ancestors."""
+        the source view, "" where that is `text`), op, shape, line, block, path (a block's own path,
+        else the path of the block holding the row), ran (whether any run so far ran the row),
+        ancestors."""
         import pandas as pd
 
         with self._lock:
             rows = self._state.search(query, limit)
         return pd.DataFrame(rows, columns=["node", "kind", "text", "source", "op", "shape", "line", "block", "path",
-                                           "ancestors"])
+                                           "ran", "ancestors"])
 
     def break_at(self, where: Any = None, *, line: Optional[int] = None, file: str = "",
                  when: Optional[Callable[[StepInfo], Any]] = None) -> dict:
@@ -214,8 +216,15 @@ class InspectorWidget(anywidget.AnyWidget):
 
     @property
     def breakpoint_hits(self) -> list[dict]:
-        """Every breakpoint stop so far: breakpoint index, reason, step, block, variable, line."""
-        return list(self._state.breakpoints.hits)
+        """Every breakpoint stop of the runs kept: breakpoint index, reason, step, block, variable,
+        line and `run` (the name of the run it stopped; an abandoned run's hits go with it)."""
+        return [dict(hit) for hit in self._state.breakpoints.hits]
+
+    @property
+    def stop_reason(self) -> str:
+        """Why the last command stopped where it did ("entered transformer.h.1.attn", "target not
+        reached: ..."), "" when it simply ran its course; cleared by the next command and by Reset."""
+        return self._state.stop_reason
 
     def step_out(self) -> Optional[StepInfo]:
         """Run until the current block has returned (the first step of the caller's frame); the
@@ -296,6 +305,19 @@ class InspectorWidget(anywidget.AnyWidget):
         """The activation and gradient bins of a step (StepInfo index, default current) or trace step."""
         with self._lock:
             return self._state.histograms(step, run, trace_step=trace_step)
+
+    def attention_heads(self, block_path: str, run: Optional[str] = None, call: int = -1) -> dict:
+        """The attention weights of the attention call in `block_path` (sdpa, flash or eager alike),
+        recomputed from the call's own query, key, mask and scale, with the token labels: {"weights":
+        tensor [batch, heads, q, k], "tokens", "recomputed": True, "function", "step", "note", ...}."""
+        with self._lock:
+            return self._state.recomputed_attention(block_path, run, call)
+
+    def same_statement(self, node: int, runs: Optional[list] = None, var: Optional[str] = None) -> dict:
+        """Tree row `node` inside a layer of a ModuleList and the same row in every other layer: the
+        value each bound, per run (stats and the trace step to open it); the browser's Layers tab."""
+        with self._lock:
+            return self._state.same_statement(node, runs, var)
 
     @property
     def never_run(self) -> list[str]:

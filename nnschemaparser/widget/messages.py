@@ -134,11 +134,19 @@ def table_page(rows: list[dict], columns: list[str], page: int = 0, size: int = 
 
 
 def _after_command(state: InspectorState, message: dict) -> Any:
-    """With `with_hist`, a stepping command's reply carries the new step's histograms, so the browser
-    updates its whole view after one round trip instead of two."""
-    if not message.get("with_hist") or state.position is None:
-        return None
-    return {"hist": state.histograms()}
+    """With `with_hist`, a stepping command's reply carries the new step's histograms, and with
+    `with_debug` the breakpoint view (the stop reason, the run's hits), the call stack and the inline
+    values of the step's source, so the browser updates its whole view after one round trip, not four."""
+    out: dict = {}
+    if message.get("with_debug"):
+        out.update(breakpoints=state.view_breakpoints(), call_stack=state.call_stack())
+        position = state.position
+        node = state.tree.node_of_instruction(position.instruction) if position is not None else -1
+        if node >= 0:  # the inline values of the step's source, as the `inline` request gives them
+            out["inline"] = state.inline_values(state.tree.block_of(node))
+    if message.get("with_hist") and state.position is not None:
+        out["hist"] = state.histograms()
+    return out or None
 
 
 class _Handlers:
@@ -172,6 +180,7 @@ class _Handlers:
     @staticmethod
     def on_reset(state: InspectorState, message: dict) -> Any:
         state.reset()
+        return _after_command(state, message)
 
     @staticmethod
     def on_edit(state: InspectorState, message: dict) -> Any:
@@ -332,6 +341,9 @@ class _Handlers:
 
     @staticmethod
     def on_attention(state: InspectorState, message: dict) -> Any:
+        if message.get("block"):  # a fused attention call's heads, recomputed from its inputs
+            return state.recomputed_attention_view(str(message["block"]), message.get("run") or None,
+                                                   _int(message, "batch", 0))
         step = message.get("step_index")
         trace_step = message.get("trace_step")
         return state.attention_view(None if step is None else _int(message, "step_index", 0),
@@ -354,6 +366,14 @@ class _Handlers:
         if runs is not None and not isinstance(runs, list):
             raise InspectorError("runs must be a list of run names")
         return state.layers(str(message.get("var") or "hidden_states"), str(message.get("stat") or "norm"), runs)
+
+    @staticmethod
+    def on_same_statement(state: InspectorState, message: dict) -> Any:
+        runs = message.get("runs")
+        if runs is not None and not isinstance(runs, list):
+            raise InspectorError("runs must be a list of run names")
+        return state.same_statement(_int(message, "node", -1), runs, message.get("var") or None)
+
 
 def handle_message(state: InspectorState, message: Any) -> dict:
     """The reply to one browser message (never raises for a bad request: the reply says what was wrong)."""

@@ -26,8 +26,9 @@ from ..traces.frames import STEP_COLUMNS
 from ..runtime.listeners import BlockEvent, EditEvent, InstructionEvent, TraceListener, instruction_kind
 from ..schema.notation import instruction_text, value_repr
 from ..traces.recorder import ActivationRecorder, tensors_in
-from ..schema.model import BlockInstruction, ModelBlockSchema, OpInstruction, ReturnInstruction
+from ..schema.model import BlockInstruction, ModelBlockSchema, OpInstruction, ReturnInstruction, VarRef
 from ..traces.trace import ActivationTrace, GradientTrace
+from .attention_calls import attention_function_name, capture_call
 from .edits import EditSpec
 from .tree import BlockTree, shape_text
 
@@ -78,6 +79,7 @@ class RunRecord:
     entry_steps: set[int] = field(default_factory=set)  # StepInfo indices that are a block call's first own step
     entered: set[int] = field(default_factory=set)
     executed: set[int] = field(default_factory=set)
+    attention_calls: list[dict] = field(default_factory=list)  # inputs of each attention call (attention_calls.py)
     gradients: Optional[GradientTrace] = None
     outputs: Optional[list] = None
     finished: bool = False
@@ -165,6 +167,7 @@ class StepLog(TraceListener):
         self.keep_live = keep_live
         self._seen_trace = 0
         self._last_of_var: dict[tuple[int, str], int] = {}  # (frame depth, var) -> its latest trace step
+        self._not_attention: set[int] = set()  # ids of op instructions whose fixed callee is no attention call
 
     def _map_new_trace_steps(self, step_index: int) -> Optional[int]:
         steps = self.record.trace.steps
@@ -229,6 +232,18 @@ class StepLog(TraceListener):
             record.steps[-1]["trace_step"] = bound
         if self.keep_live and _differentiable(value):
             record.live.append(value)
+        if isinstance(instr, OpInstruction) and id(instr) not in self._not_attention:
+            self._note_attention(instr, event, step_index)
+
+    def _note_attention(self, instr: OpInstruction, event: InstructionEvent, step_index: int) -> None:
+        """Keep the inputs of an attention call, for its heads recomputed on demand."""
+        if not isinstance(instr.target, VarRef) and not attention_function_name(instr.target):
+            self._not_attention.add(id(instr))  # a callee fixed at lowering time: decided once
+            return
+        call = capture_call(instr, event.frame)
+        if call is not None:
+            call.update(step=step_index, block=event.path, node=self.record.steps[-1]["node"])
+            self.record.attention_calls.append(call)
 
     def on_edit(self, event: EditEvent) -> None:
         record = self.record

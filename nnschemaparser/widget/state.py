@@ -46,6 +46,7 @@ from .runs import RunRecord, StepLog, default_loss, new_record
 from .tree import INITIAL_TREE_BYTES, BlockTree
 from .debugger import Breakpoints, Navigation
 from .tensor_requests import TensorRequests
+from .run_targets import RunTargets
 
 __all__ = ["InspectorState", "InspectorOptions", "InspectorError"]
 
@@ -198,10 +199,10 @@ class _RunDriver:
             pass
 
 
-class InspectorState(Navigation, TensorRequests):
+class InspectorState(RunTargets, Navigation, TensorRequests):
     """Stepping, edits, runs and comparisons of one schema on one input scope (search, breakpoints,
     step out and the call stack come from `debugger.Navigation`; tensor views from
-    `tensor_requests.TensorRequests`)."""
+    `tensor_requests.TensorRequests`; per-run bookkeeping from `run_targets.RunTargets`)."""
 
     navigation_error = InspectorError
 
@@ -227,6 +228,8 @@ class InspectorState(Navigation, TensorRequests):
         self.last_compare: Optional[dict] = None
         self._driver: Optional[_RunDriver] = None
         self._block_status: dict[int, str] = {}
+        self._dropped_entered: set[int] = set()  # blocks entered and rows run by finished runs no longer kept
+        self._dropped_executed: set[int] = set()
         self._compare_cache: Optional[tuple] = None
         self.breakpoints = Breakpoints(self.tree)
         self.stop_reason = ""
@@ -271,8 +274,8 @@ class InspectorState(Navigation, TensorRequests):
             self.scope = dict(scope)
         if self._driver is not None:
             self._driver.close()
-            if not self.active.finished:
-                self.runs.remove(self.active)
+            if not self.active.finished:  # an abandoned run is gone, and with it its breakpoint hits
+                self._forget_run(self.active)
         record = self._new_record(fork=bool(self.edits), edits=self.edits)
         self.runs.append(record)
         self._driver = _RunDriver(self, record)
@@ -280,6 +283,7 @@ class InspectorState(Navigation, TensorRequests):
         self.pause = None
         self.status = "ready"
         self.error = ""
+        self.stop_reason = ""  # why the run stopped belongs to that run
 
     def close(self) -> None:
         """Abandon the paused run (if any) and stop the run thread; a later step starts both again."""
@@ -334,20 +338,12 @@ class InspectorState(Navigation, TensorRequests):
             record.collect_gradients(self.options.loss_fn or default_loss)
         self._update_block_status()
 
-    def _update_block_status(self) -> None:
-        entered: set[int] = set()
-        executed: set[int] = set()
-        for run in self.runs:
-            entered |= run.entered
-            executed |= run.executed
-        self._block_status = self.tree.block_status(entered, executed)
-        self._untaken = self.tree.untaken_branches(entered, executed)
-
     def _new_action(self) -> None:
-        """A new command: the message of the one before it (a refused edit, a replay) is gone with it;
-        a failed run keeps its error until Reset."""
+        """A new command: the message of the one before it (a refused edit, a replay) and the reason the
+        run stopped are gone with it; a failed run keeps its error until Reset."""
         if self.status != "error":
             self.error = ""
+        self.stop_reason = ""
 
     @property
     def position(self) -> "Optional[StepInfo | CallPause]":
@@ -391,10 +387,14 @@ class InspectorState(Navigation, TensorRequests):
         if step_index < 1:
             raise InspectorError(f"steps are numbered from 1; run_to({step_index}) has nowhere to go")
         self._new_action()
+        place = self._place()
         if step_index < self.step_index or (self.status in ("finished", "error") and step_index != self.step_index):
             self.reset()
+            place = (0, False)
         while self.step_index < step_index and self._advance():
             pass
+        if self.step_index < step_index and self.status == "finished":
+            self._not_reached(place, f"step {step_index}")
         return self.current
 
     # -- edits ---------------------------------------------------------------------------------

@@ -15,8 +15,9 @@ from typing import Any, Optional
 
 import torch
 
+from .attention_calls import recompute_weights
 from .runs import RunRecord
-from .tensor_views import (MAX_SIDE, TensorViewError, attention_heads, heatmap_diff, heatmap_slice, is_attention,
+from .tensor_views import (_LAYER, MAX_SIDE, TensorViewError, attention_heads, heatmap_diff, heatmap_slice, is_attention,
                            layer_series, node_colours, step_trends, tensor_stat)
 
 __all__ = ["TensorRequests", "MAX_VIEWED"]
@@ -77,6 +78,8 @@ class TensorRequests:
         view.update(run=record.name, trace_step=traced.step, step_index=record.trace_index.get(traced.step),
                     var=traced.out_var, block=traced.block_path, container_id=traced.container_id)
         view["attention"] = is_attention(traced.tensor.value, traced.op_name)
+        if not view["attention"] and any(c["block"] == traced.block_path for c in record.attention_calls):
+            view["attention_block"] = traced.block_path  # a fused call there: its heads can be recomputed
         return view
 
     def tokens(self) -> Optional[list[str]]:
@@ -94,6 +97,45 @@ class TensorRequests:
         tokens = self.tokens() if int(batch) == 0 else None
         view = attention_heads(traced.tensor.value, traced.op_name, batch, tokens)
         view.update(run=record.name, trace_step=traced.step, var=traced.out_var, block=traced.block_path)
+        return view
+
+    def recomputed_attention(self, block: str, run: Optional[str] = None, call: int = -1) -> dict:
+        """The attention weights of the attention call in block `block` (a path, or its end after a dot),
+        recomputed from that call's own query, key, mask and scale (attention_calls.py): the last call
+        there in the run (or number `call`), as {"weights": [batch, heads, q, k] tensor, "tokens",
+        "recomputed": True, "function", "step", "block", "run", "note"}."""
+        record = self.run(run)
+        if not isinstance(block, str) or not block.strip():
+            raise TensorViewError("attention heads need a block path, e.g. 'model.layers.0.self_attn'")
+        block = block.strip()
+        calls = [c for c in record.attention_calls if c["block"] == block or c["block"].endswith("." + block)]
+        if not calls:
+            seen = sorted({c["block"] for c in record.attention_calls})
+            raise TensorViewError(
+                f"run {record.name!r} made no attention call in {block!r} so far"
+                + (f"; it made them in {', '.join(seen[:4])}{'...' if len(seen) > 4 else ''}" if seen else
+                   "; step or continue past the block's attention call first (the calls recognised are "
+                   "scaled_dot_product_attention and functions named *attention_forward)"))
+        if len({c["block"] for c in calls}) > 1:
+            raise TensorViewError(f"{block!r} names {len({c['block'] for c in calls})} blocks; give the full path")
+        if isinstance(call, bool) or not isinstance(call, int) or not -len(calls) <= call < len(calls):
+            raise TensorViewError(f"block {calls[0]['block']!r} made {len(calls)} attention calls, there is no call {call!r}")
+        chosen = calls[call]
+        weights = recompute_weights(chosen)
+        notes = [f"recomputed from the {chosen['function']} call's query, key, "
+                 f"{'mask' if chosen['mask'] is not None else 'causal mask' if chosen['causal'] else 'no mask'} and scale"]
+        if chosen["training"] and chosen["dropout"]:
+            notes.append(f"the module was in training mode: dropout {chosen['dropout']} is not replayed")
+        return {"weights": weights, "tokens": self.tokens(), "recomputed": True, "function": chosen["function"],
+                "step": chosen["step"], "block": chosen["block"], "run": record.name, "note": "; ".join(notes)}
+
+    def recomputed_attention_view(self, block: str, run: Optional[str] = None, batch: int = 0) -> dict:
+        """The browser's per-head patterns (tensor_views.attention_heads) of `recomputed_attention`."""
+        result = self.recomputed_attention(block, run)
+        tokens = result["tokens"] if int(batch) == 0 else None
+        view = attention_heads(result["weights"], "scaled_dot_product_attention", batch, tokens)
+        view.update(run=result["run"], block=result["block"], step_index=result["step"], recomputed=True,
+                    reason=result["note"], fused=result["function"] != "eager_attention_forward")
         return view
 
     def trends(self, run: Optional[str] = None, stat: str = "norm") -> dict:
@@ -121,6 +163,93 @@ class TensorRequests:
         records = [self.run(name) for name in runs] if runs else [r for r in self.runs if r.trace.steps]
         series = []
         for record in records:
-            item = layer_series(record.trace.steps, var, stat)
-            series.append({"run": record.name, **item})
-        return {"var": var, "stat": stat, "series": series}
+            running = [] if record.finished else [path for path, _ in record.block_stack]
+            try:
+                item = layer_series(record.trace.steps, var, stat, running)
+            except TensorViewError:
+                if record.finished or not series:
+                    raise
+                continue  # a paused run that has not finished a layer yet: no points of its own
+            series.append({"run": record.name, "finished": record.finished, **item})
+        prefixes = {s["prefix"] for s in series}
+        axis: list[int] = []
+        for prefix in prefixes:  # every layer of the list, so a partial run's points sit at their numbers
+            axis += [int(p[len(prefix) + 1:]) for p in self.tree.path_nodes
+                     if p.startswith(prefix + ".") and p[len(prefix) + 1:].isdigit()]
+        return {"var": var, "stat": stat, "series": series, "axis": sorted(set(axis))}
+
+    # -- the same statement in every layer of a repeated block ----------------------------------
+
+    def same_statement(self, node: int, runs: Optional[list] = None, var: Optional[str] = None) -> dict:
+        """Tree row `node` (a statement or instruction inside a layer `prefix.N` of a ModuleList)
+        and its counterpart in every other layer of that list: the value each bound there, per run
+        (default: every run), as {layers, nodes, runs: [{run, cells: [{trace_step, var, shape,
+        stats} or None per layer]}]}. A statement binding several variables shows `var` (default: the
+        first named one it binds, in the layer's last run of it). A layer whose row differs (another
+        forward) gets no node; a layer the run has not reached yet gets None."""
+        tree = self.tree
+        if isinstance(node, bool) or not isinstance(node, int) or not 0 <= node < len(tree):
+            raise TensorViewError(f"there is no tree node {node!r}; the tree has nodes 0..{len(tree) - 1}")
+        chain = tree.ancestors(node) + [node]
+        layer_node, prefix = -1, ""
+        for candidate in reversed(chain):
+            match = _LAYER.match(tree.block_path(candidate)) if tree.nodes[candidate].kind == "B" else None
+            if match is not None:
+                layer_node, prefix = candidate, match["prefix"]
+                break
+        if layer_node < 0:
+            raise TensorViewError(f"row {node} is not inside a layer of a ModuleList (a block path ending in .N); "
+                                  "pick a statement of a repeated block such as model.layers.0")
+        steps_down = []  # the child positions from the layer block down to the row
+        for parent, child in zip(chain[chain.index(layer_node):], chain[chain.index(layer_node) + 1:]):
+            steps_down.append(tree.nodes[parent].children.index(child))
+        layers = sorted(int(p[len(prefix) + 1:]) for p in tree.path_nodes
+                        if p.startswith(prefix + ".") and p[len(prefix) + 1:].isdigit())
+        own = tree.nodes[node]
+        nodes: list[int] = []
+        for k in layers:
+            at = tree.path_nodes[f"{prefix}.{k}"]
+            for position in steps_down:
+                children = tree.nodes[at].children
+                at = children[position] if position < len(children) else -1
+                if at < 0:
+                    break
+            same = at >= 0 and tree.nodes[at].kind == own.kind and tree.nodes[at].text == own.text
+            nodes.append(at if same else -1)
+        records = [self.run(name) for name in runs] if runs else list(self.runs)
+        holders = tree.statement_nodes
+        wanted = {n: i for i, n in enumerate(nodes) if n >= 0}
+        out_runs = []
+        for record in records:
+            bound: dict[int, dict[str, int]] = {}  # layer position -> var -> its last trace step in this run
+            for row in record.steps:
+                at, trace_step = row["node"], row["trace_step"]
+                if trace_step is None or at is None or at < 0:
+                    continue
+                position = wanted.get(at, wanted.get(holders.get(at, -1)))
+                if position is not None:
+                    bound.setdefault(position, {})[row["var"] or ""] = trace_step
+            cells = []
+            for position in range(len(layers)):
+                names = bound.get(position, {})
+                if var is not None:
+                    trace_step = names.get(var)
+                else:
+                    named = [n for n in names if n and not n.startswith("$")]
+                    trace_step = names[named[0]] if named else (max(names.values()) if names else None)
+                if trace_step is None:
+                    cells.append(None)
+                    continue
+                traced = record.trace.steps[trace_step - 1]
+                value = traced.tensor.value
+                cell = {"trace_step": trace_step, "var": traced.out_var, "block": traced.block_path,
+                        "shape": list(value.shape) if isinstance(value, torch.Tensor) else None}
+                if isinstance(value, torch.Tensor) and value.numel() and not value.is_complex():
+                    data = value.detach().to(device="cpu", dtype=torch.float64)
+                    cell["stats"] = {"mean": float(data.mean()), "std": float(data.std()) if data.numel() > 1 else 0.0,
+                                     "min": float(data.min()), "max": float(data.max()),
+                                     "norm": float(torch.linalg.vector_norm(data))}
+                cells.append(cell)
+            out_runs.append({"run": record.name, "finished": record.finished, "cells": cells})
+        return {"node": node, "text": tree.source_text(node) or own.text, "prefix": prefix, "layers": layers,
+                "nodes": nodes, "runs": out_runs, "var": var}

@@ -2,7 +2,9 @@
 
 `heatmap_slice` cuts a 2-D slice out of a tensor (two dims shown, every other dim fixed at an
 index; default: the last two dims, index 0 elsewhere) and returns its values row-major with the
-range of the whole slice (so the colours and the legend mean the same with or without striding). A slice larger than `MAX_SIDE` cells per side is *strided*, not averaged: every k-th row
+range of the whole slice (so the colours and the legend mean the same with or without striding);
+a slice with values of both signs gets a diverging scale centred on 0: its colours span `range`
+[-m, m], m the largest magnitude (`min` and `max` stay the slice's own ends). A slice larger than `MAX_SIDE` cells per side is *strided*, not averaged: every k-th row
 and column is shown, and `row_ids` / `col_ids` give the original index of each shown one, so every
 drawn cell is a value of the tensor, bit for bit (float64 holds every float32/float16/bfloat16 and
 every int up to 2**53 exactly). `heatmap_diff` is the same for `b - a` of two runs at one step,
@@ -142,7 +144,12 @@ def heatmap_slice(value: Any, dims: Optional[Sequence[int]] = None, index: Optio
     cut = _cut(data, dims, fixed, max_side)
     out = _payload(cut, list(data.shape), dims, fixed, max_side)
     low, high = cut["low"], cut["high"]
-    out.update(min=low, max=high, scale="sequential", dtype=str(value.dtype).replace("torch.", ""))
+    if low is not None and low < 0 < high:  # signed values: a diverging scale with 0 in the middle
+        bound = max(-low, high)
+        out.update(min=low, max=high, scale="diverging", range=[-bound, bound])
+    else:
+        out.update(min=low, max=high, scale="sequential", range=[low, high])
+    out["dtype"] = str(value.dtype).replace("torch.", "")
     return out
 
 
@@ -158,7 +165,8 @@ def heatmap_diff(a: Any, b: Any, dims: Optional[Sequence[int]] = None, index: Op
     out = _payload(cut, list(left.shape), dims, fixed, max_side)
     low, high = cut["low"], cut["high"]
     bound = max(abs(low), abs(high)) if low is not None else None
-    out.update(min=-bound if bound is not None else None, max=bound, scale="diverging", dtype="float64")
+    out.update(min=-bound if bound is not None else None, max=bound, scale="diverging", dtype="float64",
+               range=[-bound if bound is not None else None, bound])
     return out
 
 
@@ -237,13 +245,15 @@ def step_trends(steps: Sequence[Any], stat: str = "norm", include_temporaries: b
     return {"stat": stat, "series": list(series.values()), "capped": len(series) >= max_series}
 
 
-def layer_series(steps: Sequence[Any], var: str, stat: str = "norm") -> dict:
+def layer_series(steps: Sequence[Any], var: str, stat: str = "norm", running: Sequence[str] = ()) -> dict:
     """For `var`, one value per layer of the ModuleList with the most layers: the stat of the last
-    trace step of `var` in each block `prefix.N` (its own sub-blocks are not counted)."""
+    trace step of `var` in each block `prefix.N` (its own sub-blocks are not counted). Layers in
+    `running` (blocks a paused run is still inside) have not returned and are left out."""
     found: dict[str, dict[int, Any]] = {}
+    skip = set(running)
     for step in steps:
         match = _LAYER.match(step.block_path or "")
-        if match is None or step.out_var != var:
+        if match is None or step.out_var != var or step.block_path in skip:
             continue
         found.setdefault(match["prefix"], {})[int(match["index"])] = step
     if not found:

@@ -61,9 +61,10 @@ KINDS = {
 _CONTROL_KINDS = {"if": "i", "for": "f", "while": "w"}
 
 # The initial tree stays under this many bytes of JSON (as Jupyter's json.dumps writes it: default
-# separators); the rest is fetched on expansion. With the 57 KB of browser code, the whole initial
-# widget state of any schema stays well under 200 KB.
-INITIAL_TREE_BYTES = 100_000
+# separators); the rest is fetched on expansion, and revealing a step fetches its ancestors' rows in
+# one request. The root and its rows fit; with the browser code (96 KB as JSON) the whole initial widget
+# state of an 8-layer Llama is 98 KB (bench/bench_widget.py, tests/widget/test_initial_state.py).
+INITIAL_TREE_BYTES = 1_500
 
 
 def shape_text(resolved: Any) -> str:

@@ -89,7 +89,13 @@ def test_heatmap_attention_heads_and_layer_chart_of_a_llama_in_jupyterlab(views_
     attention = root.locator(".nnsp-attention")
     heads = attention.locator("canvas.nnsp-attn")
     expect(heads).to_have_count(4)
-    expect(attention.locator(".nnsp-attn-tokens")).to_have_text("tokens: 0:3 1:14 2:15 3:9 4:2")
+    # token labels on the axes of an enlarged head (Enter on a head)
+    attention.locator(".nnsp-attn-open").nth(3).focus()
+    page.keyboard.press("Enter")
+    expect(attention.locator(".nnsp-attn-keys .nnsp-attn-tick")).to_have_text(["0:3", "1:14", "2:15", "3:9", "4:2"])
+    expect(attention.locator(".nnsp-attn-queries .nnsp-attn-tick")).to_have_text(["0:3", "1:14", "2:15", "3:9", "4:2"])
+    page.keyboard.press("Enter")  # and back
+    expect(attention.locator(".nnsp-attn-large")).to_be_hidden()
     _hover_cell(page, heads.nth(3), 4, 0, 5, 5)
     expect(attention.locator(".nnsp-readout")).to_have_attribute("data-index", "head 3, query 4:2, key 0:3")
     assert float(attention.locator(".nnsp-readout").get_attribute("data-value")) == probe["attn_0_3_4_0"]

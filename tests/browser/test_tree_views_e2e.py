@@ -142,6 +142,10 @@ def test_source_view_by_default_lowered_view_by_toggle_and_steps_highlight_state
     expect(toggle).to_have_attribute("aria-pressed", "true")
     expect(own).to_have_class(re.compile("nnsp-current"))
     expect(own.locator(".nnsp-text")).to_have_text(state["node_text"])
+    # the statements' instructions not in the first payload (the tree is sent lazily) come on request
+    split = block.locator(".nnsp-text").filter(has_text=re.compile(r"^\$t\d+ = getattr\(self, 'split_size'\)$"))
+    expect(split.first).to_be_attached(timeout=30_000)
+    expect(block.locator(".nnsp-loading")).to_have_count(0)
     lowered_rows = block.evaluate(ROW_TEXTS)
     assert any(re.fullmatch(r"\$t\d+ = getattr\(self, 'split_size'\)", t) for t in lowered_rows), lowered_rows
     assert any(t.startswith("$t") for t in lowered_rows)
