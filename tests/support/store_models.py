@@ -45,6 +45,15 @@ class Head(nn.Module):
         return logits
 
 
+def maybe_die(x: torch.Tensor) -> None:
+    """End the process on the marked input while the flag file exists (a call the schema runs as one op,
+    so the check adds no step whether the flag is there or not)."""
+    flag = os.environ.get(DEATH_FLAG)
+    if flag and Path(flag).exists() and bool(x[0, 0] == -9):
+        sys.stdout.flush()
+        os._exit(3)
+
+
 class Blocks(nn.Module):
     def __init__(self, width: int = 8, depth: int = 2):
         super().__init__()
@@ -52,10 +61,7 @@ class Blocks(nn.Module):
         self.head = Head(width)
 
     def forward(self, x):
-        flag = os.environ.get(DEATH_FLAG)
-        if flag and Path(flag).exists() and bool(x[0, 0] == -9):
-            sys.stdout.flush()
-            os._exit(3)
+        maybe_die(x)
         h = x
         for layer in self.layers:
             h = layer(h)
