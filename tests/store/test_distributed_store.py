@@ -72,3 +72,42 @@ def test_a_rank_that_dies_is_reported_and_a_rerun_writes_only_the_missing_inputs
     assert before <= {c.name for c in resumed.commits}  # what was committed stays; only the rest was written
     reference = _write(tmp_path / "w1", 1, data)
     _assert_same(resumed, reference)
+
+
+TORCHRUN = """
+import os, sys
+sys.path.insert(0, {root!r})
+from nnschemaparser import capture_dataset
+from tests.support.store_models import blocks, inputs
+
+_, schema = blocks()
+store = capture_dataset(schema, inputs({n}, nan_at=(5,)), {store!r}, keep="layers.*, head", block_size=4,
+                        progress=False)
+print("rank", os.environ["RANK"], "sees", len(store), "inputs", flush=True)
+os._exit(0)  # as the project's gloo workers do: no gloo thread destructors at exit
+"""
+
+
+def test_the_same_script_under_torchrun_writes_the_same_store(tmp_path):
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    script = tmp_path / "capture.py"
+    script.write_text(TORCHRUN.format(root=str(root), n=N, store=str(tmp_path / "t")))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+                           "--master-addr", "127.0.0.1", "--master-port", str(port), str(script)],
+                          cwd=str(root), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    import re
+
+    seen = sorted(re.findall(r"rank (\d) sees (\d+) inputs", done.stdout))  # the two ranks' lines may interleave
+    assert seen == [("0", str(N)), ("1", str(N))], done.stdout
+    launched = TraceStore(tmp_path / "t")
+    assert {c.rank for c in launched.commits} == {0, 1}
+    _assert_same(launched, _write(tmp_path / "w1", 1))
