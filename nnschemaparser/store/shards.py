@@ -21,8 +21,8 @@ from typing import Any, Optional
 
 import torch
 
-from ..files.file_format import (FileLimitError, FileLimits, MalformedFileError, is_array, is_object, parse_json,
-                                 record)
+from ..files.file_format import (FileLimitError, FileLimits, MalformedFileError, decode_budget, is_array, is_object,
+                                 parse_json, record)
 from ..files.trace_file import SAFETENSORS_DTYPES
 
 __all__ = ["encode_shard", "ShardFile"]
@@ -61,7 +61,9 @@ class ShardFile:
                 raise MalformedFileError(f"{source}: the header claims {length} bytes but only {size - 8} follow its "
                                          "length (truncated?)")
             header_bytes = handle.read(length)
-        header = parse_json(header_bytes, limits, f"{source} (header)")
+        # the memory of the header's decoding is bounded by the whole file's size, as for a trace file
+        budget = decode_budget(size, limits, source, held=len(header_bytes))
+        header = parse_json(header_bytes, limits, f"{source} (header)", budget)
         if not is_object(header):
             raise MalformedFileError(f"{source}: the safetensors header is not a JSON object")
         metadata = header.get("__metadata__", {})

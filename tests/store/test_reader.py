@@ -11,7 +11,7 @@ import torch
 from nnschemaparser import TraceStore, capture_dataset, capture_run, compare_traces, diff_summary, save_trace, load_trace
 from nnschemaparser.store.reader import NOT_KEPT
 from nnschemaparser.widget.inspector import InspectorWidget
-from tests.support.store_models import blocks, inputs, tiny_gpt2, token_inputs
+from tests.support.store_models import blocks, inputs, statistics_mismatches, tiny_gpt2, token_inputs
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,8 @@ def test_a_sample_opens_in_the_inspector_widget_and_its_run_matches_the_store(gp
         frame = widget.trace()
         rows = store.steps[store.steps["sample"] == 4]
         assert list(frame["container_id"]) == list(rows["container_id"])
-        assert list(frame["l2"]) == list(rows["l2"])
+        for (_, ours), (_, theirs) in zip(rows.iterrows(), frame.iterrows()):  # the widget's are tensor_statistics
+            assert not statistics_mismatches(ours, theirs), ours["container_id"]
     finally:
         widget.close()
 

@@ -106,3 +106,40 @@ def tiny_gpt2(layers: int = 2):
 def token_inputs(n: int, tokens: int = 8, vocab: int = 128) -> list[dict]:
     generator = torch.Generator().manual_seed(7)
     return [{"input_ids": torch.randint(0, vocab, (1, tokens), generator=generator)} for _ in range(n)]
+
+
+EXACT_STATISTICS = ("numel", "min", "max", "n_nan", "n_inf", "frac_zero")
+# accumulated in the tensor's dtype (float32 here), not in float64 as tensor_statistics: bounds relative to
+# the figure's own size, for mean and std to the tensor's mean magnitude and root mean square (a mean near
+# zero, as a LayerNorm's, cancels: only its absolute error is small)
+ACCUMULATED_STATISTICS = {"mean": 1e-5, "abs_sum": 1e-5, "l2": 1e-5, "std": 1e-4}
+
+
+def _scale(name: str, value: float, expected: dict) -> float:
+    import math
+
+    numel = max(int(expected["numel"]), 1)
+    if name == "mean":
+        return max(float(expected["abs_sum"]) / numel, 1e-30)
+    if name == "std":
+        return max(float(expected["l2"]) / math.sqrt(numel), 1e-30)
+    return max(abs(value), 1e-30)
+
+
+def statistics_mismatches(row, expected: dict) -> list[str]:
+    """The statistics of a store row that differ from `tensor_statistics`'s figures beyond their documented bounds."""
+    import math
+
+    wrong = []
+    for name in EXACT_STATISTICS:
+        a, b = row[name], expected[name]
+        if not ((a != a and b != b) or a == b):
+            wrong.append(f"{name}: {a!r} != {b!r}")
+    for name, bound in ACCUMULATED_STATISTICS.items():
+        a, b = float(row[name]), float(expected[name])
+        if math.isnan(a) or math.isnan(b) or math.isinf(a) or math.isinf(b):
+            if not (a == b or (a != a and b != b)):
+                wrong.append(f"{name}: {a!r} != {b!r}")
+        elif abs(a - b) > bound * _scale(name, b, expected):
+            wrong.append(f"{name}: {a!r} vs {b!r} (relative {abs(a - b) / max(abs(b), 1e-30):.2e} > {bound})")
+    return wrong
