@@ -12,9 +12,9 @@ again in the same input is another one, `block_path:out_var#2` for its second bi
 - a fixed-bin histogram: `bins` equal bins over [low, high), and counts below, above and NaN;
 - the top-k occurrences by the l2 norm of the tensor: (l2, sample, step), largest first.
 
-Occurrences are folded one by one in sample order within a unit and states are merged unit by unit
-in unit order (Chan et al.'s pairwise update for mean and M2), so the result depends only on the
-units, never on which process wrote which unit: a store written by 1, 2 or 4 processes gives
+Occurrences are folded one by one in sample order within a unit (Welford's update; per channel,
+each occurrence's own mean and M2 merged in) and states are merged unit by unit in unit order (Chan
+et al.'s pairwise update for mean and M2), so the result depends only on the units, never on which process wrote which unit: a store written by 1, 2 or 4 processes gives
 bit-equal reductions.
 
 Depends on torch and store.shards; never on the runtime or views.
@@ -68,22 +68,24 @@ class ReductionState:
         if self.histogram is None:
             self.histogram = torch.zeros(self.bins + 3, dtype=torch.int64)
 
-    def add(self, value: torch.Tensor, sample: int, step: int) -> None:
-        """Fold one occurrence (a tensor of any real or boolean dtype) into the state."""
+    def add(self, value: torch.Tensor, sample: int, step: int, l2: Optional[float] = None) -> None:
+        """Fold one occurrence (a tensor of any real or boolean dtype) into the state; `l2`, its norm if known."""
         data = value.detach()
         if data.is_complex():
             data = data.abs()
         data = data.to(device="cpu", dtype=_F64)
         self.count += 1
         shape = tuple(data.shape)
-        # per element
+        # per element: Welford's update, in place (one occurrence is a count of 1)
         if not self.element_note:
             if self.element_shape is None:
                 self.element_shape, self.element_n = shape, 1
                 self.element_mean, self.element_m2 = data.clone(), torch.zeros_like(data)
             elif shape == self.element_shape:
-                self.element_n, self.element_mean, self.element_m2 = _merge(
-                    self.element_n, self.element_mean, self.element_m2, 1, data, torch.zeros_like(data))
+                self.element_n += 1
+                delta = data - self.element_mean
+                self.element_mean.add_(delta, alpha=1.0 / self.element_n)
+                self.element_m2.addcmul_(delta, data - self.element_mean)
             else:
                 self._element_off(f"shapes differ ({list(self.element_shape)} and {list(shape)} at sample {sample})")
         # per channel
@@ -91,7 +93,7 @@ class ReductionState:
         if not self.channel_note and rows.shape[0] > 0:
             if self.channels is None or self.channels == rows.shape[1]:
                 mean = rows.mean(0)
-                m2 = ((rows - mean) ** 2).sum(0)
+                m2 = (rows - mean).square_().sum(0)
                 if self.channels is None:
                     self.channels, self.channel_n, self.channel_mean, self.channel_m2 = rows.shape[1], rows.shape[0], \
                         mean, m2
@@ -101,20 +103,18 @@ class ReductionState:
             else:
                 self.channel_note = f"channel counts differ ({self.channels} and {rows.shape[1]} at sample {sample})"
                 self.channels, self.channel_mean, self.channel_m2 = None, None, None
-        # histogram
+        # histogram: bin index -1 below, `bins` above, `bins + 1` for NaN (clamp keeps NaN), counted in one bincount
         flat = data.reshape(-1)
-        nan = torch.isnan(flat)
-        finite = flat[~nan]
-        width = (self.high - self.low) / self.bins
-        index = torch.floor((finite - self.low) / width).clamp_(-1, self.bins).to(torch.int64)
-        counts = torch.bincount(index + 1, minlength=self.bins + 2)  # 0: under, 1..bins, bins+1: over
+        index = (flat - self.low).mul_(self.bins / (self.high - self.low)).floor_().clamp_(-1, self.bins)
+        index = index.nan_to_num_(nan=self.bins + 1).to(torch.int64).add_(1)
+        counts = torch.bincount(index, minlength=self.bins + 3)  # 0: under, 1..bins, bins+1: over, bins+2: NaN
         hist = self.histogram
         hist[:self.bins] += counts[1:self.bins + 1]
         hist[self.bins] += counts[0]
-        hist[self.bins + 1] += counts[self.bins + 1]
-        hist[self.bins + 2] += int(nan.sum())
+        hist[self.bins + 1:] += counts[self.bins + 1:]
         # top k
-        l2 = torch.linalg.vector_norm(flat).item() if flat.numel() else 0.0
+        if l2 is None:
+            l2 = torch.linalg.vector_norm(flat).item() if flat.numel() else 0.0
         self._offer([(l2, sample, step)])
 
     def _element_off(self, note: str) -> None:

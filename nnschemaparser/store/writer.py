@@ -33,9 +33,11 @@ from .manifest import (Commit, SchemaIdentity, StoreMismatchError, StoreOptions,
                        schema_identity, sync_write, unit_name, write_commit, write_manifest)
 from .reductions import ReductionState, encode_states
 from .shards import encode_shard
-from .statistics import rows_table, step_rows
+from .statistics import COLUMNS, rows_table, step_rows
 
 __all__ = ["prepare_store", "write_rank", "finalize_store", "as_scope", "RankSummary"]
+
+_L2 = [name for name, _ in COLUMNS].index("l2")
 
 
 def as_scope(item: Any, schema: ModelBlockSchema) -> dict:
@@ -118,12 +120,12 @@ class _Unit:
         self.shard_bytes += nbytes
         return nbytes
 
-    def reduce(self, variable: str, value: torch.Tensor, sample: int, step: int) -> None:
+    def reduce(self, variable: str, value: torch.Tensor, sample: int, step: int, l2: float) -> None:
         state = self.states.get(variable)
         if state is None:
             o = self.options
             state = self.states[variable] = ReductionState(o.bins, o.low, o.high, o.top_k)
-        state.add(value, sample, step)
+        state.add(value, sample, step, l2)
 
     def flush(self) -> int:
         if not self.shard:
@@ -215,25 +217,27 @@ def _capture_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: int
     with torch.no_grad():
         record = capture_run(schema, scope)
     steps = record.trace.steps
-    kept: set[int] = set()
-    written = 0
-    seen: dict[str, int] = {}  # bindings of each variable so far in this input
+    kept: dict[int, bool] = {}  # step number -> whether it is reduced (inputs are kept, not reduced)
     for step in steps:
         value = step.tensor.value
         if not isinstance(value, torch.Tensor) or value.layout != torch.strided or value.is_meta:
             continue
-        wanted = step.slot_type == "input" or (
-            selector is not None and selector.matches(step.block_path, step.out_var, step.op_name, step.slot_type))
-        if not wanted:
+        named = selector is not None and selector.matches(step.block_path, step.out_var, step.op_name, step.slot_type)
+        if named or step.slot_type == "input":
+            kept[step.step] = named
+    rows = step_rows(sample, steps, set(kept))
+    written = 0
+    seen: dict[str, int] = {}  # bindings of each variable so far in this input
+    for step, row in zip(steps, rows):
+        if step.step not in kept:
             continue
-        kept.add(step.step)
-        written += unit.keep(f"{sample}/{step.container_id}", value)
-        if step.slot_type != "input" or (selector is not None and selector.matches(
-                step.block_path, step.out_var, step.op_name, step.slot_type)):
+        written += unit.keep(f"{sample}/{step.container_id}", step.tensor.value)
+        if kept[step.step]:
             variable = f"{step.block_path}:{step.out_var}"
             count = seen[variable] = seen.get(variable, 0) + 1
-            unit.reduce(variable if count == 1 else f"{variable}#{count}", value, sample, step.step)
-    unit.rows.extend(step_rows(sample, steps, kept))
+            unit.reduce(variable if count == 1 else f"{variable}#{count}", step.tensor.value, sample, step.step,
+                        row[_L2])
+    unit.rows.extend(rows)
     unit.samples.append(sample)
     return written
 

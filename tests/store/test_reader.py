@@ -114,9 +114,10 @@ def test_reductions_merge_to_the_statistics_of_all_kept_occurrences(gpt2_store):
     expected = torch.floor((inside + 8) / (16 / 64)).long().bincount(minlength=64)
     assert torch.equal(reduction.histogram, expected)
     assert reduction.underflow + reduction.overflow + reduction.nan + int(reduction.histogram.sum()) == flat.numel()
-    norms = sorted(((torch.linalg.vector_norm(v).item(), int(r.sample)) for v, r in zip(values, firsts.itertuples())),
-                   key=lambda t: (-t[0], t[1]))
-    assert [(s, l2) for l2, s in norms[:len(reduction.top)]] == [(s, l2) for s, _, l2 in reduction.top]
+    # the top inputs by l2: the l2 of the statistics table, largest first, ties by sample
+    norms = sorted(((r.l2, int(r.sample), int(r.step)) for r in firsts.itertuples()), key=lambda t: (-t[0], t[1]))
+    assert [(s, st, l2) for l2, s, st in norms[:len(reduction.top)]] == reduction.top
+    assert len(reduction.top) == min(len(store), store.options.top_k)
     with pytest.raises(KeyError, match="did you mean"):
         store.reduction("h.1.attn:attn_outpt")
 
