@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..files.file_format import FileLimitError, FileLimits, MalformedFileError, parse_json
+from ..files.file_format import FileLimitError, FileLimits, MalformedFileError, decode_budget, parse_json
 from ..schema.model import TensorContainer
 from ..traces.trace import ActivationTrace, TraceStep
 from .manifest import Commit, read_commits, read_manifest
@@ -213,7 +213,9 @@ class TraceStore:
                 text = shard.metadata.get("reductions")
                 if text is None:
                     raise MalformedFileError(f"{path}: no reductions metadata")
-                items = parse_json(text, self.limits, f"{path} (reductions)")
+                # bounded by the whole file's size, as its header is (store/shards.py)
+                budget = decode_budget(shard.size, self.limits, str(path), held=len(text))
+                items = parse_json(text, self.limits, f"{path} (reductions)", budget)
                 if not isinstance(items, tuple):
                     raise MalformedFileError(f"{path}: the reductions metadata is not an array")
                 for name, state in decode_states(items, shard, o.bins, o.low, o.high, o.top_k, str(path)).items():

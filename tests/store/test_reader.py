@@ -129,3 +129,16 @@ def test_an_unknown_sample_names_the_samples_the_store_has(gpt2_store):
     with pytest.raises(TypeError, match="sql must be a string"):
         store.query(3)
     assert math.isfinite(store.query("select max(l2) as m from steps")["m"][0])
+
+
+def test_reductions_of_many_variables_read_back_within_the_decode_budget(tmp_path):
+    """A reductions file of a hundred variables is dense JSON metadata beside small tensors: the budget
+    is the whole file's, as for the shard headers (a bug found by the notebook: 4x the text alone refused it)."""
+    _, schema = tiny_gpt2(layers=3)
+    store = capture_dataset(schema, token_inputs(20), tmp_path / "s", keep="*", block_size=20, progress=False)
+    name = store.commits[0].reductions_file
+    from nnschemaparser.store.shards import ShardFile
+
+    assert len(ShardFile(store.path / name, store.limits).metadata["reductions"]) > 64 * 1024
+    assert len(store.variables) > 100
+    assert store.reduction(store.variables[0]).count == 20
