@@ -12,6 +12,7 @@ Depends on schema, files, traces and the store's own modules; never on the runti
 
 from __future__ import annotations
 
+import numbers
 import os
 from pathlib import Path
 from typing import Any, Optional
@@ -123,8 +124,9 @@ class TraceStore:
             tables = [pq.read_table(f, filters=[("sample", "=", sample)] if sample is not None else None,
                                     schema=arrow_schema()) for f in files]
         except Exception as exc:
-            raise MalformedFileError(f"{self.path}: a statistics file could not be read ({type(exc).__name__}: "
-                                     f"{exc})") from None
+            names = ", ".join(str(f.name) for f in files) if len(files) < 4 else f"{len(files)} files"
+            raise MalformedFileError(f"{self.path}: a statistics file could not be read ({names}; "
+                                     f"{type(exc).__name__}: {exc})") from None
         return pa.concat_tables(tables) if tables else arrow_schema().empty_table()
 
     @property
@@ -149,14 +151,23 @@ class TraceStore:
             else:
                 connection.register("steps_empty", arrow_schema().empty_table())
                 connection.execute("CREATE VIEW steps AS SELECT * FROM steps_empty")
-            return connection.execute(sql).df()
+            try:
+                return connection.execute(sql).df()
+            except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException):
+                raise  # the query's own mistake, as DuckDB says it
+            except duckdb.Error as exc:
+                # a failure while reading: a statistics file corrupted past the footer checked on open
+                # names itself here (pyarrow reads each in full); otherwise the error is the query's
+                for path in self.parquet_files():
+                    self._read_table([path])
+                raise exc
         finally:
             connection.close()
 
     # -- tensors, traces, inputs ----------------------------------------------------------------
 
     def _commit_of(self, sample: int) -> Commit:
-        if type(sample) is not int and not (isinstance(sample, int) and not isinstance(sample, bool)):
+        if isinstance(sample, bool) or not isinstance(sample, numbers.Integral):  # numpy's ints are Integral
             raise TypeError(f"a sample id is an int, got {type(sample).__name__}")
         commit = self._by_sample.get(int(sample))
         if commit is None:

@@ -182,3 +182,15 @@ def test_a_statistics_file_with_a_row_count_other_than_its_commit_is_refused(sto
 
 def test_the_statistics_columns_are_the_documented_ones():
     assert [name for name, _ in COLUMNS][:3] == ["sample", "step", "container_id"]
+
+
+def test_a_statistics_file_corrupted_past_its_footer_is_refused_by_the_query(store):
+    path = sorted((store / "steps").iterdir())[0]
+    raw = bytearray(path.read_bytes())
+    raw[4:len(raw) // 2] = b"\xff" * (len(raw) // 2 - 4)  # the pages, not the footer the store checks on open
+    path.write_bytes(bytes(raw))
+    opened = TraceStore(store)
+    with pytest.raises(MalformedFileError, match="statistics file"):
+        opened.query("select sum(l2) from steps")
+    with pytest.raises(MalformedFileError, match="statistics file"):
+        opened.steps

@@ -142,3 +142,19 @@ def test_reductions_of_many_variables_read_back_within_the_decode_budget(tmp_pat
     assert len(ShardFile(store.path / name, store.limits).metadata["reductions"]) > 64 * 1024
     assert len(store.variables) > 100
     assert store.reduction(store.variables[0]).count == 20
+
+
+def test_sample_ids_from_a_query_are_accepted_as_they_come(gpt2_store):
+    _, _, _, store = gpt2_store
+    sample = store.query("select sample from steps order by l2 desc limit 1")["sample"][0]  # a numpy int64
+    assert len(store.trace(sample)) == len(store.trace(int(sample)))
+    with pytest.raises(TypeError, match="a sample id is an int"):
+        store.trace(True)
+
+
+def test_a_mistaken_query_raises_duckdbs_own_error(gpt2_store):
+    import duckdb
+
+    _, _, _, store = gpt2_store
+    with pytest.raises(duckdb.BinderException, match="no_such_column"):
+        store.query("select no_such_column from steps")
