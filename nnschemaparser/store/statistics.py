@@ -79,8 +79,21 @@ def _vector(value: Any) -> Any:
 def step_rows(sample: int, steps: Iterable[Any], kept: set[int]) -> list[tuple]:
     """One row (COLUMNS order) per TraceStep of an input; `kept`: the step numbers whose tensor is written."""
     steps = list(steps)
-    vectors = [_vector(step.tensor.value) for step in steps]
-    computed = [v for v in vectors if not isinstance(v, list)]
+    # A tensor held by several steps (a block's result is its last op's tensor, bound again by the
+    # caller) is summarised once: the steps hold the same object, as captured.
+    memo: dict[int, Any] = {}
+    vectors = []
+    for step in steps:
+        value = step.tensor.value
+        if isinstance(value, torch.Tensor):
+            vector = memo.get(id(value))
+            if vector is None:
+                vector = memo[id(value)] = _vector(value)
+            vectors.append(vector)
+        else:
+            vectors.append(_vector(value))
+    computed = list({id(v): v for v in vectors if not isinstance(v, list)}.values())
+    slot = {id(v): i for i, v in enumerate(computed)}
     figures = torch.stack([v[1] for v in computed]).tolist() if computed else []
     # the rare tensors with NaN or inf (a sum that is not finite), with sums that overflow their dtype
     # (an attention mask of float32 minima) or with zeros (a least magnitude of 0): count them, and redo
@@ -95,7 +108,6 @@ def step_rows(sample: int, steps: Iterable[Any], kept: set[int]) -> list[tuple]:
         if not nans and not infs and not (math.isfinite(f[0]) and math.isfinite(f[3]) and math.isfinite(f[5])):
             wide = computed[i][2].to(_F64)
             f[0], f[3], f[5] = wide.sum().item(), wide.abs().sum().item(), torch.dot(wide, wide).item()
-    position = 0
     rows = []
     for step, vector in zip(steps, vectors):
         if isinstance(vector, list):
@@ -104,9 +116,9 @@ def step_rows(sample: int, steps: Iterable[Any], kept: set[int]) -> list[tuple]:
                 numel = math.prod(step.tensor.shape) if step.tensor.shape else 1
         else:
             numel = vector[0]
+            position = slot[id(vector)]
             total, low, high, abs_sum, _, squares = figures[position]
             nans, infs, zeros = special.get(position, (0, 0, 0))
-            position += 1
             if nans:  # torch's min, max and mean propagate NaN; aminmax does too, the sum as well
                 low = high = _NAN
             l2 = math.sqrt(squares) if squares == squares and squares >= 0 else _NAN
