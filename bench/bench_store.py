@@ -1,6 +1,6 @@
 """The activation store against captures kept in memory, side by side in one process (CPU time).
 
-    python bench/bench_store.py [--rounds N] [--inputs N] [--gb G] [--rows N] [--quick]
+    python bench/bench_store.py [--rounds N] [--inputs N] [--gb G] [--rows N] [--quick] [--only write,keep,read,query]
 
 1. write: for GPT-2 small (12x768, 64 tokens) and a 32-layer tiny Llama (16 tokens), over the same
    inputs, in interleaved rounds: eager, capture_run of every input kept in memory (a list of
@@ -217,19 +217,25 @@ def main() -> int:
     parser.add_argument("--gb", type=float, default=2.0)
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--quick", action="store_true", help="1 round, 2 inputs, a 0.2 GB store, 10,000 steps")
+    parser.add_argument("--only", default="write,keep,read,query", help="the parts to run, comma-separated")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.inputs, args.gb, args.rows = 1, 2, 0.2, 10_000
     torch.set_grad_enabled(False)
     with tempfile.TemporaryDirectory(prefix="bench_store_") as folder:
         scratch = Path(folder)
-        bench_write("GPT-2 small, 64 tokens", lambda: gpt2_small(64), "h.*.attn:attn_output", args.inputs,
-                    args.rounds, scratch)
-        bench_write("tiny Llama 32 layers", tiny_llama, "layers.*.self_attn:attn_output", args.inputs * 4,
-                    args.rounds, scratch)
-        bench_keep(args.rounds)
-        bench_read(args.gb, scratch)
-        bench_query(args.rows, scratch)
+        parts = set(args.only.split(","))
+        if "write" in parts:
+            bench_write("GPT-2 small, 64 tokens", lambda: gpt2_small(64), "h.*.attn:attn_output", args.inputs,
+                        args.rounds, scratch)
+            bench_write("tiny Llama 32 layers", tiny_llama, "layers.*.self_attn:attn_output", args.inputs * 4,
+                        args.rounds, scratch)
+        if "keep" in parts:
+            bench_keep(args.rounds)
+        if "read" in parts:
+            bench_read(args.gb, scratch)
+        if "query" in parts:
+            bench_query(args.rows, scratch)
     return 0
 
 
