@@ -184,3 +184,16 @@ def test_statistics_of_odd_tensors_count_nan_inf_and_zeros_exactly(tmp_path):
         record = dict(zip(names, row))
         wrong = statistics_mismatches(record, tensor_statistics(value))
         assert not wrong, (value, wrong)
+
+
+def test_dataloader_batches_are_inputs_by_position(tmp_path):
+    from torch.utils.data import DataLoader, TensorDataset
+
+    _, schema = blocks()
+    x = torch.randn(8, 8, generator=torch.Generator().manual_seed(5))
+    loader = DataLoader(TensorDataset(x), batch_size=2)  # each batch is [tensor of (2, 8)]: one input each
+    store = capture_dataset(schema, loader, tmp_path / "s", keep="head", progress=False)
+    assert store.samples == [0, 1, 2, 3]
+    assert torch.equal(store.scope(2)["x"], x[4:6])
+    with pytest.raises(TypeError, match="an input must be a dict"):
+        capture_dataset(schema, [object()], tmp_path / "t", progress=False)
