@@ -54,6 +54,7 @@ bench: setup
 	$(PY) bench/bench_dispatch.py
 	$(PY) bench/bench_widget.py
 	$(PY) bench/bench_schema_file.py
+	$(PY) bench/bench_store.py
 
 widget: setup js-deps
 	$(PY) -m nnschemaparser.widget.build

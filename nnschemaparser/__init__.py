@@ -2,8 +2,8 @@
 
 The package root only re-exports. Pipeline: source -> lowering -> schema -> runtime (program,
 interpreter) -> listeners (traces, stepping, comparison) -> views (dump, DataFrames, plots, widget, CLI).
-The stages are subpackages (schema, lowering, runtime, parser, traces, inspection, files, widget,
-validation, examples; docs/ARCHITECTURE.md); import a module from its stage
+The stages are subpackages (schema, lowering, runtime, parser, traces, inspection, files, store,
+widget, validation, examples; docs/ARCHITECTURE.md); import a module from its stage
 (`nnschemaparser.schema.errors`, not `nnschemaparser.errors`).
 """
 
@@ -79,6 +79,11 @@ from .files.trace_file import load_trace, save_trace
 from .traces.trace import ActivationTrace, GradientTrace, TraceStep
 from .files.value_codec import UnresolvedReference
 from .traces.text_trace import TraceRecorder
+from .traces.selection import KeepSelector, KeepTerm
+from .store.dataset import capture_dataset
+from .store.manifest import StoreIncompleteError, StoreMismatchError
+from .store.reader import TraceStore
+from .store.reductions import Reduction
 
 __version__ = "0.1.0"
 
@@ -103,4 +108,6 @@ __all__ = [
     "ActivationRecorder", "ActivationTrace", "GradientTrace", "TraceStep", "ExecutionRecord", "capture_run",
     "TraceDiff", "compare_traces", "diff_summary", "first_divergence", "diffs_to_dataframe", "tensor_statistics",
     "HistogramBins", "histogram_bins", "plot_histograms", "EditEvent",
+    "capture_dataset", "TraceStore", "Reduction", "KeepSelector", "KeepTerm", "StoreMismatchError",
+    "StoreIncompleteError",
 ]

@@ -54,7 +54,8 @@ class ExecutionRecord:
 
 
 def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = False,
-                limits: Optional[CaptureLimits] = None, coverage: bool = False) -> ExecutionRecord:
+                limits: Optional[CaptureLimits] = None, keep: Any = None,
+                coverage: bool = False) -> ExecutionRecord:
     """Run `block` on `scope` ({input name: value}), capturing every intermediate tensor.
 
     The run goes through the same runtime `Program` as `SchemaInterpreter.run`, so outputs equal eager ones
@@ -63,8 +64,12 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
     also watches for code outside the schema (`runtime.coverage.LiveCallDetector`, a trace function,
     so the run is slower): `record.coverage()` lists it. The cyclic garbage collector
     is paused while the run goes (and resumed after it, if it was on).
+
+    `keep` records only the steps a selector names (`"model.layers.3:hidden_states"`, `"op=*linear"`,
+    a list of terms; traces/selection.py): the others are not recorded, and the kept steps keep the
+    numbers and container ids they have in a capture of everything.
     """
-    recorder = ActivationRecorder(capture_grads=capture_grads, limits=limits)
+    recorder = ActivationRecorder(capture_grads=capture_grads, limits=limits, keep=keep)
     # The cyclic GC is paused for the run: a capture allocates a record and keeps a tensor per step,
     # which starts young-generation collections that find nothing to free and, now and then, a
     # full collection of every object of the process (the slow rounds). Reference counting still

@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import torch
 
 from .sampling import CaptureLimits, sample_tensor
+from .selection import KeepSelector, keep_selector
 from .descriptions import callee_name, describe_block_call, describe_op, op_name_of
 from ..runtime.listeners import EditEvent, InstructionEvent, TraceListener
 from ..schema.model import (
@@ -193,12 +194,17 @@ class ActivationRecorder(TraceListener):
     `max_traversal_nodes` and `max_container_depth` bound the walk through structured root inputs
     and outputs.
 
+    `keep` (a selector, see traces/selection.py: `"model.layers.3:hidden_states"`, a KeepTerm or a
+    list) records only the steps it names; the others are counted, not recorded, so a kept step's
+    number and container id are those it has in a capture of everything.
+
     Reusable: each run starts a fresh trace, so traces of earlier runs stay intact.
     """
 
     every_instruction = False  # only tensor results (and returns) can become steps
 
-    def __init__(self, capture_grads: bool = False, limits: Optional[CaptureLimits] = None):
+    def __init__(self, capture_grads: bool = False, limits: Optional[CaptureLimits] = None, keep: Any = None):
+        self.keep: Optional[KeepSelector] = keep_selector(keep)
         if limits is not None and not isinstance(limits, CaptureLimits):
             raise TypeError(f"limits must be a nnschemaparser.CaptureLimits or None, got {type(limits).__name__}; "
                             "build one with CaptureLimits(max_tensors=..., max_bytes=...)")
@@ -223,10 +229,13 @@ class ActivationRecorder(TraceListener):
         self._kept_bytes = 0
         self._exhausted: Optional[str] = None
         self._storages: dict[int, list[int]] = {}  # storage pointer -> numbers of the steps keeping it
-        self._versions: list[int] = []  # version counter of each kept value, as captured
+        self._versions: list[int] = []  # version counter of each recorded value, as captured (by position)
+        # With a keep selector the recorded steps are a subset: their numbers by position, and back
+        self._numbers: Optional[list[int]] = [] if self.keep is not None else None
+        self._positions: Optional[dict[int, int]] = {} if self.keep is not None else None
         self._records: list[list] = []  # the trace's pending records (see `_add`)
         self._count = 0  # steps recorded in this run
-        self._indexed = 0
+        self._indexed = 0  # recorded positions whose storages are indexed
         self._grads: dict[int, torch.Tensor] = {}
         self._tracked: set[int] = set()
         self._hooked: dict[tuple[int, int], tuple[torch.Tensor, list[int]]] = {}
@@ -309,7 +318,7 @@ class ActivationRecorder(TraceListener):
                 if value is not None:
                     value = value.detach().clone()
                     self._set_value(number, value)
-                    self._versions[number - 1] = value._version
+                    self._versions[self._position(number)] = value._version
                     self.changed_in_place.add(number)
 
     def on_edit(self, event: EditEvent) -> None:
@@ -330,7 +339,7 @@ class ActivationRecorder(TraceListener):
                 self._storages[ptr] = [n for n in indexed if n != step.step]
             self._indexed = len(steps) - 1
         step.tensor.value = new.detach() if new.requires_grad else new
-        self._versions[step.step - 1] = _version(new)
+        self._versions[len(steps) - 1] = _version(new)
         step.tensor.shape = _shape(new)
         step.tensor.dtype = str(new.dtype)
         step.edited = True
@@ -364,6 +373,12 @@ class ActivationRecorder(TraceListener):
         # is read. What is recorded here is all the step will hold: the value as kept now, its shape
         # and dtype now, so a later in-place change (of the tensor or of its shape) cannot leak in.
         number = self._count = self._count + 1
+        keep = self.keep
+        if keep is not None:
+            if not keep.matches(block_path, out_var, op_name, slot_type):
+                return  # counted (the numbers stay those of a full capture), not recorded
+            self._positions[number] = len(self._numbers)  # type: ignore[index]
+            self._numbers.append(number)  # type: ignore[union-attr]
         requires_grad = tensor.requires_grad
         if self.limits is None:
             value, omitted, sample = (tensor.detach() if requires_grad else tensor), None, ()
@@ -387,14 +402,22 @@ class ActivationRecorder(TraceListener):
             if value is not None:
                 self._hook(tensor, number)
 
+    def _position(self, number: int) -> int:
+        """Where step `number` is among the recorded steps (all of them without a keep selector)."""
+        return number - 1 if self._positions is None else self._positions[number]
+
+    def _number_at(self, position: int) -> int:
+        return position + 1 if self._numbers is None else self._numbers[position]
+
     def _record_of(self, number: int) -> Optional[list]:
         """Step `number`'s pending record, or None once the trace has built its TraceStep."""
         built = len(self.trace._steps)
-        return self._records[number - 1 - built] if number > built else None
+        position = self._position(number)
+        return self._records[position - built] if position >= built else None
 
     def _value_of(self, number: int) -> Any:
         record = self._record_of(number)
-        return record[_VALUE] if record is not None else self.trace._steps[number - 1].tensor.value
+        return record[_VALUE] if record is not None else self.trace._steps[self._position(number)].tensor.value
 
     def _set_value(self, number: int, value: Any, omitted: Optional[str] = None) -> None:
         record = self._record_of(number)
@@ -403,7 +426,7 @@ class ActivationRecorder(TraceListener):
             if omitted is not None:
                 record[_OMITTED] = omitted
             return
-        step = self.trace._steps[number - 1]
+        step = self.trace._steps[self._position(number)]
         step.tensor.value = value
         if omitted is not None:
             step.omitted = omitted
@@ -415,9 +438,10 @@ class ActivationRecorder(TraceListener):
         version that moved since capture means the kept value is no longer the captured one.
         """
         versions = self._versions
-        for number in range(1, self._count + 1):
+        for position in range(len(versions)):
+            number = self._number_at(position)
             value = self._value_of(number)
-            if value is not None and _version(value) != versions[number - 1]:
+            if value is not None and _version(value) != versions[position]:
                 self._set_value(number, None, "changed in place after capture by an op the schema does not flag "
                                 "as mutating (e.g. inplace passed positionally); the value at capture time was "
                                 "not kept")
@@ -445,13 +469,14 @@ class ActivationRecorder(TraceListener):
 
     def _index_storages(self) -> None:
         storages = self._storages
-        for number in range(self._indexed + 1, self._count + 1):
+        for position in range(self._indexed, len(self._versions)):
+            number = self._number_at(position)
             value = self._value_of(number)
             if value is not None:
                 ptr = _storage_ptr(value)
                 if ptr:
                     storages.setdefault(ptr, []).append(number)
-        self._indexed = self._count
+        self._indexed = len(self._versions)
 
     # -- descriptions -----------------------------------------------------------------------
 

@@ -20,8 +20,8 @@ import pytest
 import nnschemaparser
 
 PACKAGE = Path(nnschemaparser.__file__).parent
-STAGES = ("schema", "lowering", "runtime", "parser", "traces", "inspection", "files", "widget", "validation",
-          "examples")
+STAGES = ("schema", "lowering", "runtime", "parser", "traces", "inspection", "files", "store", "widget",
+          "validation", "examples")
 ROOT_MODULES = {"__init__", "__main__"}
 MAX_LINES = 600
 

@@ -1,0 +1,246 @@
+"""The activation store against captures kept in memory, side by side in one process (CPU time).
+
+    python bench/bench_store.py [--rounds N] [--inputs N] [--gb G] [--rows N] [--quick] [--only write,keep,read,query]
+
+1. write: for GPT-2 small (12x768, 64 tokens) and a 32-layer tiny Llama (16 tokens), over the same
+   inputs, in interleaved rounds: eager, capture_run of every input kept in memory (a list of
+   records), capture_dataset into a fresh store (keep="<one attention's output per layer>": every
+   step's statistics, those tensors, their reductions). Ratio: the store over the in-memory capture,
+   median over rounds (target: at most 1.3x).
+2. keep: on the 32-layer tiny Llama, eager, forward hooks on two layers cloning their outputs (the
+   nnsight-style baseline), capture_run(keep="layers.3, layers.17") and capture_run of everything;
+   ratios to eager, median over rounds.
+3. read: a store of about G GB (float32 tensors of 4 MiB, 256 MiB shards), opened once, then one
+   tensor of a random input read and summed (every byte touched); median and 95th percentile of 200
+   reads (target: under 10 ms).
+4. query: a store of about N steps (a 4-layer tiny Llama), and two DuckDB queries over its
+   statistics (the NaN question and the top-20 by norm); median of 5 (target: under 1 s).
+
+Everything runs on one torch thread: the CPU time of one thread is the work done, whatever the load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+from models import gpt2_small, tiny_llama  # noqa: E402
+
+from nnschemaparser import NNParser, TraceStore, capture_dataset, capture_run  # noqa: E402
+
+
+def cpu(fn) -> float:
+    start = time.process_time()
+    fn()
+    return time.process_time() - start
+
+
+def rounds_of(candidates: dict, rounds: int) -> dict[str, list[float]]:
+    for fn in candidates.values():  # warm-up (compiles the schema's functions, fills caches)
+        fn()
+    samples = {k: [] for k in candidates}
+    for _ in range(rounds):
+        for key, fn in candidates.items():
+            samples[key].append(cpu(fn))
+    return samples
+
+
+def ratio(samples: dict, over: str, under: str) -> float:
+    return statistics.median(a / b for a, b in zip(samples[over], samples[under]))
+
+
+def bench_write(name: str, factory, keep: str, count: int, rounds: int, scratch: Path) -> None:
+    model, example = factory()
+    schema = NNParser.parse_model(model=model, inputs_tensors_values=example)
+    generator = torch.Generator().manual_seed(0)
+    vocab = int(model.config.vocab_size)
+    inputs = [dict(example, input_ids=torch.randint(0, vocab, tuple(example["input_ids"].shape), generator=generator))
+              for _ in range(count)]
+    stores = iter(range(10 ** 6))
+
+    def eager():
+        with torch.no_grad():
+            for scope in inputs:
+                model(**scope)
+
+    def memory():
+        with torch.no_grad():
+            kept = [capture_run(schema, dict(scope)) for scope in inputs]
+        return kept
+
+    def store():
+        path = scratch / f"{name}-{next(stores)}"
+        capture_dataset(schema, inputs, path, keep=keep, progress=False)
+        shutil.rmtree(path)
+
+    samples = rounds_of({"eager": eager, "capture_run": memory, "store": store}, rounds)
+    med = {k: statistics.median(v) / count * 1e3 for k, v in samples.items()}
+    r = ratio(samples, "store", "capture_run")
+    print(f"write  {name:28s} eager {med['eager']:8.1f} ms/input  capture_run {med['capture_run']:8.1f}  "
+          f"store {med['store']:8.1f}  store/capture_run {r:5.2f}x  "
+          f"{'meets' if r <= 1.3 else 'MISSES'} the 1.3x target  (keep={keep!r}, {count} inputs, {rounds} rounds)")
+
+
+class LayerHooks:
+    """Forward hooks on some layers, cloning their tensor outputs (what nnsight's .save() of a layer output keeps)."""
+
+    def __init__(self, layers):
+        self.layers, self.values = layers, []
+
+    def run(self, model, inputs):
+        self.values = []
+
+        def hook(module, args, output):
+            first = output[0] if isinstance(output, tuple) else output
+            self.values.append(first.detach().clone())
+
+        handles = [layer.register_forward_hook(hook) for layer in self.layers]
+        try:
+            return model(**inputs)
+        finally:
+            for handle in handles:
+                handle.remove()
+
+
+def bench_keep(rounds: int) -> None:
+    model, inputs = tiny_llama()
+    schema = NNParser.parse_model(model=model, inputs_tensors_values=inputs)
+    hooks = LayerHooks([model.layers[3], model.layers[17]])
+    inner = 20
+
+    def repeat(fn):
+        return lambda: [fn() for _ in range(inner)]
+
+    with torch.no_grad():
+        kept = capture_run(schema, dict(inputs), keep="layers.3, layers.17")
+        full = capture_run(schema, dict(inputs))
+        samples = rounds_of({"eager": repeat(lambda: model(**inputs)),
+                             "hooks on 2 layers": repeat(lambda: hooks.run(model, inputs)),
+                             "keep 2 layers": repeat(lambda: capture_run(schema, dict(inputs), keep="layers.3, layers.17")),
+                             "capture everything": repeat(lambda: capture_run(schema, dict(inputs)))}, rounds)
+    figures = "  ".join(f"{k} {ratio(samples, k, 'eager'):5.2f}x" for k in samples if k != "eager")
+    print(f"keep   tiny Llama 32 layers, 16 tokens: eager {statistics.median(samples['eager']) / inner * 1e3:.2f} ms; "
+          f"{figures}  (steps recorded: {len(kept.trace)} of {len(full.trace)})")
+
+
+class Wide(nn.Module):
+    """Three 1024x1024 linear layers on a (1024, 1024) input: 4 MiB float32 tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(1024, 1024), nn.Linear(1024, 1024), nn.Linear(1024, 1024)
+
+    def forward(self, x):
+        h = self.a(x)
+        h = torch.relu(h)
+        h = self.b(h)
+        return self.c(h)
+
+
+def bench_read(gb: float, scratch: Path) -> None:
+    torch.manual_seed(0)
+    model = Wide().eval()
+    example = {"x": torch.randn(1024, 1024)}
+    schema = NNParser.parse_model(model=model, inputs_tensors_values=example)
+    per_input = 6 * 4 * 2 ** 20  # the input and five activations of 4 MiB each are kept
+    count = max(1, int(gb * 2 ** 30 / per_input))
+    generator = torch.Generator().manual_seed(1)
+    scopes = ({"x": torch.randn(1024, 1024, generator=generator)} for _ in range(count))
+    path = scratch / "read"
+    start = time.perf_counter()
+    capture_dataset(schema, scopes, path, keep="*", block_size=16, progress=False)
+    built = time.perf_counter() - start
+    size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    opened = time.perf_counter()
+    store = TraceStore(path)
+    opened = time.perf_counter() - opened
+    ids = store.steps[store.steps["kept"]][["sample", "container_id"]].values.tolist()
+    pick = random.Random(0)
+    times = []
+    for _ in range(200):
+        sample, cid = pick.choice(ids)
+        start = time.perf_counter()
+        tensor = store.tensor(int(sample), cid)
+        tensor.sum()  # every byte read
+        times.append(time.perf_counter() - start)
+    times.sort()
+    p50, p95 = times[len(times) // 2] * 1e3, times[int(len(times) * 0.95)] * 1e3
+    print(f"read   a store of {size / 2 ** 30:.2f} GB ({count} inputs, {len(store._shards)} shards, written in "
+          f"{built:.0f} s, opened in {opened * 1e3:.0f} ms): one 4 MiB tensor read and summed: median {p50:.2f} ms, "
+          f"p95 {p95:.2f} ms  {'meets' if p95 < 10 else 'MISSES'} the 10 ms target")
+    shutil.rmtree(path)
+
+
+def bench_query(rows: int, scratch: Path) -> None:
+    model, example = tiny_llama(layers=4)
+    schema = NNParser.parse_model(model=model, inputs_tensors_values=example)
+    per_input = len(capture_run(schema, dict(example)).trace)
+    count = max(1, rows // per_input + 1)
+    generator = torch.Generator().manual_seed(2)
+    scopes = [dict(example, input_ids=torch.randint(0, 256, (1, 16), generator=generator)) for _ in range(count)]
+    path = scratch / "query"
+    store = capture_dataset(schema, scopes, path, keep="layers.*.self_attn:attn_output", progress=False)
+    questions = {
+        "inputs whose layers.3.mlp output has a NaN":
+            "select distinct sample from steps where block_path = 'layers.3.mlp' and n_nan > 0",
+        "top 20 inputs by the norm of attn_output in layer 3":
+            "select sample, max(l2) as norm from steps where block_path = 'layers.3.self_attn' and "
+            "out_var = 'attn_output' group by sample order by norm desc limit 20",
+    }
+    total = int(store.query("select count(*) as n from steps")["n"][0])
+    for label, sql in questions.items():
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            store.query(sql)
+            times.append(time.perf_counter() - start)
+        best = statistics.median(times)
+        print(f"query  {total} steps, {label}: median {best * 1e3:.0f} ms  {'meets' if best < 1 else 'MISSES'} "
+              "the 1 s target")
+    shutil.rmtree(path)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--inputs", type=int, default=8)
+    parser.add_argument("--gb", type=float, default=2.0)
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--quick", action="store_true", help="1 round, 2 inputs, a 0.2 GB store, 10,000 steps")
+    parser.add_argument("--only", default="write,keep,read,query", help="the parts to run, comma-separated")
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.inputs, args.gb, args.rows = 1, 2, 0.2, 10_000
+    torch.set_grad_enabled(False)
+    torch.set_num_threads(1)  # CPU time of one thread is the work's own; spinning pool threads would add to it
+    with tempfile.TemporaryDirectory(prefix="bench_store_") as folder:
+        scratch = Path(folder)
+        parts = set(args.only.split(","))
+        if "write" in parts:
+            bench_write("GPT-2 small, 64 tokens", lambda: gpt2_small(64), "h.*.attn:attn_output", args.inputs,
+                        args.rounds, scratch)
+            bench_write("tiny Llama 32 layers", tiny_llama, "layers.*.self_attn:attn_output", args.inputs * 4,
+                        args.rounds, scratch)
+        if "keep" in parts:
+            bench_keep(args.rounds)
+        if "read" in parts:
+            bench_read(args.gb, scratch)
+        if "query" in parts:
+            bench_query(args.rows, scratch)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+"""The store stage (after `files`, before `widget`), activations as a dataset: many inputs captured into an on-disk store, read back and queried.
+
+`manifest` (the layout on disk, the schema identity, the manifest and the commit records),
+`statistics` (the per-step statistics and their Parquet schema), `shards` (safetensors files,
+checked and memory-mapped), `reductions` (mergeable per-variable mean, variance, histograms and
+top-k), `writer` (what one process writes: blocks of inputs, committed one by one, resumable),
+`dataset` (`capture_dataset`: one process, N forked processes in a gloo group, or a torchrun
+launch), `reader` (`TraceStore`: DataFrames, DuckDB SQL, lazy tensors, traces, reductions).
+The keep selector itself is `traces.selection` (capture_run takes it too).
+
+May import: `schema`, `runtime`, `parser`, `traces`, `files`.
+"""
+
+from .dataset import capture_dataset
+from .manifest import SchemaIdentity, StoreIncompleteError, StoreMismatchError, StoreOptions, schema_identity
+from .reader import TraceStore
+from .reductions import Reduction
+from ..traces.selection import KeepSelector, KeepTerm, keep_selector
+
+__all__ = ["capture_dataset", "TraceStore", "Reduction", "StoreMismatchError", "StoreIncompleteError",
+           "SchemaIdentity", "StoreOptions", "schema_identity", "KeepSelector", "KeepTerm", "keep_selector"]

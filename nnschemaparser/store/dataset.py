@@ -1,0 +1,189 @@
+"""capture_dataset: capture many inputs into a store, in this process or spread over a torch.distributed group.
+
+Three ways to run, one store format:
+
+- `world=None` outside a launcher, or `world=1`: this process writes every block.
+- `world=N`: N processes are forked here (Linux, macOS: the schema and the inputs are inherited,
+  nothing is pickled), joined into a gloo group on 127.0.0.1 (a free port), each writing the blocks
+  `b % N == rank`. When one dies or fails, the others are stopped and StoreIncompleteError names it;
+  the blocks committed stay, and a rerun writes only the missing inputs.
+- under `torchrun` (RANK and WORLD_SIZE set; on several machines, torchrun's rendezvous joins them):
+  every process runs the same script and calls capture_dataset with the same inputs; each writes
+  its blocks, the group meets at a barrier, and rank 0 rewrites the manifest. The store's folder
+  must be shared by the machines (a network file system).
+
+Which process writes a block never changes its content (statistics, tensors, reductions): a store
+written by 1, 2 or 4 processes holds the same rows and tensors and bit-equal reductions, as long as
+the processes run torch with the same number of threads (the forked ones keep this process's).
+
+Depends on schema, files, traces and the store's own modules.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from ..files.file_format import FileLimits
+from ..schema.model import ModelBlockSchema
+from ..traces.selection import keep_selector
+from .manifest import StoreIncompleteError, StoreOptions, read_commits
+from .reader import TraceStore
+from .writer import RankSummary, finalize_store, prepare_store, write_rank
+
+__all__ = ["capture_dataset"]
+
+_TIMEOUT = datetime.timedelta(minutes=30)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class _Progress:
+    """A tqdm bar of inputs with inputs/s and bytes written (None when tqdm is missing or it is off)."""
+
+    def __init__(self, enabled: bool, total: Optional[int]):
+        self.bar = None
+        if enabled:
+            try:
+                from tqdm.auto import tqdm
+            except ImportError:
+                return
+            self.bar = tqdm(total=total, unit="input", desc="capture_dataset")
+        self.bytes = 0
+
+    def __call__(self, inputs: int, written: int) -> None:
+        if self.bar is not None:
+            self.bytes += written
+            self.bar.update(inputs)
+            self.bar.set_postfix_str(f"{self.bytes / 2 ** 20:.1f} MiB written", refresh=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def capture_dataset(schema: ModelBlockSchema, inputs: Iterable[Any], store: str | os.PathLike, keep: Any = None, *,
+                    world: Optional[int] = None, block_size: int = 64, shard_bytes: int = 256 * 1024 * 1024,
+                    bins: int = 64, low: float = -8.0, high: float = 8.0, top_k: int = 16, progress: bool = True,
+                    limits: Optional[FileLimits] = None) -> TraceStore:
+    """Capture each input of `inputs` (scopes, tensors, tuples or DataLoader batches) into the store at `store`.
+
+    Writes per-step statistics of every step (Parquet), the tensors `keep` names (a selector as for
+    capture_run, e.g. `"transformer.h.*.attn:attn_output"`; the root's inputs are always kept) in
+    safetensors shards of at most `shard_bytes`, and reductions per kept variable (mean and variance
+    per element and per channel, a `bins`-bin histogram over [low, high), the `top_k` inputs by l2).
+    Sample ids are positions in `inputs`. A store that exists is resumed: inputs already committed
+    are skipped (iterate the same inputs, or more of them, to complete or extend it); one written for
+    another schema or with other options raises StoreMismatchError. `world=N` spreads the work over N
+    processes (module docstring). Returns the TraceStore.
+    """
+    if not isinstance(schema, ModelBlockSchema):
+        raise TypeError(f"schema must be a ModelBlockSchema (NNParser.parse_model(...)), got {type(schema).__name__}")
+    selector = keep_selector(keep)
+    options = StoreOptions(keep=selector.text() if selector is not None else None, block_size=block_size,
+                           shard_bytes=shard_bytes, bins=bins, low=float(low), high=float(high), top_k=top_k)
+    limits = limits or FileLimits()
+    root = Path(store)
+    launched = world is None and "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if world is not None and (type(world) is not int or world < 1):
+        raise ValueError(f"world must be a positive int (processes), got {world!r}")
+    total = len(inputs) if hasattr(inputs, "__len__") else None  # type: ignore[arg-type]
+    if launched:
+        return _as_launched_rank(root, schema, inputs, options, selector, limits, progress, total)
+    identity = prepare_store(root, schema, options, limits)
+    if world is None or world == 1:
+        bar = _Progress(progress, total)
+        try:
+            write_rank(root, schema, inputs, options, selector, limits, progress=bar)
+        finally:
+            bar.close()
+    else:
+        _run_forked(root, schema, inputs, options, selector, limits, world)
+    finalize_store(root, identity, options, limits)
+    return TraceStore(root, limits=limits)
+
+
+def _as_launched_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], options: StoreOptions,
+                      selector: Any, limits: FileLimits, progress: bool, total: Optional[int]) -> TraceStore:
+    """One rank of a torchrun launch: rank 0 prepares the store, every rank writes its blocks."""
+    import torch.distributed as dist
+
+    owned = not dist.is_initialized()
+    if owned:
+        dist.init_process_group("gloo", timeout=_TIMEOUT)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    try:
+        if rank == 0:
+            identity = prepare_store(root, schema, options, limits)
+        dist.barrier()
+        if rank != 0:
+            identity = prepare_store(root, schema, options, limits)  # checks what rank 0 created
+        bar = _Progress(progress and rank == 0, total)
+        try:
+            summary = write_rank(root, schema, inputs, options, selector, limits, rank, world, bar)
+        finally:
+            bar.close()
+        summaries: list = [None] * world
+        dist.all_gather_object(summaries, summary)
+        if rank == 0:
+            finalize_store(root, identity, options, limits)
+        dist.barrier()
+    finally:
+        if owned:
+            dist.destroy_process_group()
+    return TraceStore(root, limits=limits)
+
+
+def _rank_main(rank: int, world: int, port: int, root: str, schema: ModelBlockSchema, inputs: Iterable[Any],
+               options: StoreOptions, selector: Any, limits: FileLimits) -> None:
+    import torch.distributed as dist
+
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=_TIMEOUT)
+    try:
+        summary = write_rank(Path(root), schema, inputs, options, selector, limits, rank, world)
+        summaries: list = [None] * world
+        dist.all_gather_object(summaries, summary)
+        dist.barrier()  # no rank tears the group down while another still talks to it
+    finally:
+        dist.destroy_process_group()
+    # a finished rank leaves at once: gloo's thread destructors at a normal exit abort now and then
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _run_forked(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], options: StoreOptions, selector: Any,
+                limits: FileLimits, world: int) -> None:
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    if not dist.is_available() or not dist.is_gloo_available():
+        raise RuntimeError("capture_dataset(world=N) needs torch.distributed with the gloo backend; use world=1")
+    args = (world, _free_port(), str(root), schema, inputs, options, selector, limits)
+    context = mp.start_processes(_rank_main, args=args, nprocs=world, join=False, start_method="fork")
+    try:
+        while not context.join():
+            pass
+    except Exception as exc:  # ProcessExitedException / ProcessRaisedException: the others were stopped
+        rank = getattr(exc, "error_index", None)
+        code = getattr(exc, "exit_code", None)
+        committed = {s for c in read_commits(root, limits, options.block_size) for s in c.samples}
+        how = f"died with exit code {code}" if code is not None else "failed"
+        raise StoreIncompleteError(f"rank {rank} of {world} {how}; the store keeps the {len(committed)} inputs "
+                                   f"committed so far. Run capture_dataset again with the same inputs to write only "
+                                   f"the missing ones.\n{exc}") from None
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+                process.join(10)

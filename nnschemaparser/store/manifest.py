@@ -1,0 +1,305 @@
+"""A store's layout on disk, the schema identity it is written for, its manifest and its commit records.
+
+    store/
+      manifest.json                       format, version, schema identity, options, summary
+      commits/unit-BBBBBB-SSSSSSSSS.json  one per committed unit of inputs (block B, first sample S)
+      steps/unit-...parquet               per-step statistics of the unit's inputs
+      tensors/unit-...-KKK.safetensors    the kept tensors, shards of bounded size
+      reductions/unit-...safetensors      the unit's partial reductions
+
+Inputs are grouped in blocks of `block_size` consecutive sample ids; a rank writes whole blocks, and
+a block's files become part of the store only when its commit record is renamed into `commits/`
+(written after the files it names are on disk and synced). A file no commit names is an orphan of
+a run that was killed, removed when a run takes that block up again. The commit records are the
+truth of what the store holds; the manifest's summary (`complete`, `shards`) is rewritten when a run
+ends.
+
+Every file is read as hostile (files/file_format.py): strict bounded JSON, exact records, names
+that must match the layout (no path leaves the store), sizes that must match the files.
+
+Depends on schema and files; never on the runtime or views.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from ..files.file_format import (
+    FileLimits,
+    MalformedFileError,
+    ModelMismatchError,
+    check_header,
+    dump_json,
+    get_dict,
+    get_int,
+    get_list,
+    get_opt_str,
+    get_str,
+    is_array,
+    parse_json,
+    read_bounded,
+    record,
+)
+from ..schema.model import ModelBlockSchema
+
+__all__ = ["StoreMismatchError", "StoreIncompleteError", "SchemaIdentity", "schema_identity", "StoreOptions",
+           "Commit", "MANIFEST", "read_manifest", "write_manifest", "read_commits", "write_commit", "unit_name",
+           "sync_write", "FORMAT_NAME", "FORMAT_VERSION"]
+
+FORMAT_NAME = "nnschemaparser-store"
+COMMIT_FORMAT = "nnschemaparser-store-commit"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+_UNIT = re.compile(r"^unit-(\d{6})-(\d{9})$")
+_FILE = {"steps": re.compile(r"^steps/unit-\d{6}-\d{9}\.parquet$"),
+         "tensors": re.compile(r"^tensors/unit-\d{6}-\d{9}-\d{3}\.safetensors$"),
+         "reductions": re.compile(r"^reductions/unit-\d{6}-\d{9}\.safetensors$")}
+
+
+class StoreMismatchError(ModelMismatchError):
+    """The store was written for another schema, or with other options, than the run that would append to it."""
+
+
+class StoreIncompleteError(RuntimeError):
+    """A run of capture_dataset did not write every input: a rank died or failed. Run it again to complete it."""
+
+
+@dataclass(frozen=True)
+class SchemaIdentity:
+    """What makes two schemas the same for a store: the hash of every block's source and path, the root
+    module's class, and the root's input names."""
+
+    source_hash: str
+    model_class: str
+    inputs: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {"source_hash": self.source_hash, "model_class": self.model_class, "inputs": list(self.inputs)}
+
+
+def schema_identity(schema: ModelBlockSchema) -> SchemaIdentity:
+    """The identity of `schema`: a sha256 over each block's path, type, method, forward source and skips."""
+    digest = hashlib.sha256()
+    for block in schema.iter_blocks():
+        sig = block.signature
+        item = [block.path, block.module_type, block.method_name or "", sig.source if sig is not None else "",
+                sorted(block.skipped.items()), block.skip_reason or ""]
+        digest.update(json.dumps(item, sort_keys=True, default=str).encode("utf-8"))
+    sig = schema.signature
+    names: list[str] = []
+    if sig is not None:
+        names = [p for p in sig.params if p != sig.self_name] + ([f"*{sig.vararg}"] if sig.vararg else []) + \
+            list(sig.kwonly) + ([f"**{sig.kwarg}"] if sig.kwarg else [])
+    module_class = type(schema.module).__qualname__ if schema.module is not None else schema.module_type
+    return SchemaIdentity(digest.hexdigest(), module_class or schema.name, tuple(names))
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """How a store is written; fixed when the store is created (a later run must use the same).
+
+    `keep`: the selector text of the tensors written (None: the inputs only); `block_size`: inputs
+    per unit (the grain of commits, resumption and the split over ranks); `shard_bytes`: the most
+    tensor bytes in one safetensors shard; `bins`, `low`, `high`: the fixed histogram of every kept
+    variable (`bins` equal bins over [low, high), plus under, over and NaN counts); `top_k`: the
+    inputs kept per variable by the l2 norm of its tensor.
+    """
+
+    keep: Optional[str] = None
+    block_size: int = 64
+    shard_bytes: int = 256 * 1024 * 1024
+    bins: int = 64
+    low: float = -8.0
+    high: float = 8.0
+    top_k: int = 16
+
+    def __post_init__(self) -> None:
+        for name in ("block_size", "shard_bytes", "bins", "top_k"):
+            value = getattr(self, name)
+            if type(value) is not int or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.block_size > 999_999 or self.bins > 1_000_000:
+            raise ValueError("block_size is at most 999999 and bins at most 1000000")
+        if not (isinstance(self.low, float) and isinstance(self.high, float) and self.low < self.high):
+            raise ValueError(f"the histogram range needs floats low < high, got {self.low!r}, {self.high!r}")
+
+    def to_json(self) -> dict:
+        return {"keep": self.keep, "block_size": self.block_size, "shard_bytes": self.shard_bytes, "bins": self.bins,
+                "low": self.low.hex(), "high": self.high.hex(), "top_k": self.top_k}
+
+
+def _float_hex(obj: dict, key: str, where: str) -> float:
+    text = get_str(obj, key, where, max_chars=64)
+    try:
+        return float.fromhex(text)
+    except (ValueError, OverflowError):
+        raise MalformedFileError(f"{where}.{key}: {text!r} is not a float in hex notation") from None
+
+
+def _options(data: Any, where: str) -> StoreOptions:
+    record(data, where, ("keep", "block_size", "shard_bytes", "bins", "low", "high", "top_k"))
+    try:
+        return StoreOptions(keep=get_opt_str(data, "keep", where), block_size=get_int(data, "block_size", where),
+                            shard_bytes=get_int(data, "shard_bytes", where), bins=get_int(data, "bins", where),
+                            low=_float_hex(data, "low", where), high=_float_hex(data, "high", where),
+                            top_k=get_int(data, "top_k", where))
+    except ValueError as exc:
+        raise MalformedFileError(f"{where}: {exc}") from None
+
+
+def sync_write(path: Path, data: bytes) -> None:
+    """Write `data` to `path` and flush it to the disk (a commit names only synced files)."""
+    with open(path, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        sync_write(tmp, data)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_manifest(root: Path, identity: SchemaIdentity, options: StoreOptions, complete: list,
+                   shards: list[str]) -> None:
+    document = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "schema": identity.to_json(),
+                "options": options.to_json(), "complete": complete, "shards": shards}
+    _atomic(root / MANIFEST, dump_json(document))
+
+
+def read_manifest(root: Path, limits: FileLimits) -> tuple[SchemaIdentity, StoreOptions, list, list[str]]:
+    """(identity, options, complete ranges, shard names) of the store at `root`; typed errors if malformed."""
+    path = root / MANIFEST
+    if not path.is_file():
+        raise FileNotFoundError(f"{root} is not a store: it has no {MANIFEST}; write one with capture_dataset")
+    source = str(path)
+    document = parse_json(read_bounded(path, limits, "store manifest"), limits, source)
+    check_header(document, FORMAT_NAME, FORMAT_VERSION, source)
+    record(document, source, ("format", "version", "schema", "options", "complete", "shards"))
+    raw = get_dict(document, "schema", source)
+    record(raw, f"{source}.schema", ("source_hash", "model_class", "inputs"))
+    inputs = get_list(raw, "inputs", f"{source}.schema")
+    if any(type(name) is not str for name in inputs):
+        raise MalformedFileError(f"{source}.schema.inputs: expected an array of names")
+    identity = SchemaIdentity(get_str(raw, "source_hash", f"{source}.schema", max_chars=64),
+                              get_str(raw, "model_class", f"{source}.schema", max_chars=1024), tuple(inputs))
+    options = _options(get_dict(document, "options", source), f"{source}.options")
+    complete = [list(pair) for pair in get_list(document, "complete", source)]
+    if any(len(pair) != 2 or any(type(v) is not int or v < 0 for v in pair) for pair in complete):
+        raise MalformedFileError(f"{source}.complete: expected [first, last] pairs of sample ids")
+    shards = list(get_list(document, "shards", source))
+    if any(type(name) is not str or not _FILE["tensors"].match(name) for name in shards):
+        raise MalformedFileError(f"{source}.shards: expected names such as 'tensors/unit-000000-000000000-000.safetensors'")
+    return identity, options, complete, shards
+
+
+def unit_name(block: int, first: int) -> str:
+    return f"unit-{block:06d}-{first:09d}"
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One committed unit: its block, rank, samples, statistics file, tensor shards and reductions file."""
+
+    name: str
+    block: int
+    rank: int
+    samples: tuple[int, ...]
+    steps_file: str
+    rows: int
+    shards: tuple[tuple[str, int], ...]  # (file, bytes)
+    reductions_file: str
+    sizes: tuple[tuple[str, int], ...]  # every file named, with its size in bytes
+
+    def to_json(self) -> dict:
+        return {"format": COMMIT_FORMAT, "version": FORMAT_VERSION, "block": self.block, "rank": self.rank,
+                "samples": list(self.samples), "steps_file": self.steps_file, "rows": self.rows,
+                "shards": [list(s) for s in self.shards], "reductions_file": self.reductions_file,
+                "sizes": [list(s) for s in self.sizes]}
+
+
+def write_commit(root: Path, commit: Commit) -> None:
+    _atomic(root / "commits" / f"{commit.name}.json", dump_json(commit.to_json()))
+
+
+def _file_name(value: Any, kind: str, unit: str, where: str) -> str:
+    if type(value) is not str or not _FILE[kind].match(value) or not value.split("/", 1)[1].startswith(unit):
+        raise MalformedFileError(f"{where}: {value!r} is not a {kind} file of {unit}; a commit names files "
+                                 f"inside its store only ({kind}/{unit}...)")
+    return value
+
+
+def _read_commit(root: Path, path: Path, limits: FileLimits, block_size: int) -> Commit:
+    source = str(path)
+    unit = path.stem
+    found = _UNIT.match(unit)
+    if not found:
+        raise MalformedFileError(f"{source}: a commit is named unit-BBBBBB-SSSSSSSSS.json")
+    document = parse_json(read_bounded(path, limits, "store commit"), limits, source)
+    check_header(document, COMMIT_FORMAT, FORMAT_VERSION, source)
+    record(document, source, ("format", "version", "block", "rank", "samples", "steps_file", "rows", "shards",
+                              "reductions_file", "sizes"))
+    block, first = int(found.group(1)), int(found.group(2))
+    if get_int(document, "block", source) != block:
+        raise MalformedFileError(f"{source}.block: does not match the commit's name")
+    samples = get_list(document, "samples", source)
+    if (not samples or len(samples) > block_size or any(type(s) is not int for s in samples)
+            or list(samples) != sorted(set(samples)) or samples[0] != first
+            or any(s // block_size != block for s in samples)):
+        raise MalformedFileError(f"{source}.samples: expected increasing sample ids of block {block} "
+                                 f"(block size {block_size}), the first {first}")
+    steps_file = _file_name(document["steps_file"], "steps", unit, f"{source}.steps_file")
+    reductions_file = _file_name(document["reductions_file"], "reductions", unit, f"{source}.reductions_file")
+    shards = []
+    for index, item in enumerate(get_list(document, "shards", source)):
+        if not is_array(item) or len(item) != 2 or type(item[1]) is not int:
+            raise MalformedFileError(f"{source}.shards[{index}]: expected [file, bytes]")
+        shards.append((_file_name(item[0], "tensors", unit, f"{source}.shards[{index}]"), item[1]))
+    sizes = []
+    for index, item in enumerate(get_list(document, "sizes", source)):
+        if not is_array(item) or len(item) != 2 or type(item[0]) is not str or type(item[1]) is not int:
+            raise MalformedFileError(f"{source}.sizes[{index}]: expected [file, bytes]")
+        sizes.append((item[0], item[1]))
+    named = {steps_file, reductions_file} | {s for s, _ in shards}
+    if {name for name, _ in sizes} != named or len(sizes) != len(named):
+        raise MalformedFileError(f"{source}.sizes: must give the size of each file the commit names, once")
+    for name, size in sizes:
+        target = root / name
+        actual = target.stat().st_size if target.is_file() and not target.is_symlink() else None
+        if actual is None:
+            raise MalformedFileError(f"{source}: the file {name} it names is missing (or not a plain file)")
+        if actual != size:
+            raise MalformedFileError(f"{source}: {name} is {actual} bytes, the commit says {size} (changed or "
+                                     "truncated after the commit)")
+    return Commit(unit, block, get_int(document, "rank", source, high=1 << 20), tuple(samples), steps_file,
+                  get_int(document, "rows", source), tuple(shards), reductions_file, tuple(sizes))
+
+
+def read_commits(root: Path, limits: FileLimits, block_size: int) -> list[Commit]:
+    """The store's commits in unit order; a sample committed twice is refused."""
+    folder = root / "commits"
+    if not folder.is_dir():
+        return []
+    paths = sorted(p for p in folder.iterdir() if p.suffix == ".json" and not p.name.startswith("."))
+    if len(paths) > limits.max_tensors:
+        raise MalformedFileError(f"{folder}: {len(paths)} commits, over the limit of {limits.max_tensors}")
+    commits = [_read_commit(root, path, limits, block_size) for path in paths]
+    seen: dict[int, str] = {}
+    for commit in commits:
+        for sample in commit.samples:
+            if sample in seen:
+                raise MalformedFileError(f"{folder}: sample {sample} is committed twice ({seen[sample]} and "
+                                         f"{commit.name})")
+            seen[sample] = commit.name
+    return commits

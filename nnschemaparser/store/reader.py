@@ -1,0 +1,254 @@
+"""TraceStore: a store read back, as tables, SQL, memory-mapped tensors, traces and reductions.
+
+Opening a store reads and checks its manifest and every commit record (strict bounded JSON, exact
+fields, file names inside the store, sizes matching the files), the footer of each statistics
+Parquet (its columns must be the store's, its row count the commit's, its decoded size bounded)
+and the header of each safetensors file (files/ rules: dtypes, shapes and byte ranges checked
+before a byte of data is touched). Tensors are then views of the mapped files; statistics are read
+by pyarrow (`steps`, `trace`) or by DuckDB (`query`), which sees them as the table `steps`.
+
+Depends on schema, files, traces and the store's own modules; never on the runtime or views.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from ..files.file_format import FileLimitError, FileLimits, MalformedFileError, decode_budget, parse_json
+from ..schema.model import TensorContainer
+from ..traces.trace import ActivationTrace, TraceStep
+from .manifest import Commit, read_commits, read_manifest
+from .reductions import Reduction, ReductionState, decode_states
+from .shards import ShardFile
+from .statistics import arrow_schema
+
+__all__ = ["TraceStore", "NOT_KEPT"]
+
+NOT_KEPT = "not kept in the store (its keep selector did not name it); its statistics are in store.steps"
+_PARQUET_RATIO = 64  # decoded bytes a statistics file may claim per byte of file (real ones: under 10)
+
+
+def _duckdb() -> Any:
+    try:
+        import duckdb
+    except ImportError:
+        raise ImportError("TraceStore.query needs DuckDB: pip install 'nnschemaparser[store]' (or duckdb)") from None
+    return duckdb
+
+
+class TraceStore:
+    """A store written by capture_dataset (see the package docstring for what it holds).
+
+    `samples` lists the complete inputs; `steps` is one row per input and step (DataFrame);
+    `query(sql)` runs DuckDB SQL over the table `steps`; `tensor(sample, container_id)` is a kept
+    tensor, memory-mapped; `trace(sample)` an ActivationTrace of one input (kept tensors as values,
+    the others None with `omitted` saying so); `scope(sample)` its tensor inputs; `reduction(name)`
+    the merged reductions of a kept variable (`variables` lists them).
+    """
+
+    def __init__(self, path: str | os.PathLike, *, limits: Optional[FileLimits] = None):
+        self.path = Path(path)
+        self.limits = limits or FileLimits()
+        self.identity, self.options, _, _ = read_manifest(self.path, self.limits)
+        self.commits: list[Commit] = read_commits(self.path, self.limits, self.options.block_size)
+        self._by_sample: dict[int, Commit] = {s: c for c in self.commits for s in c.samples}
+        self._check_parquet()
+        self._shards: dict[str, ShardFile] = {}
+        self._where: dict[str, str] = {}  # "sample/container_id" -> shard file
+        for commit in self.commits:
+            for name, size in commit.shards:
+                shard = self._shards[name] = ShardFile(self.path / name, self.limits, size)
+                for key in shard.layout:
+                    if not self._key_matches(key, commit):
+                        raise MalformedFileError(f"{self.path / name}: tensor {key!r} is not of a sample of "
+                                                 f"{commit.name}")
+                    if key in self._where:
+                        raise MalformedFileError(f"{self.path / name}: tensor {key!r} is also in {self._where[key]}")
+                    self._where[key] = name
+        self._steps: Any = None
+        self._reductions: Optional[dict[str, ReductionState]] = None
+
+    @staticmethod
+    def _key_matches(key: str, commit: Commit) -> bool:
+        sample, slash, _ = key.partition("/")
+        return bool(slash) and sample.isdigit() and int(sample) in commit.samples
+
+    def _check_parquet(self) -> None:
+        import pyarrow.parquet as pq
+
+        expected = arrow_schema()
+        for commit in self.commits:
+            path = self.path / commit.steps_file
+            try:
+                meta = pq.read_metadata(path)
+                schema = meta.schema.to_arrow_schema()
+            except Exception as exc:  # pyarrow raises ArrowInvalid, OSError... for a file that is not Parquet
+                raise MalformedFileError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc})") from None
+            if not schema.remove_metadata().equals(expected):
+                raise MalformedFileError(f"{path}: its columns are not a store's statistics ({schema.names})")
+            if meta.num_rows != commit.rows:
+                raise MalformedFileError(f"{path}: {meta.num_rows} rows, its commit says {commit.rows}")
+            decoded = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+            allowed = _PARQUET_RATIO * max(os.path.getsize(path), 64 * 1024)
+            if decoded > min(allowed, self.limits.max_decoded_bytes):
+                raise FileLimitError(f"{path}: claims {decoded} decoded bytes, over {_PARQUET_RATIO} times the file; "
+                                     "refused as a decompression bomb")
+
+    def __repr__(self) -> str:
+        return (f"<TraceStore {self.path}: {len(self._by_sample)} inputs of {self.identity.model_class}, "
+                f"{len(self._where)} tensors in {len(self._shards)} shards>")
+
+    # -- what it holds ---------------------------------------------------------------------------
+
+    @property
+    def samples(self) -> list[int]:
+        """The sample ids of the complete inputs, in order."""
+        return sorted(self._by_sample)
+
+    def __len__(self) -> int:
+        return len(self._by_sample)
+
+    def parquet_files(self) -> list[Path]:
+        return [self.path / c.steps_file for c in self.commits]
+
+    def _read_table(self, files: list[Path], sample: Optional[int] = None) -> Any:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            tables = [pq.read_table(f, filters=[("sample", "=", sample)] if sample is not None else None,
+                                    schema=arrow_schema()) for f in files]
+        except Exception as exc:
+            names = ", ".join(str(f.name) for f in files) if len(files) < 4 else f"{len(files)} files"
+            raise MalformedFileError(f"{self.path}: a statistics file could not be read ({names}; "
+                                     f"{type(exc).__name__}: {exc})") from None
+        return pa.concat_tables(tables) if tables else arrow_schema().empty_table()
+
+    @property
+    def steps(self) -> Any:
+        """One row per input and step (columns of store/statistics.py), sorted by sample and step."""
+        if self._steps is None:
+            table = self._read_table(self.parquet_files())
+            self._steps = table.to_pandas().sort_values(["sample", "step"], kind="stable").reset_index(drop=True)
+        return self._steps
+
+    def query(self, sql: str) -> Any:
+        """Run DuckDB `sql` over the statistics (the table `steps`); returns a DataFrame."""
+        if not isinstance(sql, str):
+            raise TypeError(f"sql must be a string, got {type(sql).__name__}")
+        duckdb = _duckdb()
+        files = [str(f) for f in self.parquet_files()]
+        connection = duckdb.connect(":memory:")
+        try:
+            if files:
+                listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+                connection.execute(f"CREATE VIEW steps AS SELECT * FROM read_parquet([{listed}])")
+            else:
+                connection.register("steps_empty", arrow_schema().empty_table())
+                connection.execute("CREATE VIEW steps AS SELECT * FROM steps_empty")
+            try:
+                return connection.execute(sql).df()
+            except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException):
+                raise  # the query's own mistake, as DuckDB says it
+            except duckdb.Error as exc:
+                # a failure while reading: a statistics file corrupted past the footer checked on open
+                # names itself here (pyarrow reads each in full); otherwise the error is the query's
+                for path in self.parquet_files():
+                    self._read_table([path])
+                raise exc
+        finally:
+            connection.close()
+
+    # -- tensors, traces, inputs ----------------------------------------------------------------
+
+    def _commit_of(self, sample: int) -> Commit:
+        if isinstance(sample, bool) or not isinstance(sample, numbers.Integral):  # numpy's ints are Integral
+            raise TypeError(f"a sample id is an int, got {type(sample).__name__}")
+        commit = self._by_sample.get(int(sample))
+        if commit is None:
+            raise KeyError(f"sample {sample} is not in this store ({len(self)} complete inputs"
+                           f"{', ids ' + str(self.samples[0]) + '..' + str(self.samples[-1]) if self._by_sample else ''})")
+        return commit
+
+    def tensor(self, sample: int, container_id: str) -> torch.Tensor:
+        """The kept tensor of step `container_id` of input `sample`: a view of the mapped shard, no copy."""
+        self._commit_of(sample)
+        key = f"{int(sample)}/{container_id}"
+        name = self._where.get(key)
+        if name is None:
+            raise KeyError(f"sample {sample} has no kept tensor {container_id!r}: the store keeps "
+                           f"{self.options.keep or 'the inputs only'}; its statistics are in store.steps")
+        return self._shards[name].tensor(key)
+
+    def trace(self, sample: int) -> ActivationTrace:
+        """Input `sample` as an ActivationTrace: its steps in order, kept tensors as (mapped) values."""
+        commit = self._commit_of(sample)
+        table = self._read_table([self.path / commit.steps_file], int(sample))
+        steps = []
+        for row in table.to_pylist():
+            key = f"{row['sample']}/{row['container_id']}"
+            name = self._where.get(key)
+            value = self._shards[name].tensor(key) if name is not None else None
+            container = TensorContainer(shape=tuple(row["shape"]), dtype=row["dtype"], value=value,
+                                        container_id=row["container_id"], slot_type=row["slot_type"])
+            steps.append(TraceStep(row["step"], row["container_id"], row["description"], row["slot_type"],
+                                   row["out_var"], row["op_name"], row["block_path"], container, None,
+                                   row["frame_depth"], row["omitted"] if value is None and row["omitted"] else
+                                   (None if value is not None else NOT_KEPT)))
+        steps.sort(key=lambda s: s.step)
+        return ActivationTrace(steps, root=self.identity.model_class)
+
+    def scope(self, sample: int) -> dict:
+        """The tensor inputs of `sample` ({name: tensor}), to run it again (the inspector, say)."""
+        scope = {}
+        for step in self.trace(sample):
+            if step.slot_type == "input" and step.value is not None and "[" not in step.out_var:
+                scope[step.out_var] = step.value.clone()
+        return scope
+
+    # -- reductions -----------------------------------------------------------------------------
+
+    def _states(self) -> dict[str, ReductionState]:
+        if self._reductions is None:
+            o = self.options
+            merged: dict[str, ReductionState] = {}
+            for commit in self.commits:  # in unit order: the merge order is fixed, whoever wrote the units
+                path = self.path / commit.reductions_file
+                size = dict(commit.sizes)[commit.reductions_file]
+                shard = ShardFile(path, self.limits, size)
+                text = shard.metadata.get("reductions")
+                if text is None:
+                    raise MalformedFileError(f"{path}: no reductions metadata")
+                # bounded by the whole file's size, as its header is (store/shards.py)
+                budget = decode_budget(shard.size, self.limits, str(path), held=len(text))
+                items = parse_json(text, self.limits, f"{path} (reductions)", budget)
+                if not isinstance(items, tuple):
+                    raise MalformedFileError(f"{path}: the reductions metadata is not an array")
+                for name, state in decode_states(items, shard, o.bins, o.low, o.high, o.top_k, str(path)).items():
+                    if name not in merged:
+                        merged[name] = ReductionState(o.bins, o.low, o.high, o.top_k)
+                    merged[name].merge(state)
+            self._reductions = merged
+        return self._reductions
+
+    @property
+    def variables(self) -> list[str]:
+        """The kept variables (`block_path:out_var`) that have reductions."""
+        return sorted(self._states())
+
+    def reduction(self, variable: str) -> Reduction:
+        """The reductions of `variable` over the whole store (see store/reductions.py)."""
+        states = self._states()
+        state = states.get(variable)
+        if state is None:
+            import difflib
+
+            close = difflib.get_close_matches(str(variable), list(states), n=3)
+            raise KeyError(f"no reductions for {variable!r}" + (f"; did you mean {', '.join(map(repr, close))}?" if
+                                                              close else f"; the store has {len(states)} variables"))
+        return Reduction.of(variable, state)

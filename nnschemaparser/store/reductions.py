@@ -1,0 +1,287 @@
+"""Dataset-level reductions of the kept variables, mergeable across units, shards and processes.
+
+A variable is `block_path:out_var` (an input's block path is empty: `:input_ids`); a variable bound
+again in the same input is another one, `block_path:out_var#2` for its second binding, and so on
+(`attn_output = ...; attn_output = attn_output.transpose(1, 2)` gives two). For each one a
+`ReductionState` keeps, in float64:
+
+- per element: count, mean and M2 (sum of squared deviations) over the occurrences whose shape is
+  that of the first one (an occurrence of another shape turns the per-element figures off, with a
+  note);
+- per channel (the last dimension): rows, mean and M2 over every other dimension;
+- a fixed-bin histogram: `bins` equal bins over [low, high), and counts below, above and NaN;
+- the top-k occurrences by the l2 norm of the tensor: (l2, sample, step), largest first.
+
+Occurrences are folded one by one in sample order within a unit (Welford's update; per channel,
+each occurrence's own mean and M2 merged in) and states are merged unit by unit in unit order (Chan
+et al.'s pairwise update for mean and M2), so the result depends only on the units, never on which process wrote which unit: a store written by 1, 2 or 4 processes gives
+bit-equal reductions.
+
+Depends on torch and store.shards; never on the runtime or views.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+__all__ = ["ReductionState", "Reduction", "encode_states", "decode_states"]
+
+_F64 = torch.float64
+
+
+def _merge(n_a: int, mean_a: torch.Tensor, m2_a: torch.Tensor, n_b: int, mean_b: torch.Tensor,
+           m2_b: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor]:
+    n = n_a + n_b
+    delta = mean_b - mean_a
+    mean = mean_a + delta * (n_b / n)
+    m2 = m2_a + m2_b + delta * delta * (n_a * n_b / n)
+    return n, mean, m2
+
+
+@dataclass
+class ReductionState:
+    """The partial reductions of one variable (see the module docstring)."""
+
+    bins: int
+    low: float
+    high: float
+    top_k: int
+    count: int = 0  # occurrences folded
+    element_shape: Optional[tuple] = None
+    element_n: int = 0
+    element_mean: Optional[torch.Tensor] = None
+    element_m2: Optional[torch.Tensor] = None
+    element_note: str = ""
+    channels: Optional[int] = None
+    channel_n: int = 0
+    channel_mean: Optional[torch.Tensor] = None
+    channel_m2: Optional[torch.Tensor] = None
+    channel_note: str = ""
+    histogram: Optional[torch.Tensor] = None  # int64 [bins + 3]: the bins, under, over, NaN
+    top: list = field(default_factory=list)  # [(l2, sample, step)]
+
+    def __post_init__(self) -> None:
+        if self.histogram is None:
+            self.histogram = torch.zeros(self.bins + 3, dtype=torch.int64)
+
+    def add(self, value: torch.Tensor, sample: int, step: int, l2: Optional[float] = None) -> None:
+        """Fold one occurrence (a tensor of any real or boolean dtype) into the state; `l2`, its norm if known."""
+        data = value.detach()
+        if data.is_complex():
+            data = data.abs()
+        data = data.to(device="cpu", dtype=_F64)
+        self.count += 1
+        shape = tuple(data.shape)
+        # per element: Welford's update, in place (one occurrence is a count of 1)
+        if not self.element_note:
+            if self.element_shape is None:
+                self.element_shape, self.element_n = shape, 1
+                self.element_mean, self.element_m2 = data.clone(), torch.zeros_like(data)
+            elif shape == self.element_shape:
+                self.element_n += 1
+                delta = data - self.element_mean
+                self.element_mean.add_(delta, alpha=1.0 / self.element_n)
+                self.element_m2.addcmul_(delta, data - self.element_mean)
+            else:
+                self._element_off(f"shapes differ ({list(self.element_shape)} and {list(shape)} at sample {sample})")
+        # per channel
+        rows = data.reshape(-1, shape[-1]) if data.dim() else data.reshape(1, 1)
+        if not self.channel_note and rows.shape[0] > 0:
+            if self.channels is None or self.channels == rows.shape[1]:
+                mean = rows.mean(0)
+                m2 = (rows - mean).square_().sum(0)
+                if self.channels is None:
+                    self.channels, self.channel_n, self.channel_mean, self.channel_m2 = rows.shape[1], rows.shape[0], \
+                        mean, m2
+                else:
+                    self.channel_n, self.channel_mean, self.channel_m2 = _merge(
+                        self.channel_n, self.channel_mean, self.channel_m2, rows.shape[0], mean, m2)
+            else:
+                self.channel_note = f"channel counts differ ({self.channels} and {rows.shape[1]} at sample {sample})"
+                self.channels, self.channel_mean, self.channel_m2 = None, None, None
+        # histogram: bin index -1 below, `bins` above, `bins + 1` for NaN (clamp keeps NaN), counted in one bincount
+        flat = data.reshape(-1)
+        index = (flat - self.low).mul_(self.bins / (self.high - self.low)).floor_().clamp_(-1, self.bins)
+        index = index.nan_to_num_(nan=self.bins + 1).to(torch.int64).add_(1)
+        counts = torch.bincount(index, minlength=self.bins + 3)  # 0: under, 1..bins, bins+1: over, bins+2: NaN
+        hist = self.histogram
+        hist[:self.bins] += counts[1:self.bins + 1]
+        hist[self.bins] += counts[0]
+        hist[self.bins + 1:] += counts[self.bins + 1:]
+        # top k
+        if l2 is None:
+            l2 = torch.linalg.vector_norm(flat).item() if flat.numel() else 0.0
+        self._offer([(l2, sample, step)])
+
+    def _element_off(self, note: str) -> None:
+        self.element_note = note
+        self.element_shape, self.element_mean, self.element_m2 = None, None, None
+
+    def _offer(self, items: list) -> None:
+        merged = self.top + items
+        # largest norm first (NaN last), ties by sample and step: a total order, the same for any split
+        merged.sort(key=lambda t: (math.isnan(t[0]), -t[0] if not math.isnan(t[0]) else 0.0, t[1], t[2]))
+        self.top = merged[:self.top_k]
+
+    def merge(self, other: "ReductionState") -> None:
+        """Fold `other` (the state of a later unit) into this one."""
+        self.count += other.count
+        if not self.element_note:
+            if other.element_note:
+                self._element_off(other.element_note)
+            elif other.element_shape is not None:
+                if self.element_shape is None:
+                    self.element_shape, self.element_n = other.element_shape, other.element_n
+                    self.element_mean, self.element_m2 = other.element_mean.clone(), other.element_m2.clone()
+                elif other.element_shape == self.element_shape:
+                    self.element_n, self.element_mean, self.element_m2 = _merge(
+                        self.element_n, self.element_mean, self.element_m2, other.element_n, other.element_mean,
+                        other.element_m2)
+                else:
+                    self._element_off(f"shapes differ ({list(self.element_shape)} and {list(other.element_shape)})")
+        if not self.channel_note:
+            if other.channel_note:
+                self.channel_note, self.channels, self.channel_mean, self.channel_m2 = other.channel_note, None, None, None
+            elif other.channels is not None:
+                if self.channels is None:
+                    self.channels, self.channel_n = other.channels, other.channel_n
+                    self.channel_mean, self.channel_m2 = other.channel_mean.clone(), other.channel_m2.clone()
+                elif other.channels == self.channels:
+                    self.channel_n, self.channel_mean, self.channel_m2 = _merge(
+                        self.channel_n, self.channel_mean, self.channel_m2, other.channel_n, other.channel_mean,
+                        other.channel_m2)
+                else:
+                    self.channel_note = f"channel counts differ ({self.channels} and {other.channels})"
+                    self.channels, self.channel_mean, self.channel_m2 = None, None, None
+        self.histogram = self.histogram + other.histogram
+        self._offer(list(other.top))
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """The merged reductions of one variable over a whole store.
+
+    `mean` and `var` are per element (None, with `note`, when the variable's shape varies); `var`
+    and `channel_var` are unbiased (n - 1, as torch.var). `histogram` holds `bins` counts over
+    `edges`; `underflow`, `overflow` and `nan` count the rest. `top` lists (sample, step, l2) of the
+    largest l2 norms.
+    """
+
+    variable: str
+    count: int
+    mean: Optional[torch.Tensor]
+    var: Optional[torch.Tensor]
+    channel_mean: Optional[torch.Tensor]
+    channel_var: Optional[torch.Tensor]
+    edges: torch.Tensor
+    histogram: torch.Tensor
+    underflow: int
+    overflow: int
+    nan: int
+    top: list
+    note: str = ""
+
+    @staticmethod
+    def of(variable: str, state: ReductionState) -> "Reduction":
+        def var(n: int, m2: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+            if m2 is None:
+                return None
+            return m2 / (n - 1) if n > 1 else torch.full_like(m2, math.nan)
+
+        bins = state.bins
+        note = "; ".join(n for n in (state.element_note, state.channel_note) if n)
+        return Reduction(variable, state.count, state.element_mean, var(state.element_n, state.element_m2),
+                         state.channel_mean, var(state.channel_n, state.channel_m2),
+                         torch.linspace(state.low, state.high, bins + 1, dtype=_F64), state.histogram[:bins].clone(),
+                         int(state.histogram[bins]), int(state.histogram[bins + 1]), int(state.histogram[bins + 2]),
+                         [(s, st, l2) for l2, s, st in state.top], note)
+
+
+def encode_states(states: dict[str, ReductionState]) -> tuple[dict[str, torch.Tensor], dict]:
+    """Tensors (keyed `<index>.<field>`) and a JSON-able description of `states`, in name order."""
+    tensors: dict[str, torch.Tensor] = {}
+    items = []
+    for index, name in enumerate(sorted(states)):
+        state = states[name]
+        for key in ("element_mean", "element_m2", "channel_mean", "channel_m2", "histogram"):
+            value = getattr(state, key)
+            if value is not None:
+                tensors[f"{index}.{key}"] = value.contiguous()
+        items.append({"variable": name, "count": state.count,
+                      "element_shape": list(state.element_shape) if state.element_shape is not None else None,
+                      "element_n": state.element_n, "element_note": state.element_note,
+                      "channels": state.channels, "channel_n": state.channel_n, "channel_note": state.channel_note,
+                      "top": [[l2.hex(), s, st] for l2, s, st in state.top]})
+    return tensors, {"bins": None, "items": items}
+
+
+def decode_states(items: Any, tensors: Any, bins: int, low: float, high: float, top_k: int,
+                  source: str) -> dict[str, ReductionState]:
+    """The states of a reductions file (its JSON items and a `tensor(key)` reader), checked."""
+    from ..files.file_format import MalformedFileError, get_int, get_list, get_str, is_array, record
+
+    states: dict[str, ReductionState] = {}
+    keys = set(tensors.keys())
+    used = set()
+    for index, item in enumerate(items):
+        where = f"{source}: items[{index}]"
+        record(item, where, ("variable", "count", "element_shape", "element_n", "element_note", "channels",
+                             "channel_n", "channel_note", "top"))
+        name = get_str(item, "variable", where, max_chars=4096)
+        if name in states:
+            raise MalformedFileError(f"{where}: variable {name!r} twice")
+        state = ReductionState(bins, low, high, top_k, count=get_int(item, "count", where))
+        shape = item["element_shape"]
+        if shape is not None and (not is_array(shape) or any(type(d) is not int or d < 0 for d in shape)):
+            raise MalformedFileError(f"{where}.element_shape: expected an array of dimensions or null")
+        state.element_shape = tuple(shape) if shape is not None else None
+        state.element_n = get_int(item, "element_n", where)
+        state.element_note = get_str(item, "element_note", where, max_chars=4096)
+        channels = item["channels"]
+        if channels is not None and (type(channels) is not int or channels <= 0):
+            raise MalformedFileError(f"{where}.channels: expected a positive integer or null")
+        state.channels = channels
+        state.channel_n = get_int(item, "channel_n", where)
+        state.channel_note = get_str(item, "channel_note", where, max_chars=4096)
+
+        def take(key: str, dtype: torch.dtype, shape: Optional[tuple]) -> Optional[torch.Tensor]:
+            full = f"{index}.{key}"
+            if shape is None:
+                if full in keys:
+                    raise MalformedFileError(f"{where}: tensor {full!r} given for an absent reduction")
+                return None
+            if full not in keys:
+                raise MalformedFileError(f"{where}: tensor {full!r} is missing")
+            value = tensors.tensor(full)
+            if value.dtype != dtype or tuple(value.shape) != tuple(shape):
+                raise MalformedFileError(f"{where}: tensor {full!r} is {value.dtype}{list(value.shape)}, expected "
+                                         f"{dtype}{list(shape)}")
+            used.add(full)
+            return value
+
+        state.element_mean = take("element_mean", _F64, state.element_shape)
+        state.element_m2 = take("element_m2", _F64, state.element_shape)
+        channel_shape = (channels,) if channels is not None else None
+        state.channel_mean = take("channel_mean", _F64, channel_shape)
+        state.channel_m2 = take("channel_m2", _F64, channel_shape)
+        state.histogram = take("histogram", torch.int64, (bins + 3,))
+        top = []
+        for position, entry in enumerate(get_list(item, "top", where)):
+            if (not is_array(entry) or len(entry) != 3 or type(entry[0]) is not str or type(entry[1]) is not int
+                    or type(entry[2]) is not int):
+                raise MalformedFileError(f"{where}.top[{position}]: expected [l2 as hex, sample, step]")
+            try:
+                top.append((float.fromhex(entry[0]), entry[1], entry[2]))
+            except (ValueError, OverflowError):
+                raise MalformedFileError(f"{where}.top[{position}]: {entry[0]!r} is not a float in hex") from None
+        if len(top) > top_k:
+            raise MalformedFileError(f"{where}.top: {len(top)} entries, the store keeps {top_k}")
+        state.top = top
+        states[name] = state
+    if keys - used:
+        raise MalformedFileError(f"{source}: tensor {sorted(keys - used)[0]!r} belongs to no variable")
+    return states

@@ -1,0 +1,143 @@
+"""Safetensors files of a store: written with safetensors, read back memory-mapped after checking them.
+
+`encode_shard` makes the bytes of a file (tensors and a string metadata); `ShardFile` opens one:
+it reads the 8-byte length and the JSON header only (bounded by FileLimits and decoded with the
+strict bounded decoder), checks every entry (known dtype, shape within bounds, byte range inside the
+file and matching the shape, ranges tiling the data exactly), then maps the file (copy-on-write, so
+the pages are shared with the page cache and nothing is read until touched). `tensor(key)` is a
+view of the mapping: no copy, unless its offset is not a multiple of its element size.
+
+Depends on files (limits, JSON, the safetensors dtype table); never on the runtime or views.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from ..files.file_format import (FileLimitError, FileLimits, MalformedFileError, decode_budget, is_array, is_object,
+                                 parse_json, record)
+from ..files.trace_file import SAFETENSORS_DTYPES
+
+__all__ = ["encode_shard", "ShardFile"]
+
+
+def encode_shard(tensors: dict[str, torch.Tensor], metadata: Optional[dict[str, str]] = None) -> bytes:
+    """The safetensors bytes of `tensors` (CPU, contiguous, none sharing memory) with string `metadata`."""
+    try:
+        import safetensors.torch as st
+    except ImportError:  # pragma: no cover - a declared dependency
+        raise ImportError("the store writes tensors with safetensors: pip install safetensors") from None
+    return st.save(tensors, metadata=metadata)
+
+
+class ShardFile:
+    """One checked safetensors file of a store, mapped read-only (copy-on-write) when first read."""
+
+    def __init__(self, path: Path, limits: FileLimits, expected_size: Optional[int] = None):
+        self.path = path
+        source = str(path)
+        try:
+            handle = open(path, "rb")
+        except FileNotFoundError:
+            raise MalformedFileError(f"{source}: the store names this file but it is missing") from None
+        with handle:
+            size = os.fstat(handle.fileno()).st_size
+            if expected_size is not None and size != expected_size:
+                raise MalformedFileError(f"{source}: {size} bytes, the store's commit says {expected_size}")
+            if size < 8:
+                raise MalformedFileError(f"{source}: {size} bytes is too short for a safetensors file (truncated?)")
+            length = int.from_bytes(handle.read(8), "little")
+            if length > limits.max_header_bytes:
+                raise FileLimitError(f"{source}: the header claims {length} bytes, over the limit of "
+                                     f"{limits.max_header_bytes}")
+            if 8 + length > size:
+                raise MalformedFileError(f"{source}: the header claims {length} bytes but only {size - 8} follow its "
+                                         "length (truncated?)")
+            header_bytes = handle.read(length)
+        # the memory of the header's decoding is bounded by the whole file's size, as for a trace file
+        budget = decode_budget(size, limits, source, held=len(header_bytes))
+        header = parse_json(header_bytes, limits, f"{source} (header)", budget)
+        if not is_object(header):
+            raise MalformedFileError(f"{source}: the safetensors header is not a JSON object")
+        metadata = header.get("__metadata__", {})
+        if not is_object(metadata) or any(type(v) is not str for v in metadata.values()):
+            raise MalformedFileError(f"{source}: __metadata__ must map names to strings")
+        self.metadata: dict[str, str] = dict(metadata)
+        entries = [(key, entry) for key, entry in header.items() if key != "__metadata__"]
+        if len(entries) > limits.max_tensors:
+            raise FileLimitError(f"{source}: {len(entries)} tensors, over the limit of {limits.max_tensors}")
+        data_start = 8 + length
+        available = size - data_start
+        spans, layout = [], {}
+        for key, entry in entries:
+            where = f"{source}: tensor {key!r}"
+            record(entry, where, ("dtype", "shape", "data_offsets"))
+            code = entry["dtype"]
+            if type(code) is not str or code not in SAFETENSORS_DTYPES:
+                raise MalformedFileError(f"{where}: unknown dtype {code!r}")
+            dtype, itemsize = SAFETENSORS_DTYPES[code]
+            shape = entry["shape"]
+            if not is_array(shape) or len(shape) > limits.max_dims or any(
+                    type(d) is not int or not 0 <= d < 2 ** 62 for d in shape):
+                raise MalformedFileError(f"{where}.shape: expected at most {limits.max_dims} non-negative dimensions")
+            offsets = entry["data_offsets"]
+            if (not is_array(offsets) or len(offsets) != 2 or any(type(o) is not int for o in offsets)
+                    or not 0 <= offsets[0] <= offsets[1]):
+                raise MalformedFileError(f"{where}.data_offsets: expected [begin, end] with 0 <= begin <= end")
+            needed = math.prod(shape) * itemsize
+            if offsets[1] > available:
+                raise MalformedFileError(f"{where}: bytes {offsets[0]}..{offsets[1]} lie past the {available} data "
+                                         "bytes of the file (truncated?)")
+            if offsets[1] - offsets[0] != needed:
+                raise MalformedFileError(f"{where}: shape {list(shape)} of {code} needs {needed} bytes, the file gives "
+                                         f"{offsets[1] - offsets[0]}")
+            spans.append((offsets[0], offsets[1], key))
+            layout[key] = (dtype, tuple(shape), data_start + offsets[0])
+        position = 0
+        for begin, end, key in sorted(spans):
+            if begin != position:
+                raise MalformedFileError(f"{source}: tensor {key!r} starts at byte {begin}, expected {position}: "
+                                         "tensors must tile the data without gaps or overlaps")
+            position = end
+        if position != available:
+            raise MalformedFileError(f"{source}: the tensors cover {position} of {available} data bytes")
+        self.layout: dict[str, tuple[torch.dtype, tuple, int]] = layout
+        self.size = size
+        self._map: Optional[mmap.mmap] = None
+
+    def keys(self) -> list[str]:
+        return list(self.layout)
+
+    def mapping(self) -> mmap.mmap:
+        if self._map is None:
+            with open(self.path, "rb") as handle:
+                if os.fstat(handle.fileno()).st_size != self.size:
+                    raise MalformedFileError(f"{self.path}: the file changed size since the store was opened")
+                self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
+        return self._map
+
+    def tensor(self, key: str) -> torch.Tensor:
+        """The tensor `key`: a view of the mapped file (pages read when touched), not a copy."""
+        dtype, shape, offset = self.layout[key]
+        count = math.prod(shape)
+        if count == 0:
+            return torch.empty(shape, dtype=dtype)
+        tensor = torch.frombuffer(self.mapping(), dtype=dtype, count=count, offset=offset).reshape(shape)
+        if offset % dtype.itemsize or sys.byteorder == "big":
+            tensor = tensor.clone() if sys.byteorder == "little" else _swapped(tensor)
+        return tensor
+
+    def tensors(self) -> dict[str, Any]:
+        return {key: self.tensor(key) for key in self.layout}
+
+
+def _swapped(tensor: torch.Tensor) -> torch.Tensor:  # pragma: no cover - big-endian machines only
+    raw = tensor.contiguous().view(torch.uint8).reshape(-1, tensor.element_size()).flip(1)
+    return raw.reshape(-1).view(tensor.dtype).reshape(tensor.shape).clone()

@@ -1,0 +1,256 @@
+"""What one process writes into a store: its blocks of inputs, each captured, reduced and committed.
+
+`prepare_store` creates the store (or checks that an existing one was written for the same schema
+and options: `StoreMismatchError` otherwise). `write_rank` walks the inputs, takes the blocks of
+sample ids that are its own (block `b` belongs to rank `b % world`) and not yet committed, and for
+each input runs `capture_run` (every step captured, under `torch.no_grad()`), computes the
+statistics of every step, clones the tensors the keep selector names (the root's inputs always:
+they reopen a sample in the inspector) into the current shard (flushed to a file once it would pass
+`shard_bytes`), and folds them into the unit's reductions. At the end of a block its statistics
+Parquet and its reductions are written and synced, then its commit record is renamed into place:
+a process killed at any point loses at most the block it was writing, whose leftover files a
+later run removes before it writes that block again.
+
+Depends on schema, runtime listeners, traces (capture, selection) and the store's own modules.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+import torch
+
+from ..files.file_format import FileLimits, dump_json
+from ..schema.model import ModelBlockSchema
+from ..traces.record import capture_run
+from ..traces.selection import KeepSelector
+from .manifest import (Commit, SchemaIdentity, StoreMismatchError, StoreOptions, read_commits, read_manifest,
+                       schema_identity, sync_write, unit_name, write_commit, write_manifest)
+from .reductions import ReductionState, encode_states
+from .shards import encode_shard
+from .statistics import COLUMNS, rows_table, step_rows
+
+__all__ = ["prepare_store", "write_rank", "finalize_store", "as_scope", "RankSummary"]
+
+_L2 = [name for name, _ in COLUMNS].index("l2")
+
+
+def as_scope(item: Any, schema: ModelBlockSchema) -> dict:
+    """One input of the iterable as a scope: a mapping as it is, a tensor or a tuple by position."""
+    if isinstance(item, dict):
+        return dict(item)
+    sig = schema.signature
+    params = [p for p in sig.params if p != sig.self_name] if sig is not None else []
+    if isinstance(item, torch.Tensor):
+        item = (item,)
+    if isinstance(item, (tuple, list)):
+        if len(item) > len(params):
+            raise TypeError(f"an input of {len(item)} values, but {schema.name}.forward takes {len(params)} "
+                            f"({', '.join(params)}); give each input as a dict of them")
+        return dict(zip(params, item))
+    if hasattr(item, "keys") and hasattr(item, "__getitem__"):  # a transformers BatchEncoding, say
+        return {key: item[key] for key in item.keys()}
+    raise TypeError(f"an input must be a dict of {schema.name}.forward's arguments, a tensor or a tuple of them; "
+                    f"got {type(item).__name__}")
+
+
+def prepare_store(root: Path, schema: ModelBlockSchema, options: StoreOptions, limits: FileLimits) -> SchemaIdentity:
+    """Create the store at `root`, or check that it was written for this schema and these options."""
+    identity = schema_identity(schema)
+    if (root / "manifest.json").exists():
+        found, stored, _, _ = read_manifest(root, limits)
+        if found != identity:
+            what = ("model class" if found.model_class != identity.model_class else
+                    "inputs" if found.inputs != identity.inputs else "source (a block's code, path or skips)")
+            raise StoreMismatchError(f"{root} was written for another schema: its {what} differs ({found.model_class} "
+                                     f"{found.source_hash[:12]}, inputs {list(found.inputs)}; this one is "
+                                     f"{identity.model_class} {identity.source_hash[:12]}, inputs "
+                                     f"{list(identity.inputs)}). Write this schema's runs into another store")
+        if stored != options:
+            diff = [f"{k}: {a!r} there, {b!r} here" for k, a, b in
+                    ((k, getattr(stored, k), getattr(options, k)) for k in vars(options)) if a != b]
+            raise StoreMismatchError(f"{root} was written with other options ({'; '.join(diff)}); a store keeps "
+                                     "its options: pass the same ones, or write another store")
+        return identity
+    if root.exists() and any(root.iterdir()):
+        raise FileExistsError(f"{root} exists and is not a store (no manifest.json); give an empty or new folder")
+    for folder in ("commits", "steps", "tensors", "reductions"):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+    write_manifest(root, identity, options, [], [])
+    return identity
+
+
+@dataclass
+class RankSummary:
+    """What one rank did: inputs captured and skipped (already committed), units and bytes written."""
+
+    rank: int
+    captured: int = 0
+    skipped: int = 0
+    units: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    samples: list = field(default_factory=list)
+
+
+class _Unit:
+    """The block being written: rows, the current shard, the reductions, the files written so far."""
+
+    def __init__(self, root: Path, block: int, first: int, options: StoreOptions):
+        self.root, self.block, self.options = root, block, options
+        self.name = unit_name(block, first)
+        self.samples: list[int] = []
+        self.rows: list[tuple] = []
+        self.shard: dict[str, torch.Tensor] = {}
+        self.shard_bytes = 0
+        self.shards: list[tuple[str, int]] = []
+        self.states: dict[str, ReductionState] = {}
+
+    def keep(self, key: str, value: torch.Tensor) -> int:
+        tensor = value.detach().to("cpu").clone(memory_format=torch.contiguous_format)
+        nbytes = tensor.numel() * tensor.element_size()
+        if self.shard and self.shard_bytes + nbytes > self.options.shard_bytes:
+            self.flush()
+        self.shard[key] = tensor
+        self.shard_bytes += nbytes
+        return nbytes
+
+    def reduce(self, variable: str, value: torch.Tensor, sample: int, step: int, l2: float) -> None:
+        state = self.states.get(variable)
+        if state is None:
+            o = self.options
+            state = self.states[variable] = ReductionState(o.bins, o.low, o.high, o.top_k)
+        state.add(value, sample, step, l2)
+
+    def flush(self) -> int:
+        if not self.shard:
+            return 0
+        name = f"tensors/{self.name}-{len(self.shards):03d}.safetensors"
+        data = encode_shard(self.shard)
+        sync_write(self.root / name, data)
+        self.shards.append((name, len(data)))
+        self.shard, self.shard_bytes = {}, 0
+        return len(data)
+
+    def commit(self, rank: int) -> Commit:
+        import pyarrow.parquet as pq
+
+        self.flush()
+        steps_file = f"steps/{self.name}.parquet"
+        buffer = io.BytesIO()
+        pq.write_table(rows_table(self.rows), buffer, compression="zstd")
+        sync_write(self.root / steps_file, buffer.getvalue())
+        tensors, described = encode_states(self.states)
+        reductions_file = f"reductions/{self.name}.safetensors"
+        data = encode_shard(tensors, {"reductions": dump_json(described["items"]).decode("ascii")})
+        sync_write(self.root / reductions_file, data)
+        sizes = [(steps_file, len(buffer.getvalue())), (reductions_file, len(data))] + list(self.shards)
+        commit = Commit(self.name, self.block, rank, tuple(self.samples), steps_file, len(self.rows),
+                        tuple(self.shards), reductions_file, tuple(sorted(sizes)))
+        write_commit(self.root, commit)
+        return commit
+
+
+def _remove_orphans(root: Path, block: int, committed: set[str]) -> None:
+    """Files of `block` that no commit names: what a killed run left of it."""
+    prefix = f"unit-{block:06d}-"
+    for folder in ("steps", "tensors", "reductions"):
+        for path in (root / folder).glob(prefix + "*"):
+            if f"{folder}/{path.name}" not in committed:
+                path.unlink()
+    for path in (root / "commits").glob(f".{prefix}*.tmp"):
+        path.unlink()
+
+
+def write_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], options: StoreOptions,
+               selector: Optional[KeepSelector], limits: FileLimits, rank: int = 0, world: int = 1,
+               progress: Optional[Callable[[int, int], None]] = None) -> RankSummary:
+    """Capture this rank's missing inputs into the store (see the module docstring)."""
+    started = time.perf_counter()
+    commits = read_commits(root, limits, options.block_size)
+    done = {s for c in commits for s in c.samples}
+    named = {name for c in commits for name, _ in c.sizes}
+    summary = RankSummary(rank)
+    unit: Optional[_Unit] = None
+    size = options.block_size
+    cleaned: set[int] = set()
+
+    def close() -> None:
+        nonlocal unit
+        if unit is not None and unit.samples:
+            unit.commit(rank)
+            summary.units += 1
+            summary.bytes += sum(s for _, s in unit.shards)
+        unit = None
+
+    for sample, item in enumerate(inputs):
+        block = sample // size
+        if block % world != rank:
+            continue
+        if sample in done:
+            summary.skipped += 1
+            continue
+        if unit is not None and unit.block != block:
+            close()
+        if unit is None:
+            if block not in cleaned:
+                _remove_orphans(root, block, named)
+                cleaned.add(block)
+            unit = _Unit(root, block, sample, options)
+        written = _capture_one(unit, schema, as_scope(item, schema), sample, selector)
+        summary.captured += 1
+        summary.samples.append(sample)
+        if progress is not None:
+            progress(1, written)
+    close()
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def _capture_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: int,
+                 selector: Optional[KeepSelector]) -> int:
+    with torch.no_grad():
+        record = capture_run(schema, scope)
+    steps = record.trace.steps
+    kept: dict[int, bool] = {}  # step number -> whether it is reduced (inputs are kept, not reduced)
+    for step in steps:
+        value = step.tensor.value
+        if not isinstance(value, torch.Tensor) or value.layout != torch.strided or value.is_meta:
+            continue
+        named = selector is not None and selector.matches(step.block_path, step.out_var, step.op_name, step.slot_type)
+        if named or step.slot_type == "input":
+            kept[step.step] = named
+    rows = step_rows(sample, steps, set(kept))
+    written = 0
+    seen: dict[str, int] = {}  # bindings of each variable so far in this input
+    for step, row in zip(steps, rows):
+        if step.step not in kept:
+            continue
+        written += unit.keep(f"{sample}/{step.container_id}", step.tensor.value)
+        if kept[step.step]:
+            variable = f"{step.block_path}:{step.out_var}"
+            count = seen[variable] = seen.get(variable, 0) + 1
+            unit.reduce(variable if count == 1 else f"{variable}#{count}", step.tensor.value, sample, step.step,
+                        row[_L2])
+    unit.rows.extend(rows)
+    unit.samples.append(sample)
+    return written
+
+
+def finalize_store(root: Path, identity: SchemaIdentity, options: StoreOptions, limits: FileLimits) -> None:
+    """Rewrite the manifest's summary: the complete sample ranges and the shard index, from the commits."""
+    commits = read_commits(root, limits, options.block_size)
+    samples = sorted(s for c in commits for s in c.samples)
+    ranges: list[list[int]] = []
+    for s in samples:
+        if ranges and ranges[-1][1] == s - 1:
+            ranges[-1][1] = s
+        else:
+            ranges.append([s, s])
+    shards = sorted(name for c in commits for name, _ in c.shards)
+    write_manifest(root, identity, options, ranges, shards)

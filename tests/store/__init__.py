@@ -1,0 +1,1 @@
+"""Tests of the `store` stage (nnschemaparser/store/): capture_dataset, TraceStore, reductions, ranks."""
