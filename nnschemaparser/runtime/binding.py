@@ -6,9 +6,11 @@ order (keywords first, then too many positionals, then missing positionals, then
 only arguments), and the same text, which names the function by its `__qualname__`
 ("Model.forward.<locals>.inner") and counts `self` for methods. `root_call` turns a root's input scope ({name: value}) into the
 `(args, kwargs)` of the call `model(x, ...)` a user would write. `merge_kwargs` merges a call's
-keywords with a `**mapping` as CPython does, with CPython's errors.
+keywords with a `**mapping` as CPython does, with CPython's errors. `entry_signature` says which
+parameters a call `module(...)` binds (a class's own `__call__`'s, else forward's), `eager_callee`
+what eager calls for a sub-block call (to word a keyword error as CPython would).
 
-Depends on schema and errors only.
+Depends on torch's `nn.Module`, schema and errors only.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ import inspect
 import sys
 from typing import Any, Callable, Optional
 
+from torch import nn
+
 from ..schema.errors import SchemaRunError
 from ..schema.model import FunctionSchema, ModelBlockSchema
 
-__all__ = ["bind_arguments", "binder", "block_qualname", "nested_qualname", "root_call", "live_signature",
+__all__ = ["entry_signature", "eager_callee", "bind_arguments", "binder", "block_qualname", "nested_qualname", "root_call", "live_signature",
            "merge_kwargs", "function_str", "INLINED_COMPREHENSIONS"]
 
 INLINED_COMPREHENSIONS = ("<listcomp>", "<setcomp>", "<dictcomp>")  # no scope of their own since 3.12 (PEP 709)
@@ -239,3 +243,32 @@ def merge_kwargs(kw: dict, extra: Any, callee: Callable[[], Any]) -> dict:
         if not text.startswith(own):
             raise
         raise TypeError(function_str(callee()) + text[len(own):]) from None
+
+
+def entry_signature(module: Any, forward_signature: Optional[FunctionSchema]) -> Optional[FunctionSchema]:
+    """The parameters a call `module(...)` binds: those of the class's own `__call__` when it
+    names some (PyG's `Aggregation.__call__(x, index, ...)`), else forward's (the schema's, or
+    the live forward's when the block has none)."""
+    if module is None:
+        return forward_signature
+    if type(module).__call__ is not nn.Module.__call__:
+        own = live_signature(module.__call__)
+        if own is not None and own.params:
+            return own
+    if forward_signature is None:
+        return live_signature(module.forward)
+    return forward_signature
+
+
+def eager_callee(module: Any, method: Optional[str]) -> Any:
+    """What eager calls for a sub-block call (the module, its method, or `super()`'s `Class.method`),
+    read only to word a keyword error as CPython would."""
+    if method is None or module is None:
+        return module
+    if "." in method:
+        owner, name = method.rsplit(".", 1)
+        for cls in type(module).__mro__:
+            if cls.__name__ == owner and name in vars(cls):
+                return getattr(cls, name).__get__(module)
+        return module
+    return getattr(module, method)

@@ -409,3 +409,42 @@ def block_label(block: Optional[ModelBlockSchema]) -> str:
     if block is None:
         return ""
     return block.name if not block.method_name else f"{block.name}.{block.method_name}"
+
+
+def observed_run(observer: Observer, block: ModelBlockSchema, fn: Callable[[dict], Any], frame: dict) -> Any:
+    """Run the generated frame function `fn` of `block`, told to `observer` (enter, exit or fail)."""
+    if fn.__code__.co_flags & inspect.CO_GENERATOR:
+        return observed_generator(observer, block, fn(frame), frame)
+    observer.enter_block(block, frame)
+    try:
+        result = fn(frame)
+    except BaseException as exc:
+        observer.fail_block(block, frame, exc)
+        raise
+    observer.exit_block(block, frame, result)
+    return result
+
+
+def observed_generator(observer: Observer, block: ModelBlockSchema, generator: Any, frame: dict) -> Any:
+    """A generator block's generator, observed: each stretch it runs (to a `yield`, or to its end)
+    is entered and left as the block, so listeners see its steps inside it, in the order they run."""
+    sent, thrown = None, None
+    while True:
+        observer.enter_block(block, frame)
+        try:
+            value = generator.send(sent) if thrown is None else generator.throw(thrown)
+        except StopIteration as stop:
+            observer.exit_block(block, frame, stop.value)
+            return stop.value
+        except BaseException as exc:
+            observer.fail_block(block, frame, exc)
+            raise
+        observer.exit_block(block, frame, value)
+        sent, thrown = None, None
+        try:
+            sent = yield value
+        except GeneratorExit:
+            generator.close()
+            raise
+        except BaseException as exc:  # thrown in by the user (a `with` block's exception): pass it on
+            thrown = exc

@@ -28,14 +28,14 @@ from torch import nn
 from ..schema.errors import SchemaRunError
 from ..schema.model import (BlockInstruction, FunctionInstruction, FunctionSchema, Instruction, ModelBlockSchema,
                             OpInstruction, VarRef)
-from .binding import binder, block_qualname, live_signature, nested_qualname, root_call
+from .binding import binder, block_qualname, eager_callee, entry_signature, nested_qualname, root_call
 from .codegen import CodeGenerator
 from .coverage import active_detector
 from .lending import lending, lent_values
 from .instructions import operand_reader, uses_frame
 from .functions import InterpretedFunction, rebind_wrapper, rebindable
 from .hooks import GLOBAL_HOOK_DICTS, call_with_hooks, global_hooks_active
-from .listeners import Observer
+from .listeners import Observer, observed_run as _observed_run
 
 __all__ = ["Program", "CompiledFunction", "programs_for", "callee_label", "entry_signature", "Observer",
            "InterpretedFunction", "rebindable", "source_code"]
@@ -43,40 +43,11 @@ __all__ = ["Program", "CompiledFunction", "programs_for", "callee_label", "entry
 _Module = nn.Module
 
 
-def entry_signature(module: Any, forward_signature: Optional[FunctionSchema]) -> Optional[FunctionSchema]:
-    """The parameters a call `module(...)` binds: those of the class's own `__call__` when it
-    names some (PyG's `Aggregation.__call__(x, index, ...)`), else forward's (the schema's, or
-    the live forward's when the block has none)."""
-    if module is None:
-        return forward_signature
-    if type(module).__call__ is not _Module.__call__:
-        own = live_signature(module.__call__)
-        if own is not None and own.params:
-            return own
-    if forward_signature is None:
-        return live_signature(module.forward)
-    return forward_signature
-
-
 def callee_label(block: ModelBlockSchema) -> str:
     """How a call of `block` is named: its path (`transformer.h.1.attn`), a method schema's with its
     method (`transformer.h.1.attn._attn`), the root's by its name."""
     path = block.path or block.name
     return f"{path}.{block.method_name}" if block.method_name else path
-
-
-def eager_callee(module: Any, method: Optional[str]) -> Any:
-    """What eager calls for a sub-block call (the module, its method, or `super()`'s `Class.method`),
-    read only to word a keyword error as CPython would."""
-    if method is None or module is None:
-        return module
-    if "." in method:
-        owner, name = method.rsplit(".", 1)
-        for cls in type(module).__mro__:
-            if cls.__name__ == owner and name in vars(cls):
-                return getattr(cls, name).__get__(module)
-        return module
-    return getattr(module, method)
 
 
 class CompiledFunction:
@@ -578,44 +549,6 @@ class Program:
             with self.lending():
                 return self.call_block(self.root, tuple(args), dict(kwargs))
         return self.call_block(self.root, tuple(args), dict(kwargs))
-
-
-def _observed_run(observer: Observer, block: ModelBlockSchema, fn: Callable[[dict], Any], frame: dict) -> Any:
-    if fn.__code__.co_flags & inspect.CO_GENERATOR:
-        return _observed_generator(observer, block, fn(frame), frame)
-    observer.enter_block(block, frame)
-    try:
-        result = fn(frame)
-    except BaseException as exc:
-        observer.fail_block(block, frame, exc)
-        raise
-    observer.exit_block(block, frame, result)
-    return result
-
-
-def _observed_generator(observer: Observer, block: ModelBlockSchema, generator: Any, frame: dict) -> Any:
-    """A generator block's generator, observed: each stretch it runs (to a `yield`, or to its end)
-    is entered and left as the block, so listeners see its steps inside it, in the order they run."""
-    sent, thrown = None, None
-    while True:
-        observer.enter_block(block, frame)
-        try:
-            value = generator.send(sent) if thrown is None else generator.throw(thrown)
-        except StopIteration as stop:
-            observer.exit_block(block, frame, stop.value)
-            return stop.value
-        except BaseException as exc:
-            observer.fail_block(block, frame, exc)
-            raise
-        observer.exit_block(block, frame, value)
-        sent, thrown = None, None
-        try:
-            sent = yield value
-        except GeneratorExit:
-            generator.close()
-            raise
-        except BaseException as exc:  # thrown in by the user (a `with` block's exception): pass it on
-            thrown = exc
 
 
 # Programs compiled for a schema, kept as long as the schema lives (weakly keyed by its root; a
