@@ -14,6 +14,7 @@ Depends on schema and notation; never on views.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
