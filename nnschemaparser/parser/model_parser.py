@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from ..runtime.binding import root_call
-from ..runtime.coverage import LiveCallDetector, merge_live_calls
+from ..runtime.coverage import LiveCallDetector, dispatched_calls, merge_live_calls
 from .live_calls import helpers_of, lend_reached, python_rng_states, set_python_rng_states
 from ..runtime.functions import failing_block
 from ..runtime.program import Observer, Program, entry_signature, rebindable
@@ -364,7 +364,11 @@ def example_inputs(shapes: Optional[Mapping[str, Any]], dtypes: Optional[Mapping
 class _Resolver(Observer):
     """Fills `resolved` of each executed instruction and the inputs/outputs of each entered block."""
 
+    def __init__(self) -> None:
+        self.entered: set[int] = set()  # ids of the blocks the run entered
+
     def enter_block(self, block: ModelBlockSchema, frame: dict) -> None:
+        self.entered.add(id(block))
         if not block.inputs and block.signature is not None:
             sig = block.signature
             names = list(sig.params) + ([sig.vararg] if sig.vararg else []) + list(sig.kwonly) + \
@@ -446,7 +450,8 @@ class NNParser:
                         block.inputs, block.outputs = {}, []
                     continue  # run again: live code now reaches those blocks' schemas
                 root.live_calls = [call.as_row() for call in
-                                   merge_live_calls(detector.calls, helpers_of(program.live_log.values()))]
+                                   merge_live_calls(detector.calls, dispatched_calls(detector, resolver.entered),
+                                                    helpers_of(program.live_log.values()))]
                 if not verify:
                     return
                 suspects = _verify(model, root, scope, rng, result, states)

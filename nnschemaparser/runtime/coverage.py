@@ -31,7 +31,7 @@ from torch import nn
 from ..schema.model import ModelBlockSchema
 from .functions import META_KEY, FunctionMeta
 
-__all__ = ["LiveCall", "LiveCallDetector", "active_detector", "original_code", "merge_live_calls", "COVERAGE_COLUMNS",
+__all__ = ["LiveCall", "LiveCallDetector", "active_detector", "dispatched_calls", "original_code", "merge_live_calls", "COVERAGE_COLUMNS",
            "generated_caller"]
 
 from ..schema.model import COVERAGE_COLUMNS  # noqa: E402  (the columns of `coverage()`, in order)
@@ -154,8 +154,10 @@ class LiveCallDetector:
         static = _STATIC.get(root)
         if static is None:
             static = _STATIC[root] = self._watch(root)
-        self.codes, self.paths, self.blocks, self.stop_codes = static
+        self.codes, self.paths, self.blocks, self.stop_codes, self.wrappers = static
         self.found: dict[tuple, LiveCall] = {}
+        # decorated forwards whose decorator ran: {block id: (weak block, label, location, count)}
+        self.wrapped: dict[int, list] = {}
         self._previous = None
         self._thread = None
 
@@ -164,7 +166,11 @@ class LiveCallDetector:
         self.codes: dict[Any, list] = {}
         self.paths: dict[int, str] = {}
         self.blocks: dict[int, Any] = {}  # weak references to the blocks
+        wrappers: dict[Any, Any] = {}  # a decorated forward's wrapper code -> its block (weakly)
         for block in root.iter_blocks():
+            wrapper = block.wrapper
+            if isinstance(wrapper, types.FunctionType) and block.skip_reason is None:
+                wrappers.setdefault(wrapper.__code__, weakref.ref(block))
             module = block.module
             if module is None or block.method_name is not None:
                 continue
@@ -176,7 +182,10 @@ class LiveCallDetector:
             for path, module in model.named_modules(remove_duplicate=False):
                 self.paths.setdefault(id(module), path)
                 self._add(type(module))
-        return self.codes, self.paths, self.blocks, frozenset(self.codes)
+        stop = frozenset(self.codes)
+        for code in wrappers:
+            self.codes.setdefault(code, [])
+        return self.codes, self.paths, self.blocks, stop, wrappers
 
     def _add(self, cls: type) -> None:
         function = inspect.getattr_static(cls, "forward", None)
@@ -238,6 +247,17 @@ class LiveCallDetector:
         _ACTIVE.detector = None
 
     def _on_call(self, frame: Any) -> None:
+        ref = self.wrappers.get(frame.f_code)
+        if ref is not None:  # a decorator around an interpreted forward: did it call the schema?
+            block = ref()
+            if block is not None:
+                entry = self.wrapped.get(id(block))
+                if entry is None:
+                    label, location = describe_generated(frame.f_back)
+                    self.wrapped[id(block)] = [ref, label, location, 1]
+                else:
+                    entry[3] += 1
+            return
         caller, between, nested = generated_caller(frame, self.stop_codes)
         if nested:
             return  # inside another live forward: that one is the region reported
@@ -271,6 +291,25 @@ class LiveCallDetector:
         self.found[key] = LiveCall(module=path, module_type=module_type, kind="module",
                                    callee=f"{module_type}.forward", via=via, block=label, location=location,
                                    reason=reason, key=key)
+
+
+def dispatched_calls(detector: "LiveCallDetector", entered: set) -> list[LiveCall]:
+    """Decorated forwards whose decorator ran while their schema was never entered: the decorator
+    dispatched to something else (an implementation this package does not know), which ran live."""
+    out = []
+    for ref, label, location, count in detector.wrapped.values():
+        block = ref()
+        if block is None or id(block) in entered:
+            continue
+        wrapper = block.wrapper
+        qualname = getattr(getattr(wrapper, "__code__", None), "co_qualname", getattr(wrapper, "__qualname__", "?"))
+        module_type = type(block.module).__qualname__
+        out.append(LiveCall(module=block.path, module_type=module_type, kind="dispatch", callee=qualname, via="",
+                            block=label, location=location, calls=count,
+                            reason=(f"the decorator of {module_type}.forward ({qualname}) called something other than "
+                                    "the schema (it dispatches to another implementation), which ran as real code"),
+                            key=("dispatch", block.path, label, location)))
+    return out
 
 
 def merge_live_calls(*groups: Iterable[LiveCall]) -> list[LiveCall]:

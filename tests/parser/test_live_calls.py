@@ -216,3 +216,19 @@ def test_weight_norm_parametrization_is_interpreted_as_wav2vec2_uses_it():
     assert torch.equal(record.outputs[0], model(x))
     assert record.coverage().empty
     assert any(step.block_path.startswith("conv.parametrizations.weight") for step in record.trace.steps)
+
+
+def test_a_decorator_that_dispatches_elsewhere_is_reported_with_its_place():
+    from tests.support.live_call_models import HoldsDispatched
+
+    torch.manual_seed(0)
+    model = HoldsDispatched().eval()
+    x = torch.randn(2, 4)
+    schema = _parse(model, x)
+    frame = schema.coverage()
+    row = frame[frame["kind"] == "dispatch"].iloc[0]
+    assert row["module"] == "inner" and row["module_type"] == "Dispatched" and row["calls"] == 1
+    assert "dispatches to another implementation" in row["reason"] and "dispatching" in row["callee"]
+    assert row["block"] == "HoldsDispatched"
+    assert "inner" in schema.skipped
+    assert torch.equal(SchemaInterpreter().run(block=schema, scope={"x": x})[0], model(x))

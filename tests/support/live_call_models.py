@@ -179,3 +179,47 @@ class DeeplyNested(nn.Module):
                                                             for _ in range(1):
                                                                 x = x * SCALE
         return x
+
+
+FAST_IMPLEMENTATIONS = {}
+
+
+def dispatching(cls):
+    """A class decorator this package does not know, dispatching forward to a registered implementation."""
+    original = cls.forward
+
+    @functools.wraps(original)
+    def forward(self, *args, **kwargs):
+        implementation = FAST_IMPLEMENTATIONS.get(self.implementation, original)
+        return implementation(self, *args, **kwargs)
+
+    cls.forward = forward
+    return cls
+
+
+def fast_scale(self, x):
+    return self.fc(x) * 2
+
+
+@dispatching
+class Dispatched(nn.Module):
+    def __init__(self, implementation="fast"):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.implementation = implementation
+
+    def forward(self, x):
+        return self.fc(x) * 2
+
+
+FAST_IMPLEMENTATIONS["fast"] = fast_scale
+
+
+class HoldsDispatched(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Dispatched()
+        self.out = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.out(self.inner(x))

@@ -120,23 +120,23 @@ def test_static_page_holds_the_tree_the_sources_and_the_last_trace(tmp_path):
 
 
 def test_a_block_called_but_run_as_its_real_module_is_not_reported_as_never_run():
-    transformers = pytest.importorskip("transformers")
-    # Mixtral's fused experts module dispatches to an experts kernel chosen by the config, not to its
-    # own forward: the call runs, the block's schema body does not
-    config = transformers.MixtralConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                        num_attention_heads=2, num_key_value_heads=1, num_local_experts=4,
-                                        num_experts_per_tok=1, max_position_embeddings=16,
-                                        attn_implementation="eager")
+    from tests.support.live_call_models import HoldsDispatched
+
+    # a decorator this package does not know dispatches the forward to another implementation: the
+    # call runs, the block's schema body does not (Mixtral's experts did this before their
+    # implementation was lowered)
     torch.manual_seed(0)
-    model = transformers.MixtralForCausalLM(config).eval()
-    ids = torch.randint(0, 32, (1, 4))
-    schema = NNParser.parse_model(model, inputs_tensors_values={"input_ids": ids})
-    state = InspectorState(schema, {"input_ids": ids})
+    model = HoldsDispatched().eval()
+    x = torch.randn(2, 4)
+    schema = NNParser.parse_model(model, inputs_tensors_values={"x": x})
+    state = InspectorState(schema, {"x": x})
     state.continue_()
     assert state.status == "finished"
     blocks = state.view_blocks()
-    assert [state.tree.block_path(n) for n in blocks["live"]] == ["model.layers.0.mlp.experts"]
+    assert [state.tree.block_path(n) for n in blocks["live"]] == ["inner"]
     assert blocks["never"] == [] and state.never_run_paths() == []
+    node = state.tree.path_nodes["inner"]
+    assert "dispatches to another implementation" in state.tree.nodes[node].extra["skip"]
 
 
 class _LoopViews(torch.nn.Module):
