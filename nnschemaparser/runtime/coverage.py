@@ -283,7 +283,8 @@ class LiveCallDetector:
             reason = "called from outside any interpreted forward"
         else:
             reason = "its forward ran as the real module"
-        key = ("module", path if path is not None else id(module), via, label, location)
+        # modules that are no sub-module (made per call, `ACT2FN[name](x)`) count together by class
+        key = ("module", path if path is not None else f"<{module_type}>", via, label, location)
         entry = self.found.get(key)
         if entry is not None:
             entry.calls += 1

@@ -105,7 +105,7 @@ def _live_text(row: Any) -> str:
     what = row.module if row.module is not None else f"a {row.module_type} that is no sub-module"
     where = Path(row.location).name if row.location else "?"
     why = f"via {'.'.join(row.via.split('.')[-2:])}" if row.via else row.reason.split(":")[0]
-    return f"{what} called at {where} ({why}, {row.calls}x)"
+    return f"{what} called in {row.block or '?'} at {where} ({why}, {row.calls}x)"
 
 
 def _clone(inputs: dict) -> dict:
