@@ -188,6 +188,10 @@ class SchemaEncoder:
                 "skipped": dict(block.skipped),
                 "signature": self.function(sig) if sig is not None else None,
             }
+            if block.reached_live:
+                data["reached_live"] = True  # runs lend it the schema as its forward (runtime/lending.py)
+            if block.self_attr is not None:
+                data["self_attr"] = block.self_attr  # a plain object's __call__: `self` is this attribute
             if sig is None or block.body is not sig.body:
                 data["body"] = self.body(block.body)
             if owner is None or block.methods is not owner.methods:
@@ -351,7 +355,7 @@ class SchemaDecoder:
 
     def block(self, data: Any, where: str, owner: Optional[ModelBlockSchema], expected_path: str) -> ModelBlockSchema:
         at = f"{self.source}: {where}"
-        record(data, at, _BLOCK_FIELDS, ("body", "sub_blocks", "methods"))
+        record(data, at, _BLOCK_FIELDS, ("body", "sub_blocks", "methods", "reached_live", "self_attr"))
         path = get_str(data, "path", at)
         if path != expected_path:
             raise MalformedFileError(f"{at}.path: {path!r} does not match its place in the tree ({expected_path!r})")
@@ -383,6 +387,8 @@ class SchemaDecoder:
         block.input_defaults = {name: self.values.value(value, f"{at}.input_defaults[{name!r}]")
                                 for name, value in get_dict(data, "input_defaults", at).items()}
         block.skipped = get_str_dict(data, "skipped", at)
+        block.reached_live = get_bool(data, "reached_live", at) if "reached_live" in data else False
+        block.self_attr = get_opt_str(data, "self_attr", at) if "self_attr" in data else None
         self.charge(_charged(block), "a block")
         if data["signature"] is not None:
             block.signature = self.function(data["signature"], f"{where}.signature")

@@ -289,6 +289,8 @@ def verified_schema(document: dict, decoded: ModelBlockSchema, fresh: ModelBlock
             continue
         block.inputs = dict(twin.inputs)
         block.outputs = list(twin.outputs)
+        # live code reached it on the parse run: runs lend it its schema (only ever the model's own)
+        block.reached_live = block.reached_live or twin.reached_live
         if block.skip_reason is None and twin.skip_reason is None:
             _copy_resolved(twin.body, block.body, seen)
     _collect_skipped(fresh)

@@ -826,7 +826,7 @@ class ExpressionLowering:
         call = inspect.getattr_static(type(value), "__call__", None)
         if not isinstance(call, types.FunctionType) or (call.__module__ or "").startswith(("torch.", "builtins")):
             return None
-        key = f"{attr}.__call__"
+        key = f"{attr}.call"  # the method schema of calling the attribute (no dunder: files refuse those)
         self.ctx.requests.append(MethodRequest(path="", key=key, function=call, owner=type(value), self_attr=attr))
         return BlockRef(path="", method=key), None
 

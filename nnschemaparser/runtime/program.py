@@ -286,6 +286,8 @@ class Program:
         an object of another class (a processor set since parsing) is called as it is."""
         unit = self.unit(block)
         module, attr, lowered = block.module, block.self_attr, block.function
+        if lowered is None:  # a loaded schema (load_schema checked the source is the model's)
+            lowered = inspect.getattr_static(type(getattr(module, attr, None)), "__call__", None)
         fn, observer, block_ref = unit.function, self.observer, weakref.ref(block)
 
         def invoke(args: Any, kwargs: dict) -> Any:

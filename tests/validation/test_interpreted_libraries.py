@@ -140,7 +140,7 @@ def test_diffusers_attention_processors_are_lowered_and_call_interpreted_modules
     assert record.coverage().empty
     assert schema.coverage(helpers=True).empty  # the processors' own code is lowered too
     attn = "down_blocks.0.attentions.0.transformer_blocks.0.attn1"
-    assert "processor.__call__" in schema.find(attn).methods
+    assert "processor.call" in schema.find(attn).methods
     names = [(s.out_var, s.op_name) for s in record.trace.steps if s.block_path == attn]
     assert ("hidden_states", "torch._C._nn.scaled_dot_product_attention") in names
     assert {"query", "key", "value"} <= {name for name, _ in names}
