@@ -47,7 +47,8 @@ class Counting(nn.Module):
 
 
 class Generator(nn.Module):
-    """It calls a generator method: the method block is skipped and runs as the real method."""
+    """It calls a delegating generator method (`yield from`): the method block is skipped and runs as
+    the real method (a plain generator method is lowered, see tests/files/test_schema_file_generators.py)."""
 
     def __init__(self):
         super().__init__()
@@ -58,8 +59,7 @@ class Generator(nn.Module):
         return torch.cat(parts, dim=-1)
 
     def _chunks(self, x):
-        for chunk in self.proj(x).chunk(2, dim=-1):
-            yield chunk
+        yield from self.proj(x).chunk(2, dim=-1)
 
 
 class Decorated(nn.Module):
