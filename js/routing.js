@@ -74,7 +74,7 @@ export class RoutingView {
   render(data) {
     clear(this.body);
     const top = Math.max(0, ...data.layers.map((/** @type {any} */ l) => routingCells(l).max)) || 1;
-    this.message.textContent = `${data.layers.length} experts call(s) · tokens down, experts across · colour: the router's weight (0: not routed)${data.note ? ` · ${data.note}` : ""}`;
+    this.message.textContent = `${data.layers.length} experts calls · tokens down, experts across · colour: the router's weight (0: not routed)${data.note ? ` · ${data.note}` : ""}`;
     const readout = h("div", { class: "nnsp-readout", role: "status", "aria-live": "polite" }, "hover a cell, or focus a layer and press Enter");
     const grid = h("div", { class: "nnsp-routing-grid", role: "list", "aria-label": "Routing per layer" });
     for (const layer of data.layers) {
