@@ -316,7 +316,7 @@ class InspectorWidget(anywidget.AnyWidget):
         router's top-k exactly. It is read from a fresh run of the inputs, so `run`'s edits are not
         replayed (`frame.attrs["note"]` says so); `run` (default: the active run) must exist."""
         with self._lock:
-            return self._state.run_thread.call(lambda: routing_frame(self._state, run))
+            return routing_frame(self._state, run)
 
     def attention_heads(self, block_path: str, run: Optional[str] = None, call: int = -1) -> dict:
         """The attention weights of the attention call in `block_path` (sdpa, flash or eager alike),

@@ -52,7 +52,8 @@ def routing_frame(state: Any, run: Optional[str] = None) -> Any:
     if cached is not None and cached[0] is state.scope:
         frame = cached[1]
     else:
-        frame = moe_routing(state.schema, state.scope)
+        # on the run thread, as every run of the state (the paused run, if any, waits there untouched)
+        frame = state.run_thread.call(lambda: moe_routing(state.schema, state.scope))
         state._routing_cache = (state.scope, frame)
     frame = frame.copy()
     frame.attrs.update(run=record.name, note=_edits_note(record))

@@ -89,3 +89,35 @@ def test_routing_on_a_schema_without_experts_is_a_clear_error():
         assert not reply["ok"] and "no experts block" in reply["error"]
     finally:
         widget.close()
+
+
+def test_routing_mid_run_leaves_the_paused_run_to_finish_as_eager(mixtral_widget):
+    model, ids, widget = mixtral_widget
+    widget.reset()
+    for _ in range(40):
+        widget.step()
+    assert not widget.state.active.finished
+    assert widget.handle({"type": "routing", "id": 4})["ok"]
+    widget.continue_()
+    record = widget.state.active
+    assert record.finished and not record.error
+    with torch.no_grad():
+        assert torch.equal(record.outputs[0].logits, model(ids).logits)
+
+
+def test_routing_of_a_run_with_edits_says_its_edits_are_not_replayed(mixtral_widget):
+    _, _, widget = mixtral_widget
+    widget.reset()
+    widget.step()
+    while widget.current is None or widget.current.value is None or not hasattr(widget.current.value, "shape"):
+        widget.step()
+    widget.edit("scale", 2.0)
+    widget.reset()
+    try:
+        assert widget.state.active.edits
+        reply = widget.handle({"type": "routing", "id": 5})
+        assert reply["ok"] and "without edits" in reply["data"]["note"]
+        assert "without edits" in widget.moe_routing().attrs["note"]
+    finally:
+        widget.clear_edits()
+        widget.reset()
