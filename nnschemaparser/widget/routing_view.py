@@ -19,7 +19,7 @@ from typing import Any, Optional
 from ..schema.errors import NNSchemaError
 from ..traces.routing import experts_blocks, moe_routing
 
-__all__ = ["has_experts", "routing_frame", "routing_view", "MAX_ROUTING_TOKENS", "RoutingViewError"]
+__all__ = ["has_experts", "routing_frame", "routing_view", "token_route", "MAX_ROUTING_TOKENS", "RoutingViewError"]
 
 #: The most tokens (rows) one routing matrix carries to the browser.
 MAX_ROUTING_TOKENS = 128
@@ -77,9 +77,11 @@ def _labels(tokens: Optional[list], rows: int) -> list[str]:
 
 
 def routing_view(state: Any, run: Optional[str] = None, max_tokens: int = MAX_ROUTING_TOKENS) -> dict:
-    """The reply to a `routing` message: {"run", "note", "layers": [{"block", "layer", "call",
-    "tokens" (labels), "n_tokens" (all of them), "experts" (indices), "weights" (token x expert),
-    "top_k"}]}; at most `max_tokens` rows per matrix (the note says when cut)."""
+    """The reply to a `routing` message: {"run", "note", "summary", "layers": [{"block", "layer",
+    "call", "tokens" (labels `position:id`), "n_tokens" (all of them), "experts" (indices), "weights"
+    (token x expert), "top_k", "name", "caption", "label" (the map's accessible name), "routes" (each
+    token's routing as text, read out on Enter)}]}; at most `max_tokens` rows per matrix (the note
+    says when cut). The texts are made here, so the browser bundle stays small."""
     frame = routing_frame(state, run)
     tokens = state.tokens()
     layers, notes = [], [frame.attrs["note"]] if frame.attrs["note"] else []
@@ -94,10 +96,24 @@ def routing_view(state: Any, run: Optional[str] = None, max_tokens: int = MAX_RO
             if token < shown:
                 weights[token][expert] += float(weight)  # one rank per expert: the router's top-k are distinct
         layer = group["layer"].iloc[0]
-        layers.append({"block": block, "layer": None if layer is None or layer != layer else int(layer),
-                       "call": int(call), "tokens": _labels(tokens, n_tokens)[:shown], "n_tokens": n_tokens,
-                       "experts": list(range(n_experts)), "weights": weights,
-                       "top_k": int(group["rank"].max()) + 1})
+        layer = None if layer is None or layer != layer else int(layer)
+        labels = [f"{r}:{t}" for r, t in enumerate(_labels(tokens, n_tokens)[:shown])]
+        name = block if layer is None else f"layer {layer}"
+        top_k = int(group["rank"].max()) + 1
+        layers.append({"block": block, "layer": layer, "call": int(call), "tokens": labels, "n_tokens": n_tokens,
+                       "experts": list(range(n_experts)), "weights": weights, "top_k": top_k, "name": name,
+                       "caption": f"{name} · {block}" + (f" · first {shown} of {n_tokens} tokens" if cut else ""),
+                       "label": f"{name} routing: {shown} tokens x {n_experts} experts, top {top_k}; "
+                                f"press Enter to read it",
+                       "routes": [f"token {labels[r]}: {token_route(weights[r])}" for r in range(shown)]})
     if cut:
         notes.append(f"first {max_tokens} tokens of each call")
-    return {"run": frame.attrs["run"], "note": "; ".join(notes), "layers": layers}
+    summary = (f"{len(layers)} experts calls · tokens down, experts across · colour: the router's weight "
+               f"(0: not routed)" + "".join(f" · {n}" for n in notes))
+    return {"run": frame.attrs["run"], "note": "; ".join(notes), "summary": summary, "layers": layers}
+
+
+def token_route(row: list) -> str:
+    """One token's routing as text: the experts it went to, highest weight first ("expert 3 (0.5232), ...")."""
+    chosen = sorted(((w, e) for e, w in enumerate(row) if w != 0), key=lambda item: -item[0])
+    return ", ".join(f"expert {e} ({w:.4g})" for w, e in chosen)

@@ -54,18 +54,18 @@ def test_routing_heatmaps_of_a_mixtral_in_jupyterlab(routing_lab, browser, artif
     page.keyboard.press("Enter")
     expect(routing_tab).to_have_attribute("aria-selected", "true")
     panel = root.locator(".nnsp-tabpanel[aria-label='Routing']")
-    maps = panel.locator(".nnsp-routing-map-box")
+    maps = panel.locator(".nnsp-rt-box")
     expect(maps).to_have_count(2, timeout=60_000)
     expect(maps.first).to_have_attribute("aria-label", re.compile(r"^layer 0 routing: 6 tokens x 4 experts, top 2"))
-    first = panel.locator(".nnsp-routing-layer").first
-    expect(first.locator(".nnsp-routing-token")).to_have_text(["0:3", "1:14", "2:15", "3:9", "4:2", "5:6"])
-    expect(first.locator(".nnsp-routing-tick")).to_have_text(["0", "1", "2", "3"])
+    first = panel.locator("figure.nnsp-attn-head").first
+    expect(first.locator(".nnsp-attn-queries .nnsp-attn-tick")).to_have_text(["0:3", "1:14", "2:15", "3:9", "4:2", "5:6"])
+    expect(first.locator(".nnsp-rt-x .nnsp-attn-tick")).to_have_text(["0", "1", "2", "3"])
     expect(panel.locator(".nnsp-legend")).to_be_visible()
 
     # the drawn cells: a hovered cell's weight is the router's, 0 where the token did not go
     readout = panel.locator(".nnsp-readout")
     for layer in (0, 1):
-        canvas = panel.locator("canvas.nnsp-routing-map").nth(layer)
+        canvas = panel.locator("canvas.nnsp-rt-map").nth(layer)
         assert canvas.evaluate("c => c.width > 0 && c.height > 0")
         canvas.scroll_into_view_if_needed()
         page.wait_for_timeout(200)

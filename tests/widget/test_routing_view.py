@@ -7,6 +7,7 @@ transformers = pytest.importorskip("transformers")
 
 from nnschemaparser import NNParser  # noqa: E402
 from nnschemaparser.widget import InspectorWidget  # noqa: E402
+from nnschemaparser.widget.routing_view import token_route  # noqa: E402
 
 
 def _mixtral():
@@ -54,7 +55,8 @@ def test_routing_reply_matrices_equal_the_routers_top_k(mixtral_widget):
     for layer in data["layers"]:
         index, weights = expected[layer["layer"]]
         assert layer["experts"] == [0, 1, 2, 3]
-        assert layer["tokens"] == [str(int(t)) for t in ids[0]]
+        assert layer["tokens"] == [f"{i}:{int(t)}" for i, t in enumerate(ids[0])]
+        assert layer["routes"][0].startswith("token 0:")
         matrix = torch.tensor(layer["weights"], dtype=weights.dtype)
         want = torch.zeros(index.shape[0], 4, dtype=weights.dtype).scatter(1, index, weights)
         assert torch.equal(matrix, want)
@@ -121,3 +123,8 @@ def test_routing_of_a_run_with_edits_says_its_edits_are_not_replayed(mixtral_wid
     finally:
         widget.clear_edits()
         widget.reset()
+
+
+def test_token_route_lists_the_chosen_experts_highest_weight_first():
+    assert token_route([0.0, 0.25, 0.75, 0.0]) == "expert 2 (0.75), expert 1 (0.25)"
+    assert token_route([0.0, 0.0]) == ""
