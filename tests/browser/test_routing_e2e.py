@@ -1,7 +1,7 @@
 """The Routing view in JupyterLab with a kernel: a tiny transformers Mixtral in e2e_routing.ipynb.
 The Routing tab is reached by keyboard, one heatmap per layer is drawn with token and expert
 labels, a hovered cell's weight is the router's own (forward hooks on the gates), Enter on a map
-reads its routing out, and screenshots at 1280 and 900 px in light and dark go to test-artifacts/."""
+reads its routing out, axe finds no serious violation in the panel, and screenshots at 1280 and 900 px in light and dark go to test-artifacts/."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 pytestmark = pytest.mark.browser
 
 HERE = Path(__file__).parent
+AXE = HERE.parents[1] / "js" / "node_modules" / "axe-core" / "axe.min.js"
 NOTEBOOK = "e2e_routing.ipynb"
 LONG = 180_000
 
@@ -95,6 +96,12 @@ def test_routing_heatmaps_of_a_mixtral_in_jupyterlab(routing_lab, browser, artif
     page.wait_for_timeout(500)
     panel.scroll_into_view_if_needed()
     page.screenshot(path=str(artifacts / "lab-routing-900-dark.png"))
+    if AXE.exists():  # no serious accessibility violation in the Routing panel (dark theme)
+        page.add_script_tag(path=str(AXE))
+        result = page.evaluate("async () => await axe.run(document.querySelector(\".nnsp-tabpanel[aria-label='Routing']\"))")
+        serious = [(v["id"], [n["target"] for n in v["nodes"]][:3]) for v in result["violations"]
+                   if v["impact"] in ("serious", "critical")]
+        assert not serious, serious
     page.set_viewport_size({"width": 1280, "height": 1100})
     page.wait_for_timeout(400)
     panel.scroll_into_view_if_needed()
