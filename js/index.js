@@ -17,6 +17,7 @@ import { TrendsView } from "./trends.js";
 import { attachTreeKeys } from "./treekeys.js";
 import { TreeColours } from "./treecolour.js";
 import { LayersView } from "./layers.js";
+import { RoutingView } from "./routing.js";
 
 const nextFrame = () => new Promise((/** @type {(value?: unknown) => void} */ resolve) => requestAnimationFrame(() => resolve()));
 
@@ -163,6 +164,8 @@ function render({ model, el }) {
   const trends = new TrendsView(addTab("Trends"), channel, { onSelect: select });
   const layersView = isStatic ? null : new LayersView(addTab("Layers"), channel, { onSelect: select,
     currentNode: () => Number((model.get("step_info") || {}).node ?? -1) });
+  // MoE models only: the router's choice of experts per token and layer.
+  const routingView = !isStatic && model.get("moe") ? new RoutingView(addTab("Routing"), channel) : null;
   table.isStatic = isStatic;
   const treeColours = new TreeColours(treeBox, channel);
   trends.onColourBy = (query) => treeColours.colourBy(query);
@@ -182,6 +185,7 @@ function render({ model, el }) {
     if (name === "Trace") table.refresh();
     if (name === "Trends") trends.refresh();
     if (name === "Layers" && layersView) layersView.refresh();
+    if (name === "Routing" && routingView) routingView.refresh();
   }
 
   root.append(

@@ -29,6 +29,7 @@ from ..parser.model_parser import NNParser
 from ..schema.model import ModelBlockSchema
 from .edits import EditSpec
 from .messages import handle_message, json_safe
+from .routing_view import has_experts, routing_frame
 from .runs import RunRecord
 from .state import InspectorOptions, InspectorState
 
@@ -74,6 +75,8 @@ class InspectorWidget(anywidget.AnyWidget):
     #: The tree's lowered view: one row per instruction ($t temporaries, attribute fetches) instead
     #: of one per source statement; the browser's "Lowered" button and `l` key set it too.
     show_lowered = traitlets.Bool(False).tag(sync=True)
+    #: Whether the schema has MoE experts blocks: the browser shows its Routing tab only then.
+    moe = traitlets.Bool(False).tag(sync=True)
 
     def __init__(self, schema: ModelBlockSchema, scope: Mapping[str, Any], *, gradients: bool = True,
                  loss_fn: Optional[Callable[[list], Any]] = None, namespace: Optional[Mapping[str, Any]] = None,
@@ -84,7 +87,8 @@ class InspectorWidget(anywidget.AnyWidget):
         # The kernel may run a cell (widget.step()) and a button's message on different threads
         # at once; every use of the state holds this lock.
         self._lock = threading.RLock()
-        super().__init__(title=title or schema.name, tree=self._state.tree.initial(options.tree_bytes))
+        super().__init__(title=title or schema.name, tree=self._state.tree.initial(options.tree_bytes),
+                         moe=has_experts(schema))
         self.on_msg(self._on_message)
         self._sync()
 
@@ -305,6 +309,14 @@ class InspectorWidget(anywidget.AnyWidget):
         """The activation and gradient bins of a step (StepInfo index, default current) or trace step."""
         with self._lock:
             return self._state.histograms(step, run, trace_step=trace_step)
+
+    def moe_routing(self, run: Optional[str] = None) -> Any:
+        """The MoE routing of the inputs as a DataFrame (`nnschemaparser.moe_routing`): one row per
+        experts call, token and rank with block, layer, call, token, rank, expert and weight, the
+        router's top-k exactly. It is read from a fresh run of the inputs, so `run`'s edits are not
+        replayed (`frame.attrs["note"]` says so); `run` (default: the active run) must exist."""
+        with self._lock:
+            return routing_frame(self._state, run)
 
     def attention_heads(self, block_path: str, run: Optional[str] = None, call: int = -1) -> dict:
         """The attention weights of the attention call in `block_path` (sdpa, flash or eager alike),

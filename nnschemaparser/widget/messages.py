@@ -16,6 +16,7 @@ import math
 from typing import Any, Callable
 
 from ..schema.errors import NNSchemaError
+from .routing_view import routing_view
 from .runs import TRACE_COLUMNS
 from .state import InspectorError, InspectorState
 from .tensor_views import MAX_SIDE
@@ -366,6 +367,10 @@ class _Handlers:
         if runs is not None and not isinstance(runs, list):
             raise InspectorError("runs must be a list of run names")
         return state.layers(str(message.get("var") or "hidden_states"), str(message.get("stat") or "norm"), runs)
+
+    @staticmethod
+    def on_routing(state: InspectorState, message: dict) -> Any:
+        return routing_view(state, message.get("run") or None)
 
     @staticmethod
     def on_same_statement(state: InspectorState, message: dict) -> Any:
