@@ -21,7 +21,8 @@ nothing of the package; tests/test_error_tree.py fails when one is missing here,
     │   │   ├── UnsafeReferenceError (files.file_format)      a callable, global or attribute off the allowlist
     │   │   │   └── SourceMismatchError (files.verification)  load_schema(model=...): not the source's instructions
     │   │   └── ModelMismatchError (files.file_format)        load_schema(model=...): another structure
-    │   │       └── SourceMismatchError (files.verification)  the same class, under both of its bases
+    │   │       ├── SourceMismatchError (files.verification)  the same class, under both of its bases
+    │   │       └── StoreMismatchError (store.manifest)       a store written for another schema or options
     │   ├── GraphExportError (inspection.export_flow)         torch.export cannot export the model (graph mode)
     │   ├── TargetError (inspection.target)                   a CLI target that cannot be loaded or built
     │   ├── PlanError (inspection.plan)                       plan options that cannot be used
@@ -29,13 +30,19 @@ nothing of the package; tests/test_error_tree.py fails when one is missing here,
     │   ├── GPUTableError (inspection.gpu_table)              a GPU table override that cannot be read
     │   ├── GraphFileError (inspection.neurarch_graph)        not a readable .neurarch.json graph file
     │   ├── TensorViewError (widget.tensor_views)             a tensor view the inspector cannot draw
+    │   ├── RoutingViewError (widget.routing_view)            the routing view of a schema with no experts block
     │   └── InspectorError (widget.state)                     a request the inspector cannot carry out
     ├── BuildError (widget.build)                             the widget bundle cannot be built (no js/, node, npm)
     ├── _QuotaExhausted (inspection.capture)                  internal: a shared capture quota ran out
     ├── _WalkExhausted (inspection.capture)                   internal: an input or output walk hit its quota
-    ├── _Usage (inspection.cli)                               internal: bad usage after argparse (exit status 2)
+    ├── _Usage (inspection.cli)                               internal: bad usage after argparse (exit status 1)
     ├── _Difference (files.verification)                      internal: a difference, raised as SourceMismatchError
-    └── _Refused (widget.share_server)                        internal: a request the server refuses (HTTP status)
+    ├── QuotaError (widget.share_server)                      a share the store's quotas refuse (HTTP 507)
+    ├── _Refused (widget.share_server)                        internal: a request the server refuses (HTTP status)
+    └── _Refused (widget.share_worker)                        internal: the same, raised in a worker process
+    RuntimeError
+    ├── ModelExit (inspection.cli)                            the model's own code called sys.exit (CLI status 1)
+    └── StoreIncompleteError (store.manifest)                 capture_dataset did not write every input (a rank died)
     UserWarning
     └── GraphMismatchWarning (inspection.inspector)           graph mode: the exported result is not eager's
     BaseException
