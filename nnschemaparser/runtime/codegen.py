@@ -53,7 +53,8 @@ from ..schema.model import (Binding, BlockInstruction, BreakInstruction, Const, 
                             RaiseInstruction, ReturnInstruction, SliceOf, TryInstruction, VarRef, WithInstruction,
                             condition_instructions)
 from .binding import merge_kwargs
-from .functions import (MISSING, META_KEY, FunctionMeta, call_live, delete_names, failure, names_read, rebind,
+from .functions import (GUARD_ERRORS, META_KEY, FunctionMeta, call_live, delete_names, failure, guard_failed,
+                        names_read, rebind,
                         refresh_free_vars, stale_dispatch, stale_method,
                         register_lines, unbound_for_handlers, weight_attribute, write_back)
 from .instructions import (MAX_BLOCKS, MAX_INDENT, bound_names, fusable_method_call, identifier, is_element, literal,
@@ -184,37 +185,45 @@ class CodeGenerator:
     def guard_lines(self) -> None:
         """The check, at the top of the function, that what the lowering froze still holds: each
         global or closure binding it read (refreshed when rebound, see `functions.rebind`), and the
-        forward (or method) it was lowered from still being its class's (else StaleSchemaError)."""
+        forward (or method) it was lowered from still being its class's (else StaleSchemaError).
+
+        The reads are plain subscripts and attribute loads (the cheapest CPython has) inside a
+        `try`, which costs nothing until a name is gone; then `functions.guard_failed` says which."""
         checks = []
-        missing = self.helper("MISSING", MISSING)
         groups = []
         for binding, names in self.bound.values():
             space = self.helper_name(f"namespace {id(binding.namespace)}", lambda binding=binding: self.const(
                 binding.namespace, "globals" if binding.kind == "global" else "cell"))
-            if binding.kind == "closure":
-                read = f"{space}.cell_contents"
-            else:
-                read = f"{space}.get({quote(binding.key)}, {missing})"
+            read = f"{space}.cell_contents" if binding.kind == "closure" else f"{space}[{quote(binding.key)}]"
             for attr in binding.attrs:
-                read = f"{self.helper('getattr', getattr)}({read}, {quote(attr)}, {missing})"
+                read = f"{read}.{attr}"
             checks.append(f"{read} is not {names[0]}")
             groups.append((binding, tuple(names)))
+        lines = []
+        stale = refresh = None
         parsed = getattr(self.unit, "parsed_from", None)
         if parsed is not None:
             owner, attr, function = parsed
-            stale = self.const(functools.partial(stale_method, owner, attr, function, self.unit.label), "stale")
-            self.line(f"    if {self.const(owner.__dict__, 'class_dict')}.get({quote(attr)}, {missing}) is not "
-                      f"{self.const(function, 'parsed')}: {stale}()", None)
+            stale = functools.partial(stale_method, owner, attr, function, self.unit.label)
+            lines.append(f"if {self.const(owner.__dict__, 'class_dict')}[{quote(attr)}] is not "
+                         f"{self.const(function, 'parsed')}: {self.const(stale, 'stale')}()")
+        if checks:
+            refresh = functools.partial(rebind, self.env, tuple(groups), self.unit.label,
+                                        f"{self.schema.filename}:{self.schema.firstlineno}")
+            lines.append(f"if {' or '.join(checks)}: {self.const(refresh, 'rebind')}()")
+        if lines:
+            failed = self.const(functools.partial(guard_failed, parsed, stale, refresh), "guard_failed")
+            self.line("    try:", None)
+            for text in lines:
+                self.line("        " + text, None)
+            self.line(f"    except {self.helper('GUARD_ERRORS', GUARD_ERRORS)}:", None)
+            self.line(f"        {failed}()", None)
         dispatch = getattr(self.unit, "dispatch", None)
         if dispatch is not None and self.unit.self_name is not None:
             chosen = self.const(dispatch.chosen, "implementation")
             refuse = self.const(functools.partial(stale_dispatch, dispatch, self.unit.label), "stale_dispatch")
             me = self.var(self.unit.self_name)
             self.line(f"    if {self.const(dispatch.resolve, 'dispatch')}({me}) is not {chosen}: {refuse}({me})", None)
-        if checks:
-            refresh = self.const(functools.partial(rebind, self.env, tuple(groups), self.unit.label,
-                                                   f"{self.schema.filename}:{self.schema.firstlineno}"), "rebind")
-            self.line(f"    if {' or '.join(checks)}: {refresh}()", None)
 
     def var(self, name: str) -> str:
         """Source reading (or, as a target, binding) the variable `name`."""

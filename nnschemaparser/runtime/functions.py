@@ -25,7 +25,7 @@ from ..schema.model import Instruction, SliceOf, VarRef
 from .binding import INLINED_COMPREHENSIONS
 from .listeners import StepAbandoned
 
-__all__ = ["MISSING", "rebind", "stale_method", "stale_dispatch", "InterpretedFunction", "rebind_wrapper", "rebindable", "FunctionMeta", "META_KEY", "failure",
+__all__ = ["MISSING", "GUARD_ERRORS", "guard_failed", "rebind", "stale_method", "stale_dispatch", "InterpretedFunction", "rebind_wrapper", "rebindable", "FunctionMeta", "META_KEY", "failure",
            "unbound_here", "failing_block", "names_read", "source_text", "weight_attribute", "call_live",
            "delete_names", "refresh_free_vars", "write_back", "unbound_for_handlers", "register_lines"]
 
@@ -55,6 +55,22 @@ def rebind(env: dict, groups: tuple, label: str, where: str) -> None:
                 "(NNParser.parse_model) so the schema reads what the code now reads")
         for name in names:
             env[name] = value
+
+
+# What a guard's plain reads raise when a name is gone (a global deleted, an attribute removed, a
+# closure cell emptied, the forward deleted from its class).
+GUARD_ERRORS = (KeyError, AttributeError, ValueError)
+
+
+def guard_failed(parsed: Any, stale: Any, refresh: Any) -> None:
+    """A guard's read failed: the forward gone from its class is `stale`'s error, else `refresh`
+    names the binding that no longer exists."""
+    if parsed is not None:
+        owner, attr, function = parsed
+        if owner.__dict__.get(attr) is not function:
+            stale()
+    if refresh is not None:
+        refresh()
 
 
 def stale_method(owner: type, attr: str, function: Any, label: str) -> None:
