@@ -31,7 +31,11 @@ nothing of the package; tests/test_error_tree.py fails when one is missing here,
     │   ├── GraphFileError (inspection.neurarch_graph)        not a readable .neurarch.json graph file
     │   ├── TensorViewError (widget.tensor_views)             a tensor view the inspector cannot draw
     │   ├── RoutingViewError (widget.routing_view)            the routing view of a schema with no experts block
-    │   └── InspectorError (widget.state)                     a request the inspector cannot carry out
+    │   ├── InspectorError (widget.state)                     a request the inspector cannot carry out
+    │   └── CollectiveError (distributed.collective)          a collective stepped run cannot go on on every rank
+    │       ├── RankFailedError (distributed.collective)      another rank raised (names it and its exception)
+    │       ├── RanksDivergedError (distributed.collective)   the ranks reached different instructions
+    │       └── CollectiveTimeoutError (distributed.collective)  no answer from the other ranks in time
     ├── BuildError (widget.build)                             the widget bundle cannot be built (no js/, node, npm)
     ├── _QuotaExhausted (inspection.capture)                  internal: a shared capture quota ran out
     ├── _WalkExhausted (inspection.capture)                   internal: an input or output walk hit its quota

@@ -1,0 +1,590 @@
+"""Stepping, breakpoints and edits across the ranks of a `torch.distributed` group.
+
+Every rank runs the same schema (SPMD: DDP, FSDP2, tensor parallel), each under its own
+`SchemaInterpreter.step_run`. `collective_step_run(schema, scope)` wraps that generator in a
+`CollectiveRun` whose commands (`step`, `continue_`, `finish`, `edit`) every rank carries out
+together:
+
+- **one stop for all.** After each step every rank contributes, in one `all_reduce(MAX)` of a small
+  integer tensor, whether one of its breakpoints hit, whether its run ended, and its step index and
+  an instruction fingerprint (each also negated, so one MAX gives the minimum too). So a NaN on one
+  rank stops every rank at that same step, and ranks that reach different instructions (data-
+  dependent control flow) raise `RanksDivergedError` instead of going on out of step. A breakpoint
+  needs to be set on one rank only to stop them all; the reasons of the ranks that hit are shared
+  through the group's store (`run.stop`).
+- **edits of the logical value.** `run.edit(values)` takes the whole (logical) tensor: a DTensor
+  variable gets its own shard of it (`distribute_tensor(..., src_data_rank=None)`: a local slice, no
+  communication); a plain tensor is replicated (`placement=None`, the same value on every rank) or
+  sharded (`placement=Shard(d)` or `"shard:d"`: rank r gets `torch.chunk`'s piece r along d, as a
+  DTensor shard). The ranks then agree: an edit one rank refuses (a shape, a dtype) is undone on
+  every rank and raises `EditError` naming the rank and its reason; ranks given different logical
+  values raise too.
+- **no hang when a rank raises.** Waiting for the other ranks polls the collective and a failure key
+  in the group's store (a `TCPStore`: the side channel). A rank whose run raises (its model, a
+  predicate, or the user's code inside `with run:`) writes its rank, exception type and message
+  there before re-raising, and the ranks waiting for it raise `RankFailedError` naming them. A wait
+  with no answer and no failure ends with `CollectiveTimeoutError` after `timeout` seconds. Inside
+  the model's own collectives (an FSDP all-gather) only the process group's timeout can end the
+  wait; the error raised then also names the failed rank when it has written its key.
+- **one driver.** With `driver=0`, only rank 0 gives commands (a notebook, the widget): each is
+  published in the store, and the other ranks call `run.follow()`, which carries them out until
+  rank 0's run ends or is closed. Predicate breakpoints are code, so every rank sets those itself.
+
+Depends on the runtime's `step_run` and `StepInfo` only.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+import torch.distributed as dist
+
+from ..runtime.interpreter import SchemaInterpreter, StepInfo
+from ..schema.errors import EditError, NNSchemaError, SchemaRunError
+
+__all__ = ["collective_step_run", "CollectiveRun", "CollectiveBreakpoint", "CollectiveError", "RankFailedError",
+           "RanksDivergedError", "CollectiveTimeoutError", "local_part"]
+
+
+class CollectiveError(NNSchemaError):
+    """A collective stepped run cannot go on together on every rank."""
+
+
+class RankFailedError(CollectiveError):
+    """Another rank of the collective run raised; `rank`, `exc_type` and `exc_message` say which and what."""
+
+    def __init__(self, rank: int, exc_type: str, exc_message: str, where: str = ""):
+        self.rank, self.exc_type, self.exc_message = rank, exc_type, exc_message
+        super().__init__(f"rank {rank} raised {exc_type}: {exc_message}{where}; the collective run stops on every "
+                         "rank (destroy the process group, fix the cause on that rank and start again)")
+
+
+class RanksDivergedError(CollectiveError):
+    """The ranks reached different steps (data-dependent control flow), so they cannot stop together."""
+
+
+class CollectiveTimeoutError(CollectiveError):
+    """No answer from the other ranks within the run's timeout, and none of them reported a failure."""
+
+
+_SEQUENCES: dict[str, int] = {}  # runs per store prefix: every rank creates its runs in the same order
+
+
+@dataclass
+class CollectiveBreakpoint:
+    """Where or when a collective run stops; a hit on any rank stops every rank.
+
+    `kind`: "step" (`step`: that step index), "line" (`line`, optional `file`: the first step of the
+    line), "block" (`block`: the first own step of each call of that block path), "var" (`var`, and
+    `block` if given: each step binding that variable), "nonfinite" (a floating tensor with a NaN or
+    an Inf), "when" (`when(step) -> bool`, evaluated on every rank; one that raises stops and says why).
+    """
+
+    kind: str
+    step: int = 0
+    line: int = 0
+    file: str = ""
+    block: str = ""
+    var: str = ""
+    when: Optional[Callable[[StepInfo], Any]] = None
+    label: str = ""
+    hits: int = 0
+
+    def hit(self, step: StepInfo, previous: Optional[StepInfo], entry: bool) -> str:
+        kind = self.kind
+        if kind == "step":
+            return f"reached step {self.step}" if step.step_index == self.step else ""
+        if kind == "line":
+            loc = step.location
+            if loc is None or loc.lineno != self.line or (self.file and loc.filename != self.file):
+                return ""
+            ploc = previous.location if previous is not None else None
+            same = ploc is not None and (ploc.lineno, ploc.filename) == (loc.lineno, loc.filename) and \
+                previous.frame_depth == step.frame_depth
+            return "" if same else f"reached line {self.line}"
+        if kind == "block":
+            return f"entered {self.block}" if entry and step.block_path == self.block else ""
+        if kind == "var":
+            if step.out_var != self.var or (self.block and step.block_path != self.block):
+                return ""
+            return f"bound {self.var}" + (f" in {step.block_path}" if step.block_path else "")
+        if kind == "nonfinite":
+            return f"{step.out_var or 'the value'} has a NaN or an Inf" if _nonfinite(step.value) else ""
+        if kind == "when":
+            try:
+                result = self.when(step)
+            except Exception as exc:  # noqa: BLE001 - a predicate that cannot be evaluated is news: stop and say so
+                return f"the condition {self.label} raised {type(exc).__name__}: {exc}"
+            if isinstance(result, torch.Tensor):
+                result = bool(result.all()) if result.numel() else False
+            return f"{self.label} is true" if result else ""
+        return ""
+
+
+def _nonfinite(value: Any) -> bool:
+    if not isinstance(value, torch.Tensor) or not (value.is_floating_point() or value.is_complex()):
+        return False
+    if value.numel() == 0 or value.is_meta:
+        return False
+    local = value.to_local() if hasattr(value, "to_local") and hasattr(value, "placements") else value
+    return not bool(torch.isfinite(local.detach()).all())
+
+
+def _is_dtensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and hasattr(value, "placements") and hasattr(value, "device_mesh")
+
+
+def _placement(placement: Any) -> Optional[tuple]:
+    """None, ("replicate",) or ("shard", dim) from a torch placement, a string or a tuple."""
+    if placement is None:
+        return None
+    name = type(placement).__name__
+    if name == "Replicate":
+        return ("replicate",)
+    if name == "Shard" and isinstance(getattr(placement, "dim", None), int):
+        return ("shard", placement.dim)
+    if isinstance(placement, str):
+        text = placement.strip().lower()
+        if text == "replicate":
+            return ("replicate",)
+        if text.startswith("shard:") and text[6:].lstrip("-").isdigit():
+            return ("shard", int(text[6:]))
+    if isinstance(placement, (tuple, list)) and placement and placement[0] in ("replicate", "shard"):
+        if placement[0] == "replicate" and len(placement) == 1:
+            return ("replicate",)
+        if len(placement) == 2 and type(placement[1]) is int:
+            return ("shard", placement[1])
+    raise EditError(f"placement={placement!r} is not one an edit knows; give Replicate(), Shard(dim) "
+                    "(torch.distributed.tensor), 'replicate' or 'shard:<dim>'")
+
+
+def local_part(values: torch.Tensor, current: Any, placement: Any, rank: int, world: int) -> torch.Tensor:
+    """This rank's part of the logical `values` for a variable now holding `current` (see the module docstring)."""
+    if not isinstance(values, torch.Tensor):
+        raise EditError(f"an edit across ranks gives the whole tensor; got {type(values).__name__}")
+    if _is_dtensor(values):
+        raise EditError("give the edit as a plain tensor holding the whole (logical) value, not a DTensor")
+    place = _placement(placement)
+    if _is_dtensor(current):
+        if place is not None:
+            raise EditError("the variable is a DTensor: its own placements say how the edit is sharded; "
+                            "leave placement= out")
+        if any(type(p).__name__ == "Partial" for p in current.placements):
+            raise EditError("the variable is a partial sum (a Partial DTensor): it has no logical value "
+                            "until it is reduced; edit the step after the reduction")
+        from torch.distributed.tensor import distribute_tensor
+
+        return distribute_tensor(values.to(current.device), current.device_mesh, current.placements,
+                                 src_data_rank=None)
+    if place is None or place[0] == "replicate":
+        return values
+    dim = place[1]
+    if not -values.dim() <= dim < max(values.dim(), 1):
+        raise EditError(f"placement shard:{dim} names no dimension of the edit's {values.dim()}-d value")
+    dim %= values.dim()
+    size = values.shape[dim]
+    piece = -(-size // world)  # torch.chunk's piece size, as DTensor's Shard uses
+    start = min(rank * piece, size)
+    return values.narrow(dim, start, max(0, min(piece, size - start))).clone()
+
+
+def _fingerprint(step: Optional[StepInfo]) -> int:
+    if step is None:
+        return 0
+    line = step.location.lineno if step.location is not None else 0
+    text = f"{step.block_path}|{step.out_var}|{step.kind}|{step.frame_depth}|{line}"
+    return zlib.crc32(text.encode()) & 0x7FFFFFFF
+
+
+def _value_fingerprint(values: Any) -> int:
+    if not isinstance(values, torch.Tensor):
+        return 0
+    flat = values.detach().cpu().contiguous().reshape(-1)
+    data = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+    return zlib.crc32(data + f"{tuple(values.shape)}{values.dtype}".encode()) & 0x7FFFFFFF
+
+
+_COMMANDS = {"step": (), "continue_": (), "finish": (), "close": (), "clear_breakpoints": (),
+             "break_on_nonfinite": (), "break_at": ("step", "line", "file", "block", "var"),
+             "edit": ("values", "out_var", "frame_depth", "placement", "shape", "dtype")}
+
+
+class CollectiveRun:
+    """One rank's side of a collective stepped run (see the module docstring); made by `collective_step_run`."""
+
+    def __init__(self, schema: Any, scope: dict, *, group: Any = None, store: Any = None, driver: Optional[int] = None,
+                 timeout: float = 120.0, listeners: Any = None, name: str = "run"):
+        if not dist.is_available() or not dist.is_initialized():
+            raise CollectiveError("a collective run needs an initialised process group: call "
+                                  "torch.distributed.init_process_group first (torchrun sets its environment)")
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
+            raise SchemaRunError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world = dist.get_world_size(group)
+        if driver is not None and (type(driver) is not int or not 0 <= driver < self.world):
+            raise SchemaRunError(f"driver must be a rank of the group (0..{self.world - 1}) or None, got {driver!r}")
+        self.driver = driver
+        self.timeout = float(timeout)
+        base = store if store is not None else dist.distributed_c10d._get_default_store()
+        prefix = f"nnsp/collective/{name}"
+        sequence = _SEQUENCES.get(prefix, 0)
+        _SEQUENCES[prefix] = sequence + 1
+        self.store = dist.PrefixStore(f"{prefix}/{sequence}/", base)
+        backend = dist.get_backend(group)
+        self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+        self.interpreter = SchemaInterpreter(listeners=listeners)
+        self._steps = self.interpreter.step_run(schema, scope)
+        self.breakpoints: list[CollectiveBreakpoint] = []
+        self.current: Optional[StepInfo] = None
+        self.previous: Optional[StepInfo] = None
+        self.ended = False
+        self.outputs: Optional[list] = None
+        self.stop: Optional[dict] = None
+        self.hits: list[dict] = []
+        self._frames: dict[int, dict] = {}  # depth -> the frame last seen there (so a new call is an entry)
+        self._agreements = 0
+        self._commands = 0
+        self._failed = False
+
+    # --- breakpoints (local: a hit on any rank stops all) --------------------------------------------------
+
+    def break_at(self, *, step: int = 0, line: int = 0, file: str = "", block: str = "", var: str = "") -> CollectiveBreakpoint:
+        """A breakpoint at a step index, a source line, a block's entry or a variable (see CollectiveBreakpoint)."""
+        given = [key for key, value in (("step", step), ("line", line), ("block", block), ("var", var)) if value]
+        if not given or (len(given) > 1 and set(given) != {"block", "var"}):
+            raise SchemaRunError("break_at takes one place: step=, line= (with file=), block=, or var= (with block=)")
+        for key, value in (("step", step), ("line", line)):
+            if type(value) is not int or value < 0:
+                raise SchemaRunError(f"break_at: {key} must be a positive int, got {value!r}")
+        self._publish("break_at", {"step": step, "line": line, "file": file, "block": block, "var": var})
+        kind = "var" if var else given[0]
+        label = {"step": f"step {step}", "line": f"line {line}", "block": block, "var": var}[kind]
+        return self._add(CollectiveBreakpoint(kind, step=step, line=line, file=file, block=block, var=var, label=label))
+
+    def break_on_nonfinite(self) -> CollectiveBreakpoint:
+        """Stop every rank at the first step where any rank's value has a NaN or an Inf."""
+        self._publish("break_on_nonfinite", {})
+        return self._add(CollectiveBreakpoint("nonfinite", label="first NaN or Inf"))
+
+    def break_when(self, predicate: Callable[[StepInfo], Any], label: str = "") -> CollectiveBreakpoint:
+        """Stop every rank at the first step where `predicate(step)` is true on any rank. A predicate
+        is code, so it is never sent to the other ranks: set it on each rank that should evaluate it."""
+        if not callable(predicate):
+            raise SchemaRunError(f"break_when needs a callable taking a StepInfo, got {type(predicate).__name__}")
+        return self._add(CollectiveBreakpoint("when", when=predicate,
+                                              label=label or getattr(predicate, "__name__", "the predicate")))
+
+    def clear_breakpoints(self) -> None:
+        self._publish("clear_breakpoints", {})
+        self.breakpoints.clear()
+
+    def _add(self, bp: CollectiveBreakpoint) -> CollectiveBreakpoint:
+        self.breakpoints.append(bp)
+        return bp
+
+    # --- commands --------------------------------------------------------------------------------------------
+
+    def step(self) -> Optional[StepInfo]:
+        """One step on every rank; the new current step (None when the run ended)."""
+        self._publish("step", {})
+        return self._go(lambda step, previous, entry: "stepped")
+
+    def continue_(self) -> Optional[StepInfo]:
+        """Run every rank until a breakpoint hits on one of them (all stop at that step) or the run ends (None)."""
+        self._publish("continue_", {})
+        return self._go(self._check)
+
+    def finish(self) -> list:
+        """Run every rank to the end, past every breakpoint; the outputs (also in `outputs`)."""
+        self._publish("finish", {})
+        while not self.ended:
+            self._go(lambda step, previous, entry: "")
+        return self.outputs
+
+    def edit(self, values: Any, *, out_var: Optional[str] = None, frame_depth: Optional[int] = None,
+             placement: Any = None, shape: Any = None, dtype: Any = None) -> None:
+        """Replace a variable of the current step on every rank with its part of the logical `values`.
+
+        Defaults: the variable the current step bound, in its frame. `placement` (plain tensors only):
+        None or Replicate() gives every rank `values`; Shard(d) gives rank r its `torch.chunk` piece
+        along d. A DTensor variable is sharded by its own placements. `shape`/`dtype`: the logical
+        shape and dtype when they change on purpose. Nothing changes on any rank unless every rank can
+        apply its part.
+        """
+        if not isinstance(values, torch.Tensor) or _is_dtensor(values):
+            raise EditError("an edit across ranks gives the whole (logical) value as a plain tensor, got "
+                            f"{type(values).__name__}")
+        self._publish("edit", {"values": values, "out_var": out_var, "frame_depth": frame_depth,
+                               "placement": list(_placement(placement)) if placement is not None else None,
+                               "shape": list(shape) if shape is not None else None,
+                               "dtype": str(dtype) if dtype is not None else None})
+        self._edit(values, out_var, frame_depth, placement, shape, dtype)
+
+    def close(self) -> None:
+        """Unwind the paused run on this rank (and, from the driver, on every rank)."""
+        if self.driver is not None and self.rank == self.driver and not self._failed:
+            self._publish("close", {})
+        self._steps.close()
+        self.ended = True
+
+    def __enter__(self) -> "CollectiveRun":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc is not None and not isinstance(exc, CollectiveError):
+            self._report(exc)
+        if exc is None and not self.ended:
+            self.close()
+
+    # --- the driver and its followers --------------------------------------------------------------------
+
+    def follow(self) -> Optional[list]:
+        """On a rank other than the driver: carry out the driver's commands until its run ends or is
+        closed; returns this rank's outputs (None when closed before the end)."""
+        if self.driver is None or self.rank == self.driver:
+            raise SchemaRunError("follow() is for the ranks other than the driver of a run made with driver=<rank>")
+        while True:
+            op, kwargs = self._next_command()
+            if op == "close":
+                self._steps.close()
+                self.ended = True
+                return None
+            if op == "edit":
+                self._edit(kwargs["values"], kwargs["out_var"], kwargs["frame_depth"], kwargs["placement"],
+                           kwargs["shape"], kwargs["dtype"])
+            elif op == "break_at":
+                self.break_at(**kwargs)
+            else:
+                getattr(self, op)()
+            if self.ended:
+                return self.outputs
+
+    def _publish(self, op: str, kwargs: dict) -> None:
+        if self.driver is None or self.rank != self.driver:
+            return
+        buffer = io.BytesIO()
+        torch.save({"op": op, "kwargs": kwargs}, buffer)
+        self.store.set(f"cmd/{self._commands}", buffer.getvalue())
+        self._commands += 1
+
+    def _next_command(self) -> tuple[str, dict]:
+        key = f"cmd/{self._commands}"
+        self._poll(lambda: self.store.check([key]), f"command {self._commands} from the driver (rank {self.driver})",
+                   deadline=None)
+        raw = self.store.get(key)
+        self._commands += 1
+        try:  # the store is shared by the group's processes: read it as data, never as code
+            command = torch.load(io.BytesIO(raw), weights_only=True)
+        except Exception as exc:  # noqa: BLE001
+            raise CollectiveError(f"command {self._commands - 1} in the store is not one the driver wrote: {exc}")
+        op, kwargs = command.get("op") if isinstance(command, dict) else None, \
+            command.get("kwargs") if isinstance(command, dict) else None
+        if op not in _COMMANDS or not isinstance(kwargs, dict) or set(kwargs) - set(_COMMANDS[op]):
+            raise CollectiveError(f"command {self._commands - 1} in the store is not one the driver writes: {op!r}")
+        if op == "edit":
+            if kwargs.get("dtype") is not None:
+                kwargs["dtype"] = getattr(torch, str(kwargs["dtype"]).replace("torch.", ""), kwargs["dtype"])
+            kwargs = {key: kwargs.get(key) for key in _COMMANDS["edit"]}
+        return op, kwargs
+
+    # --- inside ----------------------------------------------------------------------------------------------
+
+    def _check(self, step: StepInfo, previous: Optional[StepInfo], entry: bool) -> str:
+        for bp in self.breakpoints:
+            reason = bp.hit(step, previous, entry)
+            if reason:
+                bp.hits += 1
+                return reason
+        return ""
+
+    def _go(self, decide: Callable[[StepInfo, Optional[StepInfo], bool], str]) -> Optional[StepInfo]:
+        if self.ended:
+            raise SchemaRunError("the collective run has ended; start another with collective_step_run")
+        while True:
+            step = self._advance()
+            reason = ""
+            if step is not None:
+                entry = self._entry(step)
+                try:
+                    reason = decide(step, self.previous, entry)
+                except BaseException as exc:
+                    self._report(exc)
+                    raise
+            self._agree_step(step, reason)
+            if self.ended or self.stop is not None:
+                return self.current
+
+    def _entry(self, step: StepInfo) -> bool:
+        """Whether `step` is the first own step of a call: its frame is not the one last seen at its depth."""
+        frame = step.scope_frames[step.frame_depth] if step.scope_frames else None
+        known = self._frames.get(step.frame_depth)
+        if known is frame:
+            return False
+        self._frames[step.frame_depth] = frame
+        for depth in [d for d in self._frames if d > step.frame_depth]:
+            del self._frames[depth]
+        return True
+
+    def _advance(self) -> Optional[StepInfo]:
+        try:
+            step = next(self._steps)
+        except StopIteration as done:
+            self.outputs = done.value
+            self.ended = True
+            self.previous, self.current = self.current, None
+            return None
+        except BaseException as exc:
+            self._raise_failure(exc)
+            raise
+        self.previous, self.current = self.current, step
+        return step
+
+    def _agree_step(self, step: Optional[StepInfo], reason: str) -> None:
+        index = step.step_index if step is not None else -1
+        fingerprint = _fingerprint(step)
+        ended = int(step is None)
+        if reason:
+            self.store.set(f"stop/{self._agreements}/{self.rank}", reason)
+        slots = self._agree([bool(reason)], [ended, index, fingerprint], f"step {index if step else 'end'}")
+        stops = [rank for rank in range(self.world) if slots[rank]]
+        highs = slots[self.world:self.world + 3]
+        lows = [-value for value in slots[self.world + 3:]]
+        if highs != lows:
+            (ended_low, index_low, _), (ended_high, index_high, _) = lows, highs
+            what = "ended on some ranks only" if ended_low != ended_high else \
+                f"steps {index_low}..{index_high}" if index_low != index_high else "the same step index, other instructions"
+            self._failed = True
+            self._steps.close()  # every rank raises here, so the group stays usable for another run
+            self.ended = True
+            raise RanksDivergedError(
+                f"the ranks no longer run the same instructions ({what}; this rank {self.rank} is at "
+                f"{step.block_path + ':' + step.out_var if step else 'the end'}): data-dependent control flow differs "
+                "between ranks, so they cannot stop together; step each rank on its own with step_run")
+        self.stop = None
+        if stops and not ended:
+            reasons = {rank: self.store.get(f"stop/{self._agreements - 1}/{rank}").decode() for rank in stops}
+            self.stop = {"step": index, "block": step.block_path, "var": step.out_var, "reasons": reasons}
+            self.hits.append(self.stop)
+
+    def _agree(self, flags: list[bool], values: list[int], what: str) -> list[int]:
+        """One all_reduce(MAX): per-rank flag slots, then `values` and their negations."""
+        width = len(flags)
+        tensor = torch.zeros(self.world * width + 2 * len(values), dtype=torch.int64)
+        for offset, flag in enumerate(flags):
+            tensor[offset * self.world + self.rank] = int(flag)
+        base = self.world * width
+        tensor[base:base + len(values)] = torch.tensor(values, dtype=torch.int64)
+        tensor[base + len(values):] = -torch.tensor(values, dtype=torch.int64)
+        tensor = tensor.to(self.device)
+        self._agreements += 1
+        work = dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
+        self._poll(work.is_completed, what, deadline=time.monotonic() + self.timeout)
+        try:
+            work.wait()
+        except Exception as exc:  # noqa: BLE001 - a peer that went away: say which, when it said so
+            self._raise_failure(exc)
+            raise
+        return tensor.cpu().tolist()
+
+    def _poll(self, done: Callable[[], bool], what: str, deadline: Optional[float]) -> None:
+        spins = 0
+        while not done():
+            spins += 1
+            if spins < 200:
+                continue
+            failure = self._failure()
+            if failure is not None:
+                self._failed = True
+                raise RankFailedError(*failure, where=f" while rank {self.rank} waited at {what}")
+            if deadline is not None and time.monotonic() > deadline:
+                self._failed = True
+                raise CollectiveTimeoutError(
+                    f"rank {self.rank} waited {self.timeout:.0f} s at {what} and the other ranks neither answered nor "
+                    "reported a failure (a rank killed, or stuck in code outside `with run:`); pass timeout= for "
+                    "longer waits")
+            time.sleep(min(0.02, 0.0002 * (spins - 199)))
+
+    def _failure(self) -> Optional[tuple[int, str, str]]:
+        if not self.store.check(["failed"]):
+            return None
+        try:
+            data = json.loads(self.store.get("failed").decode())
+            return int(data["rank"]), str(data["type"]), str(data["message"])
+        except (ValueError, KeyError, TypeError):
+            return -1, "an unreadable failure record", "the store's failure key holds no JSON record"
+
+    def _report(self, exc: BaseException) -> None:
+        """Tell the other ranks this rank failed (first failure wins; a collective error is not news)."""
+        if isinstance(exc, CollectiveError) or self._failed:
+            return
+        self._failed = True
+        record = json.dumps({"rank": self.rank, "type": type(exc).__name__, "message": str(exc)[:2000]})
+        try:
+            self.store.compare_set("failed", "", record)
+        except Exception:  # noqa: BLE001 - the store itself is gone: nothing more can be told
+            pass
+
+    def _raise_failure(self, exc: BaseException) -> None:
+        """After a local exception: raise RankFailedError when another rank failed first, else report it."""
+        failure = self._failure()
+        if failure is not None and failure[0] != self.rank:
+            self._failed = True
+            raise RankFailedError(*failure, where=f" (rank {self.rank} then got {type(exc).__name__})") from exc
+        self._report(exc)
+
+    def _edit(self, values: Any, out_var: Optional[str], frame_depth: Optional[int], placement: Any, shape: Any,
+              dtype: Any) -> None:
+        step = self.current
+        if step is None:
+            raise EditError("the collective run is not paused at a step: step() or continue_() first")
+        depth = step.frame_depth if frame_depth is None else frame_depth
+        name = out_var or step.out_var
+        frame = step.scope_frames[depth] if isinstance(depth, int) and 0 <= depth < len(step.scope_frames) else {}
+        old, applied, error = frame.get(name), False, ""
+        try:
+            local = local_part(values, old, placement, self.rank, self.world)
+            local_shape = tuple(local.shape) if shape is not None else None
+            step.edit(values=local, shape=local_shape, dtype=dtype, frame_depth=frame_depth, out_var=out_var)
+            applied = True
+        except EditError as exc:
+            error = str(exc)
+        except BaseException as exc:
+            self._report(exc)
+            raise
+        if error:
+            self.store.set(f"edit/{self._agreements}/{self.rank}", error)
+        slots = self._agree([bool(error)], [_value_fingerprint(values)], f"the edit of {name!r} at step {step.step_index}")
+        refused = [rank for rank in range(self.world) if slots[rank]]
+        differ = slots[self.world] != -slots[self.world + 1]
+        if not refused and not differ:
+            return
+        if applied:  # undo: every rank keeps the value it had
+            step.edit(values=old, shape=tuple(old.shape) if isinstance(old, torch.Tensor) else None,
+                      dtype=old.dtype if isinstance(old, torch.Tensor) else None, frame_depth=frame_depth, out_var=out_var)
+        if refused:
+            reasons = "; ".join(f"rank {rank}: {self.store.get(f'edit/{self._agreements - 1}/{rank}').decode()}"
+                                for rank in refused)
+            raise EditError(f"the edit of {name!r} was applied on no rank, since {reasons}")
+        raise EditError(f"the edit of {name!r} was applied on no rank: the ranks gave different logical values "
+                        "(an edit across ranks takes the same whole tensor on every rank; with driver=, give it on "
+                        "the driver only)")
+
+
+def collective_step_run(schema: Any, scope: dict, *, group: Any = None, store: Any = None, driver: Optional[int] = None,
+                        timeout: float = 120.0, listeners: Any = None, name: str = "run") -> CollectiveRun:
+    """A stepped run of `schema` on `scope` (this rank's inputs) that every rank of `group` steps together.
+
+    Call it on every rank, in the same order (the runs of a store are matched by their order). See the
+    module docstring for the commands; `store` defaults to the process group's store (torchrun's
+    TCPStore); `driver=<rank>` makes that rank the only one giving commands (the others `follow()`);
+    `timeout`: the longest wait, in seconds, for the other ranks at a step.
+    """
+    return CollectiveRun(schema, scope, group=group, store=store, driver=driver, timeout=timeout,
+                         listeners=listeners, name=name)
