@@ -279,3 +279,75 @@ def failing(rank: int, world: int) -> dict:
         out["silent"] = {"error": "slept"}
     out["silent"]["seconds"] = time.perf_counter() - started
     return out
+
+
+class Feed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 8)
+        self.fc2 = nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = self.fc1(x)
+        h = torch.relu(h)
+        out = self.fc2(h)
+        return out
+
+
+def tensor_parallel(rank: int, world: int) -> dict:
+    """Column- then row-parallel linears on a 1-D mesh: an edit of the column-parallel activation,
+    given whole, as a DTensor (its own placements) and as a plain local shard (placement=Shard(-1))."""
+    import copy
+
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (world,))
+    out: dict = {}
+    logical = torch.arange(3 * 8, dtype=torch.float32).reshape(3, 8) / 10.0 - 1.0
+    piece = logical[:, rank * 4:(rank + 1) * 4]
+    torch.manual_seed(0)
+    x = torch.rand(3, 4)  # tensor parallel: the same input on every rank
+    for kind, local_output in (("dtensor", False), ("local", True)):
+        torch.manual_seed(0)
+        model = Feed()
+        single = copy.deepcopy(model)
+        parallelize_module(model, mesh, {"fc1": ColwiseParallel(use_local_output=local_output),
+                                         "fc2": RowwiseParallel()})
+        schema = _parse(model, x)
+        seen: dict = {"skipped": sorted(schema.skipped)}
+        with collective_step_run(schema, {"x": x}, name=f"tp-{kind}") as run:
+            run.break_at(var="h")
+            run.continue_()
+            step = run.continue_()  # h = torch.relu(h)
+            seen["is_dtensor"] = isinstance(step.value, DTensor)
+            if kind == "dtensor":
+                seen["placements"] = [str(p) for p in step.value.placements]
+                run.edit(logical)
+                value = run.current.value
+                seen["local_piece"] = torch.equal(value.to_local(), piece)
+                seen["logical"] = torch.equal(value.full_tensor(), logical)
+            else:
+                run.edit(logical, placement=Shard(-1))
+                seen["local_piece"] = torch.equal(run.current.value, piece)
+            outputs = run.finish()
+        result = outputs[0].full_tensor() if isinstance(outputs[0], DTensor) else outputs[0]
+        with torch.no_grad():
+            result = result.detach()
+            reference = single.fc2(logical)
+            # the row-parallel fc2 sums partial products over the ranks: another order of additions than
+            # one process's matmul, so the output is compared with the difference it has, and bit for bit
+            # with the same sum done in one process: each rank's partial product plus its half of the
+            # bias (a Replicate bias joins a Partial sum as bias / world on each rank), added in rank order
+            weight, half = single.fc2.weight, single.fc2.bias / world
+            partials = [torch.nn.functional.linear(logical[:, r * 4:(r + 1) * 4], weight[:, r * 4:(r + 1) * 4]) + half
+                        for r in range(world)]
+            same_order = partials[0] + partials[1]
+        seen["max_difference"] = float((result - reference).abs().max())
+        seen["output_equal"] = torch.equal(result, reference)
+        seen["output_equal_same_sum"] = torch.equal(result, same_order)
+        seen["same_sum_difference"] = float((result - same_order).abs().max())
+        out[kind] = seen
+    dist.barrier()
+    return out
