@@ -3,7 +3,7 @@
 The package root only re-exports. Pipeline: source -> lowering -> schema -> runtime (program,
 interpreter) -> listeners (traces, stepping, comparison) -> views (dump, DataFrames, plots, widget, CLI).
 The stages are subpackages (schema, lowering, runtime, parser, traces, inspection, files, store,
-widget, validation, examples; docs/ARCHITECTURE.md); import a module from its stage
+distributed, widget, validation, examples; docs/ARCHITECTURE.md); import a module from its stage
 (`nnschemaparser.schema.errors`, not `nnschemaparser.errors`).
 """
 
@@ -84,6 +84,9 @@ from .store.dataset import capture_dataset
 from .store.manifest import StoreIncompleteError, StoreMismatchError
 from .store.reader import TraceStore
 from .store.reductions import Reduction
+from .distributed.collective import (CollectiveBreakpoint, CollectiveError, CollectiveRun, CollectiveTimeoutError,
+                                     RankFailedError, RanksDivergedError, collective_step_run)
+from .distributed.pipeline import PlacedEdit, SchemaStage, StageCapture
 
 __version__ = "0.1.0"
 
@@ -111,3 +114,7 @@ __all__ = [
     "capture_dataset", "TraceStore", "Reduction", "KeepSelector", "KeepTerm", "StoreMismatchError",
     "StoreIncompleteError",
 ]
+
+# torch.distributed: collective stepping across ranks, pipeline stages (nnschemaparser/distributed/)
+__all__ += ["collective_step_run", "CollectiveRun", "CollectiveBreakpoint", "CollectiveError", "RankFailedError",
+            "RanksDivergedError", "CollectiveTimeoutError", "SchemaStage", "StageCapture", "PlacedEdit"]

@@ -73,6 +73,9 @@ class CollectiveTimeoutError(CollectiveError):
     """No answer from the other ranks within the run's timeout, and none of them reported a failure."""
 
 
+_STEP, _MODE, _EDIT = 1, 2, 3  # the phases of an agreement
+_ON_VALUES = ("nonfinite", "when")  # breakpoints on values, which differ per rank (the others are on places)
+_STEPPED = "stepped"  # the stop reason of step(): every rank was told to take one step
 _SEQUENCES: dict[str, int] = {}  # runs per store prefix: every rank creates its runs in the same order
 
 
@@ -294,18 +297,32 @@ class CollectiveRun:
     def step(self) -> Optional[StepInfo]:
         """One step on every rank; the new current step (None when the run ended)."""
         self._publish("step", {})
-        return self._go(lambda step, previous, entry: "stepped")
+        return self._go(lambda step, previous, entry: _STEPPED)
 
     def continue_(self) -> Optional[StepInfo]:
-        """Run every rank until a breakpoint hits on one of them (all stop at that step) or the run ends (None)."""
+        """Run every rank until a breakpoint hits on one of them (all stop at that step) or the run ends (None).
+
+        The ranks first agree on how: when a rank has a breakpoint on values (NaN, a predicate) or the
+        ranks' place breakpoints differ, every step is agreed; when every rank has the same place
+        breakpoints only, each rank runs on its own to its next hit (the same step on every rank, as
+        they run the same instructions) and they agree there, so a Continue costs one agreement per stop.
+        """
         self._publish("continue_", {})
-        return self._go(self._check)
+        if self.ended:
+            raise SchemaRunError("the collective run has ended; start another with collective_step_run")
+        on_values = any(bp.kind in _ON_VALUES for bp in self.breakpoints)
+        places = zlib.crc32(repr(sorted((bp.kind, bp.step, bp.line, bp.file, bp.block, bp.var)
+                                        for bp in self.breakpoints)).encode()) & 0x7FFFFFFF
+        slots = self._agree(on_values, 0, 0, places, _MODE, "the start of a Continue")
+        every_step = any(slots[:self.world]) or slots[self.world + 2] != -slots[self.world + 6]
+        return self._go(self._check, every_step)
 
     def finish(self) -> list:
-        """Run every rank to the end, past every breakpoint; the outputs (also in `outputs`)."""
+        """Run every rank to the end, past every breakpoint; the outputs (also in `outputs`). The ranks
+        agree once, at the end (that they ran the same number of steps and ended)."""
         self._publish("finish", {})
-        while not self.ended:
-            self._go(lambda step, previous, entry: "")
+        if not self.ended:
+            self._go(lambda step, previous, entry: "", every_step=False)
         return self.outputs
 
     def edit(self, values: Any, *, out_var: Optional[str] = None, frame_depth: Optional[int] = None,
@@ -404,7 +421,8 @@ class CollectiveRun:
                 return reason
         return ""
 
-    def _go(self, decide: Callable[[StepInfo, Optional[StepInfo], bool], str]) -> Optional[StepInfo]:
+    def _go(self, decide: Callable[[StepInfo, Optional[StepInfo], bool], str],
+            every_step: bool = True) -> Optional[StepInfo]:
         if self.ended:
             raise SchemaRunError("the collective run has ended; start another with collective_step_run")
         while True:
@@ -417,6 +435,8 @@ class CollectiveRun:
                 except BaseException as exc:
                     self._report(exc)
                     raise
+            if not (every_step or reason or step is None):
+                continue
             self._agree_step(step, reason)
             if self.ended or self.stop is not None:
                 return self.current
@@ -447,15 +467,16 @@ class CollectiveRun:
         return step
 
     def _agree_step(self, step: Optional[StepInfo], reason: str) -> None:
-        index = step.step_index if step is not None else -1
+        # at the end: the number of steps run (ranks that ran different instructions differ there too)
+        index = step.step_index if step is not None else (self.previous.step_index if self.previous else 0)
         fingerprint = _fingerprint(step)
         ended = int(step is None)
-        if reason:
+        if reason and reason != _STEPPED:  # a step every rank was told to take needs no word on why
             self.store.set(f"stop/{self._agreements}/{self.rank}", reason)
-        slots = self._agree([bool(reason)], [ended, index, fingerprint], f"step {index if step else 'end'}")
+        slots = self._agree(bool(reason), ended, index, fingerprint, _STEP, f"step {index}" if step else f"the end, after {index} steps")
         stops = [rank for rank in range(self.world) if slots[rank]]
         highs = slots[self.world:self.world + 3]
-        lows = [-value for value in slots[self.world + 3:]]
+        lows = [-value for value in slots[self.world + 4:self.world + 7]]
         if highs != lows:
             (ended_low, index_low, _), (ended_high, index_high, _) = lows, highs
             what = "ended on some ranks only" if ended_low != ended_high else \
@@ -469,19 +490,19 @@ class CollectiveRun:
                 "between ranks, so they cannot stop together; step each rank on its own with step_run")
         self.stop = None
         if stops and not ended:
-            reasons = {rank: self.store.get(f"stop/{self._agreements - 1}/{rank}").decode() for rank in stops}
+            reasons = {rank: _STEPPED if reason == _STEPPED else self.store.get(f"stop/{self._agreements - 1}/{rank}").decode()
+                       for rank in stops}
             self.stop = {"step": index, "block": step.block_path, "var": step.out_var, "reasons": reasons}
             self.hits.append(self.stop)
 
-    def _agree(self, flags: list[bool], values: list[int], what: str) -> list[int]:
-        """One all_reduce(MAX): per-rank flag slots, then `values` and their negations."""
-        width = len(flags)
-        tensor = torch.zeros(self.world * width + 2 * len(values), dtype=torch.int64)
-        for offset, flag in enumerate(flags):
-            tensor[offset * self.world + self.rank] = int(flag)
-        base = self.world * width
-        tensor[base:base + len(values)] = torch.tensor(values, dtype=torch.int64)
-        tensor[base + len(values):] = -torch.tensor(values, dtype=torch.int64)
+    def _agree(self, flag: bool, ended: int, index: int, fingerprint: int, phase: int, what: str) -> list[int]:
+        """One all_reduce(MAX) of [a flag slot per rank, ended, index, fingerprint, phase, and the four
+        negated]: the same layout for every agreement, so ranks in different phases (one in a Continue,
+        one in an edit) see it in `phase` instead of mixing up their tensors."""
+        values = [ended, index, fingerprint, phase]
+        tensor = torch.zeros(self.world + 8, dtype=torch.int64)
+        tensor[self.rank] = int(flag)
+        tensor[self.world:] = torch.tensor(values + [-value for value in values], dtype=torch.int64)
         tensor = tensor.to(self.device)
         self._agreements += 1
         work = dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
@@ -491,7 +512,13 @@ class CollectiveRun:
         except Exception as exc:  # noqa: BLE001 - a peer that went away: say which, when it said so
             self._raise_failure(exc)
             raise
-        return tensor.cpu().tolist()
+        slots = tensor.cpu().tolist()
+        if slots[self.world + 3] != -slots[self.world + 7]:
+            self._failed = True
+            raise RanksDivergedError(f"the ranks gave different commands (rank {self.rank} was at {what}; the others "
+                                     "at another step, the start of a Continue or an edit): every rank must give the "
+                                     "same commands in the same order, or use driver= and follow()")
+        return slots
 
     def _poll(self, done: Callable[[], bool], what: str, deadline: Optional[float]) -> None:
         spins = 0
@@ -560,9 +587,10 @@ class CollectiveRun:
             raise
         if error:
             self.store.set(f"edit/{self._agreements}/{self.rank}", error)
-        slots = self._agree([bool(error)], [_value_fingerprint(values)], f"the edit of {name!r} at step {step.step_index}")
+        slots = self._agree(bool(error), 0, step.step_index, _value_fingerprint(values), _EDIT,
+                            f"the edit of {name!r} at step {step.step_index}")
         refused = [rank for rank in range(self.world) if slots[rank]]
-        differ = slots[self.world] != -slots[self.world + 1]
+        differ = slots[self.world + 2] != -slots[self.world + 6]
         if not refused and not differ:
             return
         if applied:  # undo: every rank keeps the value it had

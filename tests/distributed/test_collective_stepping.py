@@ -62,6 +62,8 @@ def test_one_hundred_pause_resume_cycles_stop_every_rank_at_the_same_steps(ranks
     stops = [rank["cycles"]["stops"] for rank in ranks]
     assert len(stops[0]) == 101  # h = self.fc(x), then the 100 rounds of the loop
     assert stops[0] == stops[1]
+    # a breakpoint on values agrees every step instead of each stop: the same stops
+    assert ranks[0]["cycles_values"] == ranks[1]["cycles_values"] == stops[0]
     for rank in ranks:
         assert rank["cycles_output_equal"]
 
@@ -70,6 +72,11 @@ def test_ranks_taking_other_branches_raise_instead_of_stepping_out_of_step(ranks
     for rank in ranks:
         assert "no longer run the same instructions" in rank["diverged"], rank["diverged"]
         assert rank["diverged_ended"]
+
+
+def test_ranks_giving_different_commands_are_told_so(ranks):
+    for rank in ranks:
+        assert "the ranks gave different commands" in rank["commands"], rank["commands"]
 
 
 def test_a_follower_carries_out_the_driver_commands(ranks):

@@ -190,6 +190,13 @@ def stepping(rank: int, world: int) -> dict:
             stops.append(run.current.step_index)
         out["cycles_output_equal"] = torch.equal(run.outputs[0], halving(hx))
     out["cycles"] = {"stops": stops, "seconds": time.perf_counter() - started}
+    # the same 100 cycles with a breakpoint on values (a predicate): every step agreed
+    value_stops = []
+    with collective_step_run(hschema, {"x": hx}, name="cycles-values") as run:
+        run.break_when(lambda step: step.out_var == "h", label="h is bound")
+        while run.continue_() is not None:
+            value_stops.append(run.current.step_index)
+    out["cycles_values"] = value_stops
 
     # 6. ranks that take other branches cannot stop together
     branching = Branching()
@@ -202,6 +209,19 @@ def stepping(rank: int, world: int) -> dict:
         except RanksDivergedError as exc:
             out["diverged"] = str(exc)
         out["diverged_ended"] = run.ended
+
+    # 6b. ranks giving different commands (rank 0 a Continue, rank 1 a finish) are told so
+    with collective_step_run(schema, {"x": x}, name="commands") as run:
+        try:
+            if rank == 0:
+                run.break_on_nonfinite()
+                run.continue_()
+            else:
+                run.finish()
+            out["commands"] = "no error"
+        except RanksDivergedError as exc:
+            out["commands"] = str(exc)
+        run.close()
 
     # 7. rank 0 drives, rank 1 follows: the NaN stop and a sharded edit given on rank 0 only
     run = collective_step_run(schema, {"x": x}, name="driven", driver=0)
