@@ -3,7 +3,8 @@
 `collective` (stepping, breakpoints and edits across ranks: `collective_step_run` gives every rank a
 `CollectiveRun` whose every command is agreed by all ranks, a NaN on one rank stops them all, an
 edit given in logical coordinates is sliced per rank, and a rank that raises ends the others with
-`RankFailedError`), `pipeline` (a schema per `torch.distributed.pipelining` stage: `SchemaStage`
+`RankFailedError`), `collective_parts` (its breakpoints and the per-rank part of an edit),
+`pipeline` (a schema per `torch.distributed.pipelining` stage: `SchemaStage`
 runs and captures its part, `PlacedEdit` edits a value given for the whole batch).
 
 May import: `schema`, `runtime`, `parser`, `traces`.

@@ -30,7 +30,7 @@ together:
   published in the store, and the other ranks call `run.follow()`, which carries them out until
   rank 0's run ends or is closed. Predicate breakpoints are code, so every rank sets those itself.
 
-Depends on the runtime's `step_run` and `StepInfo` only.
+Depends on the runtime's `step_run` and `StepInfo`, and `collective_parts` (breakpoints, per-rank parts).
 """
 
 from __future__ import annotations
@@ -39,17 +39,18 @@ import io
 import json
 import time
 import zlib
-from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
 import torch.distributed as dist
 
 from ..runtime.interpreter import SchemaInterpreter, StepInfo
+from .collective_parts import (CollectiveBreakpoint, is_dtensor, local_part, placement_of, step_fingerprint,
+                               value_fingerprint)
 from ..schema.errors import EditError, NNSchemaError, SchemaRunError
 
 __all__ = ["collective_step_run", "CollectiveRun", "CollectiveBreakpoint", "CollectiveError", "RankFailedError",
-           "RanksDivergedError", "CollectiveTimeoutError", "local_part"]
+           "RanksDivergedError", "CollectiveTimeoutError", "local_part"]  # the last two from collective_parts
 
 
 class CollectiveError(NNSchemaError):
@@ -77,140 +78,6 @@ _STEP, _MODE, _EDIT = 1, 2, 3  # the phases of an agreement
 _ON_VALUES = ("nonfinite", "when")  # breakpoints on values, which differ per rank (the others are on places)
 _STEPPED = "stepped"  # the stop reason of step(): every rank was told to take one step
 _SEQUENCES: dict[str, int] = {}  # runs per store prefix: every rank creates its runs in the same order
-
-
-@dataclass
-class CollectiveBreakpoint:
-    """Where or when a collective run stops; a hit on any rank stops every rank.
-
-    `kind`: "step" (`step`: that step index), "line" (`line`, optional `file`: the first step of the
-    line), "block" (`block`: the first own step of each call of that block path), "var" (`var`, and
-    `block` if given: each step binding that variable), "nonfinite" (a floating tensor with a NaN or
-    an Inf), "when" (`when(step) -> bool`, evaluated on every rank; one that raises stops and says why).
-    """
-
-    kind: str
-    step: int = 0
-    line: int = 0
-    file: str = ""
-    block: str = ""
-    var: str = ""
-    when: Optional[Callable[[StepInfo], Any]] = None
-    label: str = ""
-    hits: int = 0
-
-    def hit(self, step: StepInfo, previous: Optional[StepInfo], entry: bool) -> str:
-        kind = self.kind
-        if kind == "step":
-            return f"reached step {self.step}" if step.step_index == self.step else ""
-        if kind == "line":
-            loc = step.location
-            if loc is None or loc.lineno != self.line or (self.file and loc.filename != self.file):
-                return ""
-            ploc = previous.location if previous is not None else None
-            same = ploc is not None and (ploc.lineno, ploc.filename) == (loc.lineno, loc.filename) and \
-                previous.frame_depth == step.frame_depth
-            return "" if same else f"reached line {self.line}"
-        if kind == "block":
-            return f"entered {self.block}" if entry and step.block_path == self.block else ""
-        if kind == "var":
-            if step.out_var != self.var or (self.block and step.block_path != self.block):
-                return ""
-            return f"bound {self.var}" + (f" in {step.block_path}" if step.block_path else "")
-        if kind == "nonfinite":
-            return f"{step.out_var or 'the value'} has a NaN or an Inf" if _nonfinite(step.value) else ""
-        if kind == "when":
-            try:
-                result = self.when(step)
-            except Exception as exc:  # noqa: BLE001 - a predicate that cannot be evaluated is news: stop and say so
-                return f"the condition {self.label} raised {type(exc).__name__}: {exc}"
-            if isinstance(result, torch.Tensor):
-                result = bool(result.all()) if result.numel() else False
-            return f"{self.label} is true" if result else ""
-        return ""
-
-
-def _nonfinite(value: Any) -> bool:
-    if not isinstance(value, torch.Tensor) or not (value.is_floating_point() or value.is_complex()):
-        return False
-    if value.numel() == 0 or value.is_meta:
-        return False
-    local = value.to_local() if hasattr(value, "to_local") and hasattr(value, "placements") else value
-    return not bool(torch.isfinite(local.detach()).all())
-
-
-def _is_dtensor(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and hasattr(value, "placements") and hasattr(value, "device_mesh")
-
-
-def _placement(placement: Any) -> Optional[tuple]:
-    """None, ("replicate",) or ("shard", dim) from a torch placement, a string or a tuple."""
-    if placement is None:
-        return None
-    name = type(placement).__name__
-    if name == "Replicate":
-        return ("replicate",)
-    if name == "Shard" and isinstance(getattr(placement, "dim", None), int):
-        return ("shard", placement.dim)
-    if isinstance(placement, str):
-        text = placement.strip().lower()
-        if text == "replicate":
-            return ("replicate",)
-        if text.startswith("shard:") and text[6:].lstrip("-").isdigit():
-            return ("shard", int(text[6:]))
-    if isinstance(placement, (tuple, list)) and placement and placement[0] in ("replicate", "shard"):
-        if placement[0] == "replicate" and len(placement) == 1:
-            return ("replicate",)
-        if len(placement) == 2 and type(placement[1]) is int:
-            return ("shard", placement[1])
-    raise EditError(f"placement={placement!r} is not one an edit knows; give Replicate(), Shard(dim) "
-                    "(torch.distributed.tensor), 'replicate' or 'shard:<dim>'")
-
-
-def local_part(values: torch.Tensor, current: Any, placement: Any, rank: int, world: int) -> torch.Tensor:
-    """This rank's part of the logical `values` for a variable now holding `current` (see the module docstring)."""
-    if not isinstance(values, torch.Tensor):
-        raise EditError(f"an edit across ranks gives the whole tensor; got {type(values).__name__}")
-    if _is_dtensor(values):
-        raise EditError("give the edit as a plain tensor holding the whole (logical) value, not a DTensor")
-    place = _placement(placement)
-    if _is_dtensor(current):
-        if place is not None:
-            raise EditError("the variable is a DTensor: its own placements say how the edit is sharded; "
-                            "leave placement= out")
-        if any(type(p).__name__ == "Partial" for p in current.placements):
-            raise EditError("the variable is a partial sum (a Partial DTensor): it has no logical value "
-                            "until it is reduced; edit the step after the reduction")
-        from torch.distributed.tensor import distribute_tensor
-
-        return distribute_tensor(values.to(current.device), current.device_mesh, current.placements,
-                                 src_data_rank=None)
-    if place is None or place[0] == "replicate":
-        return values
-    dim = place[1]
-    if not -values.dim() <= dim < max(values.dim(), 1):
-        raise EditError(f"placement shard:{dim} names no dimension of the edit's {values.dim()}-d value")
-    dim %= values.dim()
-    size = values.shape[dim]
-    piece = -(-size // world)  # torch.chunk's piece size, as DTensor's Shard uses
-    start = min(rank * piece, size)
-    return values.narrow(dim, start, max(0, min(piece, size - start))).clone()
-
-
-def _fingerprint(step: Optional[StepInfo]) -> int:
-    if step is None:
-        return 0
-    line = step.location.lineno if step.location is not None else 0
-    text = f"{step.block_path}|{step.out_var}|{step.kind}|{step.frame_depth}|{line}"
-    return zlib.crc32(text.encode()) & 0x7FFFFFFF
-
-
-def _value_fingerprint(values: Any) -> int:
-    if not isinstance(values, torch.Tensor):
-        return 0
-    flat = values.detach().cpu().contiguous().reshape(-1)
-    data = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
-    return zlib.crc32(data + f"{tuple(values.shape)}{values.dtype}".encode()) & 0x7FFFFFFF
 
 
 _COMMANDS = {"step": (), "continue_": (), "finish": (), "close": (), "clear_breakpoints": (),
@@ -335,11 +202,11 @@ class CollectiveRun:
         shape and dtype when they change on purpose. Nothing changes on any rank unless every rank can
         apply its part.
         """
-        if not isinstance(values, torch.Tensor) or _is_dtensor(values):
+        if not isinstance(values, torch.Tensor) or is_dtensor(values):
             raise EditError("an edit across ranks gives the whole (logical) value as a plain tensor, got "
                             f"{type(values).__name__}")
         self._publish("edit", {"values": values, "out_var": out_var, "frame_depth": frame_depth,
-                               "placement": list(_placement(placement)) if placement is not None else None,
+                               "placement": list(placement_of(placement)) if placement is not None else None,
                                "shape": list(shape) if shape is not None else None,
                                "dtype": str(dtype) if dtype is not None else None})
         self._edit(values, out_var, frame_depth, placement, shape, dtype)
@@ -355,9 +222,13 @@ class CollectiveRun:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if exc is not None and not isinstance(exc, CollectiveError):
-            self._report(exc)
-        if exc is None and not self.ended:
+        if exc is not None:
+            if not isinstance(exc, CollectiveError):
+                self._report(exc)
+            if not self.ended:  # unwind this rank's paused run; the others end with their own errors
+                self.ended = True
+                self._steps.close()
+        elif not self.ended:
             self.close()
 
     # --- the driver and its followers --------------------------------------------------------------------
@@ -469,7 +340,7 @@ class CollectiveRun:
     def _agree_step(self, step: Optional[StepInfo], reason: str) -> None:
         # at the end: the number of steps run (ranks that ran different instructions differ there too)
         index = step.step_index if step is not None else (self.previous.step_index if self.previous else 0)
-        fingerprint = _fingerprint(step)
+        fingerprint = step_fingerprint(step)
         ended = int(step is None)
         if reason and reason != _STEPPED:  # a step every rank was told to take needs no word on why
             self.store.set(f"stop/{self._agreements}/{self.rank}", reason)
@@ -478,6 +349,7 @@ class CollectiveRun:
         highs = slots[self.world:self.world + 3]
         lows = [-value for value in slots[self.world + 4:self.world + 7]]
         if highs != lows:
+            self._failed_elsewhere(f"step {index}")
             (ended_low, index_low, _), (ended_high, index_high, _) = lows, highs
             what = "ended on some ranks only" if ended_low != ended_high else \
                 f"steps {index_low}..{index_high}" if index_low != index_high else "the same step index, other instructions"
@@ -514,6 +386,7 @@ class CollectiveRun:
             raise
         slots = tensor.cpu().tolist()
         if slots[self.world + 3] != -slots[self.world + 7]:
+            self._failed_elsewhere(what)
             self._failed = True
             raise RanksDivergedError(f"the ranks gave different commands (rank {self.rank} was at {what}; the others "
                                      "at another step, the start of a Continue or an edit): every rank must give the "
@@ -531,25 +404,42 @@ class CollectiveRun:
                 self._failed = True
                 raise RankFailedError(*failure, where=f" while rank {self.rank} waited at {what}")
             if deadline is not None and time.monotonic() > deadline:
-                self._failed = True
+                # told to the others too: a late rank would otherwise pair with this rank's abandoned
+                # collective and wait at the next one
+                self._report(CollectiveTimeoutError(f"it waited {self.timeout:.0f} s at {what} for the other ranks"))
                 raise CollectiveTimeoutError(
                     f"rank {self.rank} waited {self.timeout:.0f} s at {what} and the other ranks neither answered nor "
                     "reported a failure (a rank killed, or stuck in code outside `with run:`); pass timeout= for "
                     "longer waits")
             time.sleep(min(0.02, 0.0002 * (spins - 199)))
 
+    def _failed_elsewhere(self, what: str) -> None:
+        """Before saying the ranks diverged: a rank that failed (and left a collective behind, which a
+        late rank then completed) is the real news."""
+        failure = self._failure()
+        if failure is not None and failure[0] != self.rank:
+            self._failed = True
+            raise RankFailedError(*failure, where=f" (rank {self.rank} found out at {what})")
+
     def _failure(self) -> Optional[tuple[int, str, str]]:
-        if not self.store.check(["failed"]):
-            return None
         try:
-            data = json.loads(self.store.get("failed").decode())
+            if not self.store.check(["failed"]):
+                return None
+            raw = self.store.get("failed")
+        except Exception as exc:  # noqa: BLE001 - the store's host went away: nothing more can be agreed
+            self._failed = True
+            raise CollectiveError(f"rank {self.rank} cannot reach the group's store ({type(exc).__name__}: {exc}); the "
+                                  "process holding it (rank 0, or torchrun's agent) has exited, so the run cannot "
+                                  "go on") from exc
+        try:
+            data = json.loads(raw.decode())
             return int(data["rank"]), str(data["type"]), str(data["message"])
         except (ValueError, KeyError, TypeError):
             return -1, "an unreadable failure record", "the store's failure key holds no JSON record"
 
     def _report(self, exc: BaseException) -> None:
         """Tell the other ranks this rank failed (first failure wins; a collective error is not news)."""
-        if isinstance(exc, CollectiveError) or self._failed:
+        if self._failed or (isinstance(exc, CollectiveError) and not isinstance(exc, CollectiveTimeoutError)):
             return
         self._failed = True
         record = json.dumps({"rank": self.rank, "type": type(exc).__name__, "message": str(exc)[:2000]})
@@ -587,7 +477,7 @@ class CollectiveRun:
             raise
         if error:
             self.store.set(f"edit/{self._agreements}/{self.rank}", error)
-        slots = self._agree(bool(error), 0, step.step_index, _value_fingerprint(values), _EDIT,
+        slots = self._agree(bool(error), 0, step.step_index, value_fingerprint(values), _EDIT,
                             f"the edit of {name!r} at step {step.step_index}")
         refused = [rank for rank in range(self.world) if slots[rank]]
         differ = slots[self.world + 2] != -slots[self.world + 6]

@@ -35,3 +35,9 @@ def test_a_rank_that_stops_answering_ends_the_other_with_a_timeout(ranks):
     waiting = ranks[0]["silent"]
     assert waiting["error"] == "CollectiveTimeoutError", waiting
     assert "waited 3 s" in waiting["text"] and 2.5 < waiting["seconds"] < 15
+
+
+def test_a_late_rank_learns_that_the_other_gave_up_waiting(ranks):
+    late = ranks[1]["silent"]
+    assert late["error"] == "RankFailedError" and late["rank"] == 0, late
+    assert late["type"] == "CollectiveTimeoutError" and "waited 3 s" in late["text"]
