@@ -377,3 +377,40 @@ def tensor_parallel(rank: int, world: int) -> dict:
         out[kind] = seen
     dist.barrier()
     return out
+
+
+def fsdp(rank: int, world: int) -> dict:
+    """FSDP2 (`fully_shard` on both linears and the root): each rank its own batch, the weights
+    all-gathered inside the steps. A sharded edit of the batch's activations, then a NaN on rank 1
+    stopping both ranks, with the model's own all-gathers running between the agreements."""
+    import copy
+
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import Shard
+
+    torch.manual_seed(0)
+    model = Rooted()
+    single = copy.deepcopy(model)
+    fully_shard(model.fc1)
+    fully_shard(model.fc2)
+    fully_shard(model)
+    x = _inputs(rank)
+    schema = _parse(model, x)
+    logical = torch.linspace(-2.0, 2.0, world * 3 * 8).reshape(world * 3, 8)  # the whole batch's h
+    piece = logical[rank * 3:(rank + 1) * 3]
+    out: dict = {"skipped": sorted(schema.skipped)}
+    with torch.no_grad(), collective_step_run(schema, {"x": x}, name="fsdp") as run:
+        run.break_at(var="h")
+        run.continue_()
+        run.continue_()  # h = torch.relu(h)
+        run.edit(logical, placement=Shard(0))
+        out["edited"] = torch.equal(run.current.value, piece)
+        run.clear_breakpoints()
+        run.break_on_nonfinite()
+        stopped = run.continue_()
+        out["nan"] = {"at": _step_dict(stopped), "reasons": {str(k): v for k, v in run.stop["reasons"].items()}}
+        outputs = run.finish()
+        # the all-gathered weights are the unsharded model's: the output is one process's, bit for bit
+        out["output_equal"] = _same(outputs[0], single.fc2(piece) + torch.sqrt(x))
+    dist.barrier()
+    return out
