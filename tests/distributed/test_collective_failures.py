@@ -41,3 +41,12 @@ def test_a_late_rank_learns_that_the_other_gave_up_waiting(ranks):
     late = ranks[1]["silent"]
     assert late["error"] == "RankFailedError" and late["rank"] == 0, late
     assert late["type"] == "CollectiveTimeoutError" and "waited 3 s" in late["text"]
+
+
+def test_a_rank_failing_while_the_other_waits_in_the_models_own_collective_is_named(ranks):
+    failed, other = ranks[1]["in_model"], ranks[0]["in_model"]
+    assert failed["error"] == "RuntimeError" and "invalid for input of size 8" in failed["text"]
+    # rank 0 waited in FSDP's all-gather: only the group's 5 s timeout ends that, and then the error
+    # it raises names rank 1 and its exception (the gloo error is its cause)
+    assert other["error"] == "RankFailedError" and other["rank"] == 1 and other["type"] == "RuntimeError", other
+    assert 3 < other["seconds"] < 30

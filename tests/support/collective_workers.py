@@ -74,6 +74,22 @@ class Boom(nn.Module):
         return flat + 1.0
 
 
+class Gathered(nn.Module):
+    """A reshape that can fail on one rank, then an FSDP-sharded linear (its all-gather a collective)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 4)
+        self.boom = Boom()
+        self.fc2 = nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = self.fc1(x)
+        h = self.boom(h)
+        h = h.reshape(1, 8)
+        return self.fc2(h)
+
+
 class Failing(nn.Module):
     def __init__(self):
         super().__init__()
@@ -303,6 +319,36 @@ def failing(rank: int, world: int) -> dict:
         except RankFailedError as exc:
             out["silent"] = {"error": "RankFailedError", "rank": exc.rank, "type": exc.exc_type, "text": str(exc)}
     out["silent"]["seconds"] = time.perf_counter() - started
+
+    # 4. inside the model's own collective: rank 1 fails before an FSDP all-gather that rank 0 then
+    # waits in; the group's 5 s timeout ends that wait, and the error names rank 1
+    import datetime
+
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    short = dist.new_group(list(range(world)), timeout=datetime.timedelta(seconds=5))
+    torch.manual_seed(0)
+    sharded = Gathered()
+    mesh = DeviceMesh.from_group(short, "cpu")
+    fully_shard(sharded.fc1, mesh=mesh)
+    fully_shard(sharded.fc2, mesh=mesh)
+    fully_shard(sharded, mesh=mesh)
+    gx = torch.rand(2, 4)
+    gschema = _parse(sharded, gx)
+    if rank == 1:
+        sharded.boom.shape = (3, 5)
+    started = time.perf_counter()
+    try:
+        with torch.no_grad(), collective_step_run(gschema, {"x": gx}, group=short, name="in-model", timeout=60) as run:
+            run.finish()
+        out["in_model"] = {"error": "none"}
+    except RankFailedError as exc:
+        out["in_model"] = {"error": "RankFailedError", "rank": exc.rank, "type": exc.exc_type, "text": str(exc),
+                           "cause": type(exc.__cause__).__name__}
+    except RuntimeError as exc:
+        out["in_model"] = {"error": "RuntimeError", "text": str(exc)[:300]}
+    out["in_model"]["seconds"] = time.perf_counter() - started
     dist.barrier()  # rank 0 holds the store: it stays until rank 1 is done with it
     return out
 
