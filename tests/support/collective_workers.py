@@ -460,3 +460,26 @@ def fsdp(rank: int, world: int) -> dict:
         out["output_equal"] = _same(outputs[0], single.fc2(piece) + torch.sqrt(x))
     dist.barrier()
     return out
+
+
+def four_ranks(rank: int, world: int) -> dict:
+    """4 ranks: a NaN on the last rank only stops all four; a sharded edit gives each its rows."""
+    torch.manual_seed(0)
+    model = Rooted()
+    torch.manual_seed(10 + rank)
+    x = torch.rand(3, 4) + 0.5
+    if rank == world - 1:
+        x[0, 0] = -1.0
+    schema = _parse(model, x)
+    logical = torch.arange(world * 3 * 4, dtype=torch.float32).reshape(world * 3, 4)
+    mine = logical[rank * 3:(rank + 1) * 3]
+    with collective_step_run(schema, {"x": x}, name="four") as run:
+        run.break_on_nonfinite()
+        stopped = run.continue_()
+        out = {"at": _step_dict(stopped), "reasons": {str(k): v for k, v in run.stop["reasons"].items()}}
+        run.edit(logical, placement="shard:0")
+        out["edited"] = torch.equal(run.current.value, mine)
+        outputs = run.finish()
+        out["output_equal"] = _same(outputs[0], model.fc2(torch.relu(model.fc1(x))) + mine)
+    dist.barrier()
+    return out
