@@ -20,7 +20,7 @@ import pytest
 import nnschemaparser
 
 PACKAGE = Path(nnschemaparser.__file__).parent
-STAGES = ("schema", "lowering", "runtime", "parser", "traces", "inspection", "files", "store", "widget",
+STAGES = ("schema", "lowering", "runtime", "parser", "traces", "inspection", "files", "store", "distributed", "widget",
           "validation", "examples")
 ROOT_MODULES = {"__init__", "__main__"}
 MAX_LINES = 600
