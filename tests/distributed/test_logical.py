@@ -69,6 +69,8 @@ def test_row_parallel_partial_sums_report_their_difference_instead_of_exactness(
 
 
 def test_fsdp2_activations_are_batch_shards_equal_to_one_process(group):
+    # The root's own group holds the norm's weights: right after parsing, FSDP2 believes them
+    # unsharded while the module holds the shards again; capture_logical puts the state right first.
     results = group("fsdp")
     result = results[0]
     assert result["skipped"] == {} and result["skip_reason"] is None

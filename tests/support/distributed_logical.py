@@ -43,7 +43,7 @@ def shard(kind: str, model, world: int):
 
     if kind == "fsdp":
         mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp",))
-        for layer in (model.norm, model.attn, model.mlp):
+        for layer in (model.attn, model.mlp):  # the norm's weights stay with the root's group
             fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh)
         return mesh
