@@ -84,6 +84,8 @@ from .store.dataset import capture_dataset
 from .store.manifest import StoreIncompleteError, StoreMismatchError
 from .store.reader import TraceStore
 from .store.reductions import Reduction
+from .distributed.compare import compare_logical
+from .distributed.logical import LogicalCaptureError, LogicalTrace, capture_logical
 
 __version__ = "0.1.0"
 
@@ -110,4 +112,5 @@ __all__ = [
     "HistogramBins", "histogram_bins", "plot_histograms", "EditEvent",
     "capture_dataset", "TraceStore", "Reduction", "KeepSelector", "KeepTerm", "StoreMismatchError",
     "StoreIncompleteError",
+    "capture_logical", "LogicalTrace", "LogicalCaptureError", "compare_logical",
 ]
