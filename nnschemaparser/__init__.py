@@ -87,6 +87,8 @@ from .store.reductions import Reduction
 from .distributed.collective import (CollectiveBreakpoint, CollectiveError, CollectiveRun, CollectiveTimeoutError,
                                      RankFailedError, RanksDivergedError, collective_step_run)
 from .distributed.pipeline import PlacedEdit, SchemaStage, StageCapture
+from .distributed.compare import compare_logical
+from .distributed.logical import LogicalCaptureError, LogicalTrace, capture_logical
 
 __version__ = "0.1.0"
 
@@ -113,6 +115,7 @@ __all__ = [
     "HistogramBins", "histogram_bins", "plot_histograms", "EditEvent",
     "capture_dataset", "TraceStore", "Reduction", "KeepSelector", "KeepTerm", "StoreMismatchError",
     "StoreIncompleteError",
+    "capture_logical", "LogicalTrace", "LogicalCaptureError", "compare_logical",
 ]
 
 # torch.distributed: collective stepping across ranks, pipeline stages (nnschemaparser/distributed/)

@@ -12,7 +12,8 @@ nothing of the package; tests/test_error_tree.py fails when one is missing here,
     │   ├── SourceUnavailableError                            no source for a forward (C extension, REPL, stripped)
     │   ├── ParseError                                        parse_model was given inputs it cannot use
     │   ├── SchemaRunError                                    the schema cannot run as given (missing input, ...)
-    │   │   └── StaleSchemaError                              a binding frozen at parse time no longer holds
+    │   │   ├── StaleSchemaError                              a binding frozen at parse time no longer holds
+    │   │   └── LogicalCaptureError (distributed.logical)     ranks that disagree, or a value that cannot be gathered
     │   ├── EditError                                         a stepping edit: unknown variable, other shape/dtype
     │   ├── SchemaFormatError                                 a saved schema or trace file is malformed or unsafe
     │   │   ├── MalformedFileError (files.file_format)        not JSON, a field of the wrong type, truncated, ...
@@ -31,6 +32,7 @@ nothing of the package; tests/test_error_tree.py fails when one is missing here,
     │   ├── GraphFileError (inspection.neurarch_graph)        not a readable .neurarch.json graph file
     │   ├── TensorViewError (widget.tensor_views)             a tensor view the inspector cannot draw
     │   ├── RoutingViewError (widget.routing_view)            the routing view of a schema with no experts block
+    │   ├── LogicalViewError (widget.logical_view)            the logical view without a logical trace
     │   ├── InspectorError (widget.state)                     a request the inspector cannot carry out
     │   └── CollectiveError (distributed.collective)          a collective stepped run cannot go on on every rank
     │       ├── RankFailedError (distributed.collective)      another rank raised (names it and its exception)

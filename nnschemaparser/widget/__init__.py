@@ -12,11 +12,12 @@ ActivationTrace, GradientTrace and StepInfo rows), tensor_views (heatmap slices,
 trends, per-layer series), tensor_requests (the state's tensor-view requests, a mixin), state (the state machine: stepping, edits, runs,
 comparison with compare_traces, bins with histogram_bins), messages (the browser's requests),
 static_html (the page without a kernel), inspector (the anywidget), build (js/ -> static/),
+logical_view (a sharded run's logical values, placement badges),
 shared_page (what a share holds, and its page: the static page of a shared schema),
 share_server (`nnschemaparser serve`: the plan and share deployment, Starlette).
 The widget is a view: nothing below imports it.
 
-Stage 8. May import: `schema`, `runtime`, `parser`, `traces`, `inspection`, `files`.
+Stage 8. May import: `schema`, `runtime`, `parser`, `traces`, `inspection`, `files`, `distributed`.
 """
 
 from typing import Any

@@ -29,6 +29,7 @@ from ..parser.model_parser import NNParser
 from ..schema.model import ModelBlockSchema
 from .edits import EditSpec
 from .messages import handle_message, json_safe
+from .logical_view import logical_view_state
 from .routing_view import has_experts, routing_frame
 from .runs import RunRecord
 from .state import InspectorOptions, InspectorState
@@ -317,6 +318,15 @@ class InspectorWidget(anywidget.AnyWidget):
         replayed (`frame.attrs["note"]` says so); `run` (default: the active run) must exist."""
         with self._lock:
             return routing_frame(self._state, run)
+
+    def show_logical(self, trace: Any, bins: int = 20) -> dict:
+        """Hold the logical view of a sharded run (`distributed.capture_logical`'s trace): whole-tensor
+        shapes and statistics with a placement badge per value; the browser's `logical` request gets
+        it. A collective: every rank calls it (each gathers the same values); rank 0 shows it."""
+        view = logical_view_state(trace, bins=bins)
+        with self._lock:
+            self._state.logical_view = view
+        return view
 
     def attention_heads(self, block_path: str, run: Optional[str] = None, call: int = -1) -> dict:
         """The attention weights of the attention call in `block_path` (sdpa, flash or eager alike),

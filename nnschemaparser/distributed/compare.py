@@ -1,0 +1,89 @@
+"""`compare_logical`: a sharded run's gathered values against a one-process run, per variable.
+
+For every step of the logical trace: its placement, whether the gathered value is `torch.equal` to
+the reference step with the same container id, the largest absolute difference, and a reason. A
+value that went through a sum over shards (a partial sum, a row-parallel output, anything computed
+from one) is not expected to be exact, since its additions run in another order than in one
+process: the table says so and gives the difference instead of claiming exactness. Any other
+difference is reported as unexpected.
+
+A collective (it gathers every step): every rank calls it; each gets the same table.
+
+Depends on `logical` and traces.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..traces.tables import pandas_module
+from .logical import LogicalTrace
+
+__all__ = ["compare_logical", "LOGICAL_COMPARE_COLUMNS"]
+
+LOGICAL_COMPARE_COLUMNS = ("container_id", "variable", "block_path", "placement", "logical_shape", "exact",
+                           "max_abs_diff", "reduced", "reason")
+
+SUM_ORDER = "a sum over shards: the ranks' partial terms are added in another order than one process adds them"
+
+
+def _twin(step: Any, reference: Any, root: str) -> Any:
+    """The reference step of `step`: the same container id, or (the sharded root is another class:
+    `FSDPBlock` for `Block`, so its own steps' ids differ) the same step number and variable."""
+    if step.container_id in reference:
+        return reference.by_container(step.container_id)
+    if 0 < step.step <= len(reference.steps):
+        other = reference.steps[step.step - 1]
+        same_block = other.block_path == step.block_path or (step.block_path == root and other.block_path == reference.root)
+        if other.step == step.step and other.out_var == step.out_var and same_block:
+            return other
+    return None
+
+
+def compare_logical(trace: LogicalTrace, reference: Any) -> Any:
+    """A DataFrame, one row per step of `trace` (columns `LOGICAL_COMPARE_COLUMNS`)."""
+    if not isinstance(trace, LogicalTrace):
+        raise TypeError(f"compare_logical needs the LogicalTrace of capture_logical, got {type(trace).__name__}")
+    rows = []
+    for step in trace.steps:
+        layout = trace.placements[step.step]
+        row = {"container_id": step.container_id, "variable": step.out_var, "block_path": step.block_path,
+               "placement": layout.badge(), "logical_shape": None, "exact": None, "max_abs_diff": None,
+               "reduced": layout.reduced, "reason": ""}
+        rows.append(row)
+        if not layout.known:
+            row["reason"] = f"placement unknown ({layout.source}): not gathered"
+            continue
+        if step.value is None:
+            row["reason"] = f"no value kept ({step.omitted})"
+            continue
+        value = trace.logical(step.container_id)
+        row["logical_shape"] = tuple(value.shape)
+        twin = _twin(step, reference, trace.root)
+        if twin is None:
+            row["reason"] = "no step with this container id (or this number and variable) in the reference"
+            continue
+        other = twin.value
+        if other is None:
+            row["reason"] = "the reference kept no value"
+            continue
+        if tuple(other.shape) != tuple(value.shape) or other.dtype != value.dtype:
+            row["exact"] = False
+            row["reason"] = f"shape or dtype differs: {tuple(value.shape)} {value.dtype} vs the reference's " \
+                            f"{tuple(other.shape)} {other.dtype}"
+            continue
+        exact = torch.equal(value, other.detach())
+        row["exact"] = exact
+        diff = (value.detach().double() - other.detach().double()).abs()
+        row["max_abs_diff"] = float(diff.max()) if diff.numel() else 0.0
+        if exact:
+            row["reason"] = "equal"
+        elif layout.partial:
+            row["reason"] = "a partial sum; gathered, it is " + SUM_ORDER
+        elif layout.reduced:
+            row["reason"] = "computed from " + SUM_ORDER
+        else:
+            row["reason"] = "UNEXPECTED: differs although no sum over shards is involved"
+    return pandas_module().DataFrame(rows, columns=list(LOGICAL_COMPARE_COLUMNS))

@@ -1,0 +1,74 @@
+"""The inspector's view of a sharded run's logical values: whole-tensor shapes and statistics, and a
+placement badge per value.
+
+`logical_view_state(trace)` reads a `distributed.LogicalTrace` (the trace of `capture_logical`) and
+gathers every step's whole value (a collective: **every rank calls it**, in the same order; each
+gets the same state, and rank 0's widget shows it). Per step: container id, variable, block, the
+placement badge (`S(0)@dp·S(2)@tp`, `R`, `P(sum)@tp`) and its words, the local and the logical
+shape, the statistics of the whole tensor (`traces.tables.tensor_statistics`) and its histogram
+bins; a step whose placement is unknown has no statistics and says why. `logical_reply` is what
+the browser's `logical` message gets: the state the kernel holds, or a clear error when no logical
+trace was shown.
+
+Depends on traces (statistics, bins) and distributed (the trace it reads).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..distributed.logical import LogicalTrace
+from ..distributed.placement import local_of
+from ..schema.errors import NNSchemaError
+from ..traces.histograms import histogram_bins
+from ..traces.tables import tensor_statistics
+
+__all__ = ["logical_view_state", "logical_reply", "LogicalViewError"]
+
+
+class LogicalViewError(NNSchemaError):
+    """The logical view cannot be shown (no logical trace, or not one of capture_logical)."""
+
+
+def _clean(stats: dict) -> dict:
+    """JSON-safe statistics: NaN becomes None."""
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in stats.items()}
+
+
+def logical_view_state(trace: Any, bins: int = 20) -> dict:
+    """The logical view of `trace` (a collective over the ranks of its capture)."""
+    if not isinstance(trace, LogicalTrace):
+        raise LogicalViewError(f"the logical view needs the LogicalTrace of capture_logical, got {type(trace).__name__}; "
+                               "run nnschemaparser.distributed.capture_logical(schema, inputs) on every rank")
+    rows = []
+    for step in trace.steps:
+        layout = trace.placements[step.step]
+        row = {"container_id": step.container_id, "step": step.step, "var": step.out_var, "block": step.block_path,
+               "slot_type": step.slot_type, "badge": layout.badge(), "placement": layout.describe(),
+               "source": layout.source, "reduced": layout.reduced,
+               "local_shape": list(local_of(step.value).shape) if step.value is not None else list(step.tensor.shape),
+               "logical_shape": None, "stats": None, "bins": None, "note": None}
+        if not layout.known:
+            row["note"] = f"placement unknown ({layout.source}): the whole value cannot be gathered"
+        elif step.value is None:
+            row["note"] = f"no value kept ({step.omitted})"
+        else:
+            value = trace.logical(step.container_id)
+            row["logical_shape"] = list(value.shape)
+            row["stats"] = _clean(tensor_statistics(value))
+            if value.is_floating_point() and value.numel():
+                row["bins"] = histogram_bins(value, bins=bins).to_dict()
+        rows.append(row)
+    mesh = trace.world
+    return {"mesh": {"dims": list(trace.mesh_dim_names), "shape": list(mesh.mesh.shape)},
+            "root": trace.root, "rows": rows}
+
+
+def logical_reply(state: Any) -> dict:
+    """The browser's `logical` request: the logical view the kernel holds."""
+    view = getattr(state, "logical_view", None)
+    if view is None:
+        raise LogicalViewError("no logical view in this inspector: call widget.show_logical(record.trace) on every "
+                               "rank after capture_logical (rank 0's widget then shows it)")
+    return view
