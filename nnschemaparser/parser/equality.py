@@ -1,6 +1,7 @@
 """Exact structural comparison of two forward results: what "bit-identical to eager" means here.
 
-Tensors compare with `torch.equal` (plus dtype and shape); mappings by keys in order (ModelOutput is
+Tensors compare with `torch.equal` (plus dtype and shape; meta tensors, which hold no values, by
+dtype and shape only); mappings by keys in order (ModelOutput is
 one), lists and tuples by type and the items they hold (read by the base type, whatever a subclass's
 `__iter__` does), other objects (a KV cache, a dataclass) by their instance
 attributes, recursively; anything else with `==`. Used by the sweep, the benchmarks and the tests.
@@ -44,6 +45,11 @@ def first_mismatch(expected: Any, actual: Any, path: str = "output", _depth: int
             return Mismatch(path, f"dtype {actual.dtype} != {expected.dtype}")
         if expected.shape != actual.shape:
             return Mismatch(path, f"shape {tuple(actual.shape)} != {tuple(expected.shape)}")
+        if expected.is_meta or actual.is_meta:
+            # meta tensors hold no values (a model built under torch.device("meta")): equal dtype
+            # and shape is all there is to compare
+            return None if expected.is_meta == actual.is_meta else Mismatch(
+                path, f"device {actual.device} != {expected.device}")
         if not torch.equal(expected, actual):
             if expected.is_floating_point() and torch.equal(expected.isnan(), actual.isnan()) and \
                     torch.equal(torch.nan_to_num(expected, nan=0.0), torch.nan_to_num(actual, nan=0.0)):

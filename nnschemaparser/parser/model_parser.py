@@ -16,7 +16,6 @@ binding, functions), equality and special_modules; never on listeners or views.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 import operator
@@ -32,7 +31,8 @@ from ..runtime.functions import failing_block
 from ..runtime.program import Observer, Program, entry_signature, rebindable
 from .dispatch import known_dispatch
 from .equality import first_mismatch
-from .special_modules import ClassAndHooks, is_compiled, opaque_reason, snapshot, tensors_of_module, weight_repr
+from .special_modules import is_compiled, opaque_reason, weight_repr
+from .state_guard import preserved_state
 from ..schema.errors import NNSchemaError, ParseError, SourceUnavailableError, UnsupportedSyntaxError
 from ..lowering.statements import MethodRequest, lower_function
 from ..schema.notation import value_repr
@@ -235,52 +235,6 @@ def _list_skipped(root: ModelBlockSchema) -> None:
 # --- protected runs ---------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def preserved_state(model: nn.Module) -> Iterator[None]:
-    """Run something on `model` and put back its parameters, buffers, attributes, modes and RNG."""
-    saved = []
-    classes = []
-    lazy = []  # uninitialised tensors materialise in place (data and class): put both back
-    for module in model.modules():
-        tensors = {}
-        for store in ("_parameters", "_buffers"):
-            for name, value in getattr(module, store).items():
-                tensors[(store, name)] = (value, snapshot(value))
-        attrs = {k: v for k, v in module.__dict__.items() if not k.startswith("_")}
-        saved.append((module, module.training, tensors, attrs))
-        classes.append(ClassAndHooks(module))
-        lazy.extend((value, type(value), value.data) for value in tensors_of_module(module)
-                    if isinstance(value, nn.parameter.UninitializedTensorMixin))
-    devices = []
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        devices = list(range(torch.cuda.device_count()))
-    python_states = python_rng_states()
-    try:
-        with torch.random.fork_rng(devices=devices):
-            yield
-    finally:
-        set_python_rng_states(python_states)
-        with torch.no_grad():
-            for module, training, tensors, attrs in saved:
-                for (store, name), (value, copy) in tensors.items():
-                    getattr(module, store)[name] = value
-                    if value is not None and copy is not None:
-                        if value.shape == copy.shape:
-                            value.copy_(copy)
-                        else:
-                            value.data = copy
-                for key in [k for k in module.__dict__ if not k.startswith("_") and k not in attrs]:
-                    del module.__dict__[key]
-                module.__dict__.update(attrs)
-                module.training = training
-            for value, cls, data in lazy:
-                if type(value) is not cls:
-                    value.data = data
-                    value.__class__ = cls
-            for state in classes:
-                state.restore()
-
-
 def _dtype(value: Any) -> torch.dtype:
     if isinstance(value, torch.dtype):
         return value
@@ -410,7 +364,9 @@ class NNParser:
         as a tuple or list under the vararg's name (`inputs_tensors_values={"args": (x, y)}`, or
         `inputs_tensors_shapes={"args": [(2, 3), (2, 3)]}`);
         other names go to forward's `**kwargs`. A forward that needs no inputs needs no example.
-        The run happens under the grad mode of the caller (a forward may call `torch.autograd.grad`).
+        The runs happen under `torch.no_grad()` (they only read values, so no autograd graph is kept);
+        a forward that needs autograd (it calls `torch.autograd.grad`) fails there and is parsed again
+        under the grad mode of the caller.
         """
         if not isinstance(model, nn.Module):
             if isinstance(model, type) and issubclass(model, nn.Module):
@@ -430,7 +386,19 @@ class NNParser:
                              "or pass resolve=False to skip resolution")
         device = next((p.device for p in model.parameters()), None)
         scope = example_inputs(inputs_tensors_shapes, inputs_tensors_dtypes, inputs_tensors_values, device)
-        NNParser._resolve(model, root, scope, verify)
+        if torch.is_grad_enabled():
+            # The runs only read values: without an autograd graph they hold no saved activations
+            # (a second and third forward's worth of memory). A forward that needs autograd
+            # (`torch.autograd.grad`) fails there, and is parsed again under the caller's grad mode.
+            try:
+                with torch.no_grad():
+                    NNParser._resolve(model, root, scope, verify)
+            except ParseError:
+                root = _BlockBuilder().build(model, "")
+                root.name = type(model).__name__
+                NNParser._resolve(model, root, scope, verify)
+        else:
+            NNParser._resolve(model, root, scope, verify)
         _list_skipped(root)
         return root
 
