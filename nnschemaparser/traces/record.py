@@ -55,7 +55,7 @@ class ExecutionRecord:
 
 def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = False,
                 limits: Optional[CaptureLimits] = None, keep: Any = None,
-                coverage: bool = False) -> ExecutionRecord:
+                coverage: bool = False, observe_all: bool = False) -> ExecutionRecord:
     """Run `block` on `scope` ({input name: value}), capturing every intermediate tensor.
 
     The run goes through the same runtime `Program` as `SchemaInterpreter.run`, so outputs equal eager ones
@@ -67,7 +67,13 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
 
     `keep` records only the steps a selector names (`"model.layers.3:hidden_states"`, `"op=*linear"`,
     a list of terms; traces/selection.py): the others are not recorded, and the kept steps keep the
-    numbers and container ids they have in a capture of everything.
+    numbers and container ids they have in a capture of everything. Blocks that hold nothing the
+    selector can keep (and lead to nothing it can) run their plain generated code, which only counts
+    the tensors they bind (so the numbers stay right): a capture of two layers costs about what forward
+    hooks on them cost. `observe_all=True` observes every block anyway: the one difference is that
+    an in-place change, inside an unobserved block, of a value kept from an observed one is then
+    seen before it happens (the value kept as captured) rather than after (the value dropped,
+    `omitted` saying why).
     """
     recorder = ActivationRecorder(capture_grads=capture_grads, limits=limits, keep=keep)
     # The cyclic GC is paused for the run: a capture allocates a record and keeps a tensor per step,
@@ -80,7 +86,9 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
     try:
         detector = LiveCallDetector(block) if coverage else contextlib.nullcontext()
         with detector:  # what runs live, seen from the forwards' code objects
-            outputs = SchemaInterpreter(listeners=[recorder]).run(block=block, scope=scope)
+            observe = recorder.keep.blocks_to_observe(block) if recorder.keep is not None and observe_all is False \
+                else None
+            outputs = SchemaInterpreter(listeners=[recorder], observe=observe).run(block=block, scope=scope)
     finally:
         if collecting:
             gc.enable()

@@ -20,6 +20,7 @@ Depends on the standard library only.
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Iterable, Optional, Union
@@ -28,6 +29,8 @@ __all__ = ["KeepTerm", "KeepSelector", "keep_selector"]
 
 SLOT_TYPES = ("input", "activation", "output")
 _FIELD = re.compile(r"^(op|slot)=(.+)$")
+# per schema root: {selector: the blocks a capture with it observes} (KeepSelector.blocks_to_observe)
+_OBSERVED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,30 @@ class KeepSelector:
         if hit is None:
             hit = self._cache[key] = any(t.matches(block_path, var, op, slot) for t in self.terms)
         return hit
+
+    def blocks_to_observe(self, root: Any) -> Optional[frozenset]:
+        """Ids of the blocks of the schema `root` a capture must observe to see every step this
+        selector can keep: the blocks whose path a term's block glob names (with what is inside
+        them), every block on the way to them (their ancestors by path, method blocks included) and
+        the root. None when a term that can keep activations names no block (`op=...`, a bare
+        `slot=activation`): then every block is observed. The answer is cached per schema."""
+        cache = _OBSERVED.get(root)
+        if cache is None:
+            cache = _OBSERVED[root] = {}
+        if self in cache:
+            return cache[self]
+        terms = [t for t in self.terms if t.slot is None or fnmatchcase("activation", t.slot)]
+        if any(t.block is None for t in terms):
+            cache[self] = None
+            return None
+        blocks = list(root.iter_blocks())
+        matched = {b.path for b in blocks
+                   if any(fnmatchcase(b.path or b.name, t.block) or fnmatchcase(b.path or b.name, t.block + ".*")
+                          for t in terms)}
+        observe = frozenset(id(b) for b in blocks if b is root or not b.path and matched or any(
+            m == b.path or m.startswith(b.path + ".") for m in matched))
+        cache[self] = observe
+        return observe
 
     def text(self) -> str:
         """The selector as text that `keep_selector` reads back to an equal selector."""
