@@ -47,6 +47,8 @@ from .inspection.metadata import ModelMetadata, ModuleMetadata, inspect_model
 from .parser.model_parser import NNParser
 from .traces.record import ExecutionRecord, capture_run
 from .traces.recorder import ActivationRecorder
+from .traces.estimate import CaptureEstimate, CaptureTooLargeError, estimate_capture
+from .traces.dropped import CaptureLimitWarning
 from .schema.model import (
     BlockInstruction,
     BlockRef,
@@ -110,4 +112,5 @@ __all__ = [
     "HistogramBins", "histogram_bins", "plot_histograms", "EditEvent",
     "capture_dataset", "TraceStore", "Reduction", "KeepSelector", "KeepTerm", "StoreMismatchError",
     "StoreIncompleteError",
+    "estimate_capture", "CaptureEstimate", "CaptureTooLargeError", "CaptureLimitWarning",
 ]

@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import functools
 import weakref
+from collections import deque
 from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from .sampling import CaptureLimits, sample_tensor
+from .sampling import EVICTED, LIMIT_POLICIES, CaptureLimits, sample_tensor
 from .selection import KeepSelector, keep_selector
 from .descriptions import callee_name, describe_block_call, describe_op, op_name_of
 from ..runtime.listeners import EditEvent, InstructionEvent, TraceListener
@@ -54,7 +55,8 @@ __all__ = ["ActivationRecorder", "tensors_in", "mutated_tensors"]
 _Tensor = torch.Tensor
 _NUMBERS = [f"{n:04d}" for n in range(10000)]
 _DTYPE_TEXT: dict[torch.dtype, str] = {}
-_VALUE, _OMITTED = 6, 8  # positions in a pending step record (see ActivationRecorder._add)
+_VALUE, _OMITTED, _SAMPLE = 6, 8, 9  # positions in a pending step record (see ActivationRecorder._add)
+
 
 
 def _build_steps(prefixes: dict[str, str], records: list[list]) -> list[TraceStep]:
@@ -109,7 +111,10 @@ class ActivationRecorder(TraceListener):
     pass, `collect_gradients()` returns the GradientTrace. `limits` (a CaptureLimits) bounds what is
     kept: once `max_tensors` values are kept, or a value would take the kept bytes past `max_bytes`,
     that step and every later one keep only their metadata: value None, `omitted` says which quota
-    ran out and `sample` holds up to `max_samples_per_tensor` leading elements.
+    ran out and `sample` holds up to `max_samples_per_tensor` leading elements
+    (`limit_policy="earliest"`); with `limit_policy="latest"` a new value evicts the oldest kept ones
+    until it fits (they keep a sample; `omitted` says they were evicted), so the last values of the
+    run are the ones kept. `trace.dropped` lists what the limits dropped either way.
     `max_traversal_nodes` and `max_container_depth` bound the walk through structured root inputs
     and outputs.
 
@@ -122,8 +127,12 @@ class ActivationRecorder(TraceListener):
 
     every_instruction = False  # only tensor results (and returns) can become steps
 
-    def __init__(self, capture_grads: bool = False, limits: Optional[CaptureLimits] = None, keep: Any = None):
+    def __init__(self, capture_grads: bool = False, limits: Optional[CaptureLimits] = None, keep: Any = None,
+                 limit_policy: str = "earliest"):
         self.keep: Optional[KeepSelector] = keep_selector(keep)
+        if limit_policy not in LIMIT_POLICIES:
+            raise ValueError(f"limit_policy must be one of {', '.join(map(repr, LIMIT_POLICIES))}, got {limit_policy!r}")
+        self.limit_policy = limit_policy
         if limits is not None and not isinstance(limits, CaptureLimits):
             raise TypeError(f"limits must be a nnschemaparser.CaptureLimits or None, got {type(limits).__name__}; "
                             "build one with CaptureLimits(max_tensors=..., max_bytes=...)")
@@ -148,6 +157,7 @@ class ActivationRecorder(TraceListener):
         self._kept = 0
         self._kept_bytes = 0
         self._exhausted: Optional[str] = None
+        self._held: deque = deque()  # (number, bytes) of the values kept under limit_policy="latest", oldest first
         self._storages: dict[int, list[int]] = {}  # storage pointer -> numbers of the steps keeping it
         self._versions: list[int] = []  # version counter of each recorded value, as captured (by position)
         # With a keep selector the recorded steps are a subset: their numbers by position, and back
@@ -312,7 +322,7 @@ class ActivationRecorder(TraceListener):
         if self.limits is None:
             value, omitted, sample = (tensor.detach() if requires_grad else tensor), None, ()
         else:
-            value, omitted, sample = self._bounded(tensor)
+            value, omitted, sample = self._bounded(tensor, number)
         try:
             shape = tensor.shape
         except (RuntimeError, TypeError):  # a nested tensor has no single shape
@@ -379,11 +389,21 @@ class ActivationRecorder(TraceListener):
             if value is not None and _version(value) != versions[position]:
                 self._set_value(number, None, why)
 
-    def _bounded(self, tensor: torch.Tensor) -> tuple[Any, Optional[str], tuple]:
+    def _bounded(self, tensor: torch.Tensor, number: int) -> tuple[Any, Optional[str], tuple]:
         limits = self.limits
         nbytes = tensor.numel() * tensor.element_size()
         reason = self._exhausted
-        if reason is None:
+        if self.limit_policy == "latest":
+            if nbytes > limits.max_bytes:
+                reason = f"max_bytes quota: this tensor alone ({nbytes} bytes) is larger than max_bytes ({limits.max_bytes})"
+            else:
+                held = self._held
+                while held and (len(held) >= limits.max_tensors or self._kept_bytes + nbytes > limits.max_bytes):
+                    self._evict(*held.popleft())
+                held.append((number, nbytes))
+                self._kept_bytes += nbytes
+                return (tensor.detach() if tensor.requires_grad else tensor), None, ()
+        elif reason is None:
             if self._kept >= limits.max_tensors:
                 reason = f"max_tensors quota reached ({limits.max_tensors} values kept)"
             elif self._kept_bytes + nbytes > limits.max_bytes:
@@ -399,6 +419,26 @@ class ActivationRecorder(TraceListener):
         if why:
             reason += f"; no sample: {why}"
         return None, reason, values
+
+    def _evict(self, number: int, nbytes: int) -> None:
+        """limit_policy="latest": step `number`'s value makes room for a later one (a sample stays)."""
+        self._kept_bytes -= nbytes
+        value = self._value_of(number)
+        limits = self.limits
+        per_sample = limits.max_samples_per_tensor
+        sample: tuple = ()
+        why = ""
+        if isinstance(value, _Tensor):
+            sample, _, omission = sample_tensor(value, per_sample, per_sample * value.element_size())
+            why = f"; no sample: {omission}" if omission else ""
+        self._set_value(number, None, f"{EVICTED} (limit_policy='latest' keeps the latest values within "
+                                      f"max_tensors={limits.max_tensors}, max_bytes={limits.max_bytes}){why}")
+        record = self._record_of(number)
+        if record is not None:
+            record[_SAMPLE] = sample
+        else:
+            self.trace._steps[self._position(number)].sample = sample
+        self._versions[self._position(number)] = -1
 
     def _index_storages(self) -> None:
         storages = self._storages

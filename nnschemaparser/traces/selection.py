@@ -31,6 +31,7 @@ SLOT_TYPES = ("input", "activation", "output")
 _FIELD = re.compile(r"^(op|slot)=(.+)$")
 # per schema root: {selector: the blocks a capture with it observes} (KeepSelector.blocks_to_observe)
 _OBSERVED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+_PARSED: dict[str, "KeepSelector"] = {}  # selector text -> its selector (keep_selector)
 
 
 @dataclass(frozen=True)
@@ -155,8 +156,15 @@ def keep_selector(keep: Any) -> Optional[KeepSelector]:
     if isinstance(keep, KeepTerm):
         return KeepSelector([keep])
     if isinstance(keep, str):
-        items: list[Any] = [part for part in keep.split(",")]
-    elif isinstance(keep, (list, tuple)):
+        known = _PARSED.get(keep)
+        if known is not None:  # the same text, the same selector (and its cache of matches)
+            return known
+        selector = keep_selector(keep.split(","))
+        if len(_PARSED) >= 256:
+            _PARSED.clear()
+        _PARSED[keep] = selector
+        return selector
+    if isinstance(keep, (list, tuple)):
         items = list(keep)
     else:
         raise TypeError(f"keep must be a string such as 'transformer.h.*.attn:attn_output', a KeepTerm, a list of "

@@ -84,6 +84,9 @@ def mutated_tensors(instr: Instruction, frame: dict) -> list[torch.Tensor]:
 
 def _storage_ptr(tensor: torch.Tensor) -> int:
     try:
+        if tensor.__class__ is not _Tensor and tensor.__class__.__name__ == "FakeTensor":
+            # estimate_capture's dry run: a fake storage has no data, but it is one object per storage
+            return tensor.untyped_storage()._cdata
         return tensor.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError, TypeError):
         return 0  # sparse, meta or otherwise storage-less: nothing to alias
