@@ -47,6 +47,8 @@ from .inspection.metadata import ModelMetadata, ModuleMetadata, inspect_model
 from .parser.model_parser import NNParser
 from .traces.record import ExecutionRecord, capture_run
 from .traces.recorder import ActivationRecorder
+from .traces.estimate import CaptureEstimate, CaptureTooLargeError, estimate_capture
+from .traces.dropped import CaptureLimitWarning
 from .schema.model import (
     BlockInstruction,
     BlockRef,
@@ -116,6 +118,7 @@ __all__ = [
     "capture_dataset", "TraceStore", "Reduction", "KeepSelector", "KeepTerm", "StoreMismatchError",
     "StoreIncompleteError",
     "capture_logical", "LogicalTrace", "LogicalCaptureError", "compare_logical",
+    "estimate_capture", "CaptureEstimate", "CaptureTooLargeError", "CaptureLimitWarning",
 ]
 
 # torch.distributed: collective stepping across ranks, pipeline stages (nnschemaparser/distributed/)

@@ -350,6 +350,13 @@ class CodeGenerator:
 
     def after(self, instr: Instruction) -> None:
         if not self.observed():
+            counter = getattr(self.ctx, "counter", None)
+            if counter is not None and isinstance(instr, (OpInstruction, BlockInstruction)) and instr.out_var:
+                # a counted plain run: how many tensors an observed run would have reported here
+                value, tensor = self.var(instr.out_var), self.helper('Tensor', Tensor)
+                self.line(f"if {value}.__class__ is {tensor} or {self.helper('isinstance', isinstance)}({value}, "
+                          f"{tensor}):")
+                self.line(f"    {self.helper('counted', counter)}[0] += 1")
             return
         after = self.helper("after", self.observer.after)
         if self.ctx.tensor_results and not isinstance(instr, ReturnInstruction):

@@ -26,6 +26,7 @@ import torch
 
 from .binding import live_signature
 from .instructions import operand_reader
+from .partial import give_back_partial, partial_programs
 from .program import Program, programs_for
 from ..schema.errors import EditError, SchemaRunError
 from .listeners import (RETURN_SLOT, CallEvent, EditEvent, EventObserver, InstructionEvent, StepAbandoned,
@@ -320,10 +321,16 @@ class SchemaInterpreter:
     `listeners` receive events (TraceRecorder, ActivationRecorder, your own TraceListener).
     """
 
-    def __init__(self, capture_values: bool = False, listeners: Optional[Sequence[TraceListener]] = None):
+    def __init__(self, capture_values: bool = False, listeners: Optional[Sequence[TraceListener]] = None,
+                 observe: Optional[frozenset] = None):
         self.capture_values = capture_values
         self.listeners = list(listeners or [])
         self.step_outputs: Optional[list] = None
+        # `observe`: ids of the blocks whose runs the listeners see (the root always); the others
+        # run plain code that counts their tensor results (runtime/partial.py). None: all of them.
+        if observe is not None and not isinstance(observe, frozenset):
+            raise SchemaRunError(f"observe must be a frozenset of block ids or None, got {type(observe).__name__}")
+        self.observe = observe
 
     def _execute(self, block: ModelBlockSchema, scope: dict, call: Optional[tuple] = None) -> Any:
         """Run with `scope`, or, with `call=(args, kwargs)`, as that call (`scope` then names them)."""
@@ -332,6 +339,8 @@ class SchemaInterpreter:
         if not self.listeners and not self.capture_values:
             program = _plain_program(block)
             return program.run_root(scope) if call is None else program.call_root(*call)
+        if self.observe is not None and _tensor_results(self.listeners, self.capture_values):
+            return self._execute_partly(block, scope, call)
         program, observer = _borrow(block, self.listeners, self.capture_values)
         try:
             for listener in self.listeners:
@@ -341,6 +350,22 @@ class SchemaInterpreter:
                 listener.on_run_end(result)
         finally:
             _give_back(block, program, observer)
+        return result
+
+    def _execute_partly(self, block: ModelBlockSchema, scope: dict, call: Optional[tuple]) -> Any:
+        """`_execute` observing only the blocks of `self.observe` (and the root)."""
+        pair = partial_programs(block, self.observe | {id(block)})
+        try:
+            pair.observer.configure(self.listeners)
+            for listener in self.listeners:
+                listener.on_unobserved_counter(pair.counter)
+                listener.on_run_start(block, scope)
+            program = pair.observed
+            result = program.run_root(scope) if call is None else program.call_root(*call)
+            for listener in self.listeners:
+                listener.on_run_end(result)
+        finally:
+            give_back_partial(pair)
         return result
 
     def run(self, block: ModelBlockSchema, scope: dict) -> list:

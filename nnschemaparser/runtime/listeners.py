@@ -185,6 +185,11 @@ class TraceListener:
     def on_run_end(self, outputs: Any) -> None:
         """The run returned `outputs` (what forward returns)."""
 
+    def on_unobserved_counter(self, counter: list) -> None:
+        """Before `on_run_start` of a partly observed run (`SchemaInterpreter(observe=...)`,
+        runtime/partial.py): `counter[0]` is, at any moment, how many tensor results the blocks run
+        unobserved have bound so far; a listener numbering steps adds it to its own count."""
+
     def tensor_result_hook(self) -> Optional[Callable[[Instruction, dict, Any], None]]:
         """None, or a function `after(instruction, frame, observer)` the observer calls instead of
         building an `InstructionEvent` for `on_instruction`: used only when this listener is the

@@ -128,9 +128,15 @@ class Program:
     """A schema tree compiled for one mode: plain (`observer=None`) or observed."""
 
     def __init__(self, root: ModelBlockSchema, observer: Optional[Observer] = None, calls: bool = False,
-                 tensor_results: bool = False):
+                 tensor_results: bool = False, counter: Optional[list] = None):
         self._root = weakref.ref(root)
         self.observer = observer
+        # A plain program with a counter (a one-item list) adds to `counter[0]` each tensor an
+        # instruction binds, where an observed program would report one (runtime/partial.py).
+        self.counter = counter if observer is None else None
+        # `elsewhere(block)`: another program that runs `block` instead of this one, or None
+        # (partly observed runs: unobserved blocks run counted plain code, runtime/partial.py).
+        self.elsewhere: Optional[Callable[[ModelBlockSchema], Optional["Program"]]] = None
         self.observe_calls = observer is not None and calls
         self.tensor_results = observer is not None and tensor_results
         self.units: dict[int, CompiledFunction] = {}
@@ -181,6 +187,10 @@ class Program:
         """
         invoke = self.invokers.get(id(block))
         if invoke is not None:
+            return invoke
+        other = self.elsewhere(block) if self.elsewhere is not None else None
+        if other is not None:
+            invoke = self.invokers[id(block)] = other.invoker(block)
             return invoke
         if block.skip_reason is not None or block.module is None:
             block_ref = weakref.ref(block)

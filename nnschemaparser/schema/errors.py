@@ -13,7 +13,8 @@ nothing of the package; tests/test_error_tree.py fails when one is missing here,
     │   ├── ParseError                                        parse_model was given inputs it cannot use
     │   ├── SchemaRunError                                    the schema cannot run as given (missing input, ...)
     │   │   ├── StaleSchemaError                              a binding frozen at parse time no longer holds
-    │   │   └── LogicalCaptureError (distributed.logical)     ranks that disagree, or a value that cannot be gathered
+    │   │   ├── LogicalCaptureError (distributed.logical)     ranks that disagree, or a value that cannot be gathered
+    │   │   └── CaptureTooLargeError (traces.estimate)        a capture whose memory estimate does not fit, refused
     │   ├── EditError                                         a stepping edit: unknown variable, other shape/dtype
     │   ├── SchemaFormatError                                 a saved schema or trace file is malformed or unsafe
     │   │   ├── MalformedFileError (files.file_format)        not JSON, a field of the wrong type, truncated, ...
@@ -50,7 +51,8 @@ nothing of the package; tests/test_error_tree.py fails when one is missing here,
     ├── ModelExit (inspection.cli)                            the model's own code called sys.exit (CLI status 1)
     └── StoreIncompleteError (store.manifest)                 capture_dataset did not write every input (a rank died)
     UserWarning
-    └── GraphMismatchWarning (inspection.inspector)           graph mode: the exported result is not eager's
+    ├── GraphMismatchWarning (inspection.inspector)           graph mode: the exported result is not eager's
+    └── CaptureLimitWarning (traces.dropped)                  capture_run's CaptureLimits dropped values (trace.dropped)
     BaseException
     └── StepAbandoned (runtime.listeners)                      unwinds a paused stepped run; passes `except Exception:`
 """

@@ -21,6 +21,8 @@ from .recorder import ActivationRecorder
 from ..runtime.coverage import LiveCallDetector
 from ..schema.model import ModelBlockSchema, coverage_frame
 from .trace import ActivationTrace, GradientTrace
+from .dropped import warn_dropped
+from .estimate import check_fits, default_budget
 
 __all__ = ["ExecutionRecord", "capture_run"]
 
@@ -55,7 +57,8 @@ class ExecutionRecord:
 
 def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = False,
                 limits: Optional[CaptureLimits] = None, keep: Any = None,
-                coverage: bool = False) -> ExecutionRecord:
+                coverage: bool = False, observe_all: bool = False, limit_policy: str = "earliest",
+                memory_check: bool = True) -> ExecutionRecord:
     """Run `block` on `scope` ({input name: value}), capturing every intermediate tensor.
 
     The run goes through the same runtime `Program` as `SchemaInterpreter.run`, so outputs equal eager ones
@@ -67,9 +70,42 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
 
     `keep` records only the steps a selector names (`"model.layers.3:hidden_states"`, `"op=*linear"`,
     a list of terms; traces/selection.py): the others are not recorded, and the kept steps keep the
-    numbers and container ids they have in a capture of everything.
+    numbers and container ids they have in a capture of everything. Blocks that hold nothing the
+    selector can keep (and lead to nothing it can) run their plain generated code, which only counts
+    the tensors they bind (so the numbers stay right): a capture of two layers costs about what forward
+    hooks on them cost. `observe_all=True` observes every block anyway: the one difference is that
+    an in-place change, inside an unobserved block, of a value kept from an observed one is then
+    seen before it happens (the value kept as captured) rather than after (the value dropped,
+    `omitted` saying why).
+
+    Memory: before running, a capture without `limits` estimates what it will keep
+    (traces/estimate.py: a cheap bound from the parse-time shapes, then a dry run on fake tensors
+    when the bound is not far below the budget) and refuses with `CaptureTooLargeError`, naming the
+    estimate and the fixes, when that exceeds `MEMORY_FRACTION` (70%) of the available memory
+    (/proc/meminfo MemAvailable); `memory_check=False` skips this. With `limits`, `limit_policy`
+    says what happens past `CaptureLimits(max_tensors=..., max_bytes=...)`: "earliest" (the
+    default) keeps the first values and drops every later one, "latest" evicts the oldest kept
+    values so the last ones stay, "refuse" raises `CaptureTooLargeError` before running when the
+    estimate does not fit the limits. Whatever was dropped is listed in `trace.dropped` and summed
+    up in one `CaptureLimitWarning`.
     """
-    recorder = ActivationRecorder(capture_grads=capture_grads, limits=limits, keep=keep)
+    if limit_policy not in ("earliest", "latest", "refuse"):
+        raise ValueError(f"limit_policy must be 'earliest', 'latest' or 'refuse', got {limit_policy!r}")
+    recorder = ActivationRecorder(capture_grads=capture_grads, limits=limits, keep=keep,
+                                  limit_policy="earliest" if limit_policy == "refuse" else limit_policy)
+    if isinstance(block, ModelBlockSchema) and isinstance(scope, dict):
+        if limits is not None and limit_policy == "refuse":
+            check_fits(block, scope, recorder.keep, limits.max_bytes, f"CaptureLimits(max_bytes={limits.max_bytes})",
+                       max_tensors=limits.max_tensors,
+                       fixes="raise max_bytes, or let the capture drop values past it (limit_policy='earliest' "
+                             "or 'latest')")
+        elif limits is None and memory_check:
+            budget = default_budget()
+            if budget is not None:
+                check_fits(block, scope, recorder.keep, *budget,
+                           fixes="bound it: limits=CaptureLimits(max_bytes=..., max_tensors=...) with "
+                                 "limit_policy='latest' keeps the last values that fit (memory_check=False runs "
+                                 "it anyway)")
     # The cyclic GC is paused for the run: a capture allocates a record and keeps a tensor per step,
     # which starts young-generation collections that find nothing to free and, now and then, a
     # full collection of every object of the process (the slow rounds). Reference counting still
@@ -80,10 +116,14 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
     try:
         detector = LiveCallDetector(block) if coverage else contextlib.nullcontext()
         with detector:  # what runs live, seen from the forwards' code objects
-            outputs = SchemaInterpreter(listeners=[recorder]).run(block=block, scope=scope)
+            observe = recorder.keep.blocks_to_observe(block) if recorder.keep is not None and observe_all is False \
+                else None
+            outputs = SchemaInterpreter(listeners=[recorder], observe=observe).run(block=block, scope=scope)
     finally:
         if collecting:
             gc.enable()
+    if limits is not None:
+        warn_dropped(recorder.trace, recorder.limit_policy)
     return ExecutionRecord(outputs=outputs, trace=recorder.trace, scope=_root_scope(block, scope, recorder.root_frame),
                            recorder=recorder,
                            live_calls=[call.as_row() for call in detector.calls] if coverage else None)

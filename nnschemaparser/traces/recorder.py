@@ -21,7 +21,7 @@ Gradients use tensor hooks registered at capture time: a hook receives the gradi
 the value the step recorded, even when the tensor is changed in place later, and leaves `.grad`
 of the user's tensors alone.
 
-Depends on schema, listeners, traces, descriptions and sampling (for `CaptureLimits` and
+Depends on schema, listeners, traces, descriptions, tensor_walk and sampling (for `CaptureLimits` and
 `sample_tensor`); never on the interpreter or any view.
 """
 
@@ -29,18 +29,17 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Mapping
-from typing import Any, Callable, Iterator, Optional, Sequence
+from collections import deque
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from .sampling import CaptureLimits, sample_tensor
+from .sampling import EVICTED, LIMIT_POLICIES, CaptureLimits, sample_tensor
 from .selection import KeepSelector, keep_selector
 from .descriptions import callee_name, describe_block_call, describe_op, op_name_of
 from ..runtime.listeners import EditEvent, InstructionEvent, TraceListener
 from ..schema.model import (
     BlockInstruction,
-    Const,
     Instruction,
     ModelBlockSchema,
     OpInstruction,
@@ -49,14 +48,15 @@ from ..schema.model import (
     VarRef,
 )
 from .trace import ActivationTrace, GradientTrace, TraceStep
+from .tensor_walk import _shape, _storage_ptr, _version, mutated_tensors, tensors_in
 
 __all__ = ["ActivationRecorder", "tensors_in", "mutated_tensors"]
 
 _Tensor = torch.Tensor
-_UNBOUNDED_DEPTH = 32
 _NUMBERS = [f"{n:04d}" for n in range(10000)]
 _DTYPE_TEXT: dict[torch.dtype, str] = {}
-_VALUE, _OMITTED = 6, 8  # positions in a pending step record (see ActivationRecorder._add)
+_VALUE, _OMITTED, _SAMPLE = 6, 8, 9  # positions in a pending step record (see ActivationRecorder._add)
+
 
 
 def _build_steps(prefixes: dict[str, str], records: list[list]) -> list[TraceStep]:
@@ -77,85 +77,6 @@ def _build_steps(prefixes: dict[str, str], records: list[list]) -> list[TraceSte
                                TensorContainer(tuple(shape), text, value, cid, slot_type), None, depth, omitted,
                                sample))
     return steps
-
-
-def tensors_in(value: Any, limits: Optional[CaptureLimits] = None) -> Iterator[tuple[str, torch.Tensor]]:
-    """(`[0]['key']`-style path, tensor) for each tensor in nested tuples, lists and mappings."""
-    max_nodes = limits.max_traversal_nodes if limits is not None else None
-    max_depth = limits.max_container_depth if limits is not None else _UNBOUNDED_DEPTH
-    stack: list[tuple[str, Any, int]] = [("", value, 0)]
-    visited = 0
-    while stack:
-        path, item, depth = stack.pop()
-        visited += 1
-        if max_nodes is not None and visited > max_nodes:
-            return
-        if isinstance(item, _Tensor):
-            yield path, item
-            continue
-        if depth >= max_depth:
-            continue
-        if isinstance(item, (tuple, list)):
-            children = [(f"{path}[{i}]", child) for i, child in enumerate(item)]
-        elif isinstance(item, Mapping):
-            children = [(f"{path}[{key!r}]", child) for key, child in item.items()]
-        else:
-            continue
-        stack.extend((p, c, depth + 1) for p, c in reversed(children))
-
-
-def _operand_value(operand: Any, frame: dict) -> Any:
-    if isinstance(operand, VarRef):
-        return frame.get(operand.name)
-    if isinstance(operand, Const):
-        return operand.value
-    return operand
-
-
-def mutated_tensors(instr: Instruction, frame: dict) -> list[torch.Tensor]:
-    """The tensors a mutating instruction may change: its receiver or first argument, and `out=`."""
-    if not isinstance(instr, OpInstruction):
-        return []
-    found: list[torch.Tensor] = []
-    receiver = None
-    if isinstance(instr.target, VarRef):
-        receiver = getattr(frame.get(instr.target.name), "__self__", None)
-    if isinstance(receiver, _Tensor):
-        found.append(receiver)
-    else:
-        first: Any = None
-        if instr.args:
-            first = _operand_value(instr.args[0], frame)
-            if 0 in instr.star_args and isinstance(first, (tuple, list)) and first:
-                first = first[0]
-        elif instr.args_var is not None:
-            spread = frame.get(instr.args_var) or ()
-            first = spread[0] if spread else None
-        found.extend(t for _, t in tensors_in(first))
-    if "out" in instr.kwargs:
-        found.extend(t for _, t in tensors_in(_operand_value(instr.kwargs["out"], frame)))
-    return found
-
-
-def _storage_ptr(tensor: torch.Tensor) -> int:
-    try:
-        return tensor.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError, TypeError):
-        return 0  # sparse, meta or otherwise storage-less: nothing to alias
-
-
-def _shape(tensor: torch.Tensor) -> tuple:
-    try:
-        return tuple(tensor.shape)
-    except (RuntimeError, TypeError):  # a nested tensor has no single shape
-        return ()
-
-
-def _version(tensor: torch.Tensor) -> int:
-    try:
-        return tensor._version
-    except (RuntimeError, AttributeError):  # tensors without a version counter cannot change in place
-        return -1
 
 
 # The description caches of each schema's runs, kept as long as the schema lives, outside it
@@ -190,7 +111,10 @@ class ActivationRecorder(TraceListener):
     pass, `collect_gradients()` returns the GradientTrace. `limits` (a CaptureLimits) bounds what is
     kept: once `max_tensors` values are kept, or a value would take the kept bytes past `max_bytes`,
     that step and every later one keep only their metadata: value None, `omitted` says which quota
-    ran out and `sample` holds up to `max_samples_per_tensor` leading elements.
+    ran out and `sample` holds up to `max_samples_per_tensor` leading elements
+    (`limit_policy="earliest"`); with `limit_policy="latest"` a new value evicts the oldest kept ones
+    until it fits (they keep a sample; `omitted` says they were evicted), so the last values of the
+    run are the ones kept. `trace.dropped` lists what the limits dropped either way.
     `max_traversal_nodes` and `max_container_depth` bound the walk through structured root inputs
     and outputs.
 
@@ -203,8 +127,12 @@ class ActivationRecorder(TraceListener):
 
     every_instruction = False  # only tensor results (and returns) can become steps
 
-    def __init__(self, capture_grads: bool = False, limits: Optional[CaptureLimits] = None, keep: Any = None):
+    def __init__(self, capture_grads: bool = False, limits: Optional[CaptureLimits] = None, keep: Any = None,
+                 limit_policy: str = "earliest"):
         self.keep: Optional[KeepSelector] = keep_selector(keep)
+        if limit_policy not in LIMIT_POLICIES:
+            raise ValueError(f"limit_policy must be one of {', '.join(map(repr, LIMIT_POLICIES))}, got {limit_policy!r}")
+        self.limit_policy = limit_policy
         if limits is not None and not isinstance(limits, CaptureLimits):
             raise TypeError(f"limits must be a nnschemaparser.CaptureLimits or None, got {type(limits).__name__}; "
                             "build one with CaptureLimits(max_tensors=..., max_bytes=...)")
@@ -217,6 +145,7 @@ class ActivationRecorder(TraceListener):
         self._ops: dict[int, tuple] = {}
         self._calls: dict[tuple, tuple] = {}
         self._prefixes: dict[str, str] = {}
+        self._next_counter: Optional[list] = None
         self._start_state(None)
 
     # -- run lifecycle ----------------------------------------------------------------------
@@ -228,13 +157,19 @@ class ActivationRecorder(TraceListener):
         self._kept = 0
         self._kept_bytes = 0
         self._exhausted: Optional[str] = None
+        self._held: deque = deque()  # (number, bytes) of the values kept under limit_policy="latest", oldest first
         self._storages: dict[int, list[int]] = {}  # storage pointer -> numbers of the steps keeping it
         self._versions: list[int] = []  # version counter of each recorded value, as captured (by position)
         # With a keep selector the recorded steps are a subset: their numbers by position, and back
         self._numbers: Optional[list[int]] = [] if self.keep is not None else None
         self._positions: Optional[dict[int, int]] = {} if self.keep is not None else None
         self._records: list[list] = []  # the trace's pending records (see `_add`)
-        self._count = 0  # steps recorded in this run
+        self._count = 0  # steps seen by this recorder in this run
+        # In a partly observed run, the tensors the unobserved blocks bound so far (`_unseen[0]`):
+        # a step's number is both counts together, as in a run observed everywhere
+        self._partly = self._next_counter is not None
+        self._unseen = self._next_counter if self._next_counter is not None else [0]
+        self._next_counter = None
         self._indexed = 0  # recorded positions whose storages are indexed
         self._grads: dict[int, torch.Tensor] = {}
         self._tracked: set[int] = set()
@@ -244,6 +179,9 @@ class ActivationRecorder(TraceListener):
         # trace step numbers whose tensor an instruction later changed in place: the step kept a
         # copy of its value as captured, and the live tensor differs from it afterwards
         self.changed_in_place: set[int] = set()
+
+    def on_unobserved_counter(self, counter: list) -> None:
+        self._next_counter = counter
 
     def on_run_start(self, root: ModelBlockSchema, scope: dict) -> None:
         self._start_state(root)
@@ -373,6 +311,7 @@ class ActivationRecorder(TraceListener):
         # is read. What is recorded here is all the step will hold: the value as kept now, its shape
         # and dtype now, so a later in-place change (of the tensor or of its shape) cannot leak in.
         number = self._count = self._count + 1
+        number += self._unseen[0]
         keep = self.keep
         if keep is not None:
             if not keep.matches(block_path, out_var, op_name, slot_type):
@@ -383,7 +322,7 @@ class ActivationRecorder(TraceListener):
         if self.limits is None:
             value, omitted, sample = (tensor.detach() if requires_grad else tensor), None, ()
         else:
-            value, omitted, sample = self._bounded(tensor)
+            value, omitted, sample = self._bounded(tensor, number)
         try:
             shape = tensor.shape
         except (RuntimeError, TypeError):  # a nested tensor has no single shape
@@ -438,19 +377,33 @@ class ActivationRecorder(TraceListener):
         version that moved since capture means the kept value is no longer the captured one.
         """
         versions = self._versions
+        why = ("changed in place after capture by an op the schema does not flag as mutating (e.g. inplace "
+               "passed positionally); the value at capture time was not kept")
+        if self._partly:
+            why = ("changed in place after capture, inside a block this capture did not observe (it holds nothing "
+                   "keep= names) or by an op the schema does not flag as mutating; the value at capture time was "
+                   "not kept: capture_run(..., observe_all=True) observes every block and keeps it")
         for position in range(len(versions)):
             number = self._number_at(position)
             value = self._value_of(number)
             if value is not None and _version(value) != versions[position]:
-                self._set_value(number, None, "changed in place after capture by an op the schema does not flag "
-                                "as mutating (e.g. inplace passed positionally); the value at capture time was "
-                                "not kept")
+                self._set_value(number, None, why)
 
-    def _bounded(self, tensor: torch.Tensor) -> tuple[Any, Optional[str], tuple]:
+    def _bounded(self, tensor: torch.Tensor, number: int) -> tuple[Any, Optional[str], tuple]:
         limits = self.limits
         nbytes = tensor.numel() * tensor.element_size()
         reason = self._exhausted
-        if reason is None:
+        if self.limit_policy == "latest":
+            if nbytes > limits.max_bytes:
+                reason = f"max_bytes quota: this tensor alone ({nbytes} bytes) is larger than max_bytes ({limits.max_bytes})"
+            else:
+                held = self._held
+                while held and (len(held) >= limits.max_tensors or self._kept_bytes + nbytes > limits.max_bytes):
+                    self._evict(*held.popleft())
+                held.append((number, nbytes))
+                self._kept_bytes += nbytes
+                return (tensor.detach() if tensor.requires_grad else tensor), None, ()
+        elif reason is None:
             if self._kept >= limits.max_tensors:
                 reason = f"max_tensors quota reached ({limits.max_tensors} values kept)"
             elif self._kept_bytes + nbytes > limits.max_bytes:
@@ -466,6 +419,26 @@ class ActivationRecorder(TraceListener):
         if why:
             reason += f"; no sample: {why}"
         return None, reason, values
+
+    def _evict(self, number: int, nbytes: int) -> None:
+        """limit_policy="latest": step `number`'s value makes room for a later one (a sample stays)."""
+        self._kept_bytes -= nbytes
+        value = self._value_of(number)
+        limits = self.limits
+        per_sample = limits.max_samples_per_tensor
+        sample: tuple = ()
+        why = ""
+        if isinstance(value, _Tensor):
+            sample, _, omission = sample_tensor(value, per_sample, per_sample * value.element_size())
+            why = f"; no sample: {omission}" if omission else ""
+        self._set_value(number, None, f"{EVICTED} (limit_policy='latest' keeps the latest values within "
+                                      f"max_tensors={limits.max_tensors}, max_bytes={limits.max_bytes}){why}")
+        record = self._record_of(number)
+        if record is not None:
+            record[_SAMPLE] = sample
+        else:
+            self.trace._steps[self._position(number)].sample = sample
+        self._versions[self._position(number)] = -1
 
     def _index_storages(self) -> None:
         storages = self._storages

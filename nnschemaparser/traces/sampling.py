@@ -17,6 +17,12 @@ import torch
 __all__ = ["CaptureLimits", "TensorSnapshot", "sample_tensor", "tensor_shape"]
 
 
+LIMIT_POLICIES = ("earliest", "latest")  # what ActivationRecorder(limit_policy=...) keeps past its limits
+EVICTED = "evicted by later values"
+# How the `omitted` text of a value the limits dropped begins (ActivationTrace.dropped reads it)
+LIMIT_REASONS = ("max_tensors quota", "max_bytes quota", EVICTED)
+
+
 @dataclass(frozen=True)
 class CaptureLimits:
     """Positive quotas for one `ModelCapture`.

@@ -20,6 +20,7 @@ Depends on the standard library only.
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Iterable, Optional, Union
@@ -28,6 +29,9 @@ __all__ = ["KeepTerm", "KeepSelector", "keep_selector"]
 
 SLOT_TYPES = ("input", "activation", "output")
 _FIELD = re.compile(r"^(op|slot)=(.+)$")
+# per schema root: {selector: the blocks a capture with it observes} (KeepSelector.blocks_to_observe)
+_OBSERVED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+_PARSED: dict[str, "KeepSelector"] = {}  # selector text -> its selector (keep_selector)
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,30 @@ class KeepSelector:
             hit = self._cache[key] = any(t.matches(block_path, var, op, slot) for t in self.terms)
         return hit
 
+    def blocks_to_observe(self, root: Any) -> Optional[frozenset]:
+        """Ids of the blocks of the schema `root` a capture must observe to see every step this
+        selector can keep: the blocks whose path a term's block glob names (with what is inside
+        them), every block on the way to them (their ancestors by path, method blocks included) and
+        the root. None when a term that can keep activations names no block (`op=...`, a bare
+        `slot=activation`): then every block is observed. The answer is cached per schema."""
+        cache = _OBSERVED.get(root)
+        if cache is None:
+            cache = _OBSERVED[root] = {}
+        if self in cache:
+            return cache[self]
+        terms = [t for t in self.terms if t.slot is None or fnmatchcase("activation", t.slot)]
+        if any(t.block is None for t in terms):
+            cache[self] = None
+            return None
+        blocks = list(root.iter_blocks())
+        matched = {b.path for b in blocks
+                   if any(fnmatchcase(b.path or b.name, t.block) or fnmatchcase(b.path or b.name, t.block + ".*")
+                          for t in terms)}
+        observe = frozenset(id(b) for b in blocks if b is root or not b.path and matched or any(
+            m == b.path or m.startswith(b.path + ".") for m in matched))
+        cache[self] = observe
+        return observe
+
     def text(self) -> str:
         """The selector as text that `keep_selector` reads back to an equal selector."""
         return ", ".join(term.text() for term in self.terms)
@@ -128,8 +156,15 @@ def keep_selector(keep: Any) -> Optional[KeepSelector]:
     if isinstance(keep, KeepTerm):
         return KeepSelector([keep])
     if isinstance(keep, str):
-        items: list[Any] = [part for part in keep.split(",")]
-    elif isinstance(keep, (list, tuple)):
+        known = _PARSED.get(keep)
+        if known is not None:  # the same text, the same selector (and its cache of matches)
+            return known
+        selector = keep_selector(keep.split(","))
+        if len(_PARSED) >= 256:
+            _PARSED.clear()
+        _PARSED[keep] = selector
+        return selector
+    if isinstance(keep, (list, tuple)):
         items = list(keep)
     else:
         raise TypeError(f"keep must be a string such as 'transformer.h.*.attn:attn_output', a KeepTerm, a list of "

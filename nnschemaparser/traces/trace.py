@@ -175,6 +175,14 @@ class ActivationTrace(_Trace):
 
     kind = "activation trace"
 
+    @property
+    def dropped(self) -> Any:
+        """The values `CaptureLimits` dropped (a DataFrame, empty when none): step, container_id,
+        block_path, out_var, shape, dtype, bytes and reason, in step order (traces/dropped.py)."""
+        from .dropped import dropped_frame
+
+        return dropped_frame(self)
+
 
 class GradientTrace(_Trace):
     """The gradients of a run's captured tensors, mirroring its activation steps in the same order.

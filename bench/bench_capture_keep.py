@@ -1,0 +1,118 @@
+"""A capture of two layers (`capture_run(keep=...)`) against eager and forward hooks, side by side in one process.
+
+    python bench/bench_capture_keep.py [--rounds N] [--inner N] [--layers 3,17]
+
+On the 32-layer tiny Llama of bench/models.py (hidden 64, 16 tokens), under torch.no_grad(), in
+interleaved rounds of CPU time (`time.process_time`); a ratio is the median over rounds of a
+candidate's time over eager's time in the same round:
+
+  eager              model(**inputs)
+  hooks on 2 layers  forward hooks on the two layers, each cloning its first output (what nnsight's
+                     `.save()` of a layer output keeps)
+  keep 2 layers      capture_run(schema, inputs, keep="layers.3, layers.17"): the other 30 layers run
+                     their plain generated code, counting the tensors they bind
+  keep, all observed the same with observe_all=True (every block observed, as before issue 24.4)
+  capture all        capture_run(schema, inputs): every step of every block
+
+Before timing it checks that every capture's outputs are torch.equal to eager's and that the kept
+capture holds exactly the full capture's steps of those layers (numbers, container ids, values).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+from models import tiny_llama  # noqa: E402
+
+from nnschemaparser import NNParser  # noqa: E402
+from nnschemaparser.traces.record import capture_run  # noqa: E402
+
+
+class LayerHooks:
+    """Forward hooks on some layers, cloning their first tensor output."""
+
+    def __init__(self, layers):
+        self.layers, self.values = layers, []
+
+    def run(self, model, inputs):
+        self.values = []
+
+        def hook(module, args, output):
+            first = output[0] if isinstance(output, tuple) else output
+            self.values.append(first.detach().clone())
+
+        handles = [layer.register_forward_hook(hook) for layer in self.layers]
+        try:
+            return model(**inputs)
+        finally:
+            for handle in handles:
+                handle.remove()
+
+
+def check(model, schema, inputs, keep: str, layers: list[int]) -> str:
+    eager = model(**inputs).last_hidden_state
+    full = capture_run(schema, dict(inputs))
+    kept = capture_run(schema, dict(inputs), keep=keep)
+    observed = capture_run(schema, dict(inputs), keep=keep, observe_all=True)
+    for record in (full, kept, observed):
+        assert torch.equal(record.outputs[0].last_hidden_state, eager), "a capture's output differs from eager"
+    names = tuple(f"layers.{n}" for n in layers)
+    expected = [s for s in full.trace if s.block_path in names or s.block_path.startswith(tuple(n + "." for n in names))]
+    for record in (kept, observed):
+        got = list(record.trace)
+        assert [(s.step, s.container_id) for s in got] == [(s.step, s.container_id) for s in expected]
+        assert all(torch.equal(a.value, b.value) for a, b in zip(got, expected)), "a kept value differs"
+    return f"{len(kept.trace)} of {len(full.trace)} steps kept, equal to the full capture's"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--inner", type=int, default=20, help="calls per candidate per round")
+    parser.add_argument("--layers", default="3,17")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    layers = [int(n) for n in args.layers.split(",")]
+    keep = ", ".join(f"layers.{n}" for n in layers)
+    model, inputs = tiny_llama()
+    schema = NNParser.parse_model(model=model, inputs_tensors_values=inputs)
+    hooks = LayerHooks([model.layers[n] for n in layers])
+    candidates = {
+        "eager": lambda: model(**inputs),
+        "hooks on 2 layers": lambda: hooks.run(model, inputs),
+        "keep 2 layers": lambda: capture_run(schema, dict(inputs), keep=keep),
+        "keep, all observed": lambda: capture_run(schema, dict(inputs), keep=keep, observe_all=True),
+        "capture all": lambda: capture_run(schema, dict(inputs)),
+    }
+    with torch.no_grad():
+        print(check(model, schema, inputs, keep, layers))
+        for fn in candidates.values():  # warm up: compile programs, fill caches
+            fn()
+        samples: dict[str, list[float]] = {name: [] for name in candidates}
+        for _ in range(args.rounds):
+            for name, fn in candidates.items():
+                start = time.process_time()
+                for _ in range(args.inner):
+                    fn()
+                samples[name].append(time.process_time() - start)
+    eager = samples["eager"]
+    print(f"tiny Llama 32 layers x 64, 16 tokens, keep={keep!r}; eager {statistics.median(eager) / args.inner * 1e3:.2f} "
+          f"ms per call (median of {args.rounds} rounds of {args.inner})")
+    for name, times in samples.items():
+        if name == "eager":
+            continue
+        ratios = sorted(t / e for t, e in zip(times, eager))
+        print(f"  {name:20s} {statistics.median(ratios):5.2f}x eager  (rounds {ratios[0]:.2f}-{ratios[-1]:.2f})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""capture_run(keep=...) observes only the blocks the selector can keep from: the others run their plain
+generated code, counting tensors, and the kept steps are exactly those of a full capture filtered after."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from nnschemaparser import SchemaInterpreter, capture_run
+from nnschemaparser.traces.recorder import ActivationRecorder
+from nnschemaparser.traces.selection import keep_selector
+from tests.support.debugger_models import llama_case
+from tests.support.trace_models import parse
+
+
+def _filtered(trace, prefixes):
+    return [s for s in trace if any(s.block_path == p or s.block_path.startswith(p + ".") for p in prefixes)]
+
+
+def _same_steps(kept, expected):
+    assert expected and len(kept) == len(expected)
+    for a, b in zip(kept, expected):
+        assert (a.step, a.container_id, a.description, a.frame_depth) == (b.step, b.container_id, b.description,
+                                                                          b.frame_depth)
+        assert torch.equal(a.value, b.value)
+
+
+def test_a_capture_of_two_llama_layers_equals_the_full_capture_filtered():
+    model, inputs, schema = llama_case(4)
+    with torch.no_grad():
+        eager = model(**inputs).logits
+        full = capture_run(schema, dict(inputs))
+        kept = capture_run(schema, dict(inputs), keep="model.layers.1, model.layers.3.mlp")
+    assert torch.equal(kept.outputs[0].logits, eager) and torch.equal(full.outputs[0].logits, eager)
+    _same_steps(list(kept.trace), _filtered(full.trace, ["model.layers.1", "model.layers.3.mlp"]))
+
+
+class _Watching(ActivationRecorder):
+    def __init__(self, **options):
+        super().__init__(**options)
+        self.entered: list[str] = []
+
+    def on_block_enter(self, event):
+        self.entered.append(event.path)
+
+
+def test_blocks_outside_the_selector_are_not_observed():
+    model, inputs, schema = llama_case(4)
+    selector = keep_selector("model.layers.2.self_attn")
+    observe = selector.blocks_to_observe(schema)
+    watching = _Watching(keep=selector)
+    with torch.no_grad():
+        SchemaInterpreter(listeners=[watching], observe=observe).run(schema, dict(inputs))
+    entered = set(watching.entered)
+    assert "model.layers.2.self_attn" in entered and "model.layers.2" in entered and "model" in entered
+    assert not any(p.startswith(("model.layers.0", "model.layers.1", "model.layers.3")) for p in entered)
+    assert "model.layers.2.mlp" not in entered and "model.norm" not in entered
+    everything = _Watching(keep=selector)
+    with torch.no_grad():
+        SchemaInterpreter(listeners=[everything]).run(schema, dict(inputs))
+    assert "model.layers.0.mlp" in everything.entered  # the check above could fail
+
+
+def test_a_selector_naming_no_block_observes_every_block():
+    _, _, schema = llama_case(1)
+    assert keep_selector("op=*linear").blocks_to_observe(schema) is None
+    assert keep_selector("slot=activation").blocks_to_observe(schema) is None
+    only_root = keep_selector("slot=output").blocks_to_observe(schema)
+    assert only_root == frozenset({id(schema)} | {id(m) for m in schema.methods.values()})
+
+
+class _Loop(nn.Module):
+    """An unobserved block with a data-dependent loop and branch, before the kept one."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        for _ in range(int(x.abs().sum().item()) % 3 + 1):
+            x = self.lin(x)
+            if x.sum() > 0:
+                x = x * 2
+            else:
+                x = x - 1
+        return x, x.shape[0]
+
+
+class _Pair(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first = _Loop()
+        self.second = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y, n = self.first(x)
+        return self.second(y) + n
+
+
+def test_kept_steps_after_an_unobserved_loop_keep_their_full_capture_numbers():
+    torch.manual_seed(0)
+    model = _Pair()
+    for seed in range(3):  # different inputs take the loop a different number of times
+        x = torch.randn(2, 4, generator=torch.Generator().manual_seed(seed))
+        schema = parse(model, {"x": x})
+        full = capture_run(schema, {"x": x})
+        kept = capture_run(schema, {"x": x}, keep="second")
+        assert torch.equal(kept.outputs[0], full.outputs[0])
+        _same_steps(list(kept.trace), _filtered(full.trace, ["second"]))
+
+
+class _Scale(nn.Module):
+    def forward(self, x):
+        return x * 3
+
+
+class _Bump(nn.Module):
+    def forward(self, x):
+        x.add_(1)
+        return x
+
+
+class _KeptThenBumped(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale, self.bump = _Scale(), _Bump()
+
+    def forward(self, x):
+        return self.bump(self.scale(x))
+
+
+def test_a_kept_value_changed_in_place_by_an_unobserved_block_is_dropped_and_says_why():
+    x = torch.randn(3)
+    schema = parse(_KeptThenBumped(), {"x": x})
+    fast = capture_run(schema, {"x": x.clone()}, keep="scale")
+    observed = capture_run(schema, {"x": x.clone()}, keep="scale", observe_all=True)
+    (kept,) = [s for s in observed.trace if s.out_var != "x"] or [None]
+    assert kept is not None and torch.equal(kept.value, x * 3)  # observed everywhere: cloned before the add_
+    (dropped,) = [s for s in fast.trace if s.container_id == kept.container_id]
+    assert dropped.value is None and "not observe" in dropped.omitted and "observe_all=True" in dropped.omitted
