@@ -108,7 +108,7 @@ def capture_dataset(schema: ModelBlockSchema, inputs: Iterable[Any], store: str 
     else:
         _run_forked(root, schema, inputs, options, selector, limits, world)
     finalize_store(root, identity, options, limits)
-    return TraceStore(root, limits=limits)
+    return TraceStore(root, limits=limits, check_shards=False)
 
 
 def _as_launched_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], options: StoreOptions,

@@ -74,7 +74,7 @@ def _absent(value: Any) -> list:
 
 
 def _prepared(value: torch.Tensor) -> torch.Tensor:
-    data = value.detach()
+    data = value.detach() if value.requires_grad else value
     if data.is_complex():
         data = data.abs()
     if data.device.type != "cpu":

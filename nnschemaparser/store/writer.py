@@ -16,6 +16,7 @@ Depends on schema, runtime listeners, traces (capture, selection) and the store'
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import time
@@ -268,6 +269,19 @@ class _Names:
 
 
 def _capture_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: int, names: _Names) -> int:
+    # the cyclic GC stays paused while an input's record is summarised, as capture_run pauses it for the
+    # run: the thousands of objects a record keeps alive make every young collection walk them
+    collecting = gc.isenabled()
+    if collecting:
+        gc.disable()
+    try:
+        return _summarise_one(unit, schema, scope, sample, names)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _summarise_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: int, names: _Names) -> int:
     with torch.no_grad():
         record = capture_run(schema, scope)
     numbers, descriptions, slot_types, out_vars, op_names, block_paths, values, depths, omitted, shapes, dtypes = \
