@@ -88,8 +88,55 @@ class ReductionState:
                 self.element_m2.addcmul_(delta, data - self.element_mean)
             else:
                 self._element_off(f"shapes differ ({list(self.element_shape)} and {list(shape)} at sample {sample})")
-        # per channel
         rows = data.reshape(-1, shape[-1]) if data.dim() else data.reshape(1, 1)
+        self._channels(rows, sample)
+        flat = data.reshape(-1)
+        self._bin(flat)
+        # top k
+        if l2 is None:
+            l2 = torch.linalg.vector_norm(flat).item() if flat.numel() else 0.0
+        self._offer([(l2, sample, step)])
+
+    def add_many(self, values: list, samples: list, steps: list, l2s: list) -> None:
+        """Fold occurrences in order, as a batch when they share one shape (else one by one, as `add`).
+
+        A batch's per-element and per-channel mean and M2 are computed over the batch (a float64 stack:
+        the mean, then the squared deviations from it) and merged in with Chan's update; its histogram
+        and top k are those of its occurrences. The figures equal one-by-one folding up to float64
+        rounding; which occurrences form a batch depends only on the unit (writer.py), so a store gives
+        bit-equal reductions whichever process wrote a unit."""
+        shape = tuple(values[0].shape)
+        if len(values) == 1 or any(tuple(v.shape) != shape for v in values):
+            for value, sample, step, l2 in zip(values, samples, steps, l2s):
+                self.add(value, sample, step, l2)
+            return
+        parts = [v.detach() if v.requires_grad else v for v in values]
+        parts = [v.abs() if v.is_complex() else v for v in parts]
+        data = torch.stack(parts).to(device="cpu", dtype=_F64)
+        k = len(values)
+        self.count += k
+        if not self.element_note:
+            if self.element_shape is None or shape == self.element_shape:
+                mean = data.mean(0)
+                m2 = (data - mean).square_().sum(0)
+                if self.element_shape is None:
+                    self.element_shape, self.element_n, self.element_mean, self.element_m2 = shape, k, mean, m2
+                else:
+                    self.element_n, self.element_mean, self.element_m2 = _merge(
+                        self.element_n, self.element_mean, self.element_m2, k, mean, m2)
+            else:
+                self._element_off(f"shapes differ ({list(self.element_shape)} and {list(shape)} at sample {samples[0]})")
+        rows = data.reshape(-1, shape[-1]) if shape else data.reshape(-1, 1)
+        self._channels(rows, samples[0])
+        flat = data.reshape(-1)
+        self._bin(flat)
+        norms = [l2 if l2 is not None else None for l2 in l2s]
+        if any(n is None for n in norms):
+            computed = torch.linalg.vector_norm(data.reshape(k, -1), dim=1).tolist() if flat.numel() else [0.0] * k
+            norms = [n if n is not None else c for n, c in zip(norms, computed)]
+        self._offer(list(zip(norms, samples, steps)))
+
+    def _channels(self, rows: torch.Tensor, sample: int) -> None:
         if not self.channel_note and rows.shape[0] > 0:
             if self.channels is None or self.channels == rows.shape[1]:
                 mean = rows.mean(0)
@@ -103,8 +150,9 @@ class ReductionState:
             else:
                 self.channel_note = f"channel counts differ ({self.channels} and {rows.shape[1]} at sample {sample})"
                 self.channels, self.channel_mean, self.channel_m2 = None, None, None
-        # histogram: bin index -1 below, `bins` above, `bins + 1` for NaN (clamp keeps NaN), counted in one bincount
-        flat = data.reshape(-1)
+
+    def _bin(self, flat: torch.Tensor) -> None:
+        # bin index -1 below, `bins` above, `bins + 1` for NaN (clamp keeps NaN), counted in one bincount
         index = (flat - self.low).mul_(self.bins / (self.high - self.low)).floor_().clamp_(-1, self.bins)
         index = index.nan_to_num_(nan=self.bins + 1).to(torch.int64).add_(1)
         counts = torch.bincount(index, minlength=self.bins + 3)  # 0: under, 1..bins, bins+1: over, bins+2: NaN
@@ -112,10 +160,6 @@ class ReductionState:
         hist[:self.bins] += counts[1:self.bins + 1]
         hist[self.bins] += counts[0]
         hist[self.bins + 1:] += counts[self.bins + 1:]
-        # top k
-        if l2 is None:
-            l2 = torch.linalg.vector_norm(flat).item() if flat.numel() else 0.0
-        self._offer([(l2, sample, step)])
 
     def _element_off(self, note: str) -> None:
         self.element_note = note

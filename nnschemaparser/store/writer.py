@@ -39,6 +39,9 @@ from .statistics import StepColumns
 
 __all__ = ["prepare_store", "write_rank", "finalize_store", "as_scope", "RankSummary"]
 
+_BATCH = 64  # occurrences of a variable folded into its reductions at once
+_BATCH_ELEMENTS = 2 ** 21  # or fewer, when they hold this many elements (16 MiB in float64)
+
 def as_scope(item: Any, schema: ModelBlockSchema) -> dict:
     """One input of the iterable as a scope: a mapping as it is, a tensor or a tuple by position."""
     if isinstance(item, dict):
@@ -109,22 +112,41 @@ class _Unit:
         self.shard_bytes = 0
         self.shards: list[tuple[str, int]] = []
         self.states: dict[str, ReductionState] = {}
+        self.pending: dict[str, list] = {}
 
-    def keep(self, key: str, value: torch.Tensor) -> int:
-        tensor = value.detach().to("cpu").clone(memory_format=torch.contiguous_format)
+    def keep(self, key: str, value: torch.Tensor) -> torch.Tensor:
+        """Clone `value` into the current shard (flushing it first when it would pass shard_bytes)."""
+        tensor = value.detach() if value.requires_grad else value
+        tensor = tensor.to("cpu").clone(memory_format=torch.contiguous_format)
         nbytes = tensor.numel() * tensor.element_size()
         if self.shard and self.shard_bytes + nbytes > self.options.shard_bytes:
             self.flush()
         self.shard[key] = tensor
         self.shard_bytes += nbytes
-        return nbytes
+        return tensor
 
     def reduce(self, variable: str, value: torch.Tensor, sample: int, step: int, l2: float) -> None:
+        """Queue an occurrence of `variable`; a variable's queue is folded in as one batch once it holds
+        `_BATCH` occurrences or `_BATCH_ELEMENTS` elements, and at the unit's commit (what forms a batch
+        depends on the unit's inputs only)."""
+        queue = self.pending.get(variable)
+        if queue is None:
+            queue = self.pending[variable] = [[], [], [], [], 0]
+        queue[0].append(value)
+        queue[1].append(sample)
+        queue[2].append(step)
+        queue[3].append(l2)
+        queue[4] += value.numel()
+        if len(queue[0]) >= _BATCH or queue[4] >= _BATCH_ELEMENTS:
+            self._fold(variable)
+
+    def _fold(self, variable: str) -> None:
+        values, samples, steps, l2s, _ = self.pending.pop(variable)
         state = self.states.get(variable)
         if state is None:
             o = self.options
             state = self.states[variable] = ReductionState(o.bins, o.low, o.high, o.top_k)
-        state.add(value, sample, step, l2)
+        state.add_many(values, samples, steps, l2s)
 
     def flush(self) -> int:
         if not self.shard:
@@ -139,6 +161,8 @@ class _Unit:
     def commit(self, rank: int) -> Commit:
         import pyarrow.parquet as pq
 
+        for variable in list(self.pending):
+            self._fold(variable)
         self.flush()
         steps_file = f"steps/{self.name}.parquet"
         buffer = io.BytesIO()
@@ -296,8 +320,8 @@ def _summarise_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: i
     written = 0
     seen: dict[str, int] = {}  # bindings of each variable so far in this input
     for i in (i for i, k in enumerate(kept) if k):
-        value = values[i]
-        written += unit.keep(f"{sample}/{cids[i]}", value)
+        value = unit.keep(f"{sample}/{cids[i]}", values[i])
+        written += value.numel() * value.element_size()
         if named[i]:
             variable = f"{block_paths[i]}:{out_vars[i]}"
             count = seen[variable] = seen.get(variable, 0) + 1
