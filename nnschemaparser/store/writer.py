@@ -212,26 +212,40 @@ def write_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], opti
             summary.bytes += sum(s for _, s in unit.shards)
         unit = None
 
-    for sample, item in enumerate(inputs):
-        block = sample // size
-        if block % world != rank:
-            continue
-        if sample in done:
-            summary.skipped += 1
-            continue
-        if unit is not None and unit.block != block:
-            close()
-        if unit is None:
-            if block not in cleaned:
-                _remove_orphans(root, block, named)
-                cleaned.add(block)
-            unit = _Unit(root, block, sample, options)
-        written = _capture_one(unit, schema, as_scope(item, schema), sample, names)
-        summary.captured += 1
-        summary.samples.append(sample)
-        if progress is not None:
-            progress(1, written)
-    close()
+    # The cyclic GC is paused while the inputs are captured, as capture_run pauses it for one run: the
+    # tens of thousands of objects a record makes (freed by reference counting when the input is done)
+    # would otherwise start a collection after every input that finds nothing to free. A collection
+    # runs after each unit's commit instead, so a model whose runs make reference cycles frees them
+    # every block, and the peak memory stays flat in the number of inputs.
+    collecting = gc.isenabled()
+    if collecting:
+        gc.disable()
+    try:
+        for sample, item in enumerate(inputs):
+            block = sample // size
+            if block % world != rank:
+                continue
+            if sample in done:
+                summary.skipped += 1
+                continue
+            if unit is not None and unit.block != block:
+                close()
+                if collecting:
+                    gc.collect()
+            if unit is None:
+                if block not in cleaned:
+                    _remove_orphans(root, block, named)
+                    cleaned.add(block)
+                unit = _Unit(root, block, sample, options)
+            written = _capture_one(unit, schema, as_scope(item, schema), sample, names)
+            summary.captured += 1
+            summary.samples.append(sample)
+            if progress is not None:
+                progress(1, written)
+        close()
+    finally:
+        if collecting:
+            gc.enable()
     summary.seconds = time.perf_counter() - started
     return summary
 
@@ -293,16 +307,7 @@ class _Names:
 
 
 def _capture_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: int, names: _Names) -> int:
-    # the cyclic GC stays paused while an input's record is summarised, as capture_run pauses it for the
-    # run: the thousands of objects a record keeps alive make every young collection walk them
-    collecting = gc.isenabled()
-    if collecting:
-        gc.disable()
-    try:
-        return _summarise_one(unit, schema, scope, sample, names)
-    finally:
-        if collecting:
-            gc.enable()
+    return _summarise_one(unit, schema, scope, sample, names)
 
 
 def _summarise_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: int, names: _Names) -> int:
