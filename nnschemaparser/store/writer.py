@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 import io
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,7 @@ from .reductions import ReductionState, encode_states
 from .shards import encode_shard
 from .statistics import StepColumns
 
-__all__ = ["prepare_store", "write_rank", "finalize_store", "as_scope", "RankSummary"]
+__all__ = ["prepare_store", "discard_new_store", "write_rank", "finalize_store", "as_scope", "RankSummary"]
 
 _BATCH = 64  # occurrences of a variable folded into its reductions at once
 _BATCH_ELEMENTS = 2 ** 21  # or fewer, when they hold this many elements (16 MiB in float64)
@@ -85,6 +86,23 @@ def prepare_store(root: Path, schema: ModelBlockSchema, options: StoreOptions, l
         (root / folder).mkdir(parents=True, exist_ok=True)
     write_manifest(root, identity, options, [], [])
     return identity
+
+
+def discard_new_store(root: Path, folder_existed: bool) -> bool:
+    """Remove a store this run created when the run failed before committing an input: the folder is left
+    as it was (gone, or empty). Returns whether it removed it; a store with a commit is left to resume."""
+    commits = root / "commits"
+    if commits.is_dir() and any(p.suffix == ".json" for p in commits.iterdir()):
+        return False
+    for folder in ("commits", "steps", "tensors", "reductions"):
+        if (root / folder).is_dir():
+            shutil.rmtree(root / folder)
+    (root / "manifest.json").unlink(missing_ok=True)
+    for leftover in root.glob(".*.tmp"):  # a manifest being rewritten
+        leftover.unlink()
+    if not folder_existed and not any(root.iterdir()):
+        root.rmdir()
+    return True
 
 
 @dataclass
