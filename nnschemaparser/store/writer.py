@@ -35,7 +35,7 @@ from ..traces.trace import container_id
 from .manifest import (Commit, SchemaIdentity, StoreMismatchError, StoreOptions, read_commits, read_manifest,
                        schema_identity, sync_write, unit_name, write_commit, write_manifest)
 from .reductions import ReductionState, encode_states
-from .shards import encode_shard
+from .shards import write_shard
 from .statistics import StepColumns
 
 __all__ = ["prepare_store", "discard_new_store", "write_rank", "finalize_store", "as_scope", "RankSummary"]
@@ -170,11 +170,10 @@ class _Unit:
         if not self.shard:
             return 0
         name = f"tensors/{self.name}-{len(self.shards):03d}.safetensors"
-        data = encode_shard(self.shard)
-        sync_write(self.root / name, data)
-        self.shards.append((name, len(data)))
+        size = write_shard(self.root / name, self.shard)
+        self.shards.append((name, size))
         self.shard, self.shard_bytes = {}, 0
-        return len(data)
+        return size
 
     def commit(self, rank: int) -> Commit:
         import pyarrow.parquet as pq
@@ -188,9 +187,9 @@ class _Unit:
         sync_write(self.root / steps_file, buffer.getvalue())
         tensors, described = encode_states(self.states)
         reductions_file = f"reductions/{self.name}.safetensors"
-        data = encode_shard(tensors, {"reductions": dump_json(described["items"]).decode("ascii")})
-        sync_write(self.root / reductions_file, data)
-        sizes = [(steps_file, len(buffer.getvalue())), (reductions_file, len(data))] + list(self.shards)
+        size = write_shard(self.root / reductions_file, tensors,
+                           {"reductions": dump_json(described["items"]).decode("ascii")})
+        sizes = [(steps_file, len(buffer.getvalue())), (reductions_file, size)] + list(self.shards)
         commit = Commit(self.name, self.block, rank, tuple(self.samples), steps_file, len(self.rows),
                         tuple(self.shards), reductions_file, tuple(sorted(sizes)))
         write_commit(self.root, commit)
