@@ -103,8 +103,9 @@ def summarise(values: Sequence[Any]) -> list[list]:
     groups: dict[tuple, list[int]] = {}
     large: list[int] = []
     data: list[Any] = [None] * len(values)
+    tensor_type, strided, native = torch.Tensor, torch.strided, _NATIVE
     for i, value in enumerate(values):
-        if not isinstance(value, torch.Tensor) or value.layout != torch.strided or value.is_meta:
+        if not isinstance(value, tensor_type):
             out[i] = _absent(value)
             continue
         j = first.get(id(value))
@@ -112,13 +113,25 @@ def summarise(values: Sequence[Any]) -> list[list]:
             repeats.append((i, j))
             continue
         first[id(value)] = i
-        numel = value.numel()
+        if value.is_cpu and value.dtype in native and value.layout == strided and not value.requires_grad:
+            tensor = value
+        elif value.layout != strided or value.is_meta:
+            out[i] = _absent(value)
+            continue
+        else:
+            tensor = _prepared(value)
+        numel = tensor.numel()
         if numel == 0:
             out[i] = [_NAN, _NAN, _NAN, _NAN, 0.0, 0.0, 0, 0, _NAN]
             continue
-        tensor = data[i] = _prepared(value)
+        data[i] = tensor
         if numel < SMALL:
-            groups.setdefault((tensor.dtype, tuple(tensor.shape)), []).append(i)
+            key = (tensor.dtype, tensor.shape)
+            members = groups.get(key)
+            if members is None:
+                groups[key] = [i]
+            else:
+                members.append(i)
         else:
             large.append(i)
     order: list[int] = []
@@ -137,34 +150,45 @@ def summarise(values: Sequence[Any]) -> list[list]:
                                                                  data[k].dtype == tensor.dtype), dtype=tensor.dtype)
             parts.append(_reduce(tensor.reshape(1, -1), buffer))
             order.append(i)
-    figures = torch.cat(parts, 1).t().tolist() if parts else []
-    for i, f in zip(order, figures):
-        tensor = data[i]
-        numel = tensor.numel()
-        total, low, high, abs_sum, least, l2 = f
-        nans = infs = zeros = 0
-        if not (math.isfinite(total) and math.isfinite(abs_sum) and math.isfinite(l2)):
-            # NaN or inf, or sums that overflow the dtype (an attention mask of float32 minima): count,
-            # and redo the sums in float64 where nothing but the overflow made them infinite
-            nans, infs = int(torch.isnan(tensor).sum()), int(torch.isinf(tensor).sum())
-            if not nans and not infs:
-                wide = tensor.to(_F64)
-                total, abs_sum, l2 = wide.sum().item(), wide.abs().sum().item(), torch.linalg.vector_norm(wide).item()
-        if least == 0 or nans:  # a NaN hides the least magnitude
-            zeros = int((tensor == 0).sum())
-        if nans:  # torch's min, max and mean propagate NaN
-            low = high = _NAN
-        mean = total / numel
-        if numel > 1:
-            squares = l2 * l2
-            var = (squares - total * total / numel) / (numel - 1)
-            std = math.sqrt(var) if var > 0 else (0.0 if var == var else _NAN)
-        else:
-            std = _NAN
-        out[i] = [mean, std, low, high, abs_sum, l2, nans, infs, zeros / numel]
+    if parts:
+        f = torch.cat(parts, 1)  # [6, tensors]: sum, min, max, magnitude sum, least magnitude, 2-norm
+        numel = torch.tensor([data[i].numel() for i in order], dtype=_F64)
+        total, l2 = f[0], f[5]
+        var = (l2 * l2 - total * total / numel) / (numel - 1)
+        std = torch.where(var > 0, var.clamp(min=0).sqrt(), torch.where(var == var, 0.0, _NAN))
+        std = torch.where(numel > 1, std, _NAN)
+        table = torch.stack([total / numel, std, f[1], f[2], f[3], l2]).t().tolist()
+        odd = set(((~(total.isfinite() & f[3].isfinite() & l2.isfinite())) | (f[4] == 0)).nonzero().flatten().tolist())
+        for position, (i, row) in enumerate(zip(order, table)):
+            out[i] = row + [0, 0, 0.0] if position not in odd else _odd(data[i], f[:, position].tolist())
     for i, j in repeats:
         out[i] = out[j]
     return out
+
+
+def _odd(tensor: torch.Tensor, figures: list) -> list:
+    """The row of a tensor with NaN or inf, with sums that overflow its dtype, or with zeros: counted exactly."""
+    numel = tensor.numel()
+    total, low, high, abs_sum, least, l2 = figures
+    nans = infs = zeros = 0
+    if not (math.isfinite(total) and math.isfinite(abs_sum) and math.isfinite(l2)):
+        # NaN or inf, or sums that overflow the dtype (an attention mask of float32 minima): count,
+        # and redo the sums in float64 where nothing but the overflow made them infinite
+        nans, infs = int(torch.isnan(tensor).sum()), int(torch.isinf(tensor).sum())
+        if not nans and not infs:
+            wide = tensor.to(_F64)
+            total, abs_sum, l2 = wide.sum().item(), wide.abs().sum().item(), torch.linalg.vector_norm(wide).item()
+    if least == 0 or nans:  # a NaN hides the least magnitude
+        zeros = int((tensor == 0).sum())
+    if nans:  # torch's min, max and mean propagate NaN
+        low = high = _NAN
+    mean = total / numel
+    if numel > 1:
+        var = (l2 * l2 - total * total / numel) / (numel - 1)
+        std = math.sqrt(var) if var > 0 else (0.0 if var == var else _NAN)
+    else:
+        std = _NAN
+    return [mean, std, low, high, abs_sum, l2, nans, infs, zeros / numel]
 
 
 class StepColumns:
