@@ -158,7 +158,8 @@ def bench_read(gb: float, scratch: Path) -> None:
     model = Wide().eval()
     example = {"x": torch.randn(1024, 1024)}
     schema = NNParser.parse_model(model=model, inputs_tensors_values=example)
-    per_input = 6 * 4 * 2 ** 20  # the input and five activations of 4 MiB each are kept
+    steps = capture_run(schema, dict(example)).trace.steps  # keep="*": every step's tensor is written
+    per_input = sum(s.value.numel() * s.value.element_size() for s in steps if s.value is not None)
     count = max(1, int(gb * 2 ** 30 / per_input))
     generator = torch.Generator().manual_seed(1)
     scopes = ({"x": torch.randn(1024, 1024, generator=generator)} for _ in range(count))
