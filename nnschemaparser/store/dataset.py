@@ -33,7 +33,7 @@ from ..schema.model import ModelBlockSchema
 from ..traces.selection import keep_selector
 from .manifest import StoreIncompleteError, StoreOptions, read_commits
 from .reader import TraceStore
-from .writer import RankSummary, finalize_store, prepare_store, write_rank
+from .writer import RankSummary, discard_new_store, finalize_store, prepare_store, write_rank
 
 __all__ = ["capture_dataset"]
 
@@ -98,17 +98,24 @@ def capture_dataset(schema: ModelBlockSchema, inputs: Iterable[Any], store: str 
     total = len(inputs) if hasattr(inputs, "__len__") else None  # type: ignore[arg-type]
     if launched:
         return _as_launched_rank(root, schema, inputs, options, selector, limits, progress, total)
+    folder_existed, new = root.exists(), not (root / "manifest.json").exists()
     identity = prepare_store(root, schema, options, limits)
-    if world is None or world == 1:
-        bar = _Progress(progress, total)
-        try:
-            write_rank(root, schema, inputs, options, selector, limits, progress=bar)
-        finally:
-            bar.close()
-    else:
-        _run_forked(root, schema, inputs, options, selector, limits, world)
+    try:
+        if world is None or world == 1:
+            bar = _Progress(progress, total)
+            try:
+                write_rank(root, schema, inputs, options, selector, limits, progress=bar)
+            finally:
+                bar.close()
+        else:
+            _run_forked(root, schema, inputs, options, selector, limits, world)
+    except BaseException as exc:
+        # a store this call created and that holds no input is refused whole: nothing is left behind
+        if new and discard_new_store(root, folder_existed) and hasattr(exc, "add_note"):
+            exc.add_note(f"capture_dataset: no input was committed, so the new store {root} was removed")
+        raise
     finalize_store(root, identity, options, limits)
-    return TraceStore(root, limits=limits)
+    return TraceStore(root, limits=limits, check_shards=False)
 
 
 def _as_launched_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], options: StoreOptions,

@@ -4,7 +4,9 @@ Opening a store reads and checks its manifest and every commit record (strict bo
 fields, file names inside the store, sizes matching the files), the footer of each statistics
 Parquet (its columns must be the store's, its row count the commit's, its decoded size bounded)
 and the header of each safetensors file (files/ rules: dtypes, shapes and byte ranges checked
-before a byte of data is touched). Tensors are then views of the mapped files; statistics are read
+before a byte of data is touched; with `check_shards=False`, as `capture_dataset` returns the store
+it just wrote, a commit's shard headers are checked when a tensor of one of its inputs is first
+asked for, still before any of their data is read). Tensors are then views of the mapped files; statistics are read
 by pyarrow (`steps`, `trace`) or by DuckDB (`query`), which sees them as the table `steps`.
 
 Depends on schema, files, traces and the store's own modules; never on the runtime or views.
@@ -51,27 +53,55 @@ class TraceStore:
     the merged reductions of a kept variable (`variables` lists them).
     """
 
-    def __init__(self, path: str | os.PathLike, *, limits: Optional[FileLimits] = None):
+    def __init__(self, path: str | os.PathLike, *, limits: Optional[FileLimits] = None, check_shards: bool = True):
+        """Open the store at `path`, checking its manifest, commits and statistics footers; and, unless
+        `check_shards=False`, every tensor shard's header now (with False, each commit's shards are
+        checked when a tensor of one of its inputs is first asked for: capture_dataset returns its
+        store so, having just written those files)."""
         self.path = Path(path)
         self.limits = limits or FileLimits()
         self.identity, self.options, _, _ = read_manifest(self.path, self.limits)
         self.commits: list[Commit] = read_commits(self.path, self.limits, self.options.block_size)
         self._by_sample: dict[int, Commit] = {s: c for c in self.commits for s in c.samples}
         self._check_parquet()
-        self._shards: dict[str, ShardFile] = {}
-        self._where: dict[str, str] = {}  # "sample/container_id" -> shard file
-        for commit in self.commits:
-            for name, size in commit.shards:
-                shard = self._shards[name] = ShardFile(self.path / name, self.limits, size)
-                for key in shard.layout:
-                    if not self._key_matches(key, commit):
-                        raise MalformedFileError(f"{self.path / name}: tensor {key!r} is not of a sample of "
-                                                 f"{commit.name}")
-                    if key in self._where:
-                        raise MalformedFileError(f"{self.path / name}: tensor {key!r} is also in {self._where[key]}")
-                    self._where[key] = name
+        self._opened: dict[str, ShardFile] = {}
+        self._index: dict[str, str] = {}  # "sample/container_id" -> shard file, of the commits opened
+        self._opened_commits: set[str] = set()
+        if check_shards:
+            for commit in self.commits:
+                self._open_shards(commit)
         self._steps: Any = None
         self._reductions: Optional[dict[str, ReductionState]] = None
+
+    def _open_shards(self, commit: Commit) -> None:
+        """Check the headers of `commit`'s shards and index their tensors (once per commit)."""
+        if commit.name in self._opened_commits:
+            return
+        for name, size in commit.shards:
+            shard = ShardFile(self.path / name, self.limits, size)
+            for key in shard.layout:
+                if not self._key_matches(key, commit):
+                    raise MalformedFileError(f"{self.path / name}: tensor {key!r} is not of a sample of "
+                                             f"{commit.name}")
+                if key in self._index:
+                    raise MalformedFileError(f"{self.path / name}: tensor {key!r} is also in {self._index[key]}")
+            for key in shard.layout:
+                self._index[key] = name
+            self._opened[name] = shard
+        self._opened_commits.add(commit.name)
+
+    @property
+    def _where(self) -> dict[str, str]:
+        """Every kept tensor's shard ("sample/container_id" -> file), every shard checked first."""
+        for commit in self.commits:
+            self._open_shards(commit)
+        return self._index
+
+    @property
+    def _shards(self) -> dict[str, ShardFile]:
+        for commit in self.commits:
+            self._open_shards(commit)
+        return self._opened
 
     @staticmethod
     def _key_matches(key: str, commit: Commit) -> bool:
@@ -177,23 +207,24 @@ class TraceStore:
 
     def tensor(self, sample: int, container_id: str) -> torch.Tensor:
         """The kept tensor of step `container_id` of input `sample`: a view of the mapped shard, no copy."""
-        self._commit_of(sample)
+        self._open_shards(self._commit_of(sample))
         key = f"{int(sample)}/{container_id}"
-        name = self._where.get(key)
+        name = self._index.get(key)
         if name is None:
             raise KeyError(f"sample {sample} has no kept tensor {container_id!r}: the store keeps "
                            f"{self.options.keep or 'the inputs only'}; its statistics are in store.steps")
-        return self._shards[name].tensor(key)
+        return self._opened[name].tensor(key)
 
     def trace(self, sample: int) -> ActivationTrace:
         """Input `sample` as an ActivationTrace: its steps in order, kept tensors as (mapped) values."""
         commit = self._commit_of(sample)
+        self._open_shards(commit)
         table = self._read_table([self.path / commit.steps_file], int(sample))
         steps = []
         for row in table.to_pylist():
             key = f"{row['sample']}/{row['container_id']}"
-            name = self._where.get(key)
-            value = self._shards[name].tensor(key) if name is not None else None
+            name = self._index.get(key)
+            value = self._opened[name].tensor(key) if name is not None else None
             container = TensorContainer(shape=tuple(row["shape"]), dtype=row["dtype"], value=value,
                                         container_id=row["container_id"], slot_type=row["slot_type"])
             steps.append(TraceStep(row["step"], row["container_id"], row["description"], row["slot_type"],

@@ -88,8 +88,79 @@ class ReductionState:
                 self.element_m2.addcmul_(delta, data - self.element_mean)
             else:
                 self._element_off(f"shapes differ ({list(self.element_shape)} and {list(shape)} at sample {sample})")
-        # per channel
         rows = data.reshape(-1, shape[-1]) if data.dim() else data.reshape(1, 1)
+        self._channels(rows, sample)
+        flat = data.reshape(-1)
+        self._bin(flat)
+        # top k
+        if l2 is None:
+            l2 = torch.linalg.vector_norm(flat).item() if flat.numel() else 0.0
+        self._offer([(l2, sample, step)])
+
+    def add_many(self, values: list, samples: list, steps: list, l2s: list) -> None:
+        """Fold occurrences in order, as a batch when they share one shape (else one by one, as `add`).
+
+        A batch's per-element and per-channel mean and M2 are computed over the batch (a float64 stack:
+        the mean, then the squared deviations from it) and merged in with Chan's update; its histogram
+        and top k are those of its occurrences. The figures equal one-by-one folding up to float64
+        rounding; which occurrences form a batch depends only on the unit (writer.py), so a store gives
+        bit-equal reductions whichever process wrote a unit."""
+        shape = tuple(values[0].shape)
+        if len(values) == 1 or any(tuple(v.shape) != shape for v in values):
+            for value, sample, step, l2 in zip(values, samples, steps, l2s):
+                self.add(value, sample, step, l2)
+            return
+        parts = [v.detach() if v.requires_grad else v for v in values]
+        parts = [(v.abs() if v.is_complex() else v).to("cpu") for v in parts]
+        k = len(values)
+        data = torch.empty((k,) + shape, dtype=_F64)
+        torch.stack(parts, out=data)  # converted to float64 as it is stacked: one pass
+        self.count += k
+        # the batch's per-element mean and M2 (squared deviations from that mean)
+        mean = data.mean(0)
+        deviation = data - mean
+        m2 = deviation.square_().sum(0)
+        del deviation
+        if not self.element_note:
+            if self.element_shape is None:
+                self.element_shape, self.element_n, self.element_mean, self.element_m2 = shape, k, mean, m2
+            elif shape == self.element_shape:
+                self.element_n, self.element_mean, self.element_m2 = _merge(
+                    self.element_n, self.element_mean, self.element_m2, k, mean, m2)
+            else:
+                self._element_off(f"shapes differ ({list(self.element_shape)} and {list(shape)} at sample {samples[0]})")
+        # per channel, from the per-element figures: each position of a channel holds k values, so the
+        # channel's mean is the mean of its positions' means and its M2 their M2 plus k times the squared
+        # deviations of those means (Chan's merge of equal groups), computed on one occurrence's size
+        if shape and math.prod(shape):
+            means = mean.reshape(-1, shape[-1])
+            channel_mean = means.mean(0)
+            channel_m2 = m2.reshape(-1, shape[-1]).sum(0) + (means - channel_mean).square_().sum(0) * k
+            self._channel_merge(means.shape[0] * k, channel_mean, channel_m2, shape[-1], samples[0])
+        elif not shape:
+            self._channels(data.reshape(-1, 1), samples[0])
+        flat = data.reshape(-1)
+        finite = all(l2 is not None and math.isfinite(l2) for l2 in l2s)
+        self._bin(flat, may_hold_nan=not finite)
+        norms = list(l2s)
+        if any(n is None for n in norms):
+            computed = torch.linalg.vector_norm(data.reshape(k, -1), dim=1).tolist() if flat.numel() else [0.0] * k
+            norms = [n if n is not None else c for n, c in zip(norms, computed)]
+        self._offer(list(zip(norms, samples, steps)))
+
+    def _channel_merge(self, n: int, mean: torch.Tensor, m2: torch.Tensor, channels: int, sample: int) -> None:
+        if self.channel_note:
+            return
+        if self.channels is None:
+            self.channels, self.channel_n, self.channel_mean, self.channel_m2 = channels, n, mean, m2
+        elif self.channels == channels:
+            self.channel_n, self.channel_mean, self.channel_m2 = _merge(
+                self.channel_n, self.channel_mean, self.channel_m2, n, mean, m2)
+        else:
+            self.channel_note = f"channel counts differ ({self.channels} and {channels} at sample {sample})"
+            self.channels, self.channel_mean, self.channel_m2 = None, None, None
+
+    def _channels(self, rows: torch.Tensor, sample: int) -> None:
         if not self.channel_note and rows.shape[0] > 0:
             if self.channels is None or self.channels == rows.shape[1]:
                 mean = rows.mean(0)
@@ -103,19 +174,19 @@ class ReductionState:
             else:
                 self.channel_note = f"channel counts differ ({self.channels} and {rows.shape[1]} at sample {sample})"
                 self.channels, self.channel_mean, self.channel_m2 = None, None, None
-        # histogram: bin index -1 below, `bins` above, `bins + 1` for NaN (clamp keeps NaN), counted in one bincount
-        flat = data.reshape(-1)
-        index = (flat - self.low).mul_(self.bins / (self.high - self.low)).floor_().clamp_(-1, self.bins)
-        index = index.nan_to_num_(nan=self.bins + 1).to(torch.int64).add_(1)
-        counts = torch.bincount(index, minlength=self.bins + 3)  # 0: under, 1..bins, bins+1: over, bins+2: NaN
+
+    def _bin(self, flat: torch.Tensor, may_hold_nan: bool = True) -> None:
+        # v = (x - low) * bins / (high - low) in float64, clamped to [-1, bins] and shifted by 1: then v >= 0,
+        # so truncating it to an integer is its floor: 0 below low, 1..bins the bins, bins + 1 at or above
+        # high; NaN (clamp keeps it) is set to bins + 2. One bincount counts them all.
+        index = (flat - self.low).mul_(self.bins / (self.high - self.low)).clamp_(-1, self.bins).add_(1)
+        if may_hold_nan:
+            index = index.nan_to_num_(nan=self.bins + 2)
+        counts = torch.bincount(index.to(torch.int64), minlength=self.bins + 3)
         hist = self.histogram
         hist[:self.bins] += counts[1:self.bins + 1]
         hist[self.bins] += counts[0]
         hist[self.bins + 1:] += counts[self.bins + 1:]
-        # top k
-        if l2 is None:
-            l2 = torch.linalg.vector_norm(flat).item() if flat.numel() else 0.0
-        self._offer([(l2, sample, step)])
 
     def _element_off(self, note: str) -> None:
         self.element_note = note

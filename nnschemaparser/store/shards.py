@@ -1,6 +1,7 @@
 """Safetensors files of a store: written with safetensors, read back memory-mapped after checking them.
 
-`encode_shard` makes the bytes of a file (tensors and a string metadata); `ShardFile` opens one:
+`write_shard` writes a file (tensors and a string metadata) in safetensors' layout straight from the
+tensors' storage (`encode_shard`: the same through safetensors, in memory); `ShardFile` opens one:
 it reads the 8-byte length and the JSON header only (bounded by FileLimits and decoded with the
 strict bounded decoder), checks every entry (known dtype, shape within bounds, byte range inside the
 file and matching the shape, ranges tiling the data exactly), then maps the file (copy-on-write, so
@@ -12,6 +13,7 @@ Depends on files (limits, JSON, the safetensors dtype table); never on the runti
 
 from __future__ import annotations
 
+import json
 import math
 import mmap
 import os
@@ -25,7 +27,9 @@ from ..files.file_format import (FileLimitError, FileLimits, MalformedFileError,
                                  parse_json, record)
 from ..files.trace_file import SAFETENSORS_DTYPES
 
-__all__ = ["encode_shard", "ShardFile"]
+_CODES = {dtype: code for code, (dtype, _) in SAFETENSORS_DTYPES.items()}
+
+__all__ = ["encode_shard", "write_shard", "ShardFile"]
 
 
 def encode_shard(tensors: dict[str, torch.Tensor], metadata: Optional[dict[str, str]] = None) -> bytes:
@@ -35,6 +39,43 @@ def encode_shard(tensors: dict[str, torch.Tensor], metadata: Optional[dict[str, 
     except ImportError:  # pragma: no cover - a declared dependency
         raise ImportError("the store writes tensors with safetensors: pip install safetensors") from None
     return st.save(tensors, metadata=metadata)
+
+
+def write_shard(path: Path, tensors: dict[str, torch.Tensor], metadata: Optional[dict[str, str]] = None) -> int:
+    """Write `tensors` (CPU, contiguous) to `path` as a safetensors file, synced; returns its size.
+
+    The layout is safetensors' own (8-byte little-endian header length, the JSON header padded with
+    spaces to 8 bytes, the tensors' bytes back to back, widest element first, so every tensor is
+    aligned to its element size), written without assembling the file in memory first, each tensor's bytes going straight from its storage to the file. The files
+    read back with `safetensors.safe_open` (tests/store/test_writer.py)."""
+    if sys.byteorder == "big":  # pragma: no cover - safetensors is little-endian: let it convert
+        data = encode_shard(tensors, metadata)
+        with open(path, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        return len(data)
+    order = sorted(tensors, key=lambda k: -tensors[k].element_size())  # stable: insertion order within a width
+    header: dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
+    position = 0
+    for key in order:
+        tensor = tensors[key]
+        nbytes = tensor.numel() * tensor.element_size()
+        header[key] = {"dtype": _CODES[tensor.dtype], "shape": list(tensor.shape),
+                       "data_offsets": [position, position + nbytes]}
+        position += nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as handle:
+        handle.write(len(text).to_bytes(8, "little"))
+        handle.write(text)
+        for key in order:
+            tensor = tensors[key]
+            if tensor.numel():
+                handle.write(memoryview(tensor.contiguous().reshape(-1).view(torch.uint8).numpy()))
+        handle.flush()
+        os.fsync(handle.fileno())
+    return 8 + len(text) + position
 
 
 class ShardFile:
@@ -129,7 +170,13 @@ class ShardFile:
         count = math.prod(shape)
         if count == 0:
             return torch.empty(shape, dtype=dtype)
-        tensor = torch.frombuffer(self.mapping(), dtype=dtype, count=count, offset=offset).reshape(shape)
+        mapped = self.mapping()
+        if hasattr(mapped, "madvise") and hasattr(mmap, "MADV_WILLNEED"):
+            # a hint that the tensor's pages will be read: the kernel reads them ahead in large requests
+            # instead of one page fault at a time (a 4 MiB tensor off the disk: a third faster here)
+            start = offset - offset % mmap.PAGESIZE
+            mapped.madvise(mmap.MADV_WILLNEED, start, min(offset + count * dtype.itemsize, len(mapped)) - start)
+        tensor = torch.frombuffer(mapped, dtype=dtype, count=count, offset=offset).reshape(shape)
         if offset % dtype.itemsize or sys.byteorder == "big":
             tensor = tensor.clone() if sys.byteorder == "little" else _swapped(tensor)
         return tensor

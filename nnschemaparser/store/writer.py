@@ -16,8 +16,10 @@ Depends on schema, runtime listeners, traces (capture, selection) and the store'
 
 from __future__ import annotations
 
+import gc
 import io
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,16 +31,17 @@ from ..files.file_format import FileLimits, dump_json
 from ..schema.model import ModelBlockSchema
 from ..traces.record import capture_run
 from ..traces.selection import KeepSelector
+from ..traces.trace import container_id
 from .manifest import (Commit, SchemaIdentity, StoreMismatchError, StoreOptions, read_commits, read_manifest,
                        schema_identity, sync_write, unit_name, write_commit, write_manifest)
 from .reductions import ReductionState, encode_states
-from .shards import encode_shard
-from .statistics import COLUMNS, rows_table, step_rows
+from .shards import write_shard
+from .statistics import StepColumns
 
-__all__ = ["prepare_store", "write_rank", "finalize_store", "as_scope", "RankSummary"]
+__all__ = ["prepare_store", "discard_new_store", "write_rank", "finalize_store", "as_scope", "RankSummary"]
 
-_L2 = [name for name, _ in COLUMNS].index("l2")
-
+_BATCH = 64  # occurrences of a variable folded into its reductions at once
+_BATCH_ELEMENTS = 2 ** 21  # or fewer, when they hold this many elements (16 MiB in float64)
 
 def as_scope(item: Any, schema: ModelBlockSchema) -> dict:
     """One input of the iterable as a scope: a mapping as it is, a tensor or a tuple by position."""
@@ -85,6 +88,23 @@ def prepare_store(root: Path, schema: ModelBlockSchema, options: StoreOptions, l
     return identity
 
 
+def discard_new_store(root: Path, folder_existed: bool) -> bool:
+    """Remove a store this run created when the run failed before committing an input: the folder is left
+    as it was (gone, or empty). Returns whether it removed it; a store with a commit is left to resume."""
+    commits = root / "commits"
+    if commits.is_dir() and any(p.suffix == ".json" for p in commits.iterdir()):
+        return False
+    for folder in ("commits", "steps", "tensors", "reductions"):
+        if (root / folder).is_dir():
+            shutil.rmtree(root / folder)
+    (root / "manifest.json").unlink(missing_ok=True)
+    for leftover in root.glob(".*.tmp"):  # a manifest being rewritten
+        leftover.unlink()
+    if not folder_existed and not any(root.iterdir()):
+        root.rmdir()
+    return True
+
+
 @dataclass
 class RankSummary:
     """What one rank did: inputs captured and skipped (already committed), units and bytes written."""
@@ -105,51 +125,71 @@ class _Unit:
         self.root, self.block, self.options = root, block, options
         self.name = unit_name(block, first)
         self.samples: list[int] = []
-        self.rows: list[tuple] = []
+        self.rows = StepColumns()
         self.shard: dict[str, torch.Tensor] = {}
         self.shard_bytes = 0
         self.shards: list[tuple[str, int]] = []
         self.states: dict[str, ReductionState] = {}
+        self.pending: dict[str, list] = {}
 
-    def keep(self, key: str, value: torch.Tensor) -> int:
-        tensor = value.detach().to("cpu").clone(memory_format=torch.contiguous_format)
+    def keep(self, key: str, value: torch.Tensor) -> torch.Tensor:
+        """Clone `value` into the current shard (flushing it first when it would pass shard_bytes)."""
+        tensor = value.detach() if value.requires_grad else value
+        tensor = tensor.to("cpu").clone(memory_format=torch.contiguous_format)
         nbytes = tensor.numel() * tensor.element_size()
         if self.shard and self.shard_bytes + nbytes > self.options.shard_bytes:
             self.flush()
         self.shard[key] = tensor
         self.shard_bytes += nbytes
-        return nbytes
+        return tensor
 
     def reduce(self, variable: str, value: torch.Tensor, sample: int, step: int, l2: float) -> None:
+        """Queue an occurrence of `variable`; a variable's queue is folded in as one batch once it holds
+        `_BATCH` occurrences or `_BATCH_ELEMENTS` elements, and at the unit's commit (what forms a batch
+        depends on the unit's inputs only)."""
+        queue = self.pending.get(variable)
+        if queue is None:
+            queue = self.pending[variable] = [[], [], [], [], 0]
+        queue[0].append(value)
+        queue[1].append(sample)
+        queue[2].append(step)
+        queue[3].append(l2)
+        queue[4] += value.numel()
+        if len(queue[0]) >= _BATCH or queue[4] >= _BATCH_ELEMENTS:
+            self._fold(variable)
+
+    def _fold(self, variable: str) -> None:
+        values, samples, steps, l2s, _ = self.pending.pop(variable)
         state = self.states.get(variable)
         if state is None:
             o = self.options
             state = self.states[variable] = ReductionState(o.bins, o.low, o.high, o.top_k)
-        state.add(value, sample, step, l2)
+        state.add_many(values, samples, steps, l2s)
 
     def flush(self) -> int:
         if not self.shard:
             return 0
         name = f"tensors/{self.name}-{len(self.shards):03d}.safetensors"
-        data = encode_shard(self.shard)
-        sync_write(self.root / name, data)
-        self.shards.append((name, len(data)))
+        size = write_shard(self.root / name, self.shard)
+        self.shards.append((name, size))
         self.shard, self.shard_bytes = {}, 0
-        return len(data)
+        return size
 
     def commit(self, rank: int) -> Commit:
         import pyarrow.parquet as pq
 
+        for variable in list(self.pending):
+            self._fold(variable)
         self.flush()
         steps_file = f"steps/{self.name}.parquet"
         buffer = io.BytesIO()
-        pq.write_table(rows_table(self.rows), buffer, compression="zstd")
+        pq.write_table(self.rows.table(), buffer, compression="zstd")
         sync_write(self.root / steps_file, buffer.getvalue())
         tensors, described = encode_states(self.states)
         reductions_file = f"reductions/{self.name}.safetensors"
-        data = encode_shard(tensors, {"reductions": dump_json(described["items"]).decode("ascii")})
-        sync_write(self.root / reductions_file, data)
-        sizes = [(steps_file, len(buffer.getvalue())), (reductions_file, len(data))] + list(self.shards)
+        size = write_shard(self.root / reductions_file, tensors,
+                           {"reductions": dump_json(described["items"]).decode("ascii")})
+        sizes = [(steps_file, len(buffer.getvalue())), (reductions_file, size)] + list(self.shards)
         commit = Commit(self.name, self.block, rank, tuple(self.samples), steps_file, len(self.rows),
                         tuple(self.shards), reductions_file, tuple(sorted(sizes)))
         write_commit(self.root, commit)
@@ -179,6 +219,7 @@ def write_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], opti
     unit: Optional[_Unit] = None
     size = options.block_size
     cleaned: set[int] = set()
+    names = _Names(selector)
 
     def close() -> None:
         nonlocal unit
@@ -188,56 +229,125 @@ def write_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], opti
             summary.bytes += sum(s for _, s in unit.shards)
         unit = None
 
-    for sample, item in enumerate(inputs):
-        block = sample // size
-        if block % world != rank:
-            continue
-        if sample in done:
-            summary.skipped += 1
-            continue
-        if unit is not None and unit.block != block:
-            close()
-        if unit is None:
-            if block not in cleaned:
-                _remove_orphans(root, block, named)
-                cleaned.add(block)
-            unit = _Unit(root, block, sample, options)
-        written = _capture_one(unit, schema, as_scope(item, schema), sample, selector)
-        summary.captured += 1
-        summary.samples.append(sample)
-        if progress is not None:
-            progress(1, written)
-    close()
+    # The cyclic GC is paused while the inputs are captured, as capture_run pauses it for one run: the
+    # tens of thousands of objects a record makes (freed by reference counting when the input is done)
+    # would otherwise start a collection after every input that finds nothing to free. A collection
+    # runs after each unit's commit instead, so a model whose runs make reference cycles frees them
+    # every block, and the peak memory stays flat in the number of inputs.
+    collecting = gc.isenabled()
+    if collecting:
+        gc.disable()
+    try:
+        for sample, item in enumerate(inputs):
+            block = sample // size
+            if block % world != rank:
+                continue
+            if sample in done:
+                summary.skipped += 1
+                continue
+            if unit is not None and unit.block != block:
+                close()
+                if collecting:
+                    gc.collect()
+            if unit is None:
+                if block not in cleaned:
+                    _remove_orphans(root, block, named)
+                    cleaned.add(block)
+                unit = _Unit(root, block, sample, options)
+            written = _capture_one(unit, schema, as_scope(item, schema), sample, names)
+            summary.captured += 1
+            summary.samples.append(sample)
+            if progress is not None:
+                progress(1, written)
+        close()
+    finally:
+        if collecting:
+            gc.enable()
     summary.seconds = time.perf_counter() - started
     return summary
 
 
-def _capture_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: int,
-                 selector: Optional[KeepSelector]) -> int:
+_RECORD_FIELDS = 12  # a pending record of the recorder (traces/recorder.py, `_build_steps`)
+
+
+def _step_fields(trace: Any) -> tuple:
+    """The parallel lists (numbers, descriptions, slot types, out vars, op names, block paths, values, depths,
+    omitted, shapes, dtype texts) of a trace's steps.
+
+    A fresh capture holds its steps as the recorder's pending records (one list per tensor, in the field
+    order `_build_steps` documents): they are read as they are, without building a TraceStep each (a
+    third of a small model's capture). A trace already built, or records of another layout, are read
+    from `trace.steps`.
+    """
+    pending = getattr(trace, "_pending", None)
+    if pending and not trace._steps and all(len(r) == _RECORD_FIELDS for r in pending):
+        numbers, descriptions, slot_types, out_vars, op_names, block_paths, values, depths, omitted, _, shapes, \
+            dtypes = map(list, zip(*pending))
+        return (numbers, descriptions, slot_types, out_vars, op_names, block_paths, values, depths, omitted, shapes,
+                [_DTYPE_TEXT.get(d) or _dtype_text(d) for d in dtypes])
+    steps = trace.steps
+    return ([s.step for s in steps], [s.description for s in steps], [s.slot_type for s in steps],
+            [s.out_var for s in steps], [s.op_name for s in steps], [s.block_path for s in steps],
+            [s.tensor.value for s in steps], [s.frame_depth for s in steps], [s.omitted for s in steps],
+            [s.tensor.shape for s in steps], [s.tensor.dtype for s in steps])
+
+
+_DTYPE_TEXT: dict[Any, str] = {}
+
+
+def _dtype_text(dtype: Any) -> str:
+    text = _DTYPE_TEXT[dtype] = str(dtype)
+    return text
+
+
+class _Names:
+    """Per-schema caches of what each step's metadata gives: its container-id prefix, whether it is kept."""
+
+    def __init__(self, selector: Optional[KeepSelector]):
+        self.selector = selector
+        self.prefixes: dict[tuple, str] = {}
+        self.keeps: dict[tuple, bool] = {}
+
+    def prefix(self, slot_type: str, block_path: str) -> str:
+        key = (slot_type, block_path)
+        text = self.prefixes.get(key)
+        if text is None:  # the container-id rule of traces/trace.py: input_, output_, or the block path
+            text = self.prefixes[key] = container_id(slot_type if slot_type != "activation" else block_path, 0)[:-4]
+        return text
+
+    def keeps_step(self, block_path: str, out_var: str, op_name: str, slot_type: str) -> bool:
+        key = (block_path, out_var, op_name, slot_type)
+        named = self.keeps.get(key)
+        if named is None:
+            named = self.keeps[key] = self.selector is not None and self.selector.matches(*key)
+        return named
+
+
+def _capture_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: int, names: _Names) -> int:
+    return _summarise_one(unit, schema, scope, sample, names)
+
+
+def _summarise_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: int, names: _Names) -> int:
     with torch.no_grad():
         record = capture_run(schema, scope)
-    steps = record.trace.steps
-    kept: dict[int, bool] = {}  # step number -> whether it is reduced (inputs are kept, not reduced)
-    for step in steps:
-        value = step.tensor.value
-        if not isinstance(value, torch.Tensor) or value.layout != torch.strided or value.is_meta:
-            continue
-        named = selector is not None and selector.matches(step.block_path, step.out_var, step.op_name, step.slot_type)
-        if named or step.slot_type == "input":
-            kept[step.step] = named
-    rows = step_rows(sample, steps, set(kept))
+    numbers, descriptions, slot_types, out_vars, op_names, block_paths, values, depths, omitted, shapes, dtypes = \
+        _step_fields(record.trace)
+    prefix = names.prefix
+    cids = [prefix(t, b) + (f"{n:04d}") for t, b, n in zip(slot_types, block_paths, numbers)]
+    strided = [isinstance(v, torch.Tensor) and v.layout == torch.strided and not v.is_meta for v in values]
+    named = [names.keeps_step(b, o, p, t) for b, o, p, t in zip(block_paths, out_vars, op_names, slot_types)]
+    kept = [s and (k or t == "input") for s, k, t in zip(strided, named, slot_types)]
+    stats = unit.rows.add(sample, numbers, cids, slot_types, block_paths, out_vars, op_names, descriptions, depths,
+                          shapes, dtypes, values, kept, omitted)
     written = 0
     seen: dict[str, int] = {}  # bindings of each variable so far in this input
-    for step, row in zip(steps, rows):
-        if step.step not in kept:
-            continue
-        written += unit.keep(f"{sample}/{step.container_id}", step.tensor.value)
-        if kept[step.step]:
-            variable = f"{step.block_path}:{step.out_var}"
+    for i in (i for i, k in enumerate(kept) if k):
+        value = unit.keep(f"{sample}/{cids[i]}", values[i])
+        written += value.numel() * value.element_size()
+        if named[i]:
+            variable = f"{block_paths[i]}:{out_vars[i]}"
             count = seen[variable] = seen.get(variable, 0) + 1
-            unit.reduce(variable if count == 1 else f"{variable}#{count}", step.tensor.value, sample, step.step,
-                        row[_L2])
-    unit.rows.extend(rows)
+            unit.reduce(variable if count == 1 else f"{variable}#{count}", value, sample, numbers[i], stats[i][5])
     unit.samples.append(sample)
     return written
 

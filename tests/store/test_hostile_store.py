@@ -137,6 +137,21 @@ def test_a_shard_with_an_unknown_dtype_is_refused(store):
         TraceStore(store)
 
 
+def test_a_store_opened_without_checking_shards_checks_each_one_before_its_first_tensor(store):
+    """TraceStore(check_shards=False), as capture_dataset returns its store, defers the header checks to
+    the first read of a commit's tensors: a corrupt shard is still refused before any of its data is used."""
+    def odd(header):
+        key = next(k for k in header if k != "__metadata__")
+        header[key]["dtype"] = "PYOBJECT"
+    _rewrite_shard(store, odd)
+    opened = TraceStore(store, check_shards=False)
+    assert len(opened) == 6 and len(opened.steps) > 0  # statistics need no shard
+    with pytest.raises(MalformedFileError, match="unknown dtype"):
+        opened.tensor(0, opened.steps["container_id"][0])
+    with pytest.raises(MalformedFileError, match="unknown dtype"):
+        opened.trace(1)
+
+
 def test_a_shard_whose_header_claims_more_than_the_limit_is_refused(store):
     shard = sorted((store / "tensors").iterdir())[0]
     raw = bytearray(shard.read_bytes())

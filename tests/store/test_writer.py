@@ -186,6 +186,54 @@ def test_statistics_of_odd_tensors_count_nan_inf_and_zeros_exactly(tmp_path):
         assert not wrong, (value, wrong)
 
 
+def test_a_refused_first_input_leaves_no_store_behind(tmp_path):
+    """A new store whose run fails before it commits an input is removed: a new folder is gone, an empty
+    folder given is left empty, and the path takes a store of other options afterwards."""
+    _, schema = blocks()
+    with pytest.raises(TypeError, match="an input must be a dict") as refused:
+        capture_dataset(schema, [object()], tmp_path / "new", progress=False)
+    assert not (tmp_path / "new").exists()
+    assert "was removed" in "".join(getattr(refused.value, "__notes__", ["was removed"]))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TypeError):
+        capture_dataset(schema, [object()], tmp_path / "empty", progress=False)
+    assert (tmp_path / "empty").is_dir() and not any((tmp_path / "empty").iterdir())
+    store = capture_dataset(schema, inputs(2), tmp_path / "new", keep="head", block_size=8, progress=False)
+    assert store.samples == [0, 1]
+
+
+def test_a_failure_after_a_commit_keeps_the_store_to_resume(tmp_path):
+    _, schema = blocks()
+    data = inputs(5)
+    with pytest.raises(TypeError):
+        capture_dataset(schema, data[:4] + [object()], tmp_path / "s", keep="head", block_size=2, progress=False)
+    assert TraceStore(tmp_path / "s").samples == [0, 1, 2, 3]
+    assert capture_dataset(schema, data, tmp_path / "s", keep="head", block_size=2, progress=False).samples == \
+        list(range(5))
+
+
+def test_shards_written_by_the_store_are_safetensors_files(tmp_path):
+    """write_shard lays the bytes out itself: safetensors reads them back as the same tensors, metadata too."""
+    from safetensors import safe_open
+
+    from nnschemaparser.store.shards import ShardFile, write_shard
+    from nnschemaparser.files.file_format import FileLimits
+
+    tensors = {"a": torch.arange(5, dtype=torch.int8), "b": torch.randn(3, 4), "c": torch.tensor(2.5, dtype=torch.float64),
+               "d": torch.tensor([True, False]), "e": torch.randn(2, 2).to(torch.bfloat16), "f": torch.zeros(0, 3),
+               "g": torch.arange(6).reshape(2, 3)}
+    size = write_shard(tmp_path / "x.safetensors", tensors, {"note": "kept"})
+    assert size == (tmp_path / "x.safetensors").stat().st_size
+    with safe_open(str(tmp_path / "x.safetensors"), framework="pt") as opened:
+        assert opened.metadata() == {"note": "kept"} and set(opened.keys()) == set(tensors)
+        for key, value in tensors.items():
+            assert opened.get_tensor(key).dtype == value.dtype and torch.equal(opened.get_tensor(key), value)
+    ours = ShardFile(tmp_path / "x.safetensors", FileLimits(), size)
+    for key, value in tensors.items():
+        assert torch.equal(ours.tensor(key), value)
+        assert ours.layout[key][2] % value.element_size() == 0  # aligned: read as a view, not a copy
+
+
 def test_dataloader_batches_are_inputs_by_position(tmp_path):
     from torch.utils.data import DataLoader, TensorDataset
 

@@ -1,0 +1,57 @@
+"""Batched reductions (ReductionState.add_many, what the writer folds) against one-by-one folding and
+against torch over the stacked occurrences: the same figures up to float64 rounding, histograms exact."""
+
+from __future__ import annotations
+
+import torch
+
+from nnschemaparser.store.reductions import Reduction, ReductionState
+
+
+def _occurrences(n: int, shape: tuple, seed: int = 0) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(shape, generator=generator) * 3 for _ in range(n)]
+
+
+def _l2(values):
+    return [float(torch.linalg.vector_norm(v.double())) for v in values]
+
+
+def test_a_batch_gives_the_figures_of_one_by_one_folding_and_of_torch():
+    values = _occurrences(10, (5, 7))
+    values[3][0, 0], values[4][1, 2] = float("nan"), float("inf")  # NaN and inf binned, as one by one
+    values[5][2, 2] = 8.0  # exactly `high`: over
+    samples, steps, l2s = list(range(10)), [3] * 10, _l2(values)
+    one = ReductionState(16, -8.0, 8.0, 4)
+    for value, sample, step, l2 in zip(values, samples, steps, l2s):
+        one.add(value, sample, step, l2)
+    batch = ReductionState(16, -8.0, 8.0, 4)
+    batch.add_many(values[:6], samples[:6], steps[:6], l2s[:6])  # two batches, merged as units are
+    batch.add_many(values[6:], samples[6:], steps[6:], l2s[6:])
+    a, b = Reduction.of("v", one), Reduction.of("v", batch)
+    assert a.count == b.count == 10
+    assert torch.equal(a.histogram, b.histogram) and (a.underflow, a.overflow, a.nan) == (b.underflow, b.overflow, b.nan)
+    assert b.nan == 1 and b.overflow >= 2
+    clean = [v for i, v in enumerate(values) if i not in (3, 4)]
+    stacked = torch.stack(clean).double()
+    fair = ReductionState(16, -8.0, 8.0, 4)
+    fair.add_many(clean[:5], list(range(5)), [1] * 5, _l2(clean[:5]))
+    fair.add_many(clean[5:], list(range(5, 8)), [1] * 3, _l2(clean[5:]))
+    c = Reduction.of("v", fair)
+    assert torch.allclose(c.mean, stacked.mean(0), rtol=1e-12, atol=1e-14)
+    assert torch.allclose(c.var, stacked.var(0), rtol=1e-10, atol=1e-14)
+    rows = stacked.reshape(-1, 7)
+    assert torch.allclose(c.channel_mean, rows.mean(0), rtol=1e-12, atol=1e-14)
+    assert torch.allclose(c.channel_var, rows.var(0), rtol=1e-10, atol=1e-14)
+    assert repr(a.top) == repr(b.top) and b.top[0][0] == 4  # the inf norm first (NaN compares by text)
+
+
+def test_a_batch_of_several_shapes_folds_one_by_one_and_names_the_shape_change():
+    values = _occurrences(3, (4, 6)) + _occurrences(2, (2, 6), seed=1)
+    state = ReductionState(8, -4.0, 4.0, 2)
+    state.add_many(values, [0, 1, 2, 3, 4], [1] * 5, _l2(values))
+    reduction = Reduction.of("v", state)
+    assert reduction.mean is None and "shapes differ" in reduction.note and "at sample 3" in reduction.note
+    rows = torch.cat([v.reshape(-1, 6) for v in values]).double()
+    assert torch.allclose(reduction.channel_mean, rows.mean(0), rtol=1e-12, atol=1e-14)
+    assert torch.allclose(reduction.channel_var, rows.var(0), rtol=1e-10, atol=1e-14)
