@@ -11,6 +11,7 @@ nothing of the package; tests/test_error_tree.py fails when one is missing here,
     │   ├── UnsupportedSyntaxError                            the lowering cannot express a construct (child skipped)
     │   ├── SourceUnavailableError                            no source for a forward (C extension, REPL, stripped)
     │   ├── ParseError                                        parse_model was given inputs it cannot use
+    │   ├── StateNotRestoredError (parser.state_guard)        a run changed a model tensor by a route the guard cannot see
     │   ├── SchemaRunError                                    the schema cannot run as given (missing input, ...)
     │   │   ├── StaleSchemaError                              a binding frozen at parse time no longer holds
     │   │   ├── LogicalCaptureError (distributed.logical)     ranks that disagree, or a value that cannot be gathered
