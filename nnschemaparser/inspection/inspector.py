@@ -136,7 +136,7 @@ class ModelInspector:
                               "the graph's ops, FLOPs and result are the graph's own; execution_mode='eager' "
                               "inspects the forward as it runs", GraphMismatchWarning, stacklevel=2)
         else:
-            self.schema = NNParser.parse_model(model, inputs_tensors_values=self.inputs)
+            self.schema = NNParser.parse_model(model, inputs_tensors_values=self.inputs, grad_free=False)
             flow = self._observe(listeners)
         self._all = flow
         self._flow = flow.filtered(op_types)

@@ -354,7 +354,7 @@ class NNParser:
     def parse_model(model: nn.Module, inputs_tensors_shapes: Optional[Mapping[str, Any]] = None,
                     inputs_tensors_dtypes: Optional[Mapping[str, Any]] = None,
                     inputs_tensors_values: Optional[Mapping[str, Any]] = None, *,
-                    resolve: bool = True, verify: bool = True) -> ModelBlockSchema:
+                    resolve: bool = True, verify: bool = True, grad_free: bool = True) -> ModelBlockSchema:
         """Lower `model` into a schema and resolve shapes/dtypes with one protected run.
 
         Inputs are given by name (the forward's parameter names): shapes and dtypes are enough
@@ -366,7 +366,8 @@ class NNParser:
         other names go to forward's `**kwargs`. A forward that needs no inputs needs no example.
         The runs happen under `torch.no_grad()` (they only read values, so no autograd graph is kept);
         a forward that needs autograd (it calls `torch.autograd.grad`) fails there and is parsed again
-        under the grad mode of the caller.
+        under the grad mode of the caller. `grad_free=False` runs them under the caller's grad mode
+        from the start (the CLI's seed contract: every run of the model has autograd on).
         """
         if not isinstance(model, nn.Module):
             if isinstance(model, type) and issubclass(model, nn.Module):
@@ -386,7 +387,7 @@ class NNParser:
                              "or pass resolve=False to skip resolution")
         device = next((p.device for p in model.parameters()), None)
         scope = example_inputs(inputs_tensors_shapes, inputs_tensors_dtypes, inputs_tensors_values, device)
-        if torch.is_grad_enabled():
+        if grad_free and torch.is_grad_enabled():
             # The runs only read values: without an autograd graph they hold no saved activations
             # (a second and third forward's worth of memory). A forward that needs autograd
             # (`torch.autograd.grad`) fails there, and is parsed again under the caller's grad mode.

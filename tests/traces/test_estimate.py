@@ -1,14 +1,13 @@
 """estimate_capture: the memory a capture keeps, estimated before it runs, and the refusal built on it.
 
 "Measured" is `kept_bytes(trace)`: the distinct storages a real capture's trace holds (the module
-docstring of traces/estimate.py says why); one test also compares with the peak RSS growth of a fresh
-process whose capture is dominated by large activations."""
+docstring of traces/estimate.py says why). A comparison with a fresh process's RSS was dropped: it read
+`ru_maxrss`, the process's lifetime high-water mark, which the parse and the warm run set before the
+capture, so it did not measure the capture (302 MB estimated against 907 MB of 'growth' on a fresh CI
+machine)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -118,38 +117,6 @@ def test_a_capture_larger_than_the_available_memory_is_refused_before_it_runs():
     with pytest.raises(CaptureTooLargeError, match="of the available memory") as caught:
         capture_run(schema, {"input": huge})
     assert "memory_check=False" in str(caught.value) and caught.value.estimate.method == "dry run"
-
-
-_RSS_SCRIPT = r"""
-import json, resource, sys, torch
-from torch import nn
-sys.path.insert(0, sys.argv[1])
-from nnschemaparser import NNParser, capture_run, estimate_capture
-torch.manual_seed(0)
-model = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(1024, 1024), nn.GELU())])
-x = torch.randn(8192, 1024)
-schema = NNParser.parse_model(model=model, inputs_tensors_values={"input": x[:4]})
-estimate = estimate_capture(schema, scope={"input": x})
-with torch.no_grad():
-    model(x)  # warm: the plain run's allocations are made and given back (large blocks are unmapped)
-with open("/proc/self/statm") as statm:
-    base = int(statm.read().split()[1]) * resource.getpagesize()  # resident now, the input included
-with torch.no_grad():
-    record = capture_run(schema, {"input": x})
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"estimate": estimate.total_bytes, "growth": peak - base, "input": x.numel() * 4}))
-"""
-
-
-def test_the_estimate_is_within_15_percent_of_the_peak_rss_growth_of_a_fresh_process():
-    done = subprocess.run([sys.executable, "-c", _RSS_SCRIPT, str(ROOT)], capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    figures = json.loads(done.stdout.strip().splitlines()[-1])
-    assert abs(figures["estimate"] - figures["growth"]) <= 0.15 * figures["growth"], figures
-    # the input is kept too but was resident before: what is new is the rest
-    new = figures["estimate"] - figures["input"]
-    assert abs(new - figures["growth"]) <= 0.15 * figures["growth"], figures
 
 
 def test_bad_arguments_are_refused():
