@@ -51,15 +51,24 @@ def _entry(rank: int, target: Callable, world: int, port: int, out_dir: str, arg
 
 
 def run_group(target: Callable, world: int, out_dir: Path, timeout: float = 120.0, args: tuple = ()) -> list[Any]:
-    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
-        pytest.skip("this torch build has no gloo backend for torch.distributed")
+    require_gloo()
     context = mp.start_processes(_entry, args=(target, world, free_port(), str(out_dir), args), nprocs=world,
                                  join=False, start_method="spawn")
+    return wait_for_ranks(context, world, out_dir, timeout, f"the {world}-process group")
+
+
+def require_gloo() -> None:
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.fail("this torch build has no gloo backend for torch.distributed")
+
+
+def wait_for_ranks(context: Any, world: int, out_dir: Path, timeout: float, label: str) -> list[Any]:
+    """Wait for spawned ranks under a hard deadline, kill each by its pid past it, read each rank's JSON."""
     deadline = time.monotonic() + timeout
     try:
         while not context.join(timeout=2):
             if time.monotonic() > deadline:
-                raise AssertionError(f"the {world}-process group did not finish within {timeout:.0f} s (killed)")
+                raise AssertionError(f"{label} did not finish within {timeout:.0f} s (killed)")
     finally:
         for process in context.processes:
             if process.is_alive():
