@@ -26,8 +26,7 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from ..runtime.hooks import call_with_hooks
-from ..runtime.interpreter import SchemaInterpreter, outputs_list
+from ..runtime.interpreter import SchemaInterpreter
 from ..schema.errors import SchemaRunError
 from ..schema.model import ModelBlockSchema, TensorContainer
 from ..traces.record import ExecutionRecord, _root_scope
@@ -210,55 +209,15 @@ def consolidate(recorder: LogicalRecorder, trace: LogicalTrace) -> None:
     trace.operand_failures = {recorder.operand_names[k]: reasons[k] for k in failed if isinstance(k, str)}
 
 
-def _resync_fsdp(model: Any) -> list[str]:
-    """Put FSDP2 modules whose state says "unsharded" while they hold their sharded parameters back
-    into a consistent sharded state (their next pre-forward hook unshards them); the names fixed.
-
-    Parsing leaves a model so: its guarded run puts back the parameter objects the module had
-    before (FSDP2's sharded DTensors) but not FSDP2's own record that the root's parameters are
-    unsharded (the root keeps them unsharded after a forward), so the next forward would compute
-    with the shards. Reported to the parser's owners; this repairs it where a logical capture starts.
-    """
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # pragma: no cover
-        return []
-    fixed = []
-    for name, module in model.named_modules():
-        if not isinstance(module, FSDPModule):
-            continue
-        group = getattr(module._get_fsdp_state(), "_fsdp_param_group", None)
-        if group is None or not group.is_unsharded:
-            continue
-        stale = any(getattr(p._module_info.module, p._module_info.param_name) is p.sharded_param
-                    for p in group.fsdp_params)
-        if stale:
-            group._to_sharded()  # reshard() would not: the group still believes it is in a forward
-            fixed.append(name or type(module).__name__)
-    return fixed
-
-
-def _run_with_root_hooks(block: ModelBlockSchema, scope: dict, recorder: LogicalRecorder) -> list:
-    """The run, inside the root module's own forward hooks when it has any: FSDP2's root pre-forward
-    hook is what unshards the root's parameters (and a tensor-parallel style on the root converts
-    its inputs), as `model(x)` would run it."""
-    interpreter = SchemaInterpreter(listeners=[recorder])
+def _run(block: ModelBlockSchema, scope: dict, recorder: LogicalRecorder) -> list:
+    """The run: the runtime's entry for the root runs the root module's forward hooks around its
+    schema, once, as `model(x)` would (FSDP2's root pre-forward hook unshards the root's own
+    parameters; a tensor-parallel style on the root converts its inputs)."""
     model = block.module
-    if model is None or block.method_name is not None or not (model._forward_pre_hooks or model._forward_hooks):
-        return interpreter.run(block=block, scope=scope)
-    if model._backward_hooks or model._backward_pre_hooks:
+    if model is not None and (model._backward_hooks or model._backward_pre_hooks):
         raise LogicalCaptureError(f"{block.name} has module backward hooks, which need the real module call; "
                                   "capture_logical runs the schema and cannot run them around it")
-    ran: list = []
-
-    def direct(args: Any, kwargs: dict) -> Any:
-        ran.append(True)
-        return interpreter.call(block, *args, **kwargs)
-
-    result = call_with_hooks(model, (), dict(scope), direct)
-    if not ran:
-        raise LogicalCaptureError(f"the root {block.name}'s replaced forward never called the schema")
-    return outputs_list(result)
+    return SchemaInterpreter(listeners=[recorder]).run(block=block, scope=scope)
 
 
 def capture_logical(block: ModelBlockSchema, scope: dict, mesh: Any = None, input_placements: Optional[dict] = None,
@@ -288,14 +247,12 @@ def capture_logical(block: ModelBlockSchema, scope: dict, mesh: Any = None, inpu
         raise LogicalCaptureError("a mesh of more than one dimension needs mesh_dim_names "
                                   "(init_device_mesh('cpu', (2, 2), mesh_dim_names=('dp', 'tp')))")
     batch_dims = tuple(fsdp_mesh_dims(mesh, model)) if model is not None else ()
-    if batch_dims:
-        _resync_fsdp(model)
     recorder = LogicalRecorder(mesh, input_placements, batch_dims, keep=keep, limits=limits)
     collecting = gc.isenabled()
     if collecting:
         gc.disable()
     try:
-        outputs = _run_with_root_hooks(block, scope, recorder)
+        outputs = _run(block, scope, recorder)
     finally:
         if collecting:
             gc.enable()

@@ -24,6 +24,13 @@ Tensors whose storage cannot be read from Python (wrapper subclasses such as DTe
 tensors) and the tensors of modules the dispatcher may not see into (TorchScript, `torch.compile`
 wrappers) are copied up front, as every tensor used to be.
 
+FSDP2 (`fully_shard`) keeps its own record of which parameters a module holds: a run's root
+pre-forward hook unshards the root's group and swaps the module's parameters for the gathered ones,
+and the root stays unsharded after its forward. Putting the registered (sharded) parameters back
+leaves that record saying "unsharded", so the next forward's hook would gather nothing and compute
+with the shards. `resync_fsdp` puts such a group back into FSDP2's sharded state after the restore,
+so the model runs eagerly and under its schema (its hooks unsharding it) as before the run.
+
 Depends on torch, the schema errors, `special_modules` and `live_calls` (RNG states).
 """
 
@@ -40,7 +47,7 @@ from ..schema.errors import NNSchemaError
 from .live_calls import python_rng_states, set_python_rng_states
 from .special_modules import ClassAndHooks, opaque_reason, snapshot, tensors_of_module
 
-__all__ = ["preserved_state", "StateGuard", "StateNotRestoredError"]
+__all__ = ["preserved_state", "StateGuard", "StateNotRestoredError", "resync_fsdp"]
 
 
 class StateNotRestoredError(NNSchemaError):
@@ -200,6 +207,32 @@ class StateGuard:
                 "copy the model first (copy.deepcopy) or keep such writes out of forward")
 
 
+def resync_fsdp(model: nn.Module) -> list[str]:
+    """Put each FSDP2 module whose group records "unsharded" while it holds its sharded parameters
+    back into FSDP2's sharded state (its next pre-forward hook unshards it again); the names fixed.
+
+    A group whose module holds the gathered parameters (unsharded on purpose, e.g. by `unshard()`
+    or an eager forward before the parse) is consistent and left as it is.
+    """
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # a torch build without torch.distributed
+        return []
+    fixed = []
+    for name, module in model.named_modules():
+        if not isinstance(module, FSDPModule):
+            continue
+        group = getattr(module._get_fsdp_state(), "_fsdp_param_group", None)
+        if group is None or not group.is_unsharded:
+            continue
+        stale = any(getattr(param._module_info.module, param._module_info.param_name) is param.sharded_param
+                    for param in group.fsdp_params)
+        if stale:
+            group._to_sharded()  # reshard() would not when the group's training state says "forward"
+            fixed.append(name or type(module).__name__)
+    return fixed
+
+
 def _version(value: torch.Tensor) -> Optional[int]:
     try:
         return value._version
@@ -255,3 +288,4 @@ def preserved_state(model: nn.Module) -> Iterator[StateGuard]:
                     value.__class__ = cls
             for state in classes:
                 state.restore()
+            resync_fsdp(model)
