@@ -26,6 +26,12 @@ together:
   with no answer and no failure ends with `CollectiveTimeoutError` after `timeout` seconds. Inside
   the model's own collectives (an FSDP all-gather) only the process group's timeout can end the
   wait; the error raised then also names the failed rank when it has written its key.
+- **pauses before calls.** With `pause_before_calls=True`, `step()` also stops every rank before each
+  sub-block call (a `CallPause`, in `run.pause`; the ranks agree on it as on a step); `continue_()`
+  and `finish()` run past pauses, as they are not steps. Nothing is edited at a pause.
+- **planned edits.** `edits={step: [{"values": whole, "placement": ...}, ...]}` (the same on every
+  rank) applies `run.edit`'s edit when each rank reaches that step, before breakpoints look at it:
+  the logical value, each rank its part, agreed by all ranks (a refusal undoes it everywhere).
 - **one driver.** With `driver=0`, only rank 0 gives commands (a notebook, the widget): each is
   published in the store, and the other ranks call `run.follow()`, which carries them out until
   rank 0's run ends or is closed. Predicate breakpoints are code, so every rank sets those itself.
@@ -44,9 +50,9 @@ from typing import Any, Callable, Optional
 import torch
 import torch.distributed as dist
 
-from ..runtime.interpreter import SchemaInterpreter, StepInfo
-from .collective_parts import (CollectiveBreakpoint, is_dtensor, local_part, placement_of, step_fingerprint,
-                               value_fingerprint)
+from ..runtime.interpreter import CallPause, SchemaInterpreter, StepInfo
+from .collective_parts import (EDIT_KEYS, CollectiveBreakpoint, is_dtensor, local_part, placement_of, planned_edits,
+                               step_fingerprint, value_fingerprint)
 from ..schema.errors import EditError, NNSchemaError, SchemaRunError
 
 __all__ = ["collective_step_run", "CollectiveRun", "CollectiveBreakpoint", "CollectiveError", "RankFailedError",
@@ -82,14 +88,16 @@ _SEQUENCES: dict[str, int] = {}  # runs per store prefix: every rank creates its
 
 _COMMANDS = {"step": (), "continue_": (), "finish": (), "close": (), "clear_breakpoints": (),
              "break_on_nonfinite": (), "break_at": ("step", "line", "file", "block", "var"),
-             "edit": ("values", "out_var", "frame_depth", "placement", "shape", "dtype")}
+             "edit": EDIT_KEYS}
 
 
 class CollectiveRun:
     """One rank's side of a collective stepped run (see the module docstring); made by `collective_step_run`."""
 
     def __init__(self, schema: Any, scope: dict, *, group: Any = None, store: Any = None, driver: Optional[int] = None,
-                 timeout: float = 120.0, listeners: Any = None, name: str = "run"):
+                 timeout: float = 120.0, listeners: Any = None, name: str = "run", pause_before_calls: bool = False,
+                 edits: Optional[dict] = None):
+        self._plan = planned_edits(edits) if edits is not None else {}
         if not dist.is_available() or not dist.is_initialized():
             raise CollectiveError("a collective run needs an initialised process group: call "
                                   "torch.distributed.init_process_group first (torchrun sets its environment)")
@@ -110,9 +118,10 @@ class CollectiveRun:
         backend = dist.get_backend(group)
         self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
         self.interpreter = SchemaInterpreter(listeners=listeners)
-        self._steps = self.interpreter.step_run(schema, scope)
+        self._steps = self.interpreter.step_run(schema, scope, pause_before_calls=bool(pause_before_calls))
         self.breakpoints: list[CollectiveBreakpoint] = []
         self.current: Optional[StepInfo] = None
+        self.pause: Optional[CallPause] = None  # paused before a sub-block call (after `current`)
         self.previous: Optional[StepInfo] = None
         self.ended = False
         self.outputs: Optional[list] = None
@@ -161,10 +170,12 @@ class CollectiveRun:
 
     # --- commands --------------------------------------------------------------------------------------------
 
-    def step(self) -> Optional[StepInfo]:
-        """One step on every rank; the new current step (None when the run ended)."""
+    def step(self) -> "Optional[StepInfo | CallPause]":
+        """One step on every rank; the new current step (None when the run ended). With
+        `pause_before_calls=True` the next stop may be the pause before a sub-block call: the
+        `CallPause` is returned (and kept in `pause`; `current` stays the step before it)."""
         self._publish("step", {})
-        return self._go(lambda step, previous, entry: _STEPPED)
+        return self._go(lambda step, previous, entry: _STEPPED, pauses=True)
 
     def continue_(self) -> Optional[StepInfo]:
         """Run every rank until a breakpoint hits on one of them (all stop at that step) or the run ends (None).
@@ -293,12 +304,20 @@ class CollectiveRun:
         return ""
 
     def _go(self, decide: Callable[[StepInfo, Optional[StepInfo], bool], str],
-            every_step: bool = True) -> Optional[StepInfo]:
+            every_step: bool = True, pauses: bool = False) -> "Optional[StepInfo | CallPause]":
         if self.ended:
             raise SchemaRunError("the collective run has ended; start another with collective_step_run")
         while True:
             step = self._advance()
+            if isinstance(step, CallPause):
+                if not pauses:
+                    continue
+                self._agree_step(step, _STEPPED)
+                return self.pause
             reason = ""
+            if step is not None and step.step_index in self._plan:
+                for planned in self._plan[step.step_index]:
+                    self._edit(**{key: planned.get(key) for key in EDIT_KEYS})
             if step is not None:
                 entry = self._entry(step)
                 try:
@@ -309,8 +328,17 @@ class CollectiveRun:
             if not (every_step or reason or step is None):
                 continue
             self._agree_step(step, reason)
+            if self.ended and self._plan:
+                self._missed_edits()
             if self.ended or self.stop is not None:
                 return self.current
+
+    def _missed_edits(self) -> None:
+        last = self.previous.step_index if self.previous is not None else 0
+        missed = [step for step in self._plan if step > last]
+        if missed:  # every rank ran the same steps (just agreed), so every rank raises this
+            raise EditError(f"edits for step{'s' if len(missed) > 1 else ''} {', '.join(map(str, missed))} never "
+                            f"applied: the run ended after {last} steps (its outputs are in run.outputs)")
 
     def _entry(self, step: StepInfo) -> bool:
         """Whether `step` is the first own step of a call: its frame is not the one last seen at its depth."""
@@ -323,7 +351,8 @@ class CollectiveRun:
             del self._frames[depth]
         return True
 
-    def _advance(self) -> Optional[StepInfo]:
+    def _advance(self) -> "Optional[StepInfo | CallPause]":
+        self.pause = None
         try:
             step = next(self._steps)
         except StopIteration as done:
@@ -334,12 +363,17 @@ class CollectiveRun:
         except BaseException as exc:
             self._raise_failure(exc)
             raise
+        if isinstance(step, CallPause):
+            self.pause = step
+            return step
         self.previous, self.current = self.current, step
         return step
 
-    def _agree_step(self, step: Optional[StepInfo], reason: str) -> None:
+    def _agree_step(self, step: "Optional[StepInfo | CallPause]", reason: str) -> None:
         # at the end: the number of steps run (ranks that ran different instructions differ there too)
-        index = step.step_index if step is not None else (self.previous.step_index if self.previous else 0)
+        call = isinstance(step, CallPause)
+        index = step.after_step if call else step.step_index if step is not None else \
+            (self.previous.step_index if self.previous else 0)
         fingerprint = step_fingerprint(step)
         ended = int(step is None)
         if reason and reason != _STEPPED:  # a step every rank was told to take needs no word on why
@@ -358,13 +392,15 @@ class CollectiveRun:
             self.ended = True
             raise RanksDivergedError(
                 f"the ranks no longer run the same instructions ({what}; this rank {self.rank} is at "
-                f"{step.block_path + ':' + step.out_var if step else 'the end'}): data-dependent control flow differs "
+                f"{_where(step) if step else 'the end'}): data-dependent control flow differs "
                 "between ranks, so they cannot stop together; step each rank on its own with step_run")
         self.stop = None
         if stops and not ended:
             reasons = {rank: _STEPPED if reason == _STEPPED else self.store.get(f"stop/{self._agreements - 1}/{rank}").decode()
                        for rank in stops}
-            self.stop = {"step": index, "block": step.block_path, "var": step.out_var, "reasons": reasons}
+            self.stop = {"step": index, "block": step.block_path, "var": "" if call else step.out_var, "reasons": reasons}
+            if call:
+                self.stop["call"] = step.callee_path
             self.hits.append(self.stop)
 
     def _agree(self, flag: bool, ended: int, index: int, fingerprint: int, phase: int, what: str) -> list[int]:
@@ -459,6 +495,10 @@ class CollectiveRun:
     def _edit(self, values: Any, out_var: Optional[str], frame_depth: Optional[int], placement: Any, shape: Any,
               dtype: Any) -> None:
         step = self.current
+        if self.pause is not None:
+            raise EditError(f"the collective run is paused before the call of {self.pause.callee_path}, which is not a "
+                            f"step: nothing can be edited here; edit at step {self.pause.after_step} (or plan it with "
+                            "edits=), or step() into the call")
         if step is None:
             raise EditError("the collective run is not paused at a step: step() or continue_() first")
         depth = step.frame_depth if frame_depth is None else frame_depth
@@ -495,14 +535,24 @@ class CollectiveRun:
                         "the driver only)")
 
 
+def _where(step: "StepInfo | CallPause") -> str:
+    if isinstance(step, CallPause):
+        return f"the call of {step.callee_path} in {step.block_path or 'the root'}"
+    return f"{step.block_path}:{step.out_var}"
+
+
 def collective_step_run(schema: Any, scope: dict, *, group: Any = None, store: Any = None, driver: Optional[int] = None,
-                        timeout: float = 120.0, listeners: Any = None, name: str = "run") -> CollectiveRun:
+                        timeout: float = 120.0, listeners: Any = None, name: str = "run", pause_before_calls: bool = False,
+                        edits: Optional[dict] = None) -> CollectiveRun:
     """A stepped run of `schema` on `scope` (this rank's inputs) that every rank of `group` steps together.
 
     Call it on every rank, in the same order (the runs of a store are matched by their order). See the
     module docstring for the commands; `store` defaults to the process group's store (torchrun's
     TCPStore); `driver=<rank>` makes that rank the only one giving commands (the others `follow()`);
-    `timeout`: the longest wait, in seconds, for the other ranks at a step.
+    `timeout`: the longest wait, in seconds, for the other ranks at a step. `pause_before_calls=True`:
+    `step()` also stops before each sub-block call. `edits`: planned edits by step index, each
+    `run.edit`'s keywords (`values`: the whole value; `placement`, `out_var`, `frame_depth`, `shape`,
+    `dtype`), given the same on every rank; bad entries raise here, before any step.
     """
     return CollectiveRun(schema, scope, group=group, store=store, driver=driver, timeout=timeout,
-                         listeners=listeners, name=name)
+                         listeners=listeners, name=name, pause_before_calls=pause_before_calls, edits=edits)

@@ -15,11 +15,14 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..runtime.interpreter import StepInfo
-from ..schema.errors import EditError
+from ..runtime.interpreter import CallPause, StepInfo
+from ..schema.errors import EditError, SchemaRunError
 
 __all__ = ["CollectiveBreakpoint", "local_part", "is_dtensor", "placement_of", "step_fingerprint",
-           "value_fingerprint"]
+           "value_fingerprint", "planned_edits", "EDIT_KEYS"]
+
+#: What one edit of a collective run takes (`run.edit`'s keywords, and an entry of `edits=`).
+EDIT_KEYS = ("values", "out_var", "frame_depth", "placement", "shape", "dtype")
 
 
 @dataclass
@@ -140,11 +143,15 @@ def local_part(values: torch.Tensor, current: Any, placement: Any, rank: int, wo
     return values.narrow(dim, start, max(0, min(piece, size - start))).clone()
 
 
-def step_fingerprint(step: Optional[StepInfo]) -> int:
+def step_fingerprint(step: "Optional[StepInfo | CallPause]") -> int:
+    """The same number on every rank at the same instruction (or the same pause before a call)."""
     if step is None:
         return 0
     line = step.location.lineno if step.location is not None else 0
-    text = f"{step.block_path}|{step.out_var}|{step.kind}|{step.frame_depth}|{line}"
+    if isinstance(step, CallPause):
+        text = f"call|{step.callee_path}|{step.block_path}|{step.after_step}|{step.frame_depth}|{line}"
+    else:
+        text = f"{step.block_path}|{step.out_var}|{step.kind}|{step.frame_depth}|{line}"
     return zlib.crc32(text.encode()) & 0x7FFFFFFF
 
 
@@ -154,3 +161,37 @@ def value_fingerprint(values: Any) -> int:
     flat = values.detach().cpu().contiguous().reshape(-1)
     data = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
     return zlib.crc32(data + f"{tuple(values.shape)}{values.dtype}".encode()) & 0x7FFFFFFF
+
+
+def planned_edits(edits: Any) -> dict[int, list[dict]]:
+    """`edits=` of a collective run as {step index: [edit keywords, ...]}, or a SchemaRunError naming
+    the first bad entry. Each edit is `run.edit`'s: the whole (logical) value and how it is placed."""
+    example = "e.g. {5: [{'values': whole_value, 'placement': 'shard:0'}]}"
+    if not isinstance(edits, dict):
+        raise SchemaRunError(f"edits must map a step index (int) to an edit dict or a list of them, got "
+                             f"{type(edits).__name__}; {example}")
+    checked: dict[int, list[dict]] = {}
+    for step, entry in edits.items():
+        if type(step) is not int or step < 1:
+            raise SchemaRunError(f"edits: {step!r} is not a step index (steps are ints counted from 1); {example}")
+        items = [entry] if isinstance(entry, dict) else entry
+        if not isinstance(items, (list, tuple)) or not all(isinstance(item, dict) for item in items):
+            raise SchemaRunError(f"edits[{step}] must be an edit dict or a list of them, got {type(entry).__name__}")
+        for item in items:
+            unknown = [key for key in item if key not in EDIT_KEYS]
+            if unknown:
+                raise SchemaRunError(f"edits[{step}]: unknown key {unknown[0]!r}; an edit takes {', '.join(EDIT_KEYS)}")
+            values = item.get("values")
+            if not isinstance(values, torch.Tensor) or is_dtensor(values):
+                raise SchemaRunError(f"edits[{step}]: 'values' must be the whole (logical) value as a plain tensor, "
+                                     f"got {type(values).__name__}")
+            depth = item.get("frame_depth")
+            if depth is not None and (type(depth) is not int or depth < 0):
+                raise SchemaRunError(f"edits[{step}]: frame_depth must be a non-negative int, got {depth!r}")
+            if item.get("placement") is not None:
+                try:
+                    placement_of(item["placement"])
+                except EditError as exc:
+                    raise SchemaRunError(f"edits[{step}]: {exc}") from None
+        checked[step] = [dict(item) for item in items]
+    return dict(sorted(checked.items()))
