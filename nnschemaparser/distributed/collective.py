@@ -170,7 +170,7 @@ class CollectiveRun:
 
     # --- commands --------------------------------------------------------------------------------------------
 
-    def step(self) -> "Optional[StepInfo | CallPause]":
+    def step(self) -> Optional[StepInfo | CallPause]:
         """One step on every rank; the new current step (None when the run ended). With
         `pause_before_calls=True` the next stop may be the pause before a sub-block call: the
         `CallPause` is returned (and kept in `pause`; `current` stays the step before it)."""
@@ -304,7 +304,7 @@ class CollectiveRun:
         return ""
 
     def _go(self, decide: Callable[[StepInfo, Optional[StepInfo], bool], str],
-            every_step: bool = True, pauses: bool = False) -> "Optional[StepInfo | CallPause]":
+            every_step: bool = True, pauses: bool = False) -> Optional[StepInfo | CallPause]:
         if self.ended:
             raise SchemaRunError("the collective run has ended; start another with collective_step_run")
         while True:
@@ -351,7 +351,7 @@ class CollectiveRun:
             del self._frames[depth]
         return True
 
-    def _advance(self) -> "Optional[StepInfo | CallPause]":
+    def _advance(self) -> Optional[StepInfo | CallPause]:
         self.pause = None
         try:
             step = next(self._steps)
@@ -369,7 +369,7 @@ class CollectiveRun:
         self.previous, self.current = self.current, step
         return step
 
-    def _agree_step(self, step: "Optional[StepInfo | CallPause]", reason: str) -> None:
+    def _agree_step(self, step: Optional[StepInfo | CallPause], reason: str) -> None:
         # at the end: the number of steps run (ranks that ran different instructions differ there too)
         call = isinstance(step, CallPause)
         index = step.after_step if call else step.step_index if step is not None else \
@@ -535,7 +535,7 @@ class CollectiveRun:
                         "the driver only)")
 
 
-def _where(step: "StepInfo | CallPause") -> str:
+def _where(step: StepInfo | CallPause) -> str:
     if isinstance(step, CallPause):
         return f"the call of {step.callee_path} in {step.block_path or 'the root'}"
     return f"{step.block_path}:{step.out_var}"

@@ -143,7 +143,7 @@ def local_part(values: torch.Tensor, current: Any, placement: Any, rank: int, wo
     return values.narrow(dim, start, max(0, min(piece, size - start))).clone()
 
 
-def step_fingerprint(step: "Optional[StepInfo | CallPause]") -> int:
+def step_fingerprint(step: Optional[StepInfo | CallPause]) -> int:
     """The same number on every rank at the same instruction (or the same pause before a call)."""
     if step is None:
         return 0

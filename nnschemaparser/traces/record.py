@@ -78,11 +78,12 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
     seen before it happens (the value kept as captured) rather than after (the value dropped,
     `omitted` saying why).
 
-    Memory: before running, a capture without `limits` estimates what it will keep
-    (traces/estimate.py: a cheap bound from the parse-time shapes, then a dry run on fake tensors
-    when the bound is not far below the budget) and refuses with `CaptureTooLargeError`, naming the
-    estimate and the fixes, when that exceeds `MEMORY_FRACTION` (70%) of the available memory
-    (/proc/meminfo MemAvailable); `memory_check=False` skips this. With `limits`, `limit_policy`
+    Memory: before running, a capture without `limits` estimates its peak memory, what it keeps
+    plus the working memory alive at its highest point (traces/estimate.py: a cheap bound from the
+    parse-time shapes, then a dry run on fake tensors when the bound is not far below the budget)
+    and refuses with `CaptureTooLargeError`, naming the estimate and the fixes, when that exceeds
+    `MEMORY_FRACTION` (70%) of the available memory (/proc/meminfo MemAvailable);
+    `memory_check=False` skips this. With `limits`, `limit_policy`
     says what happens past `CaptureLimits(max_tensors=..., max_bytes=...)`: "earliest" (the
     default) keeps the first values and drops every later one, "latest" evicts the oldest kept
     values so the last ones stay, "refuse" raises `CaptureTooLargeError` before running when the

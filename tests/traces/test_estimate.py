@@ -127,3 +127,40 @@ def test_bad_arguments_are_refused():
         estimate_capture(schema, scope=[x])
     with pytest.raises(ValueError, match="limit_policy"):
         capture_run(schema, {"x": x}, limits=CaptureLimits(), limit_policy="newest")
+
+
+class _Squashed(nn.Module):
+    """A 1 MiB value made and replaced three times: without autograd two are alive at a time; with
+    it every sigmoid's result is saved for backward, so three are."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(8, 4096)  # 128 KiB of weights: there before the run, never counted
+
+    def forward(self, x):
+        h = self.inner(x)
+        h = torch.sigmoid(h)
+        h = torch.sigmoid(h)
+        h = torch.sigmoid(h)
+        return h.sum(dim=-1)
+
+
+@pytest.mark.parametrize("grad, alive", [(False, 2), (True, 3)])
+def test_the_peak_counts_the_working_memory_alive_at_once_and_what_autograd_saves_but_not_the_weights(grad, alive):
+    x = torch.randn(64, 8)  # each 64 x 4096 float32 value: 1 MiB
+    schema = parse(_Squashed(), {"x": x})
+    with torch.set_grad_enabled(grad):
+        estimate = estimate_capture(schema, keep="slot=output", scope={"x": x})
+    assert estimate.method == "dry run" and estimate.total_bytes == 64 * 4  # only the output is kept
+    assert alive * 2 ** 20 <= estimate.peak_bytes <= alive * 2 ** 20 + 4096, estimate.peak_bytes
+    assert "peak" in str(estimate)
+
+
+def test_a_capture_whose_peak_does_not_fit_the_memory_is_refused_naming_the_peak(monkeypatch):
+    x = torch.randn(64, 8)
+    schema = parse(_Squashed(), {"x": x})
+    monkeypatch.setattr(estimate_module, "available_memory", lambda: 2 * 2 ** 20)  # 70%: 1.4 MiB
+    with pytest.raises(CaptureTooLargeError) as caught:
+        with torch.no_grad():
+            capture_run(schema, {"x": x}, keep="slot=output")  # keeps 256 bytes, needs 2 MiB on its way
+    assert "at its peak (keeping 256 bytes)" in str(caught.value)
