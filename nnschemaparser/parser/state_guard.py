@@ -20,9 +20,11 @@ So a forward that writes nothing costs nothing, and one that updates BatchNorm s
 cache copies just those. A write the mode cannot see (a compiled kernel writing an input, a numpy
 view of a tensor) bumps the version counter: if a guarded tensor's version changed while no copy
 was taken, `StateNotRestoredError` says which tensor, instead of leaving it silently changed.
-Tensors whose storage cannot be read from Python (wrapper subclasses such as DTensor, sparse
-tensors) and the tensors of modules the dispatcher may not see into (TorchScript, `torch.compile`
-wrappers) are copied up front, as every tensor used to be.
+A DTensor (FSDP2's sharded parameters, tensor-parallel weights) is guarded through its local
+shard: the mode sees the op on the DTensor before DTensor's own dispatch runs it on the shard, so
+the shard's storage is the one copied before a write. Tensors whose storage cannot be read from
+Python (other wrapper subclasses, sparse tensors) and the tensors of modules the dispatcher may not
+see into (TorchScript, `torch.compile` wrappers) are copied up front, as every tensor used to be.
 
 FSDP2 (`fully_shard`) keeps its own record of which parameters a module holds: a run's root
 pre-forward hook unshards the root's group and swaps the module's parameters for the gathered ones,
@@ -83,8 +85,21 @@ def _is_training(args: tuple, kwargs: dict) -> bool:
     return bool(flag)
 
 
+def _local_shard(value: torch.Tensor) -> Optional[torch.Tensor]:
+    """A DTensor's local shard (a plain tensor), or None for anything else."""
+    if not any(cls.__name__ == "DTensor" for cls in type(value).__mro__):
+        return None
+    local = getattr(value, "_local_tensor", None)
+    return local if isinstance(local, torch.Tensor) and _plain_subclass(local) else None
+
+
 def storage_key(value: torch.Tensor) -> Optional[int]:
-    """The identity of the memory `value` lives in (shared by its views), or None when Python cannot see it."""
+    """The identity of the memory `value` lives in (shared by its views), or None when Python cannot see it.
+
+    A DTensor lives in its local shard's memory."""
+    local = _local_shard(value)
+    if local is not None:
+        value = local
     if not _plain_subclass(value):
         return None
     if value.layout is not torch.strided:
@@ -136,7 +151,9 @@ class StateGuard:
     """The tensors of one guarded run: aliases, version counters, and the storages copied before a write.
 
     `copied` names the tensors whose memory had to be copied (`"bn.running_mean"`), in the order
-    the run first wrote them; `copied_bytes` is what those copies hold.
+    the run first wrote them; `copied_bytes` is what those copies hold. `copied_up_front` names the
+    tensors copied before the run because the guard cannot watch their memory (see the module's
+    text), and `copied_up_front_bytes` what those copies hold.
     """
 
     def __init__(self, model: nn.Module) -> None:
@@ -145,6 +162,8 @@ class StateGuard:
         self.saved: dict[int, tuple] = {}  # storage key -> (alias, its storage's bytes before the write)
         self.copied: list[str] = []
         self.copied_bytes = 0
+        self.copied_up_front: list[str] = []
+        self.copied_up_front_bytes = 0
         opaque_paths: list[str] = []
         for path, module in model.named_modules():
             if opaque_reason(module) is not None:
@@ -160,9 +179,14 @@ class StateGuard:
             return
         key = None if opaque else storage_key(value)
         if key is None:  # memory the dispatcher may not show us: copied now, as before
-            self.entries.append((module, store, name, value, None, 0, snapshot(value)))
+            copy = snapshot(value)
+            self.entries.append((module, store, name, value, None, 0, copy))
+            if copy is not None:
+                self.copied_up_front.append(label)
+                self.copied_up_front_bytes += copy.numel() * copy.element_size()
             return
-        alias = value.detach()
+        local = _local_shard(value)
+        alias = (value if local is None else local).detach()  # a DTensor: its shard's alias
         self.entries.append((module, store, name, value, alias, _version(alias), None))
         self.by_storage.setdefault(key, []).append(label)
 
@@ -172,7 +196,8 @@ class StateGuard:
         key = storage_key(value)
         if key is None or key not in self.by_storage or key in self.saved:
             return
-        storage = value.untyped_storage()
+        local = _local_shard(value)
+        storage = (value if local is None else local).untyped_storage()
         with torch.no_grad():
             self.saved[key] = (storage, storage.clone())
         self.copied.extend(self.by_storage[key])
@@ -198,8 +223,13 @@ class StateGuard:
                         value.copy_(eager_copy)
                     else:
                         value.data = eager_copy
-                elif alias is not None and not _same_view(value, alias):
-                    value.data = alias  # `.data = other` or `set_` replaced it: the original memory again
+                elif alias is not None:
+                    local = _local_shard(value)
+                    if local is not None:
+                        if not _same_view(local, alias):
+                            value._local_tensor = alias  # the shard was replaced: the original one again
+                    elif not _same_view(value, alias):
+                        value.data = alias  # `.data = other` or `set_` replaced it: the original memory again
         if unseen:
             raise StateNotRestoredError(
                 f"the run changed {', '.join(unseen)} in place by a route the state guard does not see (a "

@@ -51,6 +51,13 @@ def test_the_users_root_hooks_run_once_per_call_in_plain_capture_and_step_runs(p
         assert rank["step_hooks"] == [1, 1]
 
 
+def test_the_state_guard_copies_no_fsdp2_shard_for_a_forward_that_writes_none(plain):
+    # FSDP2's sharded parameters are DTensors: guarded through their local shards, not cloned up front
+    for rank in plain:
+        assert rank["guard_copied"] == []
+        assert rank["guard_after_output_equal"]
+
+
 def test_a_collective_run_of_an_fsdp2_root_with_its_own_linear_stops_in_it_and_ends_with_eager_outputs(collective):
     for rank in collective:
         assert rank["collective_output_equal"]

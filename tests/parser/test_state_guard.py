@@ -223,3 +223,50 @@ def test_guard_leaves_a_deep_copy_equal_model_after_a_training_step_like_forward
             model(torch.randn(6, 4))
     for (name, a), (_, b) in zip(model.state_dict().items(), reference.state_dict().items()):
         assert torch.equal(a, b), name
+
+
+@pytest.fixture
+def one_rank_group():
+    """A one-process gloo group on 127.0.0.1 (a DTensor needs a device mesh), destroyed after."""
+    import torch.distributed as dist
+    if not dist.is_available():
+        pytest.skip("this torch build has no torch.distributed")
+    from torch.distributed.device_mesh import init_device_mesh
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        yield init_device_mesh("cpu", (1,))
+    finally:
+        dist.destroy_process_group()
+
+
+class ShardedWeights(nn.Module):
+    """Weights held as DTensors (as FSDP2 and tensor parallel hold them); one written in forward."""
+
+    def __init__(self, mesh) -> None:
+        super().__init__()
+        from torch.distributed.tensor import Shard, distribute_tensor
+        self.kept = nn.Parameter(distribute_tensor(torch.randn(4, 4), mesh, [Shard(0)]))
+        self.written = nn.Parameter(distribute_tensor(torch.randn(4, 4), mesh, [Shard(0)]))
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.written.mul_(0.5)
+        return (x @ self.kept.full_tensor()) @ self.written.full_tensor()
+
+
+def test_guard_copies_a_dtensor_shard_only_when_the_run_writes_it(one_rank_group):
+    torch.manual_seed(0)
+    model = ShardedWeights(one_rank_group)
+    locals_before = {name: (param._local_tensor, param._local_tensor.data_ptr(), param._local_tensor.clone())
+                     for name, param in model.named_parameters()}
+    with preserved_state(model) as guard:
+        model(torch.randn(3, 4))
+        assert not torch.equal(model.written._local_tensor, locals_before["written"][2])
+    # only the written shard was copied (before: every DTensor was cloned up front)
+    assert guard.copied == ["written"]
+    assert guard.copied_bytes == 4 * 4 * 4
+    for name, param in model.named_parameters():
+        shard, pointer, value = locals_before[name]
+        assert param._local_tensor is shard and param._local_tensor.data_ptr() == pointer
+        assert torch.equal(param._local_tensor, value), name

@@ -113,6 +113,12 @@ def root_parameters(rank: int, world: int) -> dict:
     out["steps"] = len(steps)
     out["step_output_equal"] = torch.equal(interpreter.step_outputs[0], expected_ng)
     out["step_hooks"] = counter.take()
+
+    from nnschemaparser.parser import preserved_state
+    with torch.no_grad(), preserved_state(parsed) as guard:
+        parsed(x)
+    out["guard_copied"] = guard.copied + guard.copied_up_front
+    out["guard_after_output_equal"] = torch.equal(SchemaInterpreter().call(schema, x), expected_ng)
     dist.barrier()
     return out
 
