@@ -37,7 +37,7 @@ from typing import Any, Optional
 from torch import nn
 
 from . import intrinsics
-from .expressions import op_instruction
+from .ops import op_instruction
 from ..schema.model import Instruction, OpInstruction, SliceOf, VarRef
 
 __all__ = ["ContainerLoop", "ContainerLoopLowering"]

@@ -1,6 +1,6 @@
 """What one lowering may look at (`LoweringContext`) and the method schemas it asks for (`MethodRequest`).
 
-Shared by `expressions` and `statements`, so neither imports the other for these. Depends on the
+Shared by `expressions`, `calls` and `statements`, so none imports another for these. Depends on the
 schema's `Binding` only.
 """
 

@@ -1,37 +1,37 @@
 """Lowering: a forward's `ast` to schema instructions, statement by statement.
 
 One `visit_<Stmt>` per CPython statement node, in the style of `ast.NodeVisitor`; expressions are
-lowered by the `ExpressionLowering` mixin (expressions.py). Anything without a visitor falls to
-`generic_visit`, the one place that refuses, with the construct's name and file:line. A refusal makes
-the parser re-dispatch that module to its real forward, so the schema always runs.
+lowered by the `ExpressionLowering` mixin (expressions.py), nested `def`, `nonlocal` and imports by
+the `DefinitionLowering` mixin (definitions.py), loops over module containers with the help of
+`ContainerLoopLowering` (container_loops.py); scope.py finds the names a body binds. Anything without
+a visitor falls to `generic_visit`, the one place that refuses, with the construct's name and
+file:line. A refusal makes the parser re-dispatch that module to its real forward, so the schema
+always runs. The entry points are `lower_function` and `lower_source`.
 
 Depends on schema, intrinsics, source and errors; never on the runtime or any view.
-
-Longer than 600 lines because it is one visitor class with one method per CPython statement node
-kind (and the helpers those share); splitting the class across files would scatter its dispatch.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
-import inspect
+import operator
 from typing import Any, Callable, Optional
 
 from . import intrinsics
 from .definite_assignment import fragile_names
 from ..schema.errors import UnsupportedSyntaxError
 from .container_loops import ContainerLoopLowering
-from .expressions import ExpressionLowering, op_instruction
+from .definitions import DefinitionLowering
+from .expressions import ExpressionLowering
+from .ops import op_instruction
 from ..schema.model import (
     BreakInstruction,
     Const,
     ContinueInstruction,
     DeleteInstruction,
-    FunctionInstruction,
     FunctionSchema,
     Instruction,
-    OpInstruction,
     RaiseInstruction,
     ReturnInstruction,
     SourceLocation,
@@ -40,6 +40,7 @@ from ..schema.model import (
     WithInstruction,
 )
 from .context import LoweringContext, MethodRequest
+from .scope import BindingCollector, arg_names
 from .source import FunctionSource, function_source
 
 __all__ = ["MethodRequest", "LoweringContext", "lower_function", "lower_source"]
@@ -103,89 +104,10 @@ def lower_source(source: str, *, filename: str = "<lowering>", namespace: Option
     return _lower_bounded(lambda: FunctionLowering(ctx, src, node, enclosing=None, is_method=False), src)
 
 
-# --- scope analysis ---------------------------------------------------------------------------
-
-
-class _BindingCollector(ast.NodeVisitor):
-    """Collects the names a function body binds, without entering nested scopes."""
-
-    def __init__(self) -> None:
-        self.bound: set[str] = set()
-        self.nonlocals: set[str] = set()
-        self.globals: set[str] = set()
-        self.yields = False
-        self.delegates = False  # `yield from` / `await`
-
-    def visit_Name(self, node: ast.Name) -> None:
-        if isinstance(node.ctx, (ast.Store, ast.Del)):
-            self.bound.add(node.id)
-
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
-        self.bound.add(node.name)
-        for d in node.decorator_list:
-            self.visit(d)
-        for d in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
-            self.visit(d)
-
-    visit_AsyncFunctionDef = visit_FunctionDef
-
-    def visit_ClassDef(self, node: ast.ClassDef) -> None:
-        self.bound.add(node.name)
-
-    def visit_Lambda(self, node: ast.Lambda) -> None:
-        for d in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
-            self.visit(d)
-
-    def _comprehension(self, node: Any) -> None:
-        # Only the first iterable is evaluated in the enclosing scope; walrus targets bind there too.
-        self.visit(node.generators[0].iter)
-        for sub in ast.walk(node):
-            if isinstance(sub, ast.NamedExpr) and isinstance(sub.target, ast.Name):
-                self.bound.add(sub.target.id)
-
-    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
-
-    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
-        if node.name:
-            self.bound.add(node.name)
-        self.generic_visit(node)
-
-    def visit_Import(self, node: ast.Import) -> None:
-        for alias in node.names:
-            self.bound.add((alias.asname or alias.name).split(".")[0])
-
-    visit_ImportFrom = visit_Import
-
-    def visit_Nonlocal(self, node: ast.Nonlocal) -> None:
-        self.nonlocals.update(node.names)
-
-    def visit_Global(self, node: ast.Global) -> None:
-        self.globals.update(node.names)
-
-    def visit_Yield(self, node: ast.AST) -> None:
-        self.yields = True
-        self.generic_visit(node)
-
-    def visit_YieldFrom(self, node: ast.AST) -> None:
-        self.yields = self.delegates = True
-        self.generic_visit(node)
-
-    visit_Await = visit_YieldFrom
-
-
-def _arg_names(args: ast.arguments) -> list[str]:
-    names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
-    if args.vararg:
-        names.append(args.vararg.arg)
-    if args.kwarg:
-        names.append(args.kwarg.arg)
-    return names
-
-
 # --- the statement lowering -------------------------------------------------------------------
 
 
-class FunctionLowering(ExpressionLowering, ContainerLoopLowering):
+class FunctionLowering(DefinitionLowering, ExpressionLowering, ContainerLoopLowering):
     """Lowers one function body (and, recursively, the closures and comprehensions inside it)."""
 
     is_generator = False  # a top-level generator function (its body has `yield`)
@@ -206,7 +128,7 @@ class FunctionLowering(ExpressionLowering, ContainerLoopLowering):
         self.module_index_vars: dict[str, Optional[str]] = {}  # loop variable -> the variable holding its position
         self.self_name: Optional[str] = None
         if local_names is None:
-            collector = _BindingCollector()
+            collector = BindingCollector()
             body = node.body if isinstance(node.body, list) else [node.body]
             for stmt in body:
                 collector.visit(stmt)
@@ -218,7 +140,7 @@ class FunctionLowering(ExpressionLowering, ContainerLoopLowering):
             if collector.globals:
                 raise self.refuse(node, "a 'global' statement cannot be lowered")
             self.nonlocals = collector.nonlocals
-            local_names = (collector.bound | set(_arg_names(node.args))) - collector.nonlocals
+            local_names = (collector.bound | set(arg_names(node.args))) - collector.nonlocals
             self.fragile = fragile_names(node)
         else:
             self.nonlocals = set()
@@ -383,12 +305,12 @@ class FunctionLowering(ExpressionLowering, ContainerLoopLowering):
             obj = self.expr_operand(target.value)
             index = self.subscript_index(target.slice)
             temp = self.new_temp()
-            self.emit(op_instruction(temp, __import__("operator").getitem, [obj, index], style="subscript"), node)
+            self.emit(op_instruction(temp, operator.getitem, [obj, index], style="subscript"), node)
             value = self.expr_operand(node.value)
             result = self.new_temp()
             self.emit(op_instruction(result, fn, [VarRef(temp), value], style="binary",
                                      display=self.OP_SYMBOLS[type(node.op)] + "=", mutates=True), node)
-            self.emit(op_instruction(self.new_temp(), __import__("operator").setitem,
+            self.emit(op_instruction(self.new_temp(), operator.setitem,
                                      [obj, index, VarRef(result)], style="store_subscript", mutates=True), node)
             return
         if isinstance(target, ast.Attribute):
@@ -406,8 +328,6 @@ class FunctionLowering(ExpressionLowering, ContainerLoopLowering):
 
     def assign_target(self, target: ast.expr, value: Any, node: ast.AST) -> None:
         """Bind operand `value` to an assignment target (name, tuple, attribute, subscript, starred)."""
-        import operator
-
         if isinstance(target, ast.Name):
             self.emit(op_instruction(target.id, intrinsics.assign, [value], style="value"), node)
             self.note_module_var(target.id, None)
@@ -578,8 +498,6 @@ class FunctionLowering(ExpressionLowering, ContainerLoopLowering):
         self.control("if", condition, cond_var, node, node.test, body=[], else_body=failing)
 
     def visit_Delete(self, node: ast.Delete) -> None:
-        import operator
-
         for target in node.targets:
             if isinstance(target, ast.Name):
                 self.emit(DeleteInstruction(names=[target.id]), node)
@@ -646,113 +564,3 @@ class FunctionLowering(ExpressionLowering, ContainerLoopLowering):
                 raise self.refuse(elt, f"the exception class {ast.unparse(elt)!r} must be resolvable statically")
             classes.append(value)
         return tuple(classes)
-
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
-        fn_instr = self.function_instruction(node, node.name)
-        self.emit(fn_instr, node)
-        for decorator in reversed(node.decorator_list):
-            deco = self.expr_operand(decorator)
-            self.emit(self.call_instruction(node.name, deco, [VarRef(node.name)], {}, display=ast.unparse(decorator)),
-                      node)
-
-    def function_instruction(self, node: Any, out_var: str) -> FunctionInstruction:
-        """Lower a nested def or lambda into a FunctionInstruction binding a closure to `out_var`."""
-        args = node.args
-        defaults = [self.expr_operand(d) for d in args.defaults]
-        kw_defaults = {a.arg: self.expr_operand(d) for a, d in zip(args.kwonlyargs, args.kw_defaults)
-                       if d is not None}
-        inner = self.nested_lowering(node, enclosing=self, is_method=False)
-        if self.self_name and self.self_name not in inner.locals:
-            inner.self_name = self.self_name  # `self.child(...)` inside a closure still calls the child block
-        if isinstance(node, ast.Lambda):
-            value = inner.expr_operand(node.body)
-            inner.emit(ReturnInstruction(out_vars=[inner.operand_var(value, node.body)]), node.body)
-        else:
-            for stmt in node.body:
-                inner.visit(stmt)
-            if not inner.current or not isinstance(inner.current[-1], ReturnInstruction):
-                inner.emit(ReturnInstruction(out_vars=[]), node)
-        positional = [a.arg for a in args.posonlyargs + args.args]
-        schema = FunctionSchema(
-            name=getattr(node, "name", "<lambda>"), params=positional,
-            vararg=args.vararg.arg if args.vararg else None, kwonly=[a.arg for a in args.kwonlyargs],
-            kwarg=args.kwarg.arg if args.kwarg else None, body=inner.current, filename=self.src.filename,
-            firstlineno=node.lineno, free_vars=tuple(sorted(inner.free_vars)),
-            nonlocal_vars=tuple(sorted(inner.nonlocals)), weight_refs=dict(inner.weight_refs),
-        )
-        # Names the closure reads (or rebinds) from this function's enclosing scopes are free here too.
-        for name in inner.free_vars:
-            if not self.is_local(name):
-                self.free_vars.add(name)
-        for name in inner.nonlocals:
-            if not self.is_local(name):
-                self.nonlocals.add(name)
-        for name, attr in inner.weight_refs.items():
-            self.weight_refs.setdefault(name, attr)
-        return FunctionInstruction(out_var=out_var, function=schema, defaults=defaults, kw_defaults=kw_defaults)
-
-    def visit_Nonlocal(self, node: ast.Nonlocal) -> None:
-        for name in node.names:
-            self.free_vars.add(name)
-
-    def visit_Import(self, node: ast.Import) -> None:
-        """`import a.b as c` binds the module. One importable now is bound as a constant (importing a
-        loaded module again only looks it up); one that fails to import now is imported when the
-        statement runs, as Python does: a branch that never runs (`if npu: import torch_npu`) costs
-        nothing, and one that runs raises Python's own ImportError."""
-        for alias in node.names:
-            name = alias.asname or alias.name.split(".")[0]
-            try:
-                module = self.import_module(alias.name, 0)
-                value = module if alias.asname else self.import_module(alias.name.split(".")[0], 0)
-            except Exception:  # imported when the statement runs
-                spec = intrinsics.DeferredImport(alias.name, self.import_package(), 0, "", alias.asname is not None)
-                self.emit_deferred_import(name, spec, alias.name, node)
-                continue
-            self.emit(op_instruction(name, intrinsics.assign, [Const(value, alias.name)], style="value"), node)
-
-    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        if any(alias.name == "*" for alias in node.names):
-            raise self.refuse(node, "'from ... import *' inside forward is not supported")
-        try:
-            module = self.import_module(node.module or "", node.level)
-            values = []
-            for alias in node.names:
-                if hasattr(module, alias.name):
-                    values.append(getattr(module, alias.name))
-                else:
-                    values.append(self.import_module(f"{module.__name__}.{alias.name}", 0))
-        except Exception:  # imported when the statement runs, as in visit_Import
-            package = self.import_package()
-            for alias in node.names:  # importing the module again for the next name is a lookup
-                spec = intrinsics.DeferredImport(node.module or "", package, node.level, alias.name)
-                spelled = "." * node.level + (f"{node.module}." if node.module else "") + alias.name
-                self.emit_deferred_import(alias.asname or alias.name, spec, spelled, node)
-            return
-        for alias, value in zip(node.names, values):
-            self.emit(op_instruction(alias.asname or alias.name, intrinsics.assign,
-                                     [Const(value, f"{node.module or ''}.{alias.name}")], style="value"), node)
-
-    def emit_deferred_import(self, name: str, spec: Any, spelled: str, node: ast.AST) -> None:
-        # `nnschemaparser.intrinsics.` is the intrinsics' name in files (files/allowlist.py), not a module
-        # path; saved schemas compare it, so it stays
-        self.emit(op_instruction(name, intrinsics.run_import, [Const(spec, spelled)], display="import",
-                                 qualified="nnschemaparser.intrinsics.run_import"), node)
-
-    def import_package(self) -> str:
-        """The package relative imports resolve against, computed as CPython's `_calc___package__`."""
-        found = self.ctx.globals
-        if found.get("__package__") is not None:
-            return found["__package__"]
-        spec = found.get("__spec__")
-        if spec is not None:
-            return spec.parent
-        name = found.get("__name__", "") or ""
-        return name if "__path__" in found else name.rpartition(".")[0]
-
-    def import_module(self, name: str, level: int) -> Any:
-        import importlib
-
-        if level:
-            return importlib.import_module("." * level + name, self.import_package())
-        return importlib.import_module(name)

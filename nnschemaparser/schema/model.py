@@ -270,7 +270,7 @@ class ControlInstruction(Instruction):
     and no single `iter_container` (None). Both are None for other iterables.
 
     Building one without a `condition` (or with one whose `out_var` is not `cond_var`) raises
-    TypeError: the lowering and the file decoder always give one (lowering.expressions.split_condition).
+    TypeError: the lowering and the file decoder always give one (lowering.ops.split_condition).
     """
 
     kind: str = "if"
