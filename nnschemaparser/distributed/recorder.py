@@ -10,9 +10,17 @@ Per step, and per dimension of the world mesh, the layout comes from the first r
 3. it is an op's result: the op runs once more on its operands wrapped as DTensors of that mesh
    dimension (`DTensor.from_local`, their layouts as recorded), so DTensor's own sharding rules say
    where the result lies; the layout is kept only when the DTensor result's local part is
-   `torch.equal` to the value the rank computed (otherwise: unknown);
+   `torch.equal` to the value the rank computed (otherwise: unknown). The second run leaves the
+   first one's world as it was: it gets copies of the operands' local parts (an in-place op does not
+   write the rank's tensors twice), the RNG state is put back after it (a random op does not move
+   the stream), and a method of an object (a KV cache's `update`) runs on a deep copy of the object;
+   an nn.Module passed in or called is the real one;
 4. nothing applies (a fresh tensor, operands never seen, a root input): assumed replicated and
    checked after the run, when every rank compares the digests of its values (`consolidate`).
+
+An op that returns a tuple or list of tensors (`q, k = apply_rotary_pos_emb(q, k, cos, sin)`) is
+not a step, but its parts get layouts the same way (rule 3, per part: the DTensor result's part
+compared with the rank's), so what is unpacked from it is found again by identity.
 
 Operands that are parameters or buffers read during the forward (FSDP2's unsharded weights, a
 norm's weight under tensor parallelism) are assumed replicated the same way and checked the same
@@ -23,7 +31,9 @@ Depends on traces (the recorder it extends), runtime (operand reading) and `plac
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import types
 from typing import Any, Optional
 
 import torch
@@ -99,6 +109,39 @@ class LogicalRecorder(ActivationRecorder):
 
     def on_block_enter(self, event: Any) -> None:
         self._shadow[id(event.frame)] = {k: v for k, v in event.frame.items() if isinstance(v, torch.Tensor)}
+
+    every_instruction = True  # tuple results too (not steps): their parts get layouts
+
+    def on_instruction(self, event: Any) -> None:
+        super().on_instruction(event)
+        value = event.value
+        if isinstance(value, (tuple, list)) and value and isinstance(event.instruction, OpInstruction):
+            try:
+                self._tuple_parts(event.instruction, event.frame, value)
+            except Exception:  # a part left without a layout is read as replicated and checked, never a broken run
+                pass
+
+    def _tuple_parts(self, instr: OpInstruction, frame: dict, value: Any) -> None:
+        """Layouts for the tensors of an op's tuple (or list) result, which is not a step itself."""
+        for index, part in enumerate(value):
+            if not isinstance(part, torch.Tensor) or self._lookup(part) is not None:
+                continue
+            dims: list[Optional[DimPlacement]] = [None] * len(self.names)
+            sources: list[str] = []
+            if is_dtensor(part):
+                own = layout_of_dtensor(self.world, part)
+                if own is not None:
+                    dims = [d if d.kind != "unknown" else None for d in own.dims]
+                    sources.append(own.source)
+            reduced, assumes = self._from_op(instr, frame, part, dims, sources, part=index)
+            if all(d is None for d in dims) and not sources:
+                continue  # no operand: read as replicated where it is used, and checked
+            final = tuple(d if d is not None else UNKNOWN for d in dims)
+            layout = Layout(final, self.names, "; ".join(dict.fromkeys(sources)) + f" (part {index} of a tuple)",
+                            reduced or any(d.kind == "partial" for d in final), assumes)
+            self._known[id(part)] = (part, layout)
+            if not is_dtensor(part):
+                self._by_view[_view_key(part)] = layout
 
     def on_run_end(self, outputs: Any) -> None:
         super().on_run_end(outputs)
@@ -276,7 +319,7 @@ class LogicalRecorder(ActivationRecorder):
         return operand_reader(operand)(frame)
 
     def _from_op(self, instr: OpInstruction, frame: dict, value: torch.Tensor, dims: list,
-                 sources: list) -> tuple[bool, frozenset]:
+                 sources: list, part: Optional[int] = None) -> tuple[bool, frozenset]:
         out = instr.out_var
         args = [self._read(a, frame, out) for a in instr.args]
         spread = []
@@ -323,18 +366,34 @@ class LogicalRecorder(ActivationRecorder):
             else:
                 missing.append(index)
         if missing:
-            found = self._rerun(target, receiver, spread, kwargs, operands, value)
+            found = self._rerun(target, receiver, spread, kwargs, operands, value, part)
+            source = "DTensor's sharding rules for this op"
+            if found is None:
+                found, source = self._equal_operand(operands, value)
             for index in missing:
                 dims[index] = found[index] if found is not None else UNKNOWN
                 reduced = reduced or dims[index].kind == "partial"
-            sources.append("DTensor's sharding rules for this op" if found is not None
-                           else "DTensor's rules gave another value or none")
+            sources.append(source if found is not None else "DTensor's rules gave another value or none")
         return reduced, assumes
 
+    def _equal_operand(self, operands: list, value: torch.Tensor) -> tuple[Optional[tuple], str]:
+        """When DTensor cannot run the op again (a KV cache's `update` concatenating onto its own empty
+        tensors): the layout of an operand whose local part this rank's result equals. Sound because
+        the ranks' layouts must agree (`consolidate`): equal on every rank, it is the same whole value."""
+        local = local_of(value)
+        for tensor, layout in operands:
+            if not layout.known:
+                continue
+            theirs = local_of(tensor)
+            if theirs.shape == local.shape and theirs.dtype == local.dtype and torch.equal(theirs, local):
+                return layout.dims, "equal on this rank to an operand, whose placement it takes"
+        return None, ""
+
     def _rerun(self, target: Any, receiver: Optional[torch.Tensor], args: list, kwargs: dict,
-               operands: list, value: torch.Tensor) -> Optional[tuple[DimPlacement, ...]]:
+               operands: list, value: torch.Tensor, part: Optional[int] = None) -> Optional[tuple[DimPlacement, ...]]:
         """Rule 3: the op on DTensors of the world mesh made of the operands' local parts and layouts;
-        its placements, when the result's local part equals `value`'s (None otherwise)."""
+        its placements, when the result's local part (its part `part` of a tuple result) equals
+        `value`'s (None otherwise)."""
         from torch.distributed.tensor import DTensor
         from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
 
@@ -342,38 +401,61 @@ class LogicalRecorder(ActivationRecorder):
             return Shard(d.tensor_dim) if d.kind == "shard" else Partial(d.reduce_op) \
                 if d.kind == "partial" else Replicate()
 
-        wrapped: dict[int, Any] = {}
-        for tensor, layout in operands:
-            wrapped[id(tensor)] = DTensor.from_local(local_of(tensor).detach(), self.world,
-                                                     [torch_placement(d) for d in layout.dims], run_check=False)
+        def wrap_operands() -> dict[int, Any]:
+            # copies of the local parts: an in-place op run again must not write the rank's tensors twice
+            return {id(tensor): DTensor.from_local(local_of(tensor).detach().clone(), self.world,
+                                                   [torch_placement(d) for d in layout.dims], run_check=False)
+                    for tensor, layout in operands}
 
-        def swap(item: Any) -> Any:
+        def swap(item: Any, wrapped: dict) -> Any:
             if isinstance(item, torch.Tensor):
                 return wrapped.get(id(item), item)
             if isinstance(item, tuple):
-                return tuple(swap(c) for c in item)
+                return tuple(swap(c, wrapped) for c in item)
             if isinstance(item, list):
-                return [swap(c) for c in item]
+                return [swap(c, wrapped) for c in item]
             if isinstance(item, dict):
-                return {k: swap(c) for k, c in item.items()}
+                return {k: swap(c, wrapped) for k, c in item.items()}
             return item
 
+        call = target
+        owner = getattr(target, "__self__", None)
+        if receiver is None and _mutable_owner(owner):
+            # a method of an object (a KV cache's `update`): run again on a copy, so the object the
+            # run holds is not changed twice
+            try:
+                call = getattr(copy.deepcopy(owner), target.__name__)
+            except Exception:
+                return None
         local = local_of(value).detach()
         for call_args, call_kwargs in _size_variants(args, kwargs, operands, list(self.world.mesh.shape)):
+            wrapped = wrap_operands()
             try:
-                with torch.no_grad():
+                # the RNG as it was: a random op run again must not move the stream the run goes on with
+                with torch.no_grad(), torch.random.fork_rng(devices=[]):
                     if receiver is not None:
-                        result = getattr(swap(receiver), target.__name__)(*swap(call_args), **swap(call_kwargs))
+                        result = getattr(swap(receiver, wrapped), target.__name__)(*swap(call_args, wrapped),
+                                                                                   **swap(call_kwargs, wrapped))
                     else:
-                        result = target(*swap(call_args), **swap(call_kwargs))
+                        result = call(*swap(call_args, wrapped), **swap(call_kwargs, wrapped))
             except Exception:  # DTensor has no rule for it, or these sizes do not fit: try the next
                 continue
+            if part is not None:
+                result = result[part] if isinstance(result, (tuple, list)) and len(result) > part else None
             if not is_dtensor(result):
                 continue
             mine = result.to_local()
             if mine.shape == local.shape and mine.dtype == local.dtype and torch.equal(mine, local):
                 return tuple(dim_placement(p, result.ndim) for p in result.placements)
         return None
+
+
+def _mutable_owner(owner: Any) -> bool:
+    """Whether a bound callable's `__self__` is an object a call may change (not a module of
+    functions, a class, a tensor or an nn.Module, whose state the run's own copies do not cover)."""
+    if owner is None or isinstance(owner, (types.ModuleType, type, torch.Tensor, torch.nn.Module)):
+        return False
+    return not isinstance(owner, (int, float, str, bytes, tuple, frozenset, torch.dtype, torch.device))
 
 
 def _size_variants(args: list, kwargs: dict, operands: list, sizes: list):

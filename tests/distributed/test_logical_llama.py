@@ -1,0 +1,53 @@
+"""`capture_logical` on a transformers Llama under FSDP2 (2 gloo ranks): the parts of a tuple an op
+returns (`apply_rotary_pos_emb`, a KV cache's `update`) get placements, and the placement rules' second
+run of an op changes nothing the first run holds (in-place writes, the RNG, a cache object)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.collective_group import run_group
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    pytest.importorskip("transformers")
+    from tests.support.logical_llama import fsdp_llama_placements
+
+    return run_group(fsdp_llama_placements, 2, tmp_path_factory.mktemp("logical_llama"), timeout=300)
+
+
+def test_values_unpacked_from_an_ops_tuple_result_have_placements_on_a_fsdp2_llama(llama):
+    # q and k come out of `apply_rotary_pos_emb` as a tuple, k and v out of the KV cache's `update`:
+    # every value up to the attention function's result has a placement (they were "unknown" before)
+    for rank in llama:
+        assert rank["skipped"] == []
+        first = rank["names"].index("model.layers.0.self_attn:attn_output")
+        before = [name for name, known in zip(rank["names"][:first], rank["known"][:first]) if not known]
+        assert before == []
+        for name in ("model.layers.0.self_attn:query_states", "model.layers.0.self_attn:key_states",
+                     "model.layers.0.self_attn:value_states"):
+            assert name in rank["names"][:first]
+        assert "S(0)@dp" in rank["badges"]
+
+
+def test_the_attention_functions_result_is_unknown_with_its_reason_not_assumed(llama):
+    # sdpa on CPU has no DTensor sharding rule and its result equals no operand: said, not guessed
+    for rank in llama:
+        first = rank["names"].index("model.layers.0.self_attn:attn_output")
+        assert rank["known"][first] is False
+        assert "not replicated" in rank["first_unknown_source"] or "DTensor" in rank["first_unknown_source"]
+
+
+def test_a_logical_capture_of_a_fsdp2_llama_keeps_the_outputs_of_a_plain_capture(llama):
+    for rank in llama:
+        assert rank["local_equal"]
+
+
+def test_the_placement_rules_run_no_in_place_write_or_random_draw_twice(tmp_path):
+    from tests.support.logical_llama import fsdp_in_place_and_random
+
+    for rank in run_group(fsdp_in_place_and_random, 2, tmp_path, timeout=180):
+        assert rank["output_equal"], rank
+        assert rank["plain_equal"] and rank["capture_equal"]
+        assert rank["badges"]["FSDPInPlaceAndRandom:hidden"] == "S(0)@dp"
