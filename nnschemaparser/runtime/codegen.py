@@ -57,8 +57,8 @@ from .functions import (GUARD_ERRORS, META_KEY, FunctionMeta, call_live, delete_
                         names_read, rebind,
                         refresh_free_vars, stale_dispatch, stale_method,
                         register_lines, unbound_for_handlers, weight_attribute, write_back)
-from .instructions import (MAX_BLOCKS, MAX_INDENT, bound_names, fusable_method_call, identifier, is_element, literal,
-                           position, quote, walk_instructions)
+from .instructions import (MAX_BLOCKS, MAX_INDENT, NOT_TENSOR_TYPES, bound_names, fusable_method_call, identifier,
+                           is_element, literal, never_tensor, position, quote, walk_instructions)
 from .listeners import BREAK, CONTINUE, RETURN, RETURN_SLOT, StepAbandoned
 
 __all__ = ["CodeGenerator", "Generated"]
@@ -351,22 +351,29 @@ class CodeGenerator:
     def after(self, instr: Instruction) -> None:
         if not self.observed():
             counter = getattr(self.ctx, "counter", None)
-            if counter is not None and isinstance(instr, (OpInstruction, BlockInstruction)) and instr.out_var:
+            if counter is not None and isinstance(instr, (OpInstruction, BlockInstruction)) and instr.out_var \
+                    and not never_tensor(instr):
                 # a counted plain run: how many tensors an observed run would have reported here
-                value, tensor = self.var(instr.out_var), self.helper('Tensor', Tensor)
-                self.line(f"if {value}.__class__ is {tensor} or {self.helper('isinstance', isinstance)}({value}, "
-                          f"{tensor}):")
+                self.line(f"if {self.is_tensor(self.var(instr.out_var))}:")
                 self.line(f"    {self.helper('counted', counter)}[0] += 1")
             return
         after = self.helper("after", self.observer.after)
         if self.ctx.tensor_results and not isinstance(instr, ReturnInstruction):
             out = instr.out_var
-            if out:
-                tensor = self.helper("Tensor", Tensor)
-                self.line(f"if {self.helper('isinstance', isinstance)}(f.get({quote(out)}), {tensor}):")
+            if out and not never_tensor(instr):  # the observer hears of tensor results only
+                value = self.temp("value")
+                self.line(f"{value} = f.get({quote(out)})")
+                self.line(f"if {self.is_tensor(value)}:")
                 self.line(f"    {after}({self.instr_name(instr)}, f)")
             return
         self.line(f"{after}({self.instr_name(instr)}, f)")
+
+    def is_tensor(self, value: str) -> str:
+        """A test of `isinstance(value, Tensor)`, written to be quick for tensors and for the common
+        values that are not (numbers, tuples, methods: `NOT_TENSOR_TYPES`)."""
+        tensor, kind = self.helper("Tensor", Tensor), self.helper("type", type)
+        return (f"{value}.__class__ is {tensor} or {kind}({value}) not in {self.helper('not_tensor', NOT_TENSOR_TYPES)} "
+                f"and {self.helper('isinstance', isinstance)}({value}, {tensor})")
 
     def instr_name(self, instr: Instruction) -> str:
         names = self.__dict__.setdefault("_instr_names", {})

@@ -233,6 +233,12 @@ class ActivationRecorder(TraceListener):
         # One lookup per step on the hot path: ops with a fixed callee are described once.
         if self.root_frame is None:
             self.root_frame = frames[0]
+        keep = self.keep
+        if keep is not None and not keep.may_keep_activations(path):
+            # a step the selector cannot keep: numbered as `_add` would number it, never described
+            if instr.__class__ is OpInstruction or isinstance(instr, (OpInstruction, BlockInstruction)):
+                self._count += 1
+            return
         described = self._ops.get(id(instr))
         if described is None or described[2] is not instr:
             if instr.__class__ is OpInstruction or isinstance(instr, OpInstruction):
