@@ -389,11 +389,19 @@ class ActivationRecorder(TraceListener):
             why = ("changed in place after capture, inside a block this capture did not observe (it holds nothing "
                    "keep= names) or by an op the schema does not flag as mutating; the value at capture time was "
                    "not kept: capture_run(..., observe_all=True) observes every block and keeps it")
-        for position in range(len(versions)):
-            number = self._number_at(position)
-            value = self._value_of(number)
-            if value is not None and _version(value) != versions[position]:
-                self._set_value(number, None, why)
+        # one pass over the values where they are: built steps first, then the pending records
+        built, records = self.trace._steps, self._records
+        count = len(built)
+        for position, captured in enumerate(versions):
+            value = built[position].tensor.value if position < count else records[position - count][_VALUE]
+            if value is None:
+                continue
+            try:
+                now = value._version
+            except (RuntimeError, AttributeError):  # as _version(): no version counter
+                now = -1
+            if now != captured:
+                self._set_value(self._number_at(position), None, why)
 
     def _bounded(self, tensor: torch.Tensor, number: int) -> tuple[Any, Optional[str], tuple]:
         limits = self.limits
