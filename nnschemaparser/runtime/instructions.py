@@ -13,6 +13,9 @@ Depends on the schema and `functions`.
 from __future__ import annotations
 
 import math
+import operator
+import sys
+import types
 from typing import Any, Callable, Optional
 
 from ..schema.model import (Const, ControlInstruction, FunctionInstruction, FunctionSchema, Instruction,
@@ -20,7 +23,8 @@ from ..schema.model import (Const, ControlInstruction, FunctionInstruction, Func
 from .functions import names_read
 
 __all__ = ["fusable_method_call", "walk_instructions", "bound_names", "uses_frame", "operand_reader", "identifier",
-           "literal", "quote", "is_element", "position", "MAX_BLOCKS", "MAX_INDENT"]
+           "literal", "quote", "is_element", "position", "never_tensor", "NOT_TENSOR_TYPES", "MAX_BLOCKS",
+           "MAX_INDENT"]
 
 # Python limits how deeply statements nest (20 blocks, 100 indentation levels); a compound
 # statement deeper than these runs as a part of its own (frame mode only), called with the frame.
@@ -36,6 +40,49 @@ def fusable_method_call(first: Instruction, second: Instruction) -> bool:
             and first.out_var.startswith("$") and type(second) is OpInstruction
             and isinstance(second.target, VarRef) and second.target.name == first.out_var
             and names_read(second).count(first.out_var) == 1)  # read as the callee only
+
+
+# Types none of whose instances `isinstance(value, torch.Tensor)` accepts (none is a Tensor subclass
+# and none lets an instance report another `__class__`): generated code that asks whether a value is
+# a tensor tests `type(value) in NOT_TENSOR_TYPES` before the slower isinstance call.
+NOT_TENSOR_TYPES = frozenset({int, float, bool, complex, str, bytes, type(None), type(Ellipsis), tuple, list, dict,
+                              set, frozenset, slice, range, types.MethodType, types.BuiltinMethodType,
+                              types.FunctionType, types.MethodWrapperType, type})
+
+# Instructions whose result is never a tensor, whatever their operands: a container built by the
+# lowering's intrinsics, a comparison by identity, a negation, a truth test, an f-string.
+_NEVER_TENSOR_OPERATORS = (operator.not_, operator.is_, operator.is_not, operator.truth, operator.contains)
+_NEVER_TENSOR_INTRINSICS = ("build_tuple", "build_list", "build_set", "build_dict", "merge_kwargs", "unpack",
+                            "unpack_starred", "fstring", "contains", "not_in", "make_slice", "truth")
+_INTRINSICS = "nnschemaparser.lowering.intrinsics"
+_LITERAL_TYPES = (int, float, bool, complex, str, bytes, type(None))
+_NUMBER_TYPES = (int, float, bool, complex)
+_ARITHMETIC = (operator.neg, operator.pos, operator.invert, operator.add, operator.sub, operator.mul,
+               operator.truediv, operator.floordiv, operator.mod, operator.pow)
+
+
+def never_tensor(instr: Instruction) -> bool:
+    """Whether `instr` binds something that can never be a tensor, known from the instruction alone:
+    an op whose callee (fixed at lowering time, not read live through a binding) is one of the
+    lowering's intrinsics building a container, string, slice or bool, an identity comparison or
+    negation, arithmetic of number literals (`-1`), or the assignment of a literal number, string
+    or None. Such an instruction needs no
+    run-time test of its result where a run counts or reports tensor results."""
+    if type(instr) is not OpInstruction or getattr(instr, "binding", None) is not None:
+        return False
+    target = instr.target
+    if any(target is known for known in _NEVER_TENSOR_OPERATORS):
+        return True
+    if any(target is known for known in _ARITHMETIC):  # `-1`: arithmetic of number literals only
+        return bool(instr.args) and not instr.kwargs and not instr.star_args and instr.args_var is None \
+            and all(type(arg) in _NUMBER_TYPES for arg in instr.args)
+    intrinsics = sys.modules.get(_INTRINSICS)  # the runtime never imports the lowering itself
+    if intrinsics is None or isinstance(target, VarRef):
+        return False
+    if any(target is getattr(intrinsics, name, None) for name in _NEVER_TENSOR_INTRINSICS):
+        return True
+    return (target is getattr(intrinsics, "assign", None) and len(instr.args) == 1 and not instr.star_args
+            and instr.args_var is None and type(instr.args[0]) in _LITERAL_TYPES)
 
 
 def walk_instructions(instrs: list) -> Any:

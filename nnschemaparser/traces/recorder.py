@@ -233,6 +233,12 @@ class ActivationRecorder(TraceListener):
         # One lookup per step on the hot path: ops with a fixed callee are described once.
         if self.root_frame is None:
             self.root_frame = frames[0]
+        keep = self.keep
+        if keep is not None and not keep.may_keep_activations(path):
+            # a step the selector cannot keep: numbered as `_add` would number it, never described
+            if instr.__class__ is OpInstruction or isinstance(instr, (OpInstruction, BlockInstruction)):
+                self._count += 1
+            return
         described = self._ops.get(id(instr))
         if described is None or described[2] is not instr:
             if instr.__class__ is OpInstruction or isinstance(instr, OpInstruction):
@@ -383,11 +389,19 @@ class ActivationRecorder(TraceListener):
             why = ("changed in place after capture, inside a block this capture did not observe (it holds nothing "
                    "keep= names) or by an op the schema does not flag as mutating; the value at capture time was "
                    "not kept: capture_run(..., observe_all=True) observes every block and keeps it")
-        for position in range(len(versions)):
-            number = self._number_at(position)
-            value = self._value_of(number)
-            if value is not None and _version(value) != versions[position]:
-                self._set_value(number, None, why)
+        # one pass over the values where they are: built steps first, then the pending records
+        built, records = self.trace._steps, self._records
+        count = len(built)
+        for position, captured in enumerate(versions):
+            value = built[position].tensor.value if position < count else records[position - count][_VALUE]
+            if value is None:
+                continue
+            try:
+                now = value._version
+            except (RuntimeError, AttributeError):  # as _version(): no version counter
+                now = -1
+            if now != captured:
+                self._set_value(self._number_at(position), None, why)
 
     def _bounded(self, tensor: torch.Tensor, number: int) -> tuple[Any, Optional[str], tuple]:
         limits = self.limits

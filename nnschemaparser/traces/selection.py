@@ -93,13 +93,25 @@ def _parse_term(text: str) -> KeepTerm:
 class KeepSelector:
     """A union of `KeepTerm`s; `matches(block_path, var, op, slot)` says whether a step is kept."""
 
-    __slots__ = ("terms", "_cache")
+    __slots__ = ("terms", "_cache", "_blocks")
 
     def __init__(self, terms: Iterable[KeepTerm]):
         self.terms = tuple(terms)
         if not self.terms:
             raise ValueError("a keep selector needs at least one term")
         self._cache: dict[tuple[str, str, str, str], bool] = {}
+        self._blocks: dict[str, bool] = {}  # block path -> may_keep_activations(path)
+
+    def may_keep_activations(self, block_path: str) -> bool:
+        """Whether some activation of the block at `block_path` can match (False: none of its
+        activation steps is kept, whatever its variable or op), so a recorder can skip describing them."""
+        hit = self._blocks.get(block_path)
+        if hit is None:
+            hit = self._blocks[block_path] = any(
+                (t.slot is None or fnmatchcase("activation", t.slot))
+                and (t.block is None or fnmatchcase(block_path, t.block) or fnmatchcase(block_path, t.block + ".*"))
+                for t in self.terms)
+        return hit
 
     def matches(self, block_path: str, var: str, op: str, slot: str) -> bool:
         key = (block_path, var, op, slot)

@@ -138,3 +138,59 @@ def test_a_kept_value_changed_in_place_by_an_unobserved_block_is_dropped_and_say
     assert kept is not None and torch.equal(kept.value, x * 3)  # observed everywhere: cloned before the add_
     (dropped,) = [s for s in fast.trace if s.container_id == kept.container_id]
     assert dropped.value is None and "not observe" in dropped.omitted and "observe_all=True" in dropped.omitted
+
+
+class _Tagged(torch.Tensor):
+    """A tensor subclass: an unobserved block binding one counts it as a tensor, as observing does."""
+
+
+class _Mixed(nn.Module):
+    """An unobserved block binding tensors, a tensor subclass and values that are never tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x, extra=None):
+        tagged = x.as_subclass(_Tagged) * 2
+        n = -1
+        pair = (x, tagged)
+        missing = extra is None
+        flag = not missing
+        label = f"{n}:{flag}"
+        first, second = pair
+        y = self.lin(first) + second.as_subclass(torch.Tensor)
+        return y.reshape(n, 4), label
+
+
+class _MixedThenKept(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mixed, self.kept = _Mixed(), nn.Linear(4, 4)
+
+    def forward(self, x):
+        y, label = self.mixed(x)
+        return self.kept(y) * len(label)
+
+
+def test_kept_numbers_count_tensor_subclasses_and_skip_values_that_are_never_tensors():
+    torch.manual_seed(0)
+    model, x = _MixedThenKept(), torch.randn(2, 4)
+    schema = parse(model, {"x": x})
+    with torch.no_grad():
+        full = capture_run(schema, {"x": x})
+        kept = capture_run(schema, {"x": x}, keep="kept")
+    assert torch.equal(kept.outputs[0], full.outputs[0])
+    assert any(type(s.value) is _Tagged for s in full.trace if s.block_path == "mixed")  # a subclass was bound
+    _same_steps(list(kept.trace), _filtered(full.trace, ["kept"]))
+
+
+def test_steps_of_blocks_the_selector_cannot_keep_are_numbered_but_not_recorded():
+    model, inputs, schema = llama_case(2)
+    with torch.no_grad():
+        full = capture_run(schema, dict(inputs))
+        # the root is observed (it leads to the kept layer) but nothing of its own is kept
+        kept = capture_run(schema, dict(inputs), keep="model.layers.1:*")
+    root_steps = [s for s in full.trace if s.block_path == "model" and s.slot_type == "activation"]
+    assert root_steps and not any(s.block_path == "model" for s in kept.trace)
+    _same_steps(list(kept.trace), _filtered(full.trace, ["model.layers.1"]))
