@@ -18,6 +18,7 @@ import { attachTreeKeys } from "./treekeys.js";
 import { TreeColours } from "./treecolour.js";
 import { LayersView } from "./layers.js";
 import { RoutingView } from "./routing.js";
+import { LogicalView } from "./logical.js";
 
 const nextFrame = () => new Promise((/** @type {(value?: unknown) => void} */ resolve) => requestAnimationFrame(() => resolve()));
 
@@ -166,6 +167,15 @@ function render({ model, el }) {
     currentNode: () => Number((model.get("step_info") || {}).node ?? -1) });
   // MoE models only: the router's choice of experts per token and layer.
   const routingView = !isStatic && model.get("moe") ? new RoutingView(addTab("Routing"), channel) : null;
+  // A sharded run's logical values (widget.show_logical): the tab appears once the kernel holds them.
+  /** @type {LogicalView | null} */
+  let logicalView = null;
+  const onLogical = () => {
+    if (isStatic || !model.get("logical")) return;
+    if (!logicalView) logicalView = new LogicalView(addTab("Logical"), channel);
+    else logicalView.loaded = false;  // show_logical again: a new view to fetch
+    if (activeTab === "Logical") logicalView.refresh();
+  };
   table.isStatic = isStatic;
   const treeColours = new TreeColours(treeBox, channel);
   trends.onColourBy = (query) => treeColours.colourBy(query);
@@ -186,6 +196,7 @@ function render({ model, el }) {
     if (name === "Trends") trends.refresh();
     if (name === "Layers" && layersView) layersView.refresh();
     if (name === "Routing" && routingView) routingView.refresh();
+    if (name === "Logical" && logicalView) logicalView.refresh();
   }
 
   root.append(
@@ -324,10 +335,12 @@ function render({ model, el }) {
   onError();
   onStep();
   showTab("Edit");
+  onLogical();
   if (isStatic) showTab("Trace");
 
   const handlers = { "change:step_info": onStep, "change:runs": onRuns, "change:error": onError,
-    "change:edit_list": onEdits, "change:blocks": onBlocks, "change:status": onStatus, "change:show_lowered": onLowered };
+    "change:edit_list": onEdits, "change:blocks": onBlocks, "change:status": onStatus, "change:show_lowered": onLowered,
+    "change:logical": onLogical };
   for (const [event, handler] of Object.entries(handlers)) model.on(event, handler);
   model.on("change:step_info", onDebugStep);
   onDebugStep();
