@@ -91,7 +91,8 @@ export function rowReadout(row, root = "") {
   return text;
 }
 
-const COLUMNS = ["#", "block", "var", "placement", "local shape", "whole shape", "mean", "std", "min", "max"];
+// The placement, the whole shape and the comparison first (in view at 900 px), the block path last.
+const COLUMNS = ["#", "var", "placement", "whole shape", "vs 1 process", "mean", "std", "min", "max", "local shape", "block"];
 
 export class LogicalView {
   /** @param {HTMLElement} container @param {import("./types").Channel} channel */
@@ -128,7 +129,7 @@ export class LogicalView {
     this.data = data;
     this.message.textContent = logicalSummary(data);
     clear(this.head);
-    const columns = data.compared ? [...COLUMNS, "vs 1 process"] : COLUMNS;
+    const columns = data.compared ? COLUMNS : COLUMNS.filter((c) => c !== "vs 1 process");
     this.head.append(h("tr", {}, ...columns.map((c) => h("th", { scope: "col" }, c))));
     this.renderRows();
   }
@@ -143,14 +144,15 @@ export class LogicalView {
       const badge = h("button", { class: "nnsp-lg-badge", type: "button", "data-kind": words.kind, title: row.placement,
         "aria-label": `${row.var} placement: ${words.text}`, onclick: () => { this.readout.textContent = rowReadout(row, root); } }, words.text);
       const stats = row.stats || {};
-      const cells = [h("td", { class: "nnsp-num" }, String(row.step)), h("td", {}, row.block || root), h("td", { class: "nnsp-var" }, row.var),
-        h("td", {}, badge), h("td", {}, shapeText(row.local_shape)), h("td", {}, shapeText(row.logical_shape))];
-      if (row.stats) for (const key of ["mean", "std", "min", "max"]) cells.push(h("td", { class: "nnsp-num" }, fmt(stats[key])));
-      else cells.push(h("td", { class: "nnsp-lg-note", colspan: "4" }, row.note || ""));
+      const cells = [h("td", { class: "nnsp-num" }, String(row.step)), h("td", { class: "nnsp-var" }, row.var), h("td", {}, badge),
+        h("td", {}, shapeText(row.logical_shape))];
       if (this.data.compared) {
         const compared = compareText(row.compare);
         cells.push(h("td", { class: "nnsp-lg-compare", "data-state": compared.state, title: row.compare ? row.compare.reason : "" }, compared.text));
       }
+      if (row.stats) for (const key of ["mean", "std", "min", "max"]) cells.push(h("td", { class: "nnsp-num" }, fmt(stats[key])));
+      else cells.push(h("td", { class: "nnsp-lg-note", colspan: "4" }, row.note || ""));
+      cells.push(h("td", { class: "nnsp-lg-local" }, shapeText(row.local_shape)), h("td", { class: "nnsp-lg-block" }, row.block || root));
       this.body.append(h("tr", { "data-kind": words.kind }, ...cells));
     }
     if (!rows.length) this.body.append(h("tr", {}, h("td", { colspan: "11" }, "no value matches the filter")));
