@@ -18,7 +18,6 @@ import { attachTreeKeys } from "./treekeys.js";
 import { TreeColours } from "./treecolour.js";
 import { LayersView } from "./layers.js";
 import { RoutingView } from "./routing.js";
-import { LogicalView } from "./logical.js";
 
 const nextFrame = () => new Promise((/** @type {(value?: unknown) => void} */ resolve) => requestAnimationFrame(() => resolve()));
 
@@ -167,14 +166,37 @@ function render({ model, el }) {
     currentNode: () => Number((model.get("step_info") || {}).node ?? -1) });
   // MoE models only: the router's choice of experts per token and layer.
   const routingView = !isStatic && model.get("moe") ? new RoutingView(addTab("Routing"), channel) : null;
-  // A sharded run's logical values (widget.show_logical): the tab appears once the kernel holds them.
-  /** @type {LogicalView | null} */
+  // A sharded run's logical values (widget.show_logical): the tab appears once the kernel holds them;
+  // its code (static/logical.js, not in this bundle) comes from the kernel when the tab first opens.
+  /** @type {{ loaded: boolean, refresh: () => Promise<void> } | null} */
   let logicalView = null;
+  /** @type {HTMLElement | null} */
+  let logicalBody = null;
+  const openLogical = async () => {
+    if (!logicalBody) return;
+    if (!logicalView) {
+      const body = logicalBody;
+      try {
+        const { code } = /** @type {{ code: string }} */ (await channel.request("logical_module", {}));
+        const url = URL.createObjectURL(new Blob([code], { type: "text/javascript" }));
+        try {
+          const module = await import(/* @vite-ignore */ url);
+          logicalView = logicalView || new module.LogicalView(body, channel);
+        } finally {
+          URL.revokeObjectURL(url);
+        }
+      } catch (err) {
+        body.textContent = `the Logical view could not load: ${/** @type {Error} */ (err).message}`;
+        return;
+      }
+    }
+    await logicalView?.refresh();
+  };
   const onLogical = () => {
     if (isStatic || !model.get("logical")) return;
-    if (!logicalView) logicalView = new LogicalView(addTab("Logical"), channel);
-    else logicalView.loaded = false;  // show_logical again: a new view to fetch
-    if (activeTab === "Logical") logicalView.refresh();
+    if (!logicalBody) logicalBody = addTab("Logical");
+    else if (logicalView) logicalView.loaded = false;  // show_logical again: a new view to fetch
+    if (activeTab === "Logical") openLogical();
   };
   table.isStatic = isStatic;
   const treeColours = new TreeColours(treeBox, channel);
@@ -196,7 +218,7 @@ function render({ model, el }) {
     if (name === "Trends") trends.refresh();
     if (name === "Layers" && layersView) layersView.refresh();
     if (name === "Routing" && routingView) routingView.refresh();
-    if (name === "Logical" && logicalView) logicalView.refresh();
+    if (name === "Logical") openLogical();
   }
 
   root.append(

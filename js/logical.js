@@ -3,9 +3,30 @@
 // the local and the whole (gathered) shape, the whole tensor's statistics and, when the kernel was
 // given a one-process reference, whether the gathered value is exact or its max abs diff. Each badge
 // is a button: focus it (Tab) and press Enter, or click it, to read the placement and comparison out.
-// The kernel makes the data (widget/logical_view.py); this file only lays it out.
+// The kernel makes the data (widget/logical_view.py); this file only lays it out. It is not in the
+// main bundle (the initial widget state stays under its budget): build.mjs makes static/logical.js
+// of it, which index.js asks the kernel for (`logical_module`) when the Logical tab first opens.
 
 import { h, clear, fmt } from "./dom.js";
+
+/** The view's styles, added to the page once (they are not in widget.css). */
+export const LOGICAL_STYLE = `
+.nnsp-lg-controls { margin: 4px 0; }
+.nnsp-lg-filter { width: min(360px, 100%); }
+.nnsp-lg-wrap { max-height: 420px; }
+.nnsp-lg-badge { font: inherit; font-size: 0.95em; padding: 0 6px; border-radius: 8px; cursor: pointer; white-space: nowrap;
+  border: 1px solid var(--nnsp-border); background: transparent; color: var(--nnsp-fg); }
+.nnsp-lg-badge:focus-visible { outline: 2px solid var(--nnsp-accent); outline-offset: 1px; }
+.nnsp-lg-badge[data-kind="shard"] { border-color: var(--nnsp-accent); color: var(--nnsp-accent); }
+.nnsp-lg-badge[data-kind="partial"] { border-color: var(--nnsp-warn); color: var(--nnsp-warn-text); }
+.nnsp-lg-badge[data-kind="replicate"] { border-color: var(--nnsp-ok); color: var(--nnsp-ok-text); }
+.nnsp-lg-badge[data-kind="unknown"] { border-style: dashed; color: var(--nnsp-muted); }
+.nnsp-lg-note { color: var(--nnsp-muted); white-space: normal; min-width: 20em; font-family: inherit; }
+.nnsp-lg-compare[data-state="exact"] { color: var(--nnsp-ok-text); }
+.nnsp-lg-compare[data-state="sum-order"] { color: var(--nnsp-warn-text); }
+.nnsp-lg-compare[data-state="unexpected"] { color: var(--nnsp-error); font-weight: 600; }
+.nnsp-lg-table .nnsp-lg-block { color: var(--nnsp-muted); }
+`;
 
 const WORDS = { S: "Shard", P: "Partial", R: "Replicate", "?": "unknown" };
 
@@ -99,6 +120,9 @@ export class LogicalView {
   constructor(container, channel) {
     this.channel = channel;
     this.loaded = false;
+    if (!document.getElementById("nnsp-logical-style")) {
+      document.head.append(h("style", { id: "nnsp-logical-style" }, LOGICAL_STYLE));
+    }
     /** @type {Record<string, any> | null} */
     this.data = null;
     this.message = h("div", { class: "nnsp-note nnsp-lg-summary", role: "status" });

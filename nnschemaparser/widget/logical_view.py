@@ -11,7 +11,8 @@ bins; a step whose placement is unknown has no statistics and says why. Given a 
 is also compared with its twin (`distributed.compare_value`: torch.equal, the largest absolute
 difference and why they differ: a sum over shards, or unexpected). `logical_reply` is what
 the browser's `logical` message gets: the state the kernel holds, or a clear error when no logical
-trace was shown.
+trace was shown. `logical_module` is the browser code of the Logical tab (static/logical.js, built
+apart from widget.js so that the initial widget state does not grow), sent when the tab first opens.
 
 Depends on traces (statistics, bins) and distributed (the trace it reads).
 """
@@ -19,6 +20,7 @@ Depends on traces (statistics, bins) and distributed (the trace it reads).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from ..distributed.compare import compare_value
@@ -28,7 +30,9 @@ from ..schema.errors import NNSchemaError
 from ..traces.histograms import histogram_bins
 from ..traces.tables import tensor_statistics
 
-__all__ = ["logical_view_state", "logical_reply", "LogicalViewError"]
+__all__ = ["logical_view_state", "logical_reply", "logical_module", "LogicalViewError"]
+
+_MODULE = Path(__file__).resolve().parent / "static" / "logical.js"
 
 
 class LogicalViewError(NNSchemaError):
@@ -83,3 +87,10 @@ def logical_reply(state: Any) -> dict:
         raise LogicalViewError("no logical view in this inspector: call widget.show_logical(record.trace) on every "
                                "rank after capture_logical (rank 0's widget then shows it)")
     return view
+
+
+def logical_module() -> dict:
+    """The browser's `logical_module` request: the Logical tab's code (an ES module's source)."""
+    if not _MODULE.is_file():
+        raise LogicalViewError(f"{_MODULE} is missing: rebuild the browser files (python -m nnschemaparser.widget.build)")
+    return {"code": _MODULE.read_text(encoding="utf-8")}
