@@ -1,4 +1,5 @@
-"""Builds the inspector's browser files, `static/widget.js`, `static/widget.css` and `static/logical.js` (the Logical tab, sent on request), from js/ with esbuild.
+"""Builds the inspector's browser files, `static/widget.js`, `static/widget.css` and `static/logical.js`
+(the Logical tab, sent on request), from js/ with esbuild.
 
 The browser code lives in js/ as ES modules (an npm package with pinned devDependencies: esbuild,
 typescript). `js/build.mjs` bundles `js/index.js` into one minified ESM file and minifies
