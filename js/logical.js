@@ -21,7 +21,7 @@ export const LOGICAL_STYLE = `
 .nnsp-lg-badge[data-kind="partial"] { border-color: var(--nnsp-warn); color: var(--nnsp-warn-text); }
 .nnsp-lg-badge[data-kind="replicate"] { border-color: var(--nnsp-ok); color: var(--nnsp-ok-text); }
 .nnsp-lg-badge[data-kind="unknown"] { border-style: dashed; color: var(--nnsp-muted); }
-.nnsp-lg-note { color: var(--nnsp-muted); white-space: normal; min-width: 20em; font-family: inherit; }
+.nnsp-lg-table td.nnsp-lg-note { color: var(--nnsp-muted); max-width: 26em; overflow: hidden; text-overflow: ellipsis; font-family: inherit; }
 .nnsp-lg-compare[data-state="exact"] { color: var(--nnsp-ok-text); }
 .nnsp-lg-compare[data-state="sum-order"] { color: var(--nnsp-warn-text); }
 .nnsp-lg-compare[data-state="unexpected"] { color: var(--nnsp-error); font-weight: 600; }
@@ -175,7 +175,7 @@ export class LogicalView {
         cells.push(h("td", { class: "nnsp-lg-compare", "data-state": compared.state, title: row.compare ? row.compare.reason : "" }, compared.text));
       }
       if (row.stats) for (const key of ["mean", "std", "min", "max"]) cells.push(h("td", { class: "nnsp-num" }, fmt(stats[key])));
-      else cells.push(h("td", { class: "nnsp-lg-note", colspan: "4" }, row.note || ""));
+      else cells.push(h("td", { class: "nnsp-lg-note", colspan: "4", title: row.note || "" }, row.note || ""));
       cells.push(h("td", { class: "nnsp-lg-local" }, shapeText(row.local_shape)), h("td", { class: "nnsp-lg-block" }, row.block || root));
       this.body.append(h("tr", { "data-kind": words.kind }, ...cells));
     }
