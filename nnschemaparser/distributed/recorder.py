@@ -24,13 +24,14 @@ Depends on traces (the recorder it extends), runtime (operand reading) and `plac
 from __future__ import annotations
 
 import hashlib
+import types
 from typing import Any, Optional
 
 import torch
 
 from ..runtime.instructions import operand_reader
 from ..runtime.listeners import RETURN_SLOT
-from ..schema.model import BlockInstruction, Instruction, ModelBlockSchema, OpInstruction, VarRef
+from ..schema.model import BlockInstruction, Instruction, ModelBlockSchema, OpInstruction, ReturnInstruction, VarRef
 from ..traces.recorder import ActivationRecorder
 from .placement import (REPLICATE, UNKNOWN, DimPlacement, Layout, _dim_names, dim_placement, is_dtensor,
                         layout_of_dtensor, local_of, style_output_layout)
@@ -68,6 +69,11 @@ class LogicalRecorder(ActivationRecorder):
     hold different batches of the root inputs (FSDP2's data-parallel dims: `Shard(0)` there).
     """
 
+    # Every instruction, not only those that bind a tensor: the interpreter's fast path calls a
+    # recorder only for tensor results, and an op that returns a tuple of tensors
+    # (`q, k = apply_rotary_pos_emb(...)`) binds none, yet its parts need layouts (`_place_parts`).
+    every_instruction = True
+
     def __init__(self, world: Any, input_placements: Optional[dict] = None, batch_dims: tuple = (), **kwargs: Any):
         super().__init__(**kwargs)
         self.world = world
@@ -104,6 +110,50 @@ class LogicalRecorder(ActivationRecorder):
         super().on_run_end(outputs)
         self._shadow.clear()
         self._returns.clear()
+
+    def on_instruction(self, event: Any) -> None:
+        value = event.value
+        if isinstance(value, (tuple, list)) and isinstance(event.instruction, OpInstruction):
+            self._place_parts(event.instruction, event.frame, value)
+        elif isinstance(value, torch.Tensor) or isinstance(event.instruction, ReturnInstruction):
+            super().on_instruction(event)
+
+    def _place_parts(self, instr: OpInstruction, frame: dict, value: Any) -> None:
+        """The layouts of the tensors inside an op's tuple (or list) result, by the rules of one
+        tensor result; without them a later `getitem` would read them as replicated values, the
+        check after the run would find they differ, and every value computed from them would be
+        unknown."""
+        target = self._read(instr.target, frame, instr.out_var) if isinstance(instr.target, VarRef) else instr.target
+        owner = getattr(target, "__self__", None)
+        stateful = owner is not None and not isinstance(owner, (torch.Tensor, types.ModuleType))
+        for index, item in enumerate(value):
+            if not isinstance(item, torch.Tensor) or self._lookup(item) is not None:
+                continue
+            if stateful:  # a method of an object (a KV cache's update) may change it: never run it twice
+                layout = self._unknown(f"part {index} of what a method of a {type(owner).__name__} returned; it is not "
+                                       "run again on DTensors, since it may change its object's state")
+                self._known[id(item)] = (item, layout)
+                continue
+            dims: list[Optional[DimPlacement]] = [None] * len(self.names)
+            sources: list[str] = []
+            if is_dtensor(item):
+                own = layout_of_dtensor(self.world, item)
+                if own is not None:
+                    dims = [d if d.kind != "unknown" else None for d in own.dims]
+                    sources.append(own.source)
+            try:
+                reduced, assumes = self._from_op(instr, frame, item, dims, sources, part=index)
+            except Exception as exc:  # as in _took: a rule that cannot run leaves the part unknown
+                layout = self._unknown(f"its placement could not be derived: {type(exc).__name__}: {exc}")
+            else:
+                if all(d is None for d in dims) and not sources:
+                    continue  # no tensor operand: as a tensor result, assumed replicated where read
+                final = tuple(d if d is not None else UNKNOWN for d in dims)
+                layout = Layout(final, self.names, "; ".join(dict.fromkeys(sources)) + f" (part {index} of its result)",
+                                reduced, assumes)
+            self._known[id(item)] = (item, layout)
+            if not is_dtensor(item):
+                self._by_view[_view_key(item)] = layout
 
     def _returned(self, instr: Any, frame: dict, depth: int) -> None:
         super()._returned(instr, frame, depth)
@@ -276,7 +326,7 @@ class LogicalRecorder(ActivationRecorder):
         return operand_reader(operand)(frame)
 
     def _from_op(self, instr: OpInstruction, frame: dict, value: torch.Tensor, dims: list,
-                 sources: list) -> tuple[bool, frozenset]:
+                 sources: list, part: Optional[int] = None) -> tuple[bool, frozenset]:
         out = instr.out_var
         args = [self._read(a, frame, out) for a in instr.args]
         spread = []
@@ -323,7 +373,7 @@ class LogicalRecorder(ActivationRecorder):
             else:
                 missing.append(index)
         if missing:
-            found = self._rerun(target, receiver, spread, kwargs, operands, value)
+            found = self._rerun(target, receiver, spread, kwargs, operands, value, part)
             for index in missing:
                 dims[index] = found[index] if found is not None else UNKNOWN
                 reduced = reduced or dims[index].kind == "partial"
@@ -332,9 +382,10 @@ class LogicalRecorder(ActivationRecorder):
         return reduced, assumes
 
     def _rerun(self, target: Any, receiver: Optional[torch.Tensor], args: list, kwargs: dict,
-               operands: list, value: torch.Tensor) -> Optional[tuple[DimPlacement, ...]]:
+               operands: list, value: torch.Tensor, part: Optional[int] = None) -> Optional[tuple[DimPlacement, ...]]:
         """Rule 3: the op on DTensors of the world mesh made of the operands' local parts and layouts;
-        its placements, when the result's local part equals `value`'s (None otherwise)."""
+        its placements, when the result's local part equals `value`'s (None otherwise). `part`: the
+        index of `value` in the op's tuple result."""
         from torch.distributed.tensor import DTensor
         from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
 
@@ -368,6 +419,10 @@ class LogicalRecorder(ActivationRecorder):
                         result = target(*swap(call_args), **swap(call_kwargs))
             except Exception:  # DTensor has no rule for it, or these sizes do not fit: try the next
                 continue
+            if part is not None:
+                if not isinstance(result, (tuple, list)) or len(result) <= part:
+                    continue
+                result = result[part]
             if not is_dtensor(result):
                 continue
             mine = result.to_local()
