@@ -34,3 +34,11 @@ def test_values_after_a_tuple_split_gather_to_the_one_process_values(ranks):
     for var in ("gate", "value"):
         assert rows[var]["exact"] is True, rows[var]
     assert all(row["exact"] is True for row in ranks[0]["table"]), [r for r in ranks[0]["table"] if r["exact"] is not True]
+
+
+def test_a_reason_shared_by_many_failed_values_is_given_once_with_their_count():
+    from nnschemaparser.distributed.logical import _reasons
+
+    same = "_operator.getitem differs across mesh dim 'dp'"
+    assert _reasons([same] * 9) == f"{same} (9 values)"
+    assert _reasons([same, "x differs across mesh dim 'tp'", same]) == f"{same} (2 values); x differs across mesh dim 'tp'"
