@@ -1,5 +1,6 @@
 // Builds the inspector's browser files with esbuild: nnschemaparser/widget/static/widget.js (one
-// minified ESM file, entry index.js) and widget.css (styles.css, minified). The output is a pure
+// minified ESM file, entry index.js), widget.css (styles.css, minified) and logical.js (the Logical
+// view, loaded on demand). The output is a pure
 // function of the sources and these options, so the checked-in files can be checked for staleness.
 //
 //   node build.mjs                 # write ../nnschemaparser/widget/static/widget.{js,css}
@@ -31,6 +32,15 @@ await esbuild.build({
   // through __nnsp.index, which index.js fills in; under anywidget it stays local to the module.
   banner: { js: `// ${header}\nconst __nnsp = {};` },
   sourcemap: dev ? "linked" : false,
+});
+// The Logical view (logical.js, with its styles) apart: the kernel sends it when its tab first opens.
+await esbuild.build({
+  ...common,
+  entryPoints: ["logical.js"],
+  outfile: path.join(outdir, "logical.js"),
+  format: "esm",
+  target: "es2020",
+  banner: { js: `// ${header}` },
 });
 await esbuild.build({
   ...common,

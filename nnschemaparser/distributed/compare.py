@@ -21,7 +21,7 @@ import torch
 from ..traces.tables import pandas_module
 from .logical import LogicalTrace
 
-__all__ = ["compare_logical", "LOGICAL_COMPARE_COLUMNS"]
+__all__ = ["compare_logical", "compare_value", "LOGICAL_COMPARE_COLUMNS"]
 
 LOGICAL_COMPARE_COLUMNS = ("container_id", "variable", "block_path", "placement", "logical_shape", "exact",
                            "max_abs_diff", "reduced", "reason")
@@ -40,6 +40,34 @@ def _twin(step: Any, reference: Any, root: str) -> Any:
         if other.step == step.step and other.out_var == step.out_var and same_block:
             return other
     return None
+
+
+def compare_value(step: Any, value: torch.Tensor, layout: Any, reference: Any, root: str) -> dict:
+    """One gathered `value` (of `step`, placed as `layout`) against its twin in the one-process
+    `reference` trace: {"exact", "max_abs_diff", "reason"} (the first two None when not compared)."""
+    twin = _twin(step, reference, root)
+    if twin is None:
+        return {"exact": None, "max_abs_diff": None,
+                "reason": "no step with this container id (or this number and variable) in the reference"}
+    other = twin.value
+    if other is None:
+        return {"exact": None, "max_abs_diff": None, "reason": "the reference kept no value"}
+    if tuple(other.shape) != tuple(value.shape) or other.dtype != value.dtype:
+        return {"exact": False, "max_abs_diff": None,
+                "reason": f"shape or dtype differs: {tuple(value.shape)} {value.dtype} vs the reference's "
+                          f"{tuple(other.shape)} {other.dtype}"}
+    exact = torch.equal(value, other.detach())
+    diff = (value.detach().double() - other.detach().double()).abs()
+    result = {"exact": exact, "max_abs_diff": float(diff.max()) if diff.numel() else 0.0}
+    if exact:
+        result["reason"] = "equal"
+    elif layout.partial:
+        result["reason"] = "a partial sum; gathered, it is " + SUM_ORDER
+    elif layout.reduced:
+        result["reason"] = "computed from " + SUM_ORDER
+    else:
+        result["reason"] = "UNEXPECTED: differs although no sum over shards is involved"
+    return result
 
 
 def compare_logical(trace: LogicalTrace, reference: Any) -> Any:
@@ -61,29 +89,5 @@ def compare_logical(trace: LogicalTrace, reference: Any) -> Any:
             continue
         value = trace.logical(step.container_id)
         row["logical_shape"] = tuple(value.shape)
-        twin = _twin(step, reference, trace.root)
-        if twin is None:
-            row["reason"] = "no step with this container id (or this number and variable) in the reference"
-            continue
-        other = twin.value
-        if other is None:
-            row["reason"] = "the reference kept no value"
-            continue
-        if tuple(other.shape) != tuple(value.shape) or other.dtype != value.dtype:
-            row["exact"] = False
-            row["reason"] = f"shape or dtype differs: {tuple(value.shape)} {value.dtype} vs the reference's " \
-                            f"{tuple(other.shape)} {other.dtype}"
-            continue
-        exact = torch.equal(value, other.detach())
-        row["exact"] = exact
-        diff = (value.detach().double() - other.detach().double()).abs()
-        row["max_abs_diff"] = float(diff.max()) if diff.numel() else 0.0
-        if exact:
-            row["reason"] = "equal"
-        elif layout.partial:
-            row["reason"] = "a partial sum; gathered, it is " + SUM_ORDER
-        elif layout.reduced:
-            row["reason"] = "computed from " + SUM_ORDER
-        else:
-            row["reason"] = "UNEXPECTED: differs although no sum over shards is involved"
+        row.update(compare_value(step, value, layout, reference, trace.root))
     return pandas_module().DataFrame(rows, columns=list(LOGICAL_COMPARE_COLUMNS))

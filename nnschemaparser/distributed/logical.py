@@ -152,6 +152,15 @@ def _replicated_over(dim: int, digests: dict[int, Optional[str]], coords: dict[i
     return all(len(found) == 1 and None not in found for found in groups.values())
 
 
+def _reasons(texts: list[str]) -> str:
+    """Distinct reasons once each, with how many values gave each (a value computed from many failed
+    ones would otherwise repeat one sentence per value: kilobytes per row of the widget's reply)."""
+    counts: dict[str, int] = {}
+    for text in texts:
+        counts[text] = counts.get(text, 0) + 1
+    return "; ".join(text if n == 1 else f"{text} ({n} values)" for text, n in counts.items())
+
+
 def consolidate(recorder: LogicalRecorder, trace: LogicalTrace) -> None:
     """Compare the ranks' records (a collective) and write the checked layouts into `trace`."""
     world = recorder.world
@@ -198,8 +207,8 @@ def consolidate(recorder: LogicalRecorder, trace: LogicalTrace) -> None:
                 layout = Layout(dims, layout.mesh_dim_names, f"not replicated: {reasons[number]}", layout.reduced)
             else:
                 layout = Layout(tuple(UNKNOWN for _ in layout.dims), layout.mesh_dim_names,
-                                "derived from values that are not replicated: " +
-                                "; ".join(reasons[k] for k in bad), layout.reduced)
+                                "derived from values that are not replicated: " + _reasons([reasons[k] for k in bad]),
+                                layout.reduced)
         elif layout.assumes:
             layout = Layout(layout.dims, layout.mesh_dim_names,
                             layout.source.replace("assumed replicated, checked after the run",

@@ -78,6 +78,8 @@ class InspectorWidget(anywidget.AnyWidget):
     show_lowered = traitlets.Bool(False).tag(sync=True)
     #: Whether the schema has MoE experts blocks: the browser shows its Routing tab only then.
     moe = traitlets.Bool(False).tag(sync=True)
+    #: Whether show_logical was called: the browser adds its Logical tab then.
+    logical = traitlets.Bool(False).tag(sync=True)
 
     def __init__(self, schema: ModelBlockSchema, scope: Mapping[str, Any], *, gradients: bool = True,
                  loss_fn: Optional[Callable[[list], Any]] = None, namespace: Optional[Mapping[str, Any]] = None,
@@ -319,13 +321,16 @@ class InspectorWidget(anywidget.AnyWidget):
         with self._lock:
             return routing_frame(self._state, run)
 
-    def show_logical(self, trace: Any, bins: int = 20) -> dict:
+    def show_logical(self, trace: Any, bins: int = 20, reference: Any = None) -> dict:
         """Hold the logical view of a sharded run (`distributed.capture_logical`'s trace): whole-tensor
         shapes and statistics with a placement badge per value; the browser's `logical` request gets
-        it. A collective: every rank calls it (each gathers the same values); rank 0 shows it."""
-        view = logical_view_state(trace, bins=bins)
+        it (its Logical tab). `reference`: one process's ActivationTrace on the whole inputs, to show
+        per value whether the gathered one is exact or its max abs diff. A collective: every rank
+        calls it (each gathers the same values); rank 0 shows it."""
+        view = logical_view_state(trace, bins=bins, reference=reference)
         with self._lock:
             self._state.logical_view = view
+        self.logical = True
         return view
 
     def attention_heads(self, block_path: str, run: Optional[str] = None, call: int = -1) -> dict:

@@ -16,7 +16,7 @@ import math
 from typing import Any, Callable
 
 from ..schema.errors import NNSchemaError
-from .logical_view import logical_reply
+from .logical_view import logical_module, logical_reply
 from .routing_view import routing_view
 from .runs import TRACE_COLUMNS
 from .state import InspectorError, InspectorState
@@ -376,6 +376,10 @@ class _Handlers:
     @staticmethod
     def on_logical(state: InspectorState, message: dict) -> Any:
         return logical_reply(state)
+
+    @staticmethod
+    def on_logical_module(state: InspectorState, message: dict) -> Any:
+        return logical_module()
 
     @staticmethod
     def on_same_statement(state: InspectorState, message: dict) -> Any:

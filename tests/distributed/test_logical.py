@@ -115,6 +115,7 @@ def test_values_that_differ_across_ranks_are_never_claimed_replicated(group):
 def test_rank0_widget_shows_logical_shapes_stats_and_placement_badges(group):
     result = group("widget")[0]
     assert result["before"]["ok"] is False and "show_logical" in result["before"]["error"]
+    assert result["logical_trait"] == [False, True]  # the browser adds its Logical tab on the change
     reply = result["widget"]
     assert reply["ok"] is True
     view = reply["data"]
@@ -131,3 +132,21 @@ def test_rank0_widget_shows_logical_shapes_stats_and_placement_badges(group):
         assert sum(row["bins"]["counts"]) == row["stats"]["numel"]
         if not row["reduced"]:  # statistics of the whole tensor, as one process computes them
             assert row["stats"]["mean"] == result["reference_mean"][cid], cid
+
+
+def test_rank0_widget_compares_each_logical_value_with_one_process(group):
+    result = group("widget")[0]
+    view = result["widget"]["data"]
+    table = {row["container_id"]: row for row in result["table"]}  # compare_logical on the same trace
+    assert view["compared"] is True and view["ranks"] == 2
+    exact = 0
+    for row in view["rows"]:
+        compare, expected = row["compare"], table[row["container_id"]]
+        assert compare == {"exact": expected["exact"], "max_abs_diff": expected["max_abs_diff"],
+                           "reason": expected["reason"]}, row["container_id"]
+        if not row["reduced"]:
+            assert compare["exact"] is True and compare["max_abs_diff"] == 0.0, row["container_id"]
+        elif not compare["exact"]:  # a sum over shards: the difference is given, not exactness claimed
+            assert compare["max_abs_diff"] > 0 and "in another order" in compare["reason"], row["container_id"]
+        exact += compare["exact"] is True
+    assert view["exact"] == exact

@@ -123,9 +123,11 @@ def run(kind: str, rank: int, world: int) -> dict:
 
         widget = InspectorWidget(schema, scope={"x": mine})
         before = handle_message(widget.state, {"type": "logical", "id": 1})
-        widget.show_logical(record.trace)  # a collective, like logical(): every rank calls it
+        shown_before = widget.logical
+        widget.show_logical(record.trace, reference=reference.trace)  # a collective, like logical(): every rank calls it
         if rank == 0:  # rank 0's widget is the one a notebook shows
             result["before"] = before
+            result["logical_trait"] = [shown_before, widget.logical]
             result["widget"] = handle_message(widget.state, {"type": "logical", "id": 2})
             result["reference"] = {s.container_id: list(s.tensor.shape) for s in reference.trace.steps}
             result["reference_mean"] = {s.container_id: float(s.value.double().mean()) for s in reference.trace.steps}
