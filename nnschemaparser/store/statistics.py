@@ -3,7 +3,9 @@
 The columns are those of `traces.tables.tensor_statistics` (numel, mean, std, min, max, abs_sum,
 l2, NaN and inf counts, fraction of zeros), computed the way a store can afford for every step of
 thousands of inputs. A tensor held by several steps (a block's result is its last op's tensor) is
-summarised once. The distinct tensors of an input are summarised together, in their own dtype
+summarised once, and so is a tensor over the same contiguous elements as an earlier one (a view or a
+reshape of it: same address, element count and dtype, so the same bytes and the same figures, bit for
+bit). The distinct tensors of an input are summarised together, in their own dtype
 (float16 and bfloat16 in float32, integers and booleans in float64, complex as magnitudes), never
 in a float64 copy:
 
