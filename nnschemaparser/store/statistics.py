@@ -12,8 +12,9 @@ in a float64 copy:
 - tensors under `SMALL` elements are stacked by (dtype, shape) into one matrix per group, so a
   group of a hundred small tensors costs the few torch calls of one; larger tensors are reduced
   one by one, in place (their magnitudes go to one scratch buffer reused for the input);
-- for each row (tensor), in the reduction kernels of torch: the sum, the max and the min, the sum
-  and the min of the magnitudes, and the 2-norm (`torch.linalg.vector_norm`); all the figures of an
+- for each row (tensor), in the reduction kernels of torch: the sum, the max and the min (one
+  `torch.aminmax` pass for a large tensor), the sum and the min of the magnitudes, and the 2-norm
+  (`torch.linalg.vector_norm`); all the figures of an
   input are stacked and read back with one `tolist()`.
 
 So each column is:
@@ -96,6 +97,17 @@ def _reduce(matrix: torch.Tensor, scratch: Any = None) -> torch.Tensor:
                         torch.linalg.vector_norm(matrix, dim=1)]).to(_F64)
 
 
+def _reduce_one(tensor: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
+    """`_reduce` of one large tensor as one row: the same figures, its min and max from one `torch.aminmax`
+    pass (on CPU, aminmax over a whole tensor reads it once; along a dimension it is several times slower
+    than amin and amax, so the stacked groups keep those)."""
+    flat = tensor.reshape(-1)
+    magnitude = torch.abs(flat, out=scratch[:flat.numel()])
+    low, high = torch.aminmax(flat)
+    return torch.stack([flat.sum(), low, high, magnitude.sum(), magnitude.amin(),
+                        torch.linalg.vector_norm(flat)]).to(_F64).unsqueeze(1)
+
+
 def summarise(values: Sequence[Any]) -> list[list]:
     """The statistics `[mean, std, min, max, abs_sum, l2, n_nan, n_inf, frac_zero]` of each value (see the
     module docstring); values may repeat (a repeated object is summarised once) or not be tensors."""
@@ -160,7 +172,7 @@ def summarise(values: Sequence[Any]) -> list[list]:
             if buffer is None or buffer.numel() < tensor.numel():
                 buffer = scratch[tensor.dtype] = torch.empty(max(data[k].numel() for k in large if
                                                                  data[k].dtype == tensor.dtype), dtype=tensor.dtype)
-            parts.append(_reduce(tensor.reshape(1, -1), buffer))
+            parts.append(_reduce_one(tensor, buffer))
             order.append(i)
     if parts:
         f = torch.cat(parts, 1)  # [6, tensors]: sum, min, max, magnitude sum, least magnitude, 2-norm
