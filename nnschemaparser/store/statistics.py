@@ -3,15 +3,18 @@
 The columns are those of `traces.tables.tensor_statistics` (numel, mean, std, min, max, abs_sum,
 l2, NaN and inf counts, fraction of zeros), computed the way a store can afford for every step of
 thousands of inputs. A tensor held by several steps (a block's result is its last op's tensor) is
-summarised once. The distinct tensors of an input are summarised together, in their own dtype
+summarised once, and so is a tensor over the same contiguous elements as an earlier one (a view or a
+reshape of it: same address, element count and dtype, so the same bytes and the same figures, bit for
+bit). The distinct tensors of an input are summarised together, in their own dtype
 (float16 and bfloat16 in float32, integers and booleans in float64, complex as magnitudes), never
 in a float64 copy:
 
 - tensors under `SMALL` elements are stacked by (dtype, shape) into one matrix per group, so a
   group of a hundred small tensors costs the few torch calls of one; larger tensors are reduced
   one by one, in place (their magnitudes go to one scratch buffer reused for the input);
-- for each row (tensor), in the reduction kernels of torch: the sum, the max and the min, the sum
-  and the min of the magnitudes, and the 2-norm (`torch.linalg.vector_norm`); all the figures of an
+- for each row (tensor), in the reduction kernels of torch: the sum, the max and the min (one
+  `torch.aminmax` pass for a large tensor), the sum and the min of the magnitudes, and the 2-norm
+  (`torch.linalg.vector_norm`); all the figures of an
   input are stacked and read back with one `tolist()`.
 
 So each column is:
@@ -94,11 +97,23 @@ def _reduce(matrix: torch.Tensor, scratch: Any = None) -> torch.Tensor:
                         torch.linalg.vector_norm(matrix, dim=1)]).to(_F64)
 
 
+def _reduce_one(tensor: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
+    """`_reduce` of one large tensor as one row: the same figures, its min and max from one `torch.aminmax`
+    pass (on CPU, aminmax over a whole tensor reads it once; along a dimension it is several times slower
+    than amin and amax, so the stacked groups keep those)."""
+    flat = tensor.reshape(-1)
+    magnitude = torch.abs(flat, out=scratch[:flat.numel()])
+    low, high = torch.aminmax(flat)
+    return torch.stack([flat.sum(), low, high, magnitude.sum(), magnitude.amin(),
+                        torch.linalg.vector_norm(flat)]).to(_F64).unsqueeze(1)
+
+
 def summarise(values: Sequence[Any]) -> list[list]:
     """The statistics `[mean, std, min, max, abs_sum, l2, n_nan, n_inf, frac_zero]` of each value (see the
     module docstring); values may repeat (a repeated object is summarised once) or not be tensors."""
     out: list = [None] * len(values)
     first: dict[int, int] = {}  # id of a tensor -> its first position
+    alias: dict[tuple, int] = {}  # (address, numel, dtype) of a contiguous tensor -> its first position
     repeats: list[tuple[int, int]] = []
     groups: dict[tuple, list[int]] = {}
     large: list[int] = []
@@ -115,6 +130,15 @@ def summarise(values: Sequence[Any]) -> list[list]:
         first[id(value)] = i
         if value.is_cpu and value.dtype in native and value.layout == strided and not value.requires_grad:
             tensor = value
+            if value.is_contiguous() and value.numel():
+                # another tensor object over the same elements (a view, a reshape): the same bytes, so the
+                # same figures, bit for bit
+                key = (value.data_ptr(), value.numel(), value.dtype)
+                j = alias.get(key)
+                if j is not None:
+                    repeats.append((i, j))
+                    continue
+                alias[key] = i
         elif value.layout != strided or value.is_meta:
             out[i] = _absent(value)
             continue
@@ -148,7 +172,7 @@ def summarise(values: Sequence[Any]) -> list[list]:
             if buffer is None or buffer.numel() < tensor.numel():
                 buffer = scratch[tensor.dtype] = torch.empty(max(data[k].numel() for k in large if
                                                                  data[k].dtype == tensor.dtype), dtype=tensor.dtype)
-            parts.append(_reduce(tensor.reshape(1, -1), buffer))
+            parts.append(_reduce_one(tensor, buffer))
             order.append(i)
     if parts:
         f = torch.cat(parts, 1)  # [6, tensors]: sum, min, max, magnitude sum, least magnitude, 2-norm
@@ -191,54 +215,81 @@ def _odd(tensor: torch.Tensor, figures: list) -> list:
     return [mean, std, low, high, abs_sum, l2, nans, infs, zeros / numel]
 
 
+# The columns an input's steps repeat from the one before when the schema runs the same way (numbers, names,
+# descriptions, depths, shapes, dtypes, omissions): each is kept as a list of per-input chunks, and a chunk
+# object seen again (the writer hands the same list on: writer.py, `_Names.steady`) is made an Arrow
+# array once, then the chunks are concatenated.
+_CHUNKED = frozenset((1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 22))
+
+
 class StepColumns:
-    """The statistics rows of a unit, kept as columns (COLUMNS order) and made one Arrow table at the end."""
+    """The statistics rows of a unit, kept as columns (COLUMNS order) and made one Arrow table at the end.
+
+    `columns[k]` is a flat list, or for k in `_CHUNKED` a list of per-input lists (`flat(k)` joins them)."""
 
     def __init__(self) -> None:
         self.columns: list[list] = [[] for _ in COLUMNS]
-        self.shapes: list[tuple] = []
+        self.rows = 0
 
     def __len__(self) -> int:
-        return len(self.columns[0])
+        return self.rows
+
+    def flat(self, k: int) -> list:
+        column = self.columns[k]
+        return [x for chunk in column for x in chunk] if k in _CHUNKED else column
 
     def add(self, sample: int, numbers: list, cids: list, slot_types: list, block_paths: list, out_vars: list,
             op_names: list, descriptions: list, depths: list, shapes: list, dtypes: list, values: list,
             kept: list, omitted: list) -> list[list]:
-        """Append one input's steps (parallel lists); returns their statistics (summarise's lists)."""
+        """Append one input's steps (parallel lists, kept as they are: not to be changed afterwards); returns
+        their statistics (summarise's lists)."""
         stats = summarise(values)
         c = self.columns
         n = len(numbers)
+        self.rows += n
         c[0].extend([sample] * n)
         for k, column in enumerate((numbers, cids, slot_types, block_paths, out_vars, op_names, descriptions,
-                                    depths), 1):
-            c[k].extend(column)
-        self.shapes.extend(shapes)
-        c[10].extend(dtypes)
+                                    depths, shapes, dtypes), 1):
+            c[k].append(column)
         numels = [v.numel() if isinstance(v, torch.Tensor) else (math.prod(s) if s else 1) if v is None else 0
                   for v, s in zip(values, shapes)]
         c[11].extend(numels)
         for k, column in enumerate(zip(*stats), 12) if stats else ():
             c[k].extend(column)
         c[21].extend(kept)
-        c[22].extend(omitted)
+        c[22].append(omitted)
         return stats
 
     def table(self) -> Any:
-        import numpy as np
         import pyarrow as pa
 
         schema = arrow_schema()
         arrays = []
         for k, (column, field) in enumerate(zip(self.columns, schema)):
-            if k == 9:
-                lengths = np.fromiter((len(s) for s in self.shapes), dtype=np.int32, count=len(self.shapes))
-                offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
-                np.cumsum(lengths, out=offsets[1:])
-                flat = np.fromiter((int(d) for s in self.shapes for d in s), dtype=np.int64, count=int(offsets[-1]))
-                arrays.append(pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat)))
-            else:
+            if k not in _CHUNKED:
                 arrays.append(pa.array(column, type=field.type))
+                continue
+            made: dict[int, Any] = {}
+            chunks = []
+            for chunk in column:
+                array = made.get(id(chunk))
+                if array is None:
+                    array = made[id(chunk)] = _shape_array(chunk) if k == 9 else pa.array(chunk, type=field.type)
+                chunks.append(array)
+            arrays.append(chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks) if chunks else
+                          pa.array([], type=field.type))
         return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _shape_array(shapes: list) -> Any:
+    import numpy as np
+    import pyarrow as pa
+
+    lengths = np.fromiter((len(s) for s in shapes), dtype=np.int32, count=len(shapes))
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = np.fromiter((int(d) for s in shapes for d in s), dtype=np.int64, count=int(offsets[-1]))
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
 
 
 def step_rows(sample: int, steps: Iterable[Any], kept: set[int]) -> list[tuple]:
@@ -250,8 +301,8 @@ def step_rows(sample: int, steps: Iterable[Any], kept: set[int]) -> list[tuple]:
                 [s.description for s in steps], [s.frame_depth for s in steps],
                 [tuple(int(d) for d in s.tensor.shape) for s in steps], [str(s.tensor.dtype) for s in steps],
                 [s.tensor.value for s in steps], [s.step in kept for s in steps], [s.omitted for s in steps])
-    c = columns.columns
-    c[9] = [list(s) for s in columns.shapes]
+    c = [columns.flat(k) for k in range(len(COLUMNS))]
+    c[9] = [list(s) for s in c[9]]
     return list(zip(*c))
 
 
@@ -259,6 +310,7 @@ def rows_table(rows: list[tuple]) -> Any:
     """The pyarrow Table of `rows` (COLUMNS order)."""
     columns = StepColumns()
     if rows:
-        columns.columns = [list(col) for col in zip(*rows)]
-        columns.shapes = [tuple(s) for s in columns.columns[9]]
+        columns.columns = [[list(col)] if k in _CHUNKED else list(col) for k, col in enumerate(zip(*rows))]
+        columns.columns[9] = [[tuple(s) for s in columns.columns[9][0]]]
+        columns.rows = len(rows)
     return columns.table()

@@ -307,6 +307,22 @@ class _Names:
         self.selector = selector
         self.prefixes: dict[tuple, str] = {}
         self.keeps: dict[tuple, bool] = {}
+        self.last: Optional[tuple] = None  # the previous input's metadata lists, container ids and keep flags
+
+    def steady(self, fields: tuple) -> tuple:
+        """(numbers, slot types, block paths, out vars, op names, descriptions, depths, shapes, dtypes, omitted),
+        container ids, keep flags of an input's steps: when its metadata lists equal the previous input's (a
+        schema run the same way; compared as lists, in C), the previous lists themselves, so the container
+        ids and keep flags are not worked out again and the step columns convert each list once."""
+        last = self.last
+        if last is not None and all(a == b for a, b in zip(last[0], fields)):
+            return last
+        numbers, slot_types, block_paths, out_vars, op_names = fields[:5]
+        prefix = self.prefix
+        cids = [prefix(t, b) + (f"{n:04d}") for t, b, n in zip(slot_types, block_paths, numbers)]
+        named = [self.keeps_step(b, o, p, t) for b, o, p, t in zip(block_paths, out_vars, op_names, slot_types)]
+        self.last = (fields, cids, named)
+        return self.last
 
     def prefix(self, slot_type: str, block_path: str) -> str:
         key = (slot_type, block_path)
@@ -332,10 +348,10 @@ def _summarise_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: i
         record = capture_run(schema, scope)
     numbers, descriptions, slot_types, out_vars, op_names, block_paths, values, depths, omitted, shapes, dtypes = \
         _step_fields(record.trace)
-    prefix = names.prefix
-    cids = [prefix(t, b) + (f"{n:04d}") for t, b, n in zip(slot_types, block_paths, numbers)]
+    (numbers, slot_types, block_paths, out_vars, op_names, descriptions, depths, shapes, dtypes, omitted), cids, named = \
+        names.steady((numbers, slot_types, block_paths, out_vars, op_names, descriptions, depths, shapes, dtypes,
+                      omitted))
     strided = [isinstance(v, torch.Tensor) and v.layout == torch.strided and not v.is_meta for v in values]
-    named = [names.keeps_step(b, o, p, t) for b, o, p, t in zip(block_paths, out_vars, op_names, slot_types)]
     kept = [s and (k or t == "input") for s, k, t in zip(strided, named, slot_types)]
     stats = unit.rows.add(sample, numbers, cids, slot_types, block_paths, out_vars, op_names, descriptions, depths,
                           shapes, dtypes, values, kept, omitted)

@@ -245,3 +245,35 @@ def test_dataloader_batches_are_inputs_by_position(tmp_path):
     assert torch.equal(store.scope(2)["x"], x[4:6])
     with pytest.raises(TypeError, match="an input must be a dict"):
         capture_dataset(schema, [object()], tmp_path / "t", progress=False)
+
+
+def test_step_columns_of_inputs_run_alike_or_not_are_each_inputs_own_rows(tmp_path):
+    """Inputs whose steps repeat the previous input's metadata share its lists (writer.py, `_Names.steady`);
+    inputs of another shape in between do not: every column of every row is what `step_rows` makes of that
+    input's own capture."""
+    import math
+
+    from nnschemaparser.store.statistics import COLUMNS, step_rows
+
+    _, schema = blocks()
+    generator = torch.Generator().manual_seed(7)
+    data = [{"x": torch.randn(rows, 8, generator=generator)} for rows in (2, 2, 3, 3, 2, 1, 2)]
+    store = capture_dataset(schema, data, tmp_path / "s", keep="layers.*:hidden", block_size=4, progress=False)
+    names = [name for name, _ in COLUMNS]
+    steps = store.steps
+    for sample, scope in enumerate(data):
+        reference = capture_run(schema, dict(scope)).trace.steps
+        kept = {s.step for s in reference if s.slot_type == "input" or
+                (s.block_path.startswith("layers.") and s.out_var == "hidden")}
+        expected = [dict(zip(names, row)) for row in step_rows(sample, reference, kept)]
+        found = steps[steps["sample"] == sample].to_dict("records")
+        assert len(found) == len(expected) > 0
+        for got, want in zip(found, expected):
+            for name in names:
+                a, b = got[name], want[name]
+                if name == "shape":
+                    a = [int(d) for d in a]
+                if b is None or (isinstance(b, float) and math.isnan(b)):  # pandas reads a missing text as NaN
+                    assert a is None or (isinstance(a, float) and math.isnan(a)), (sample, want["container_id"], name, a)
+                else:
+                    assert a == b, (sample, want["container_id"], name, a, b)
