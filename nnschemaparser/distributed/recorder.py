@@ -42,6 +42,7 @@ from ..runtime.instructions import operand_reader
 from ..runtime.listeners import RETURN_SLOT
 from ..schema.model import BlockInstruction, Instruction, ModelBlockSchema, OpInstruction, VarRef
 from ..traces.recorder import ActivationRecorder
+from .attention_rule import ensure_cpu_attention_rule
 from .placement import (REPLICATE, UNKNOWN, DimPlacement, Layout, _dim_names, dim_placement, is_dtensor,
                         layout_of_dtensor, local_of, style_output_layout)
 
@@ -80,6 +81,7 @@ class LogicalRecorder(ActivationRecorder):
 
     def __init__(self, world: Any, input_placements: Optional[dict] = None, batch_dims: tuple = (), **kwargs: Any):
         super().__init__(**kwargs)
+        ensure_cpu_attention_rule()  # DTensor has no rule for CPU attention: rule 3 could not follow it
         self.world = world
         self.names = _dim_names(world)
         self.input_placements = dict(input_placements or {})

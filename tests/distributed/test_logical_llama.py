@@ -17,26 +17,21 @@ def llama(tmp_path_factory):
     return run_group(fsdp_llama_placements, 2, tmp_path_factory.mktemp("logical_llama"), timeout=300)
 
 
-def test_values_unpacked_from_an_ops_tuple_result_have_placements_on_a_fsdp2_llama(llama):
-    # q and k come out of `apply_rotary_pos_emb` as a tuple, k and v out of the KV cache's `update`:
-    # every value up to the attention function's result has a placement (they were "unknown" before)
+def test_every_value_of_a_fsdp2_llama_has_a_placement(llama):
+    # q and k come out of `apply_rotary_pos_emb` as a tuple, k and v out of the KV cache's `update`,
+    # the attention output out of CPU sdpa (no DTensor rule in torch: distributed/attention_rule.py)
     for rank in llama:
         assert rank["skipped"] == []
-        first = rank["names"].index("model.layers.0.self_attn:attn_output")
-        before = [name for name, known in zip(rank["names"][:first], rank["known"][:first]) if not known]
-        assert before == []
+        assert rank["unknown"] == {}, list(rank["unknown"].items())[:3]
         for name in ("model.layers.0.self_attn:query_states", "model.layers.0.self_attn:key_states",
-                     "model.layers.0.self_attn:value_states"):
-            assert name in rank["names"][:first]
-        assert "S(0)@dp" in rank["badges"]
+                     "model.layers.0.self_attn:attn_output", "model.layers.1.mlp.down_proj:$t1"):
+            assert name in rank["names"]
+        assert rank["badges"] == ["R", "S(0)@dp"]
 
 
-def test_the_attention_functions_result_is_unknown_with_its_reason_not_assumed(llama):
-    # sdpa on CPU has no DTensor sharding rule and its result equals no operand: said, not guessed
+def test_every_value_of_a_fsdp2_llama_gathers_to_one_process_exactly(llama):
     for rank in llama:
-        first = rank["names"].index("model.layers.0.self_attn:attn_output")
-        assert rank["known"][first] is False
-        assert "not replicated" in rank["first_unknown_source"] or "DTensor" in rank["first_unknown_source"]
+        assert rank["rows"] == rank["steps"] and rank["exact"] == rank["steps"], rank["reasons"]
 
 
 def test_a_logical_capture_of_a_fsdp2_llama_keeps_the_outputs_of_a_plain_capture(llama):
