@@ -7,18 +7,9 @@ from __future__ import annotations
 import torch
 
 
-def build_llama():
-    import transformers
-
-    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(config).eval()
-
-
-def llama_ids(rank: int) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(200 + rank)
-    return torch.randint(0, 64, (1, 6), generator=generator)
+# the same tiny Llama and per-rank batches as the JupyterLab test's (tests/support/logical_lab.py)
+from tests.support.logical_lab import build_model as build_llama  # noqa: E402
+from tests.support.logical_lab import rank_ids as llama_ids  # noqa: E402
 
 
 def fsdp_llama_placements(rank: int, world: int) -> dict:
