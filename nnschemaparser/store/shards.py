@@ -31,6 +31,13 @@ _CODES = {dtype: code for code, (dtype, _) in SAFETENSORS_DTYPES.items()}
 
 __all__ = ["encode_shard", "write_shard", "ShardFile"]
 
+try:  # torch's C++ join of tensors' elements (contiguous, one dtype) into one flat tensor
+    from torch._utils import _flatten_dense_tensors as _flatten
+except ImportError:  # pragma: no cover - torch has had it since 1.0
+    def _flatten(run: list) -> torch.Tensor:
+        return torch.cat([t.contiguous().reshape(-1) for t in run])
+_RUN = 4 * 2 ** 20  # bytes: small tensors are joined into buffers of at most this size as a shard is written
+
 
 def encode_shard(tensors: dict[str, torch.Tensor], metadata: Optional[dict[str, str]] = None) -> bytes:
     """The safetensors bytes of `tensors` (CPU, contiguous, none sharing memory) with string `metadata`."""
@@ -46,7 +53,9 @@ def write_shard(path: Path, tensors: dict[str, torch.Tensor], metadata: Optional
 
     The layout is safetensors' own (8-byte little-endian header length, the JSON header padded with
     spaces to 8 bytes, the tensors' bytes back to back, widest element first, so every tensor is
-    aligned to its element size), written without assembling the file in memory first, each tensor's bytes going straight from its storage to the file. The files
+    aligned to its element size), written without assembling the file in memory first: small tensors
+    are joined into buffers of at most `_RUN` bytes (one write each), a larger one goes straight from
+    its storage. The files
     read back with `safetensors.safe_open` (tests/store/test_writer.py)."""
     if sys.byteorder == "big":  # pragma: no cover - safetensors is little-endian: let it convert
         data = encode_shard(tensors, metadata)
@@ -55,24 +64,42 @@ def write_shard(path: Path, tensors: dict[str, torch.Tensor], metadata: Optional
             handle.flush()
             os.fsync(handle.fileno())
         return len(data)
-    order = sorted(tensors, key=lambda k: -tensors[k].element_size())  # stable: insertion order within a width
+    # widest element first (every tensor stays aligned to its element size), then by dtype, then as given
+    by_dtype: dict[torch.dtype, list[str]] = {}
+    for key, tensor in tensors.items():
+        by_dtype.setdefault(tensor.dtype, []).append(key)
+    dtypes = sorted(by_dtype, key=lambda d: -torch.empty((), dtype=d).element_size())
     header: dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
     position = 0
-    for key in order:
-        tensor = tensors[key]
-        nbytes = tensor.numel() * tensor.element_size()
-        header[key] = {"dtype": _CODES[tensor.dtype], "shape": list(tensor.shape),
-                       "data_offsets": [position, position + nbytes]}
-        position += nbytes
+    runs: list[list[torch.Tensor]] = []  # tensors whose bytes are joined and written at once (<= _RUN bytes)
+    for dtype in dtypes:
+        code = _CODES[dtype]
+        width = torch.empty((), dtype=dtype).element_size()
+        run: list[torch.Tensor] = []
+        run_bytes = 0
+        for key in by_dtype[dtype]:
+            tensor = tensors[key]
+            nbytes = tensor.numel() * width
+            header[key] = {"dtype": code, "shape": list(tensor.shape), "data_offsets": [position, position + nbytes]}
+            position += nbytes
+            if not nbytes:
+                continue
+            if run and run_bytes + nbytes > _RUN:
+                runs.append(run)
+                run, run_bytes = [], 0
+            run.append(tensor)
+            run_bytes += nbytes
+        if run:
+            runs.append(run)
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
     with open(path, "wb") as handle:
         handle.write(len(text).to_bytes(8, "little"))
         handle.write(text)
-        for key in order:
-            tensor = tensors[key]
-            if tensor.numel():
-                handle.write(memoryview(tensor.contiguous().reshape(-1).view(torch.uint8).numpy()))
+        for run in runs:
+            # one copy of a run's small tensors into a buffer (at most _RUN bytes), or a large one as it is
+            data = _flatten(run) if len(run) > 1 else run[0].contiguous().reshape(-1)
+            handle.write(memoryview(data.view(torch.uint8).numpy()))
         handle.flush()
         os.fsync(handle.fileno())
     return 8 + len(text) + position
