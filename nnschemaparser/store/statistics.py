@@ -268,7 +268,10 @@ class _Plan:
         strided = torch.strided
         for take, count, dtype, shape in self.groups:
             members = take(data)
-            rows = torch.stack(members) if count > 1 else members[0].unsqueeze(0)
+            try:
+                rows = torch.stack(members) if count > 1 else members[0].unsqueeze(0)
+            except RuntimeError:  # shapes or devices no longer alike
+                raise _Stale from None
             if rows.dtype != dtype or rows.shape[1:] != shape or not rows.is_cpu or rows.layout != strided:
                 raise _Stale
             matrix = rows.reshape(count, -1)

@@ -1,0 +1,90 @@
+"""The store's Summariser reuses the previous input's plan only while the values fall the same way, and a
+reused plan gives the figures a fresh one gives, bit for bit."""
+
+import math
+
+import numpy as np
+import torch
+
+from nnschemaparser.store.statistics import SMALL, Summariser, summarise
+
+
+def _same(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(
+        len(x) == len(y) and all(p == q or (isinstance(p, float) and isinstance(q, float) and math.isnan(p)
+                                            and math.isnan(q)) for p, q in zip(x, y)) for x, y in zip(a, b))
+
+
+def _values(seed: int) -> list:
+    """An input's values as a capture holds them: repeats, views, small and large tensors, odd ones."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(4, 16, generator=g)
+    h = torch.randn(2, 8, 8, generator=g)
+    weights = torch.softmax(torch.randn(3, 6, 6, generator=g), -1).masked_fill(torch.eye(6, dtype=torch.bool), 0.0)
+    mask = torch.full((6, 6), torch.finfo(torch.float32).min)
+    big = torch.randn(SMALL + 5, generator=g)
+    holes = torch.randn(5, 5, generator=g)
+    holes[1, 2], holes[3, 3] = float("nan"), float("inf")
+    return [torch.randint(0, 9, (4,), generator=g), x, x.view(64), x, h, h.transpose(1, 2), weights, mask, big,
+            big[: SMALL], holes, torch.zeros(0, 3), None, 3.5, torch.randn(3, generator=g).to(torch.bfloat16),
+            torch.randn(4, 16, generator=g), x.double()]
+
+
+def _check(history: list, values: list) -> Summariser:
+    summariser = Summariser()
+    for earlier in history:
+        summariser(earlier)
+    before = summariser.plan
+    got = summariser(values).rows()
+    assert _same(got, summarise(values)), "a reused plan differs from a fresh one"
+    assert summariser.plan is not before, "the values fell another way, but the old plan was kept"
+    return summariser
+
+
+def test_inputs_run_alike_reuse_the_plan_and_give_fresh_figures():
+    summariser = Summariser()
+    summariser(_values(0))
+    plan = summariser.plan
+    for seed in (1, 2, 3):
+        values = _values(seed)
+        assert _same(summariser(values).rows(), summarise(values))
+        assert summariser.plan is plan  # nothing changed in how the values fall: planned once
+    rows = summarise(_values(4))
+    assert rows[2] == rows[1] and rows[3] == rows[1]  # a view and a repeat share the first's figures
+    assert rows[10][6:8] == [1, 1] and rows[6][8] > 0 and math.isfinite(rows[7][0])  # NaN, inf, zeros, mask
+    assert rows[12][6] is None and rows[13][6] is None and rows[11][4] == 0.0
+
+
+def test_a_value_that_falls_another_way_makes_a_new_plan():
+    base = _values(0)
+    changes = {
+        "a repeat becomes another object": lambda v: v.__setitem__(3, v[1].clone()),
+        "a view becomes a copy": lambda v: v.__setitem__(2, v[1].clone().view(64)),
+        "a copy becomes a view of an earlier value": lambda v: v.__setitem__(15, v[1].view(4, 16)),
+        "a dtype changes": lambda v: v.__setitem__(15, v[15].double()),
+        "a shape changes, same count": lambda v: v.__setitem__(15, v[15].reshape(16, 4)),
+        "a shape changes in a group": lambda v: v.__setitem__(4, torch.randn(2, 8, 9)),
+        "a large tensor changes shape": lambda v: v.__setitem__(8, torch.randn(SMALL + 9)),
+        "an empty tensor fills": lambda v: v.__setitem__(11, torch.ones(2, 3)),
+        "a tensor becomes None": lambda v: v.__setitem__(4, None),
+        "None becomes a tensor": lambda v: v.__setitem__(12, torch.ones(3)),
+        "a tensor requires grad": lambda v: v.__setitem__(15, v[15].clone().requires_grad_()),
+        "a tensor becomes sparse": lambda v: v.__setitem__(15, v[15].to_sparse()),
+        "a tensor becomes meta": lambda v: v.__setitem__(15, v[15].to("meta")),
+        "a view loses its contiguity": lambda v: v.__setitem__(2, v[1].t()),
+        "one value fewer": lambda v: v.pop(),
+    }
+    for what, change in changes.items():
+        values = _values(5)
+        change(values)
+        summariser = _check([base, _values(1)], values)
+        assert summariser.plan.matches(values), what
+
+
+def test_figures_are_numpy_columns_with_counts_missing_only_where_nothing_was_summarised():
+    values = _values(0)
+    figures = Summariser()(values)
+    assert figures.table.shape == (len(values), 9) and figures.table.dtype == np.float64
+    assert figures.counted.tolist() == [v is not None and not isinstance(v, float) for v in values]
+    assert figures.numels.tolist() == [v.numel() if isinstance(v, torch.Tensor) else -1 for v in values]
+    assert figures.l2(1) == float(torch.linalg.vector_norm(values[1]))
