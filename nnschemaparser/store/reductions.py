@@ -9,7 +9,9 @@ again in the same input is another one, `block_path:out_var#2` for its second bi
   that of the first one (an occurrence of another shape turns the per-element figures off, with a
   note);
 - per channel (the last dimension): rows, mean and M2 over every other dimension;
-- a fixed-bin histogram: `bins` equal bins over [low, high), and counts below, above and NaN;
+- a fixed-bin histogram: `bins` equal bins over [low, high), and counts below, above and NaN (a
+  value's bin is worked out in float32 for float32 and narrower values, in float64 for float64 and
+  integers: `_binning`);
 - the top-k occurrences by the l2 norm of the tensor: (l2, sample, step), largest first.
 
 Occurrences are folded one by one in sample order within a unit (Welford's update; per channel,
@@ -40,6 +42,16 @@ def _merge(n_a: int, mean_a: torch.Tensor, m2_a: torch.Tensor, n_b: int, mean_b:
     mean = mean_a + delta * (n_b / n)
     m2 = m2_a + m2_b + delta * delta * (n_a * n_b / n)
     return n, mean, m2
+
+
+def _binning(data: torch.Tensor) -> torch.Tensor:
+    """The values as the histogram bins them: float32 and narrower floats (and booleans) in float32, float64 and
+    integers in float64 (exact to 2**53), so a float32 variable is binned without a float64 copy."""
+    if data.dtype == torch.float32 or data.dtype == _F64:
+        return data
+    if data.is_floating_point() or data.dtype == torch.bool:
+        return data.to(torch.float32)
+    return data.to(_F64)
 
 
 @dataclass
@@ -73,7 +85,9 @@ class ReductionState:
         data = value.detach()
         if data.is_complex():
             data = data.abs()
-        data = data.to(device="cpu", dtype=_F64)
+        data = data.to("cpu")
+        binned = _binning(data)
+        data = data.to(_F64)
         self.count += 1
         shape = tuple(data.shape)
         # per element: Welford's update, in place (one occurrence is a count of 1)
@@ -91,7 +105,7 @@ class ReductionState:
         rows = data.reshape(-1, shape[-1]) if data.dim() else data.reshape(1, 1)
         self._channels(rows, sample)
         flat = data.reshape(-1)
-        self._bin(flat)
+        self._bin(binned.reshape(-1))
         # top k
         if l2 is None:
             l2 = torch.linalg.vector_norm(flat).item() if flat.numel() else 0.0
@@ -113,8 +127,8 @@ class ReductionState:
         parts = [v.detach() if v.requires_grad else v for v in values]
         parts = [(v.abs() if v.is_complex() else v).to("cpu") for v in parts]
         k = len(values)
-        data = torch.empty((k,) + shape, dtype=_F64)
-        torch.stack(parts, out=data)  # converted to float64 as it is stacked: one pass
+        stacked = torch.stack(parts)
+        data = stacked.to(_F64)
         self.count += k
         # the batch's per-element mean and M2 (squared deviations from that mean)
         mean = data.mean(0)
@@ -141,7 +155,7 @@ class ReductionState:
             self._channels(data.reshape(-1, 1), samples[0])
         flat = data.reshape(-1)
         finite = all(l2 is not None and math.isfinite(l2) for l2 in l2s)
-        self._bin(flat, may_hold_nan=not finite)
+        self._bin(_binning(stacked).reshape(-1), may_hold_nan=not finite)
         norms = list(l2s)
         if any(n is None for n in norms):
             computed = torch.linalg.vector_norm(data.reshape(k, -1), dim=1).tolist() if flat.numel() else [0.0] * k
@@ -176,13 +190,13 @@ class ReductionState:
                 self.channels, self.channel_mean, self.channel_m2 = None, None, None
 
     def _bin(self, flat: torch.Tensor, may_hold_nan: bool = True) -> None:
-        # v = (x - low) * bins / (high - low) in float64, clamped to [-1, bins] and shifted by 1: then v >= 0,
+        # v = (x - low) * bins / (high - low) in the dtype `_binning` gives, clamped to [-1, bins] and shifted by 1: then v >= 0,
         # so truncating it to an integer is its floor: 0 below low, 1..bins the bins, bins + 1 at or above
         # high; NaN (clamp keeps it) is set to bins + 2. One bincount counts them all.
         index = (flat - self.low).mul_(self.bins / (self.high - self.low)).clamp_(-1, self.bins).add_(1)
         if may_hold_nan:
             index = index.nan_to_num_(nan=self.bins + 2)
-        counts = torch.bincount(index.to(torch.int64), minlength=self.bins + 3)
+        counts = torch.bincount(index.to(torch.int32), minlength=self.bins + 3)
         hist = self.histogram
         hist[:self.bins] += counts[1:self.bins + 1]
         hist[self.bins] += counts[0]

@@ -55,3 +55,24 @@ def test_a_batch_of_several_shapes_folds_one_by_one_and_names_the_shape_change()
     rows = torch.cat([v.reshape(-1, 6) for v in values]).double()
     assert torch.allclose(reduction.channel_mean, rows.mean(0), rtol=1e-12, atol=1e-14)
     assert torch.allclose(reduction.channel_var, rows.var(0), rtol=1e-10, atol=1e-14)
+
+
+def test_the_histogram_bins_float32_values_as_numpy_does_and_edges_into_the_bin_they_open():
+    """Binned in float32 without a float64 copy (`_binning`), the counts equal numpy's histogram over the
+    same edges in float64, and a value on an edge goes to the bin it opens, `high` and above to overflow."""
+    import numpy as np
+
+    generator = torch.Generator().manual_seed(11)
+    values = [torch.randn(48, 96, generator=generator) * 3 for _ in range(6)]
+    edges = torch.linspace(-8.0, 8.0, 65)
+    values[0][0, :65] = edges  # every edge, exactly, and `high` itself
+    values[1][0, :3] = torch.tensor([-8.0001, float("nan"), 1e30])
+    state = ReductionState(64, -8.0, 8.0, 4)
+    state.add_many(values, list(range(6)), [1] * 6, [1.0] * 5 + [float("nan")])
+    reduction = Reduction.of("v", state)
+    flat = torch.cat([v.reshape(-1) for v in values]).double().numpy()
+    finite = flat[~np.isnan(flat)]
+    counts, _ = np.histogram(finite[(finite >= -8.0) & (finite < 8.0)], bins=edges.double().numpy())
+    assert reduction.histogram.tolist() == counts.tolist()
+    assert reduction.underflow == int((finite < -8.0).sum()) and reduction.overflow == int((finite >= 8.0).sum())
+    assert reduction.nan == 1 and reduction.histogram[0] >= 1 and reduction.histogram[-1] >= 1
