@@ -281,7 +281,7 @@ _RECORD_FIELDS = 12  # a pending record of the recorder (traces/recorder.py, `_b
 
 def _step_fields(trace: Any) -> tuple:
     """The parallel lists (numbers, descriptions, slot types, out vars, op names, block paths, values, depths,
-    omitted, shapes, dtype texts) of a trace's steps.
+    omitted, shapes, dtypes: torch dtypes or their texts) of a trace's steps.
 
     A fresh capture holds its steps as the recorder's pending records (one list per tensor, in the field
     order `_build_steps` documents): they are read as they are, without building a TraceStep each (a
@@ -292,8 +292,7 @@ def _step_fields(trace: Any) -> tuple:
     if pending and not trace._steps and all(len(r) == _RECORD_FIELDS for r in pending):
         numbers, descriptions, slot_types, out_vars, op_names, block_paths, values, depths, omitted, _, shapes, \
             dtypes = map(list, zip(*pending))
-        return (numbers, descriptions, slot_types, out_vars, op_names, block_paths, values, depths, omitted, shapes,
-                [_DTYPE_TEXT.get(d) or _dtype_text(d) for d in dtypes])
+        return numbers, descriptions, slot_types, out_vars, op_names, block_paths, values, depths, omitted, shapes, dtypes
     steps = trace.steps
     return ([s.step for s in steps], [s.description for s in steps], [s.slot_type for s in steps],
             [s.out_var for s in steps], [s.op_name for s in steps], [s.block_path for s in steps],
@@ -320,20 +319,25 @@ class _Names:
         self.summarise = Summariser()  # its plan is reused from input to input (statistics.py)
 
     def steady(self, fields: tuple) -> tuple:
-        """(numbers, slot types, block paths, out vars, op names, descriptions, depths, shapes, dtypes, omitted),
-        container ids, keep flags (named by the selector; named or a root input) of an input's steps: when its metadata lists equal the previous input's (a
-        schema run the same way; compared as lists, in C), the previous lists themselves, so the container
-        ids and keep flags are not worked out again and the step columns convert each list once."""
+        """(numbers, slot types, block paths, out vars, op names, descriptions, depths, shapes, dtype texts,
+        omitted), container ids, keep flags (named by the selector), keepable flags (named, or a root input)
+        of an input's steps. When its metadata lists (dtypes as torch dtypes) equal the previous input's (a
+        schema run the same way; compared as lists, in C), the previous results themselves, so the dtype
+        texts, container ids and keep flags are not worked out again and the step columns convert each
+        list once."""
         last = self.last
         if last is not None and all(a == b for a, b in zip(last[0], fields)):
-            return last
+            return last[1:]
+        raw = fields
         numbers, slot_types, block_paths, out_vars, op_names = fields[:5]
+        fields = fields[:8] + ([d if isinstance(d, str) else _DTYPE_TEXT.get(d) or _dtype_text(d) for d in fields[8]],) + \
+            fields[9:]
         prefix = self.prefix
         cids = [prefix(t, b) + (f"{n:04d}") for t, b, n in zip(slot_types, block_paths, numbers)]
         named = [self.keeps_step(b, o, p, t) for b, o, p, t in zip(block_paths, out_vars, op_names, slot_types)]
         keepable = np.array([k or t == "input" for k, t in zip(named, slot_types)], dtype=bool)
-        self.last = (fields, cids, named, keepable)
-        return self.last
+        self.last = (raw, fields, cids, named, keepable)
+        return self.last[1:]
 
     def prefix(self, slot_type: str, block_path: str) -> str:
         key = (slot_type, block_path)
