@@ -30,9 +30,10 @@ from typing import Any, Optional
 
 import torch
 
-__all__ = ["ReductionState", "Reduction", "encode_states", "decode_states"]
+__all__ = ["ReductionState", "Reduction", "fold_together", "encode_states", "decode_states"]
 
 _F64 = torch.float64
+_STACK = 2 ** 22  # elements stacked at once when variables are folded together
 
 
 def _merge(n_a: int, mean_a: torch.Tensor, m2_a: torch.Tensor, n_b: int, mean_b: torch.Tensor,
@@ -52,6 +53,113 @@ def _binning(data: torch.Tensor) -> torch.Tensor:
     if data.is_floating_point() or data.dtype == torch.bool:
         return data.to(torch.float32)
     return data.to(_F64)
+
+
+def _bin_counts(rows: torch.Tensor, bins: int, low: float, high: float, may_hold_nan: bool) -> torch.Tensor:
+    """int64 [rows, bins + 3] counts of each row of `rows` (values as `_binning` gives them): index 0 below
+    `low`, 1..bins the bins, bins + 1 at or above `high`, bins + 2 NaN.
+
+    v = (x - low) * bins / (high - low), clamped to [-1, bins] and shifted by 1: then v >= 0, so truncating
+    it to an integer is its floor; NaN (clamp keeps it) is set to bins + 2. One bincount counts every row,
+    each row's indices offset by its row number times bins + 3."""
+    width = bins + 3
+    index = (rows - low).mul_(bins / (high - low)).clamp_(-1, bins).add_(1)
+    if may_hold_nan:
+        index = index.nan_to_num_(nan=bins + 2)
+    index = index.to(torch.int32)
+    count = rows.shape[0]
+    if count > 1:
+        index += torch.arange(0, count * width, width, dtype=torch.int32).unsqueeze(1)
+    return torch.bincount(index.reshape(-1), minlength=count * width).reshape(count, width)
+
+
+def fold_together(states: list["ReductionState"], batches: list[tuple[list, list, list, list]]) -> None:
+    """Fold each batch `(values, samples, steps, l2s)` into its state (one state per variable, all with the
+    same bins and range).
+
+    A batch whose occurrences share one shape is folded at once: its per-element and per-channel mean
+    and M2 are computed over the batch in float64 (the mean, then the squared deviations from it) and
+    merged in with Chan's update; its histogram and top k are those of its occurrences. Batches of the
+    same shape, length and dtype are stacked together ([variables, occurrences, ...]), so the
+    variables of a unit cost the torch calls of one. A batch of several shapes, or of one occurrence,
+    is folded one by one (`add`). The figures equal one-by-one folding up to float64 rounding; which
+    occurrences and variables go together depends only on the unit (writer.py), so a store gives
+    bit-equal reductions whichever process wrote a unit."""
+    groups: dict[tuple, list[int]] = {}
+    for index, (state, (values, samples, steps, l2s)) in enumerate(zip(states, batches)):
+        shape = tuple(values[0].shape)
+        if len(values) == 1 or any(tuple(v.shape) != shape for v in values):
+            for value, sample, step, l2 in zip(values, samples, steps, l2s):
+                state.add(value, sample, step, l2)
+            continue
+        dtypes = {v.dtype for v in values}
+        key = (shape, len(values), dtypes.pop() if len(dtypes) == 1 else None, state.bins, state.low, state.high)
+        groups.setdefault(key, []).append(index)
+    for (shape, k, dtype, _, _, _), members in groups.items():
+        # stacked a few variables at a time: at most _STACK elements (the float64 stack and its deviations
+        # take 16 bytes an element)
+        step = max(1, _STACK // max(1, k * math.prod(shape)))
+        for at in range(0, len(members), step):
+            chunk = members[at:at + step]
+            _fold_stacked([states[i] for i in chunk], [batches[i] for i in chunk], shape, k, dtype is None)
+
+
+def _fold_stacked(states: list["ReductionState"], batches: list[tuple[list, list, list, list]], shape: tuple, k: int,
+                  mixed: bool) -> None:
+    count = len(states)
+    parts = []
+    for values, _, _, _ in batches:
+        for v in values:
+            v = v.detach() if v.requires_grad else v
+            if v.is_complex():
+                v = v.abs()
+            parts.append(v if v.is_cpu else v.to("cpu"))
+    if mixed:  # occurrences of several dtypes: stacked in float64
+        parts = [v.to(_F64) for v in parts]
+    stacked = torch.stack(parts).reshape((count, k) + shape)
+    data = stacked.to(_F64)
+    mean = data.mean(1)  # [variables, *shape]
+    deviation = data - mean.unsqueeze(1)
+    m2 = deviation.square_().sum(1)
+    del deviation
+    first = [batch[1][0] for batch in batches]
+    for j, state in enumerate(states):
+        state.count += k
+        if state.element_note:
+            continue
+        if state.element_shape is None:
+            state.element_shape, state.element_n = shape, k
+            state.element_mean, state.element_m2 = mean[j].clone(), m2[j].clone()
+        elif shape == state.element_shape:
+            state.element_n, state.element_mean, state.element_m2 = _merge(
+                state.element_n, state.element_mean, state.element_m2, k, mean[j], m2[j])
+        else:
+            state._element_off(f"shapes differ ({list(state.element_shape)} and {list(shape)} at sample {first[j]})")
+    # per channel, from the per-element figures: each position of a channel holds k values, so the
+    # channel's mean is the mean of its positions' means and its M2 their M2 plus k times the squared
+    # deviations of those means (Chan's merge of equal groups), computed on one occurrence's size
+    if shape and math.prod(shape):
+        channels = shape[-1]
+        means = mean.reshape(count, -1, channels)
+        channel_mean = means.mean(1)
+        channel_m2 = m2.reshape(count, -1, channels).sum(1) + (means - channel_mean.unsqueeze(1)).square_().sum(1) * k
+        for j, state in enumerate(states):
+            state._channel_merge(means.shape[1] * k, channel_mean[j].clone(), channel_m2[j].clone(), channels, first[j])
+    elif not shape:
+        for j, state in enumerate(states):
+            state._channels(data[j].reshape(-1, 1), first[j])
+    finite = all(l2 is not None and math.isfinite(l2) for batch in batches for l2 in batch[3])
+    reference = states[0]
+    counts = _bin_counts(_binning(stacked).reshape(count, -1), reference.bins, reference.low, reference.high,
+                         may_hold_nan=not finite)
+    for j, (state, (values, samples, steps, l2s)) in enumerate(zip(states, batches)):
+        state._add_counts(counts[j])
+        norms = list(l2s)
+        if any(n is None for n in norms):
+            computed = torch.linalg.vector_norm(data[j].reshape(k, -1), dim=1).tolist() if data[j].numel() else \
+                [0.0] * k
+            norms = [n if n is not None else c for n, c in zip(norms, computed)]
+        state._offer(list(zip(norms, samples, steps)))
 
 
 @dataclass
@@ -112,55 +220,9 @@ class ReductionState:
         self._offer([(l2, sample, step)])
 
     def add_many(self, values: list, samples: list, steps: list, l2s: list) -> None:
-        """Fold occurrences in order, as a batch when they share one shape (else one by one, as `add`).
-
-        A batch's per-element and per-channel mean and M2 are computed over the batch (a float64 stack:
-        the mean, then the squared deviations from it) and merged in with Chan's update; its histogram
-        and top k are those of its occurrences. The figures equal one-by-one folding up to float64
-        rounding; which occurrences form a batch depends only on the unit (writer.py), so a store gives
-        bit-equal reductions whichever process wrote a unit."""
-        shape = tuple(values[0].shape)
-        if len(values) == 1 or any(tuple(v.shape) != shape for v in values):
-            for value, sample, step, l2 in zip(values, samples, steps, l2s):
-                self.add(value, sample, step, l2)
-            return
-        parts = [v.detach() if v.requires_grad else v for v in values]
-        parts = [(v.abs() if v.is_complex() else v).to("cpu") for v in parts]
-        k = len(values)
-        stacked = torch.stack(parts)
-        data = stacked.to(_F64)
-        self.count += k
-        # the batch's per-element mean and M2 (squared deviations from that mean)
-        mean = data.mean(0)
-        deviation = data - mean
-        m2 = deviation.square_().sum(0)
-        del deviation
-        if not self.element_note:
-            if self.element_shape is None:
-                self.element_shape, self.element_n, self.element_mean, self.element_m2 = shape, k, mean, m2
-            elif shape == self.element_shape:
-                self.element_n, self.element_mean, self.element_m2 = _merge(
-                    self.element_n, self.element_mean, self.element_m2, k, mean, m2)
-            else:
-                self._element_off(f"shapes differ ({list(self.element_shape)} and {list(shape)} at sample {samples[0]})")
-        # per channel, from the per-element figures: each position of a channel holds k values, so the
-        # channel's mean is the mean of its positions' means and its M2 their M2 plus k times the squared
-        # deviations of those means (Chan's merge of equal groups), computed on one occurrence's size
-        if shape and math.prod(shape):
-            means = mean.reshape(-1, shape[-1])
-            channel_mean = means.mean(0)
-            channel_m2 = m2.reshape(-1, shape[-1]).sum(0) + (means - channel_mean).square_().sum(0) * k
-            self._channel_merge(means.shape[0] * k, channel_mean, channel_m2, shape[-1], samples[0])
-        elif not shape:
-            self._channels(data.reshape(-1, 1), samples[0])
-        flat = data.reshape(-1)
-        finite = all(l2 is not None and math.isfinite(l2) for l2 in l2s)
-        self._bin(_binning(stacked).reshape(-1), may_hold_nan=not finite)
-        norms = list(l2s)
-        if any(n is None for n in norms):
-            computed = torch.linalg.vector_norm(data.reshape(k, -1), dim=1).tolist() if flat.numel() else [0.0] * k
-            norms = [n if n is not None else c for n, c in zip(norms, computed)]
-        self._offer(list(zip(norms, samples, steps)))
+        """Fold occurrences in order, as a batch when they share one shape (else one by one, as `add`):
+        `fold_together` of this state alone."""
+        fold_together([self], [(values, samples, steps, l2s)])
 
     def _channel_merge(self, n: int, mean: torch.Tensor, m2: torch.Tensor, channels: int, sample: int) -> None:
         if self.channel_note:
@@ -190,13 +252,9 @@ class ReductionState:
                 self.channels, self.channel_mean, self.channel_m2 = None, None, None
 
     def _bin(self, flat: torch.Tensor, may_hold_nan: bool = True) -> None:
-        # v = (x - low) * bins / (high - low) in the dtype `_binning` gives, clamped to [-1, bins] and shifted by 1: then v >= 0,
-        # so truncating it to an integer is its floor: 0 below low, 1..bins the bins, bins + 1 at or above
-        # high; NaN (clamp keeps it) is set to bins + 2. One bincount counts them all.
-        index = (flat - self.low).mul_(self.bins / (self.high - self.low)).clamp_(-1, self.bins).add_(1)
-        if may_hold_nan:
-            index = index.nan_to_num_(nan=self.bins + 2)
-        counts = torch.bincount(index.to(torch.int32), minlength=self.bins + 3)
+        self._add_counts(_bin_counts(flat.reshape(1, -1), self.bins, self.low, self.high, may_hold_nan)[0])
+
+    def _add_counts(self, counts: torch.Tensor) -> None:
         hist = self.histogram
         hist[:self.bins] += counts[1:self.bins + 1]
         hist[self.bins] += counts[0]

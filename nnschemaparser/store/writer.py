@@ -35,7 +35,7 @@ from ..traces.selection import KeepSelector
 from ..traces.trace import container_id
 from .manifest import (Commit, SchemaIdentity, StoreMismatchError, StoreOptions, read_commits, read_manifest,
                        schema_identity, sync_write, unit_name, write_commit, write_manifest)
-from .reductions import ReductionState, encode_states
+from .reductions import ReductionState, encode_states, fold_together
 from .shards import write_shard
 from .statistics import StepColumns, Summariser
 
@@ -51,6 +51,7 @@ PARQUET_OPTIONS = dict(compression="lz4", use_dictionary=["container_id", "slot_
 
 _BATCH = 64  # occurrences of a variable folded into its reductions at once
 _BATCH_ELEMENTS = 2 ** 21  # or fewer, when they hold this many elements (16 MiB in float64)
+_PENDING_ELEMENTS = 2 ** 24  # or fewer, when the queues of all variables hold this many
 
 def as_scope(item: Any, schema: ModelBlockSchema) -> dict:
     """One input of the iterable as a scope: a mapping as it is, a tensor or a tuple by position."""
@@ -139,7 +140,8 @@ class _Unit:
         self.shard_bytes = 0
         self.shards: list[tuple[str, int]] = []
         self.states: dict[str, ReductionState] = {}
-        self.pending: dict[str, list] = {}
+        self.pending: dict[str, list] = {}  # variable -> [values, samples, steps, l2s] not folded yet
+        self.pending_elements = 0
 
     def keep(self, key: str, value: torch.Tensor) -> torch.Tensor:
         """Clone `value` into the current shard (flushing it first when it would pass shard_bytes)."""
@@ -153,9 +155,7 @@ class _Unit:
         return tensor
 
     def reduce(self, variable: str, value: torch.Tensor, sample: int, step: int, l2: float) -> None:
-        """Queue an occurrence of `variable`; a variable's queue is folded in as one batch once it holds
-        `_BATCH` occurrences or `_BATCH_ELEMENTS` elements, and at the unit's commit (what forms a batch
-        depends on the unit's inputs only)."""
+        """Queue an occurrence of `variable` (folded in by `input_done` or the commit)."""
         queue = self.pending.get(variable)
         if queue is None:
             queue = self.pending[variable] = [[], [], [], [], 0]
@@ -164,16 +164,31 @@ class _Unit:
         queue[2].append(step)
         queue[3].append(l2)
         queue[4] += value.numel()
-        if len(queue[0]) >= _BATCH or queue[4] >= _BATCH_ELEMENTS:
-            self._fold(variable)
+        self.pending_elements += value.numel()
 
-    def _fold(self, variable: str) -> None:
-        values, samples, steps, l2s, _ = self.pending.pop(variable)
-        state = self.states.get(variable)
-        if state is None:
-            o = self.options
-            state = self.states[variable] = ReductionState(o.bins, o.low, o.high, o.top_k)
-        state.add_many(values, samples, steps, l2s)
+    def input_done(self) -> None:
+        """After an input's occurrences are queued: once a variable's queue holds `_BATCH` occurrences or
+        `_BATCH_ELEMENTS` elements, or all queues `_PENDING_ELEMENTS`, every queue is folded in, together
+        (`fold_together`: the variables of one shape stacked at once), as at the unit's commit. What forms
+        a batch depends on the unit's inputs only."""
+        if self.pending_elements >= _PENDING_ELEMENTS or any(
+                len(q[0]) >= _BATCH or q[4] >= _BATCH_ELEMENTS for q in self.pending.values()):
+            self.fold()
+
+    def fold(self) -> None:
+        """Fold every queued occurrence into its variable's state."""
+        if not self.pending:
+            return
+        o = self.options
+        states = []
+        for variable in self.pending:
+            state = self.states.get(variable)
+            if state is None:
+                state = self.states[variable] = ReductionState(o.bins, o.low, o.high, o.top_k)
+            states.append(state)
+        batches = [tuple(queue[:4]) for queue in self.pending.values()]
+        self.pending, self.pending_elements = {}, 0
+        fold_together(states, batches)
 
     def flush(self) -> int:
         if not self.shard:
@@ -187,8 +202,7 @@ class _Unit:
     def commit(self, rank: int) -> Commit:
         import pyarrow.parquet as pq
 
-        for variable in list(self.pending):
-            self._fold(variable)
+        self.fold()
         self.flush()
         steps_file = f"steps/{self.name}.parquet"
         buffer = io.BytesIO()
@@ -379,6 +393,7 @@ def _summarise_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: i
             variable = f"{block_paths[i]}:{out_vars[i]}"
             count = seen[variable] = seen.get(variable, 0) + 1
             unit.reduce(variable if count == 1 else f"{variable}#{count}", value, sample, numbers[i], figures.l2(i))
+    unit.input_done()
     unit.samples.append(sample)
     return written
 

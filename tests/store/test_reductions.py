@@ -76,3 +76,38 @@ def test_the_histogram_bins_float32_values_as_numpy_does_and_edges_into_the_bin_
     assert reduction.histogram.tolist() == counts.tolist()
     assert reduction.underflow == int((finite < -8.0).sum()) and reduction.overflow == int((finite >= 8.0).sum())
     assert reduction.nan == 1 and reduction.histogram[0] >= 1 and reduction.histogram[-1] >= 1
+
+
+def test_variables_folded_together_give_what_each_folded_alone_gives():
+    """fold_together stacks the variables of one shape and length ([variables, occurrences, ...]), a few at a
+    time; each variable still gets its own figures: one-by-one folding's, up to float64 rounding, its
+    histogram and top k exactly; a variable of several shapes is folded one by one beside them."""
+    from nnschemaparser.store import reductions
+    from nnschemaparser.store.reductions import fold_together
+
+    batches = [(_occurrences(6, (3, 5), seed=s), list(range(6)), [s] * 6, None) for s in range(4)]
+    batches += [(_occurrences(6, (2, 4), seed=s), list(range(6)), [s] * 6, None) for s in range(4, 6)]
+    batches.append((_occurrences(3, (3, 5), seed=9) + _occurrences(3, (2, 5), seed=10), list(range(6)), [9] * 6, None))
+    batches[1][0][2][0, 0] = float("nan")  # one NaN in one variable: binned as NaN there only
+    batches = [(v, samples, steps, _l2(v)) for v, samples, steps, _ in batches]
+    original = reductions._STACK
+    try:
+        reductions._STACK = 3 * 6 * 15  # three variables of (3, 5) at a time: stacked in two chunks
+        together = [ReductionState(16, -4.0, 4.0, 3) for _ in batches]
+        fold_together(together, batches)
+    finally:
+        reductions._STACK = original
+    for state, (values, samples, steps, l2s) in zip(together, batches):
+        alone = ReductionState(16, -4.0, 4.0, 3)
+        for value, sample, step, l2 in zip(values, samples, steps, l2s):
+            alone.add(value, sample, step, l2)
+        a, b = Reduction.of("v", alone), Reduction.of("v", state)
+        assert a.count == b.count == 6 and a.note == b.note
+        assert torch.equal(a.histogram, b.histogram) and (a.underflow, a.overflow, a.nan) == (b.underflow, b.overflow, b.nan)
+        assert repr(a.top) == repr(b.top)
+        if a.mean is not None:
+            assert torch.allclose(a.mean, b.mean, rtol=1e-12, atol=1e-14, equal_nan=True)
+            assert torch.allclose(a.var, b.var, rtol=1e-10, atol=1e-14, equal_nan=True)
+        assert torch.allclose(a.channel_mean, b.channel_mean, rtol=1e-12, atol=1e-14, equal_nan=True)
+    assert Reduction.of("v", together[1]).nan == 1 and Reduction.of("v", together[0]).nan == 0
+    assert "shapes differ" in Reduction.of("v", together[-1]).note
