@@ -33,7 +33,8 @@ import torch
 __all__ = ["ReductionState", "Reduction", "fold_together", "encode_states", "decode_states"]
 
 _F64 = torch.float64
-_STACK = 2 ** 22  # elements stacked at once when variables are folded together
+_STACK = 2 ** 16  # elements stacked at once when variables are folded together (512 KiB in float64: a stack
+# that stays in a core's cache; a larger variable is folded alone)
 
 
 def _merge(n_a: int, mean_a: torch.Tensor, m2_a: torch.Tensor, n_b: int, mean_b: torch.Tensor,
@@ -80,8 +81,8 @@ def fold_together(states: list["ReductionState"], batches: list[tuple[list, list
     A batch whose occurrences share one shape is folded at once: its per-element and per-channel mean
     and M2 are computed over the batch in float64 (the mean, then the squared deviations from it) and
     merged in with Chan's update; its histogram and top k are those of its occurrences. Batches of the
-    same shape, length and dtype are stacked together ([variables, occurrences, ...]), so the
-    variables of a unit cost the torch calls of one. A batch of several shapes, or of one occurrence,
+    same shape, length and dtype are stacked together ([variables, occurrences, ...]) up to `_STACK`
+    elements, so many small variables cost the torch calls of one. A batch of several shapes, or of one occurrence,
     is folded one by one (`add`). The figures equal one-by-one folding up to float64 rounding; which
     occurrences and variables go together depends only on the unit (writer.py), so a store gives
     bit-equal reductions whichever process wrote a unit."""
@@ -96,8 +97,8 @@ def fold_together(states: list["ReductionState"], batches: list[tuple[list, list
         key = (shape, len(values), dtypes.pop() if len(dtypes) == 1 else None, state.bins, state.low, state.high)
         groups.setdefault(key, []).append(index)
     for (shape, k, dtype, _, _, _), members in groups.items():
-        # stacked a few variables at a time: at most _STACK elements (the float64 stack and its deviations
-        # take 16 bytes an element)
+        # stacked a few variables at a time: at most _STACK elements (more is slower: the passes over a
+        # stack that left the cache cost more than the calls they save)
         step = max(1, _STACK // max(1, k * math.prod(shape)))
         for at in range(0, len(members), step):
             chunk = members[at:at + step]

@@ -51,7 +51,6 @@ PARQUET_OPTIONS = dict(compression="lz4", use_dictionary=["container_id", "slot_
 
 _BATCH = 64  # occurrences of a variable folded into its reductions at once
 _BATCH_ELEMENTS = 2 ** 21  # or fewer, when they hold this many elements (16 MiB in float64)
-_PENDING_ELEMENTS = 2 ** 24  # or fewer, when the queues of all variables hold this many
 
 def as_scope(item: Any, schema: ModelBlockSchema) -> dict:
     """One input of the iterable as a scope: a mapping as it is, a tensor or a tuple by position."""
@@ -141,7 +140,6 @@ class _Unit:
         self.shards: list[tuple[str, int]] = []
         self.states: dict[str, ReductionState] = {}
         self.pending: dict[str, list] = {}  # variable -> [values, samples, steps, l2s] not folded yet
-        self.pending_elements = 0
 
     def keep(self, key: str, value: torch.Tensor) -> torch.Tensor:
         """Clone `value` into the current shard (flushing it first when it would pass shard_bytes)."""
@@ -164,15 +162,13 @@ class _Unit:
         queue[2].append(step)
         queue[3].append(l2)
         queue[4] += value.numel()
-        self.pending_elements += value.numel()
 
     def input_done(self) -> None:
         """After an input's occurrences are queued: once a variable's queue holds `_BATCH` occurrences or
-        `_BATCH_ELEMENTS` elements, or all queues `_PENDING_ELEMENTS`, every queue is folded in, together
-        (`fold_together`: the variables of one shape stacked at once), as at the unit's commit. What forms
-        a batch depends on the unit's inputs only."""
-        if self.pending_elements >= _PENDING_ELEMENTS or any(
-                len(q[0]) >= _BATCH or q[4] >= _BATCH_ELEMENTS for q in self.pending.values()):
+        `_BATCH_ELEMENTS` elements, every queue is folded in (`fold_together`), as before a shard is
+        written (so the queues never hold a tensor the current shard does not) and at the unit's commit.
+        What forms a batch depends on the unit's inputs only."""
+        if any(len(q[0]) >= _BATCH or q[4] >= _BATCH_ELEMENTS for q in self.pending.values()):
             self.fold()
 
     def fold(self) -> None:
@@ -187,12 +183,13 @@ class _Unit:
                 state = self.states[variable] = ReductionState(o.bins, o.low, o.high, o.top_k)
             states.append(state)
         batches = [tuple(queue[:4]) for queue in self.pending.values()]
-        self.pending, self.pending_elements = {}, 0
+        self.pending = {}
         fold_together(states, batches)
 
     def flush(self) -> int:
         if not self.shard:
             return 0
+        self.fold()  # the queues hold tensors of this shard only
         name = f"tensors/{self.name}-{len(self.shards):03d}.safetensors"
         size = write_shard(self.root / name, self.shard)
         self.shards.append((name, size))
