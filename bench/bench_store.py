@@ -92,8 +92,9 @@ def bench_write(name: str, factory, keep: str, count: int, rounds: int, scratch:
     samples = rounds_of({"eager": eager, "capture_run": memory, "store": store}, rounds)
     med = {k: statistics.median(v) / count * 1e3 for k, v in samples.items()}
     r = ratio(samples, "store", "capture_run")
+    each = sorted(a / b for a, b in zip(samples["store"], samples["capture_run"]))
     print(f"write  {name:28s} eager {med['eager']:8.1f} ms/input  capture_run {med['capture_run']:8.1f}  "
-          f"store {med['store']:8.1f}  store/capture_run {r:5.2f}x  "
+          f"store {med['store']:8.1f}  store/capture_run {r:5.2f}x (rounds {each[0]:.2f}-{each[-1]:.2f})  "
           f"{'meets' if r <= 1.3 else 'MISSES'} the 1.3x target  (keep={keep!r}, {count} inputs, {rounds} rounds)")
 
 

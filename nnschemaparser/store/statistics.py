@@ -99,7 +99,7 @@ def _reduce_one(tensor: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
     """`_reduce` of one large tensor as one row: the same figures, its min and max from one `torch.aminmax`
     pass (on CPU, aminmax over a whole tensor reads it once; along a dimension it is several times slower
     than amin and amax, so the stacked groups keep those)."""
-    flat = tensor.reshape(-1)
+    flat = tensor.reshape(-1)  # a view when it is flat already
     magnitude = torch.abs(flat, out=scratch[:flat.numel()])
     low, high = torch.aminmax(flat)
     return torch.stack([flat.sum(), low, high, magnitude.sum(), magnitude.amin(),
@@ -287,7 +287,7 @@ class _Plan:
                 if buffer is None or buffer.numel() < tensor.numel():
                     buffer = scratch[dtype] = torch.empty(max(math.prod(s) for _, d, s in self.large if d == dtype),
                                                           dtype=dtype)
-                matrices.append(tensor.reshape(1, -1))
+                matrices.append(tensor.unsqueeze(0))  # a view: a flat copy held here would cost fresh pages
                 parts.append(_reduce_one(tensor, buffer))
         for i in self.empty:
             if data[i].numel() != 0:
@@ -329,7 +329,8 @@ def _finish(parts: list[torch.Tensor], matrices: list[torch.Tensor], numel: torc
 
 
 def _locate(rows: list[int], matrices: list[torch.Tensor]) -> dict[int, list[tuple[int, int]]]:
-    """{matrix index: [(row, its row in that matrix)]} of sorted reduced rows."""
+    """{matrix index: [(row, its row in that matrix)]} of sorted reduced rows (a matrix: a stacked group, or a
+    large tensor with a leading dimension of 1)."""
     bounds = np.cumsum([m.shape[0] for m in matrices]).tolist()
     found: dict[int, list[tuple[int, int]]] = {}
     which = 0
@@ -346,8 +347,8 @@ def _count_zeros(table: np.ndarray, rows: list[int], matrices: list[torch.Tensor
     for which, places in _locate(rows, matrices).items():
         matrix = matrices[which]
         local = torch.tensor([r for _, r in places])
-        counts = (matrix.index_select(0, local) == 0).sum(1).numpy()
-        table[[row for row, _ in places], 8] = counts / matrix.shape[1]
+        counts = (matrix.index_select(0, local) == 0).reshape(len(places), -1).sum(1).numpy()
+        table[[row for row, _ in places], 8] = counts / matrix[0].numel()
 
 
 def _unfinished_rows(table: np.ndarray, rows: list[int], figures: list[list], matrices: list[torch.Tensor]) -> None:

@@ -175,7 +175,9 @@ def test_statistics_of_odd_tensors_count_nan_inf_and_zeros_exactly(tmp_path):
     values = [torch.tensor([1.0, float("nan"), 0.0, float("inf")]), torch.tensor([0.0, 0.0, 2.0]),
               torch.tensor([True, False, True]), torch.arange(6).reshape(2, 3), torch.tensor([3.5]),
               torch.zeros(0), torch.tensor([1.0, -2.0], dtype=torch.bfloat16), torch.tensor([-1e30, 1e30]),
-              torch.full((4, 4), torch.finfo(torch.float32).min)]  # a mask: float32 sums overflow, float64 ones do not
+              torch.full((4, 4), torch.finfo(torch.float32).min),  # a mask: float32 sums overflow, float64 ones do not
+              torch.relu(torch.randn(3, 9000)).t(),  # large (reduced alone), not contiguous, with zeros
+              torch.randn(20000).index_fill(0, torch.tensor([5, 7]), float("nan")).index_fill(0, torch.tensor([9]), 0.0)]
     steps = [TraceStep(i + 1, f"x_{i:04d}", "", "activation", "x", "", "m", TensorContainer(tuple(v.shape), str(v.dtype), v))
              for i, v in enumerate(values)]
     rows = step_rows(0, steps, set())
