@@ -106,10 +106,6 @@ def _reduce_one(tensor: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
                         torch.linalg.vector_norm(flat)]).to(_F64).unsqueeze(1)
 
 
-class _Stale(Exception):
-    """A value no longer fits the plan it was checked against (its shape or placement changed)."""
-
-
 def _getter(positions: Sequence[int]) -> Callable[[Sequence[Any]], tuple]:
     """A C-level `lambda seq: tuple(seq[i] for i in positions)`."""
     if not positions:
@@ -149,7 +145,7 @@ class _Plan:
     of its dtype and shape (under SMALL elements) or alone. `matches` checks, with C-level passes over
     the values (types, object identities, dtypes, grad flags, devices, layouts, element counts,
     addresses and contiguity), that the same decisions hold for other values; the shapes of what is
-    reduced are checked as it is stacked (`_Stale` when they moved), so a plan reused gives what a
+    reduced are checked as it is stacked (`figures` gives None when they moved), so a plan reused gives what a
     plan made afresh gives, bit for bit.
     """
 
@@ -258,8 +254,9 @@ class _Plan:
         return _alias_firsts(self.native, list(map(_PTR_OF, nv)), numels, self.native_dtypes,
                              list(map(_CONTIGUOUS_OF, nv))) == self.aliases
 
-    def figures(self, values: Sequence[Any]) -> "Figures":
-        """The statistics of `values` (which `matches` this plan); `_Stale` when what is reduced changed shape."""
+    def figures(self, values: Sequence[Any]) -> Optional["Figures"]:
+        """The statistics of `values` (which `matches` this plan); None when what is reduced changed shape or
+        place (the values need a plan of their own)."""
         data = list(values)
         for i in self.prepared:
             data[i] = _prepared(values[i])
@@ -271,9 +268,9 @@ class _Plan:
             try:
                 rows = torch.stack(members) if count > 1 else members[0].unsqueeze(0)
             except RuntimeError:  # shapes or devices no longer alike
-                raise _Stale from None
+                return None
             if rows.dtype != dtype or rows.shape[1:] != shape or not rows.is_cpu or rows.layout != strided:
-                raise _Stale
+                return None
             matrix = rows.reshape(count, -1)
             matrices.append(matrix)
             parts.append(_reduce(matrix))
@@ -282,7 +279,7 @@ class _Plan:
             for i, dtype, shape in self.large:
                 tensor = data[i]
                 if tensor.dtype != dtype or tensor.shape != shape or not tensor.is_cpu or tensor.layout != strided:
-                    raise _Stale
+                    return None
                 buffer = scratch.get(dtype)
                 if buffer is None or buffer.numel() < tensor.numel():
                     buffer = scratch[dtype] = torch.empty(max(math.prod(s) for _, d, s in self.large if d == dtype),
@@ -291,7 +288,7 @@ class _Plan:
                 parts.append(_reduce_one(tensor, buffer))
         for i in self.empty:
             if data[i].numel() != 0:
-                raise _Stale
+                return None
         table = _finish(parts, matrices, self.numel) if parts else np.empty((0, 9))
         table = np.concatenate([table, _CONSTANT_ROWS])[self.source]
         numels = self.numels
@@ -411,12 +408,14 @@ class Summariser:
     def __call__(self, values: Sequence[Any]) -> Figures:
         plan = self.plan
         if plan is not None and plan.matches(values):
-            try:
-                return plan.figures(values)
-            except _Stale:
-                pass
+            figures = plan.figures(values)
+            if figures is not None:
+                return figures
         plan = self.plan = _Plan(values)
-        return plan.figures(values)
+        figures = plan.figures(values)
+        if figures is None:  # pragma: no cover - a plan fits the values it was made from
+            raise RuntimeError("store statistics: a fresh plan does not fit its own values (a bug: please report it)")
+        return figures
 
 
 def summarise(values: Sequence[Any]) -> list[list]:
