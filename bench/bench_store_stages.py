@@ -1,0 +1,87 @@
+"""Where a store's writing time goes: CPU time of each stage of the writer, per input.
+
+    python bench/bench_store_stages.py [llama|gpt2]
+
+Writes one store (64 tiny-Llama inputs or 16 GPT-2 small inputs, one block, the attention outputs kept,
+as bench_store.py's write part) after a warm-up store, with the writer's stages wrapped by a CPU-time
+counter: the capture, the step fields and metadata, the statistics (the plan check and the figures),
+the clones, the queueing and folding of the reductions, the shards, the Parquet table and the commit.
+The stages nest (the commit holds the fold of the last queues and the shard write), so the rows do not
+add up to the total; the wrappers add about a microsecond a call. One torch thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+from models import gpt2_small, tiny_llama  # noqa: E402
+
+import nnschemaparser.store.statistics as statistics  # noqa: E402
+import nnschemaparser.store.writer as writer  # noqa: E402
+from nnschemaparser import NNParser, capture_dataset  # noqa: E402
+
+STAGES = [(writer, "capture_run", "capture_run"), (writer, "_step_fields", "step fields"),
+          (writer._Names, "steady", "metadata (steady)"), (statistics.Summariser, "__call__", "statistics"),
+          (statistics._Plan, "__init__", "  a new plan"), (statistics._Plan, "matches", "  plan check"),
+          (statistics._Plan, "figures", "  figures"), (writer._Unit, "keep", "clones"),
+          (writer._Unit, "reduce", "queueing reductions"), (writer._Unit, "fold", "folding reductions"),
+          (writer, "write_shard", "shards"), (statistics.StepColumns, "table", "Arrow table"),
+          (writer._Unit, "commit", "commit (Parquet, shards, last fold)")]
+
+
+def main() -> int:
+    torch.set_num_threads(1)
+    which = sys.argv[1] if len(sys.argv) > 1 else "llama"
+    if which not in ("llama", "gpt2"):
+        print("usage: python bench/bench_store_stages.py [llama|gpt2]", file=sys.stderr)
+        return 2
+    model, example = tiny_llama() if which == "llama" else gpt2_small()
+    keep, count = ("layers.*.self_attn:attn_output", 64) if which == "llama" else ("h.*.attn:attn_output", 16)
+    schema = NNParser.parse_model(model=model, inputs_tensors_values=example)
+    generator = torch.Generator().manual_seed(0)
+    vocab = int(model.config.vocab_size)
+    inputs = [dict(example, input_ids=torch.randint(0, vocab, tuple(example["input_ids"].shape), generator=generator))
+              for _ in range(count)]
+    spent: collections.Counter = collections.Counter()
+
+    def timed(fn, label):
+        def wrapper(*args, **kwargs):
+            start = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[label] += time.process_time() - start
+        return wrapper
+
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in STAGES]
+    for owner, name, label in STAGES:
+        setattr(owner, name, timed(getattr(owner, name), label))
+    folder = Path(tempfile.mkdtemp())
+    try:
+        capture_dataset(schema, inputs, folder / "warm", keep=keep, progress=False)
+        spent.clear()
+        start = time.process_time()
+        capture_dataset(schema, inputs, folder / "store", keep=keep, progress=False)
+        total = time.process_time() - start
+    finally:
+        for owner, name, fn in saved:
+            setattr(owner, name, fn)
+        shutil.rmtree(folder)
+    print(f"{which}: {count} inputs, {total / count * 1e3:.2f} ms of CPU per input in all")
+    for _, _, label in STAGES:
+        print(f"  {label:38s} {spent[label] / count * 1e3:8.2f} ms/input")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
