@@ -1,7 +1,9 @@
 """The store stage (after `files`, before `widget`), activations as a dataset: many inputs captured into an on-disk store, read back and queried.
 
 `manifest` (the layout on disk, the schema identity, the manifest and the commit records),
-`statistics` (the per-step statistics and their Parquet schema), `shards` (safetensors files,
+`statistics` (the per-step statistics of an input's values), `native` (their one-pass C kernel,
+`_statistics.c`, built on first use), `step_table` (the statistics' columns: the Parquet schema and
+a unit's Arrow table), `shards` (safetensors files,
 checked and memory-mapped), `reductions` (mergeable per-variable mean, variance, histograms and
 top-k), `writer` (what one process writes: blocks of inputs, committed one by one, resumable),
 `dataset` (`capture_dataset`: one process, N forked processes in a gloo group, or a torchrun

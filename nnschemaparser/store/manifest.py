@@ -55,6 +55,7 @@ __all__ = ["StoreMismatchError", "StoreIncompleteError", "SchemaIdentity", "sche
 FORMAT_NAME = "nnschemaparser-store"
 COMMIT_FORMAT = "nnschemaparser-store-commit"
 FORMAT_VERSION = 1
+STATISTICS_ENGINES = ("torch", "native-1")  # how a unit's figures were computed (store/native.py)
 MANIFEST = "manifest.json"
 _UNIT = re.compile(r"^unit-(\d{6})-(\d{9})$")
 _FILE = {"steps": re.compile(r"^steps/unit-\d{6}-\d{9}\.parquet$"),
@@ -221,12 +222,13 @@ class Commit:
     shards: tuple[tuple[str, int], ...]  # (file, bytes)
     reductions_file: str
     sizes: tuple[tuple[str, int], ...]  # every file named, with its size in bytes
+    statistics: str = "torch"  # the engine of the unit's figures (store/native.py); absent in older commits
 
     def to_json(self) -> dict:
         return {"format": COMMIT_FORMAT, "version": FORMAT_VERSION, "block": self.block, "rank": self.rank,
                 "samples": list(self.samples), "steps_file": self.steps_file, "rows": self.rows,
                 "shards": [list(s) for s in self.shards], "reductions_file": self.reductions_file,
-                "sizes": [list(s) for s in self.sizes]}
+                "sizes": [list(s) for s in self.sizes], "statistics": self.statistics}
 
 
 def write_commit(root: Path, commit: Commit) -> None:
@@ -249,7 +251,11 @@ def _read_commit(root: Path, path: Path, limits: FileLimits, block_size: int) ->
     document = parse_json(read_bounded(path, limits, "store commit"), limits, source)
     check_header(document, COMMIT_FORMAT, FORMAT_VERSION, source)
     record(document, source, ("format", "version", "block", "rank", "samples", "steps_file", "rows", "shards",
-                              "reductions_file", "sizes"))
+                              "reductions_file", "sizes"), optional=("statistics",))
+    statistics = document.get("statistics", "torch")
+    if statistics not in STATISTICS_ENGINES:
+        raise MalformedFileError(f"{source}.statistics: {statistics!r} is not an engine of the store's statistics "
+                                 f"({', '.join(STATISTICS_ENGINES)})")
     block, first = int(found.group(1)), int(found.group(2))
     if get_int(document, "block", source) != block:
         raise MalformedFileError(f"{source}.block: does not match the commit's name")
@@ -283,7 +289,7 @@ def _read_commit(root: Path, path: Path, limits: FileLimits, block_size: int) ->
             raise MalformedFileError(f"{source}: {name} is {actual} bytes, the commit says {size} (changed or "
                                      "truncated after the commit)")
     return Commit(unit, block, get_int(document, "rank", source, high=1 << 20), tuple(samples), steps_file,
-                  get_int(document, "rows", source), tuple(shards), reductions_file, tuple(sizes))
+                  get_int(document, "rows", source), tuple(shards), reductions_file, tuple(sizes), statistics)
 
 
 def read_commits(root: Path, limits: FileLimits, block_size: int) -> list[Commit]:

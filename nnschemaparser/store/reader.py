@@ -27,7 +27,7 @@ from ..traces.trace import ActivationTrace, TraceStep
 from .manifest import Commit, read_commits, read_manifest
 from .reductions import Reduction, ReductionState, decode_states
 from .shards import ShardFile
-from .statistics import arrow_schema
+from .step_table import arrow_schema
 
 __all__ = ["TraceStore", "NOT_KEPT"]
 
@@ -143,6 +143,16 @@ class TraceStore:
     def __len__(self) -> int:
         return len(self._by_sample)
 
+    @property
+    def statistics_engines(self) -> dict[str, int]:
+        """{engine: inputs}: how the figures of the `steps` were computed ("native-1", the one-pass C kernel of
+        store/native.py; "torch", torch's reductions). The two round the last bits of a mean, std, abs_sum or l2
+        differently; a store written on machines with and without a C compiler holds both."""
+        engines: dict[str, int] = {}
+        for commit in self.commits:
+            engines[commit.statistics] = engines.get(commit.statistics, 0) + len(commit.samples)
+        return engines
+
     def parquet_files(self) -> list[Path]:
         return [self.path / c.steps_file for c in self.commits]
 
@@ -161,7 +171,7 @@ class TraceStore:
 
     @property
     def steps(self) -> Any:
-        """One row per input and step (columns of store/statistics.py), sorted by sample and step."""
+        """One row per input and step (columns of store/step_table.py), sorted by sample and step."""
         if self._steps is None:
             table = self._read_table(self.parquet_files())
             self._steps = table.to_pandas().sort_values(["sample", "step"], kind="stable").reset_index(drop=True)

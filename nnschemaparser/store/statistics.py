@@ -1,13 +1,25 @@
-"""The per-step statistics a store writes: their Parquet schema, and how one input's steps become columns.
+"""The per-step statistics a store writes: how an input's values are summarised (their table of columns
+is step_table.py).
 
 The columns are those of `traces.tables.tensor_statistics` (numel, mean, std, min, max, abs_sum,
 l2, NaN and inf counts, fraction of zeros), computed the way a store can afford for every step of
 thousands of inputs. A tensor held by several steps (a block's result is its last op's tensor) is
 summarised once, and so is a tensor over the same contiguous elements as an earlier one (a view or a
 reshape of it: same address, element count and dtype, so the same bytes and the same figures, bit for
-bit). The distinct tensors of an input are summarised together, in their own dtype
-(float16 and bfloat16 in float32, integers and booleans in float64, complex as magnitudes), never
-in a float64 copy:
+bit). The distinct tensors of an input are summarised together, float32 and float64 as they are
+(float16 and bfloat16 in float32, integers and booleans in float64, complex as magnitudes).
+
+Two engines compute the figures; a `Summariser` names its own in `engine`, and each commit of a
+store records the one it was written with:
+
+"native-1", where this process could build the C kernel (native.py; the default): each tensor is
+read once, and the sum, the magnitude sum and the sum of squares are float64 sums in the order
+`_statistics.c` fixes, so they are the same on every machine that builds it; min, max and the
+counts are exact (min, max and mean NaN where the tensor holds a NaN); `mean` = sum / numel, `l2` = sqrt(sum of squares), `std` =
+`sqrt((squares - sum**2 / n) / (n - 1))` (which loses precision when the mean dwarfs the spread).
+
+"torch", without a compiler or with `NNSCHEMAPARSER_NATIVE=0`: torch's reduction kernels, in the
+tensor's dtype, never in a float64 copy:
 
 - tensors under `SMALL` elements are stacked by (dtype, shape) into one matrix per group, so a
   group of a hundred small tensors costs the few torch calls of one; larger tensors are reduced
@@ -36,42 +48,28 @@ So each column is:
 
 Measured against `tensor_statistics` (an independent float64 computation) in tests/store/test_writer.py.
 
-Depends on torch, numpy and pyarrow (imported when a table is built); never on the runtime or views.
+Depends on torch and numpy (and native.py); never on the runtime or views.
 """
 
 from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import torch
 
-__all__ = ["COLUMNS", "SMALL", "arrow_schema", "summarise", "Summariser", "Figures", "step_rows", "StepColumns"]
+from . import native
+from .native import ENGINE
+
+__all__ = ["SMALL", "summarise", "Summariser", "Figures"]
 
 _NAN = float("nan")
 SMALL = 16384  # elements: tensors below this are stacked with those of their dtype and shape
 GROUP = 10000000  # elements: the most stacked at once (256 KiB of float32)
-# name, arrow type name (see arrow_schema)
-COLUMNS = (("sample", "int64"), ("step", "int32"), ("container_id", "string"), ("slot_type", "string"),
-           ("block_path", "string"), ("out_var", "string"), ("op_name", "string"), ("description", "string"),
-           ("frame_depth", "int32"), ("shape", "list<int64>"), ("dtype", "string"), ("numel", "int64"),
-           ("mean", "double"), ("std", "double"), ("min", "double"), ("max", "double"), ("abs_sum", "double"),
-           ("l2", "double"), ("n_nan", "int64"), ("n_inf", "int64"), ("frac_zero", "double"), ("kept", "bool"),
-           ("omitted", "string"))
-_NAMES = [name for name, _ in COLUMNS]
-_STAT_KEYS = ("mean", "std", "min", "max", "abs_sum", "l2", "n_nan", "n_inf", "frac_zero")
 _F64 = torch.float64
 _NATIVE = (torch.float32, torch.float64)
-
-
-def arrow_schema() -> Any:
-    import pyarrow as pa
-
-    types = {"int64": pa.int64(), "int32": pa.int32(), "string": pa.string(), "double": pa.float64(),
-             "bool": pa.bool_(), "list<int64>": pa.list_(pa.int64())}
-    return pa.schema([(name, types[kind]) for name, kind in COLUMNS])
 
 
 def _prepared(value: torch.Tensor) -> torch.Tensor:
@@ -211,6 +209,16 @@ class _Plan:
         order = [i for members in groups.values() for i in members] + large
         self.rows = len(order)
         self.numel = torch.tensor([numel_of[i] for i in order], dtype=_F64)
+        # the kernel's view of the same rows (native.py): by dtype, with their element counts
+        self.by_dtype = []
+        for dtype in _NATIVE:
+            rows = [row for row, i in enumerate(order) if data[i].dtype == dtype]
+            if rows:
+                members = [order[row] for row in rows]
+                # the last input's contiguity of each (and which were not), updated as it changes
+                self.by_dtype.append((dtype, _getter(members), np.asarray(rows, dtype=np.int64),
+                                      [numel_of[i] for i in members], [], []))
+        self.prepared_empty = [i for i in empty if i in is_prepared]
         # where each value's figures come from: a reduced row, the absent row, or the empty row
         absent_row, empty_row = self.rows, self.rows + 1
         source = [absent_row] * n
@@ -254,9 +262,41 @@ class _Plan:
         return _alias_firsts(self.native, list(map(_PTR_OF, nv)), numels, self.native_dtypes,
                              list(map(_CONTIGUOUS_OF, nv))) == self.aliases
 
+    def kernel_figures(self, values: Sequence[Any], kernel: Any) -> Optional["Figures"]:
+        """`figures` from the one-pass C kernel (native.py): each reduced value read once, its sums in float64;
+        None when what is reduced changed size (the values need a plan of their own)."""
+        data = list(values)
+        for i in self.prepared:
+            data[i] = _prepared(values[i])
+        raw = np.empty((self.rows, 9), dtype=np.float64)
+        for dtype, take, rows, numels, dense, spread in self.by_dtype:
+            tensors = take(data)
+            if list(map(_NUMEL_OF, tensors)) != numels:
+                return None
+            contiguous = list(map(_CONTIGUOUS_OF, tensors))
+            if contiguous != dense:
+                dense[:] = contiguous
+                spread[:] = [j for j, c in enumerate(contiguous) if not c]
+            if spread:
+                tensors = list(tensors)
+                for j in spread:
+                    tensors[j] = tensors[j].contiguous()
+            # devices and layouts: checked by `matches` (what is prepared is made a CPU strided tensor)
+            raw[rows] = kernel.figures(tensors, dtype, placed=True)
+        for i in self.prepared_empty:
+            if data[i].numel() != 0:
+                return None
+        table = np.concatenate([_kernel_table(raw, self.numel.numpy()), _CONSTANT_ROWS])[self.source]
+        numels = self.numels
+        if self.fill_numels:
+            numels = numels.copy()
+            numels[self.fill_numels] = [values[i].numel() for i in self.fill_numels]
+            numels[self.repeats[:, 0]] = numels[self.repeats[:, 1]]
+        return Figures(table, self.counted, numels)
+
     def figures(self, values: Sequence[Any]) -> Optional["Figures"]:
-        """The statistics of `values` (which `matches` this plan); None when what is reduced changed shape or
-        place (the values need a plan of their own)."""
+        """The statistics of `values` (which `matches` this plan) from torch's reductions; None when what is
+        reduced changed shape or place (the values need a plan of their own)."""
         data = list(values)
         for i in self.prepared:
             data[i] = _prepared(values[i])
@@ -322,6 +362,20 @@ def _finish(parts: list[torch.Tensor], matrices: list[torch.Tensor], numel: torc
     unfinished = (~finite).nonzero().flatten()
     if unfinished.numel():
         _unfinished_rows(table, unfinished.tolist(), f.index_select(1, unfinished).t().tolist(), matrices)
+    return table
+
+
+def _kernel_table(raw: np.ndarray, numel: np.ndarray) -> np.ndarray:
+    """[rows, 9] float64 (mean, std, min, max, abs_sum, l2, n_nan, n_inf, frac_zero) from the kernel's raw
+    figures (sum, min, max, magnitude sum, least magnitude, sum of squares, NaN, inf and zero counts)."""
+    total, low, high, abs_sum, _, squares, nans, infs, zeros = raw.T
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        var = (squares - total * total / numel) / (numel - 1)
+        std = np.where(var > 0, np.sqrt(np.maximum(var, 0.0)), np.where(var == var, 0.0, _NAN))
+        std = np.where(numel > 1, std, _NAN)
+        holds_nan = nans > 0  # torch's min and max propagate NaN; the kernel's skip it
+        table = np.stack([total / numel, std, np.where(holds_nan, _NAN, low), np.where(holds_nan, _NAN, high),
+                          abs_sum, np.sqrt(squares), nans, infs, zeros / numel], 1)
     return table
 
 
@@ -402,142 +456,36 @@ class Summariser:
     fall the same way (`_Plan.matches`), which a schema run the same way on each input does; the
     figures are those a fresh plan gives, bit for bit."""
 
-    def __init__(self) -> None:
+    def __init__(self, engine: Optional[str] = None) -> None:
+        """`engine`: "native-1" (the C kernel, native.py), "torch" (torch's reductions), or None: the kernel where
+        this process has it, torch otherwise. `engine` then names the one in use (a store's commits record it)."""
+        if engine not in (None, ENGINE, "torch"):
+            raise ValueError(f"store statistics engine {engine!r}: expected {ENGINE!r}, 'torch' or None (the kernel "
+                             "where it builds)")
+        self.kernel = native.kernel() if engine in (None, ENGINE) else None  # None while NNSCHEMAPARSER_NATIVE=0
+        if engine == ENGINE and self.kernel is None:
+            raise RuntimeError(f"the store's statistics kernel is not available ({native.problem()}); pass "
+                               "engine='torch' or None, or install a C compiler")
+        self.engine = ENGINE if self.kernel is not None else "torch"
         self.plan: Optional[_Plan] = None
+
+    def _figures(self, plan: _Plan, values: Sequence[Any]) -> Optional[Figures]:
+        return plan.kernel_figures(values, self.kernel) if self.kernel is not None else plan.figures(values)
 
     def __call__(self, values: Sequence[Any]) -> Figures:
         plan = self.plan
         if plan is not None and plan.matches(values):
-            figures = plan.figures(values)
+            figures = self._figures(plan, values)
             if figures is not None:
                 return figures
         plan = self.plan = _Plan(values)
-        figures = plan.figures(values)
+        figures = self._figures(plan, values)
         if figures is None:  # pragma: no cover - a plan fits the values it was made from
             raise RuntimeError("store statistics: a fresh plan does not fit its own values (a bug: please report it)")
         return figures
 
 
-def summarise(values: Sequence[Any]) -> list[list]:
+def summarise(values: Sequence[Any], engine: Optional[str] = None) -> list[list]:
     """The statistics `[mean, std, min, max, abs_sum, l2, n_nan, n_inf, frac_zero]` of each value (see the
     module docstring); values may repeat (a repeated object is summarised once) or not be tensors."""
-    return Summariser()(values).rows()
-
-
-# The columns an input's steps repeat from the one before when the schema runs the same way (numbers, names,
-# descriptions, depths, shapes, dtypes, omissions): each is kept as a list of per-input chunks, and a chunk
-# object seen again (the writer hands the same list on: writer.py, `_Names.steady`) is made an Arrow
-# array once, then the chunks are concatenated.
-_CHUNKED = frozenset((1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 22))
-
-
-class StepColumns:
-    """The statistics rows of a unit, kept as columns (COLUMNS order) and made one Arrow table at the end.
-
-    The columns in `_CHUNKED` are lists of per-input lists; the sample, numel, statistics and kept columns
-    are per-input NumPy chunks (a Figures table holds the nine statistics of an input)."""
-
-    def __init__(self) -> None:
-        self.columns: dict[int, list] = {k: [] for k in _CHUNKED}
-        self.samples: list[tuple[int, int]] = []  # (sample, steps)
-        self.numels: list[np.ndarray] = []
-        self.figures: list[Figures] = []
-        self.kept: list[np.ndarray] = []
-        self.rows = 0
-
-    def __len__(self) -> int:
-        return self.rows
-
-    def flat(self, k: int) -> list:
-        """Column k as one Python list."""
-        if k in _CHUNKED:
-            return [x for chunk in self.columns[k] for x in chunk]
-        if k == 0:
-            return [s for s, n in self.samples for _ in range(n)]
-        if k == 11:
-            return np.concatenate(self.numels).tolist() if self.numels else []
-        if k == 21:
-            return np.concatenate(self.kept).tolist() if self.kept else []
-        rows = [row for f in self.figures for row in f.rows()]
-        return [row[k - 12] for row in rows]
-
-    def add(self, sample: int, numbers: list, cids: list, slot_types: list, block_paths: list, out_vars: list,
-            op_names: list, descriptions: list, depths: list, shapes: list, dtypes: list, values: list,
-            kept: Any, omitted: list, figures: Optional[Figures] = None) -> Figures:
-        """Append one input's steps (parallel lists, kept as they are: not to be changed afterwards) and their
-        statistics (`figures` of `values`, computed here when not given); returns the figures."""
-        if figures is None:
-            figures = Summariser()(values)
-        c = self.columns
-        n = len(numbers)
-        self.rows += n
-        self.samples.append((sample, n))
-        for k, column in zip((1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 22), (numbers, cids, slot_types, block_paths, out_vars,
-                                                                   op_names, descriptions, depths, shapes, dtypes,
-                                                                   omitted)):
-            c[k].append(column)
-        numels = figures.numels
-        missing = np.flatnonzero(numels < 0)
-        if len(missing):  # not a tensor: a value dropped (None) counts its recorded shape's elements
-            numels = numels.copy()
-            for i in missing.tolist():
-                s = shapes[i]
-                numels[i] = (math.prod(s) if s else 1) if values[i] is None else 0
-        self.numels.append(numels)
-        self.figures.append(figures)
-        self.kept.append(np.asarray(kept, dtype=bool))
-        return figures
-
-    def table(self) -> Any:
-        import pyarrow as pa
-
-        schema = arrow_schema()
-        arrays: list[Any] = [None] * len(COLUMNS)
-        for k in _CHUNKED:
-            field = schema[k]
-            made: dict[int, Any] = {}
-            chunks = []
-            for chunk in self.columns[k]:
-                array = made.get(id(chunk))
-                if array is None:
-                    array = made[id(chunk)] = _shape_array(chunk) if k == 9 else pa.array(chunk, type=field.type)
-                chunks.append(array)
-            arrays[k] = (chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks) if chunks else
-                         pa.array([], type=field.type))
-        arrays[0] = pa.array(np.repeat(np.array([s for s, _ in self.samples], dtype=np.int64),
-                                       [n for _, n in self.samples]) if self.samples else np.zeros(0, np.int64))
-        arrays[11] = pa.array(np.concatenate(self.numels) if self.numels else np.zeros(0, np.int64))
-        table = np.concatenate([f.table for f in self.figures]) if self.figures else np.zeros((0, 9))
-        counted = np.concatenate([f.counted for f in self.figures]) if self.figures else np.zeros(0, bool)
-        for j, k in enumerate(range(12, 21)):
-            column = np.ascontiguousarray(table[:, j])
-            if k in (18, 19):  # n_nan, n_inf: missing where the value could not be summarised
-                arrays[k] = pa.array(np.where(counted, column, 0).astype(np.int64), mask=~counted)
-            else:
-                arrays[k] = pa.array(column)
-        arrays[21] = pa.array(np.concatenate(self.kept) if self.kept else np.zeros(0, bool))
-        return pa.Table.from_arrays(arrays, schema=schema)
-
-
-def _shape_array(shapes: list) -> Any:
-    import pyarrow as pa
-
-    lengths = np.fromiter((len(s) for s in shapes), dtype=np.int32, count=len(shapes))
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    flat = np.fromiter((int(d) for s in shapes for d in s), dtype=np.int64, count=int(offsets[-1]))
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
-
-
-def step_rows(sample: int, steps: Iterable[Any], kept: set[int]) -> list[tuple]:
-    """One row (COLUMNS order) per TraceStep of an input; `kept`: the step numbers whose tensor is written."""
-    steps = list(steps)
-    columns = StepColumns()
-    columns.add(sample, [s.step for s in steps], [s.container_id for s in steps], [s.slot_type for s in steps],
-                [s.block_path for s in steps], [s.out_var for s in steps], [s.op_name for s in steps],
-                [s.description for s in steps], [s.frame_depth for s in steps],
-                [tuple(int(d) for d in s.tensor.shape) for s in steps], [str(s.tensor.dtype) for s in steps],
-                [s.tensor.value for s in steps], [s.step in kept for s in steps], [s.omitted for s in steps])
-    c = [columns.flat(k) for k in range(len(COLUMNS))]
-    c[9] = [list(s) for s in c[9]]
-    return list(zip(*c))
+    return Summariser(engine)(values).rows()

@@ -37,7 +37,8 @@ from .manifest import (Commit, SchemaIdentity, StoreMismatchError, StoreOptions,
                        schema_identity, sync_write, unit_name, write_commit, write_manifest)
 from .reductions import ReductionState, encode_states, fold_together
 from .shards import write_shard
-from .statistics import StepColumns, Summariser
+from .statistics import Summariser
+from .step_table import StepColumns
 
 __all__ = ["prepare_store", "discard_new_store", "write_rank", "finalize_store", "as_scope", "RankSummary"]
 
@@ -196,7 +197,7 @@ class _Unit:
         self.shard, self.shard_bytes = {}, 0
         return size
 
-    def commit(self, rank: int) -> Commit:
+    def commit(self, rank: int, statistics: str) -> Commit:
         import pyarrow.parquet as pq
 
         self.fold()
@@ -211,7 +212,7 @@ class _Unit:
                            {"reductions": dump_json(described["items"]).decode("ascii")})
         sizes = [(steps_file, len(buffer.getvalue())), (reductions_file, size)] + list(self.shards)
         commit = Commit(self.name, self.block, rank, tuple(self.samples), steps_file, len(self.rows),
-                        tuple(self.shards), reductions_file, tuple(sorted(sizes)))
+                        tuple(self.shards), reductions_file, tuple(sorted(sizes)), statistics)
         write_commit(self.root, commit)
         return commit
 
@@ -244,7 +245,7 @@ def write_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], opti
     def close() -> None:
         nonlocal unit
         if unit is not None and unit.samples:
-            unit.commit(rank)
+            unit.commit(rank, names.summarise.engine)
             summary.units += 1
             summary.bytes += sum(s for _, s in unit.shards)
         unit = None

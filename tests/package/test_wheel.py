@@ -46,6 +46,7 @@ def test_wheel_declares_the_widget_stack_and_carries_the_browser_files(wheel):
     assert set(DECLARED) <= required, f"not declared: {set(DECLARED) - required}"
     assert {"nnschemaparser/widget/static/widget.js", "nnschemaparser/widget/static/widget.css"} <= names
     assert "nnschemaparser/runtime/program.py" in names and "nnschemaparser/examples/mlp.py" in names
+    assert "nnschemaparser/store/_statistics.c" in names  # the store's statistics kernel, built on first use
     assert not any(n.startswith(("tests/", "js/", "bench/")) for n in names)
     # neurarch-trace's names: the console script and `python -m neurarch_trace`
     assert {"neurarch_trace/__init__.py", "neurarch_trace/__main__.py"} <= names
@@ -76,6 +77,9 @@ def test_the_installed_wheel_imports_the_widget_and_renders_its_static_page(whee
         "torch.manual_seed(0)\n"
         "widget = inspect_model_widget(MLP().eval(), {'x': torch.randn(2, 784)})\n"
         "widget.step(); widget.step(); widget.step()  # the first Step stops before the call of fc1\n"
+        "import shutil\n"
+        "from nnschemaparser.store import native\n"
+        "assert native.kernel() is not None or not shutil.which('cc'), native.problem()  # built from the wheel's copy\n"
         f"page = widget.to_html({str(tmp_path / 'page.html')!r}).read_text()\n"
         "assert 'createStaticModel' in page and 'nnsp-data' in page\n"
         "print('ok', widget.step_index)\n")

@@ -9,7 +9,7 @@ import pytest
 
 from nnschemaparser import (FileLimitError, FileLimits, FormatVersionError, MalformedFileError, TraceStore,
                             capture_dataset)
-from nnschemaparser.store.statistics import COLUMNS
+from nnschemaparser.store.step_table import COLUMNS
 from tests.support.store_models import blocks, inputs
 
 

@@ -168,7 +168,7 @@ def test_peak_memory_does_not_grow_with_the_number_of_inputs(tmp_path):
 
 
 def test_statistics_of_odd_tensors_count_nan_inf_and_zeros_exactly(tmp_path):
-    from nnschemaparser.store.statistics import step_rows
+    from nnschemaparser.store.step_table import step_rows
     from nnschemaparser.traces.trace import TraceStep
     from nnschemaparser.schema.model import TensorContainer
 
@@ -181,7 +181,7 @@ def test_statistics_of_odd_tensors_count_nan_inf_and_zeros_exactly(tmp_path):
     steps = [TraceStep(i + 1, f"x_{i:04d}", "", "activation", "x", "", "m", TensorContainer(tuple(v.shape), str(v.dtype), v))
              for i, v in enumerate(values)]
     rows = step_rows(0, steps, set())
-    names = [name for name, _ in __import__("nnschemaparser.store.statistics", fromlist=["COLUMNS"]).COLUMNS]
+    names = [name for name, _ in __import__("nnschemaparser.store.step_table", fromlist=["COLUMNS"]).COLUMNS]
     for row, value in zip(rows, values):
         record = dict(zip(names, row))
         wrong = statistics_mismatches(record, tensor_statistics(value))
@@ -255,7 +255,7 @@ def test_step_columns_of_inputs_run_alike_or_not_are_each_inputs_own_rows(tmp_pa
     input's own capture."""
     import math
 
-    from nnschemaparser.store.statistics import COLUMNS, step_rows
+    from nnschemaparser.store.step_table import COLUMNS, step_rows
 
     _, schema = blocks()
     generator = torch.Generator().manual_seed(7)

@@ -1,0 +1,81 @@
+/* The store's per-tensor statistics in one read of each tensor (nnschemaparser/store/native.py builds
+ * this file with the system C compiler on first use and calls it through ctypes).
+ *
+ * For each of `count` contiguous tensors (address ptrs[k], numels[k] elements), out[9k .. 9k+8] gets:
+ * the sum, the min, the max, the sum of magnitudes, the least magnitude, the sum of squares, and the
+ * counts of NaN, of infinities and of zeros. Sums are float64 whatever the tensor's dtype; min, max and
+ * the least magnitude skip NaN (the caller makes them NaN where n_nan > 0, as torch's are).
+ *
+ * The order of every sum is fixed by this code, not by the machine: element i goes to lane i % LANES,
+ * each lane adds in element order, and the lanes are added in lane order at the end. It must be built
+ * without -ffast-math and with -ffp-contract=off (no fused multiply-add), so a machine that vectorises
+ * it differently (SSE2, AVX2, AVX-512) gives the same figures, bit for bit. The counts are int32 per
+ * lane, emptied into float64 every CHUNK elements (exact up to 2^53). */
+#include <math.h>
+#include <stdint.h>
+
+#define LANES 32
+#define CHUNK ((int64_t)LANES << 24)
+
+#define STEP(T, ABS, v)                                                                     \
+    {                                                                                       \
+        T m = ABS(v);                                                                       \
+        double d = (double)(v);                                                             \
+        s[j] += d;                                                                          \
+        a[j] += (double)m;                                                                  \
+        q[j] += d * d;                                                                      \
+        lo[j] = (v) < lo[j] ? (v) : lo[j];                                                  \
+        hi[j] = (v) > hi[j] ? (v) : hi[j];                                                  \
+        la[j] = m < la[j] ? m : la[j];                                                      \
+        cn[j] += (v) != (v);                                                                \
+        ci[j] += m == (T)INFINITY;                                                          \
+        cz[j] += (v) == 0;                                                                  \
+    }
+
+#define KERNEL(NAME, T, ABS)                                                                \
+    void NAME(int64_t count, const int64_t *ptrs, const int64_t *numels, double *out) {     \
+        for (int64_t k = 0; k < count; k++) {                                               \
+            const T *x = (const T *)(intptr_t)ptrs[k];                                      \
+            const int64_t n = numels[k];                                                    \
+            double s[LANES], a[LANES], q[LANES];                                            \
+            T lo[LANES], hi[LANES], la[LANES];                                              \
+            int32_t cn[LANES], ci[LANES], cz[LANES];                                        \
+            double nans = 0, infs = 0, zeros = 0;                                           \
+            for (int j = 0; j < LANES; j++) {                                               \
+                s[j] = a[j] = q[j] = 0.0;                                                   \
+                lo[j] = la[j] = (T)INFINITY;                                                \
+                hi[j] = -(T)INFINITY;                                                       \
+                cn[j] = ci[j] = cz[j] = 0;                                                  \
+            }                                                                               \
+            int64_t i = 0;                                                                  \
+            while (i + LANES <= n) {                                                        \
+                int64_t stop = n - (n - i) % LANES;                                         \
+                if (stop - i > CHUNK) stop = i + CHUNK;                                     \
+                for (; i < stop; i += LANES)                                                \
+                    for (int j = 0; j < LANES; j++) STEP(T, ABS, x[i + j])                  \
+                for (int j = 0; j < LANES; j++) {                                           \
+                    nans += cn[j]; infs += ci[j]; zeros += cz[j];                           \
+                    cn[j] = ci[j] = cz[j] = 0;                                              \
+                }                                                                           \
+            }                                                                               \
+            for (int j = 0; i < n; i++, j++) STEP(T, ABS, x[i])                             \
+            double S = 0, A = 0, Q = 0;                                                     \
+            T LO = (T)INFINITY, HI = -(T)INFINITY, LA = (T)INFINITY;                        \
+            for (int j = 0; j < LANES; j++) {                                               \
+                S += s[j]; A += a[j]; Q += q[j];                                            \
+                LO = lo[j] < LO ? lo[j] : LO;                                               \
+                HI = hi[j] > HI ? hi[j] : HI;                                               \
+                LA = la[j] < LA ? la[j] : LA;                                               \
+                nans += cn[j]; infs += ci[j]; zeros += cz[j];                               \
+            }                                                                               \
+            double *o = out + 9 * k;                                                        \
+            o[0] = S; o[1] = (double)LO; o[2] = (double)HI; o[3] = A; o[4] = (double)LA;    \
+            o[5] = Q; o[6] = nans; o[7] = infs; o[8] = zeros;                               \
+        }                                                                                   \
+    }
+
+KERNEL(nsp_statistics_f32, float, fabsf)
+KERNEL(nsp_statistics_f64, double, fabs)
+
+/* the version of these figures: native.py refuses a library that says otherwise */
+int64_t nsp_statistics_version(void) { return 1; }
