@@ -27,15 +27,17 @@ sys.path.insert(0, str(HERE.parent))
 from models import gpt2_small, tiny_llama  # noqa: E402
 
 import nnschemaparser.store.statistics as statistics  # noqa: E402
+import nnschemaparser.store.step_table as step_table  # noqa: E402
 import nnschemaparser.store.writer as writer  # noqa: E402
 from nnschemaparser import NNParser, capture_dataset  # noqa: E402
 
 STAGES = [(writer, "capture_run", "capture_run"), (writer, "_step_fields", "step fields"),
           (writer._Names, "steady", "metadata (steady)"), (statistics.Summariser, "__call__", "statistics"),
           (statistics._Plan, "__init__", "  a new plan"), (statistics._Plan, "matches", "  plan check"),
-          (statistics._Plan, "figures", "  figures"), (writer._Unit, "keep", "clones"),
+          (statistics._Plan, "figures", "  figures (torch)"), (statistics._Plan, "kernel_figures", "  figures (kernel)"),
+          (writer._Unit, "keep", "clones"),
           (writer._Unit, "reduce", "queueing reductions"), (writer._Unit, "fold", "folding reductions"),
-          (writer, "write_shard", "shards"), (statistics.StepColumns, "table", "Arrow table"),
+          (writer, "write_shard", "shards"), (step_table.StepColumns, "table", "Arrow table"),
           (writer._Unit, "commit", "commit (Parquet, shards, last fold)")]
 
 
