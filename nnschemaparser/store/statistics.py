@@ -215,9 +215,11 @@ class _Plan:
             rows = [row for row, i in enumerate(order) if data[i].dtype == dtype]
             if rows:
                 members = [order[row] for row in rows]
-                # the last input's contiguity of each (and which were not), updated as it changes
+                # (position among the members, value) of those converted first; the last input's contiguity
+                # of each member and the positions of those not contiguous (copied), as it changes
                 self.by_dtype.append((dtype, _getter(members), np.asarray(rows, dtype=np.int64),
-                                      [numel_of[i] for i in members], [], []))
+                                      [numel_of[i] for i in members],
+                                      [(j, i) for j, i in enumerate(members) if i in is_prepared], [], []))
         self.prepared_empty = [i for i in empty if i in is_prepared]
         # where each value's figures come from: a reduced row, the absent row, or the empty row
         absent_row, empty_row = self.rows, self.rows + 1
@@ -265,26 +267,27 @@ class _Plan:
     def kernel_figures(self, values: Sequence[Any], kernel: Any) -> Optional["Figures"]:
         """`figures` from the one-pass C kernel (native.py): each reduced value read once, its sums in float64;
         None when what is reduced changed size (the values need a plan of their own)."""
-        data = list(values)
-        for i in self.prepared:
-            data[i] = _prepared(values[i])
         raw = np.empty((self.rows, 9), dtype=np.float64)
-        for dtype, take, rows, numels, dense, spread in self.by_dtype:
-            tensors = take(data)
-            if list(map(_NUMEL_OF, tensors)) != numels:
-                return None
+        for dtype, take, rows, numels, prepared, dense, spread in self.by_dtype:
+            tensors = take(values)
+            if prepared:  # converted first; the native ones' element counts were checked by `matches`
+                tensors = list(tensors)
+                for j, i in prepared:
+                    tensor = tensors[j] = _prepared(values[i])
+                    if tensor.numel() != numels[j]:
+                        return None
             contiguous = list(map(_CONTIGUOUS_OF, tensors))
-            if contiguous != dense:
+            if contiguous != dense:  # which are copied: worked out again when it changes
                 dense[:] = contiguous
                 spread[:] = [j for j, c in enumerate(contiguous) if not c]
-            if spread:
+            if spread:  # a view read in place by the C code would be slower than its copy (measured)
                 tensors = list(tensors)
                 for j in spread:
                     tensors[j] = tensors[j].contiguous()
             # devices and layouts: checked by `matches` (what is prepared is made a CPU strided tensor)
             raw[rows] = kernel.figures(tensors, dtype, placed=True)
         for i in self.prepared_empty:
-            if data[i].numel() != 0:
+            if values[i].numel() != 0:
                 return None
         table = np.concatenate([_kernel_table(raw, self.numel.numpy()), _CONSTANT_ROWS])[self.source]
         numels = self.numels

@@ -83,6 +83,17 @@ def test_kernel_figures_follow_the_documented_lane_order_bit_for_bit(dtype):
 
 
 @needs_kernel
+def test_views_are_summarised_as_their_contiguous_copies():
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(8, 16, 24, generator=g)
+    values = [x, x.transpose(1, 2), x[:, ::2], torch.randn(300, 400, generator=g).t(), x.permute(2, 0, 1)]
+    copies = [v.contiguous() for v in values]
+    summariser = Summariser(native.ENGINE)
+    for _ in range(2):  # a fresh plan, then the plan reused
+        assert summariser(values).rows() == summariser(copies).rows() == Summariser(native.ENGINE)(copies).rows()
+
+
+@needs_kernel
 def test_the_kernel_refuses_what_it_cannot_read():
     kernel = native.kernel()
     with pytest.raises(ValueError, match="contiguous"):
