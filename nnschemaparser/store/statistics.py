@@ -174,8 +174,21 @@ class _Plan:
         nv = self.take_native(values)
         self.native_numels = list(map(_NUMEL_OF, nv))
         self.native_dtypes = [values[i].dtype for i in native]
+        self.native_contiguous = list(map(_CONTIGUOUS_OF, nv))
         self.aliases = _alias_firsts(native, list(map(_PTR_OF, nv)), self.native_numels, self.native_dtypes,
-                                     list(map(_CONTIGUOUS_OF, nv)))
+                                     self.native_contiguous)
+        # what `matches` checks of the addresses (the element counts, dtypes and contiguity being the plan's):
+        # each alias at its first's address, and the firsts that could be aliased at distinct (address, count,
+        # dtype) keys; together that is `_alias_firsts` giving `aliases` again
+        where = {i: k for k, i in enumerate(native)}
+        pairs = [(k, where[j]) for k, (i, j) in enumerate(zip(native, self.aliases)) if i != j]
+        self.alias_from = np.asarray([a for a, _ in pairs], dtype=np.int64)
+        self.alias_to = np.asarray([b for _, b in pairs], dtype=np.int64)
+        keyed = [k for k, (i, j, c, m) in enumerate(zip(native, self.aliases, self.native_contiguous,
+                                                        self.native_numels)) if i == j and c and m]
+        self.take_keyed = _getter(keyed)
+        self.keyed_numels = [self.native_numels[k] for k in keyed]
+        self.keyed_dtypes = [self.native_dtypes[k] for k in keyed]
         is_native, is_tensor = set(native), set(tensors)
         absent = {i for i in range(n) if i not in is_tensor}
         meta = dict(zip(others, self.metas))
@@ -261,8 +274,15 @@ class _Plan:
         numels = list(map(_NUMEL_OF, nv))
         if numels != self.native_numels:
             return False
-        return _alias_firsts(self.native, list(map(_PTR_OF, nv)), numels, self.native_dtypes,
-                             list(map(_CONTIGUOUS_OF, nv))) == self.aliases
+        if list(map(_CONTIGUOUS_OF, nv)) != self.native_contiguous:
+            return False
+        ptrs = list(map(_PTR_OF, nv))
+        if len(self.alias_from):
+            at = np.fromiter(ptrs, np.uint64, len(ptrs))
+            if not np.array_equal(at[self.alias_from], at[self.alias_to]):
+                return False
+        keyed = self.take_keyed(ptrs)
+        return len(set(zip(keyed, self.keyed_numels, self.keyed_dtypes))) == len(keyed)
 
     def kernel_figures(self, values: Sequence[Any], kernel: Any) -> Optional["Figures"]:
         """`figures` from the one-pass C kernel (native.py): each reduced value read once, its sums in float64;
