@@ -309,13 +309,7 @@ class _Plan:
         for i in self.prepared_empty:
             if values[i].numel() != 0:
                 return None
-        table = np.concatenate([_kernel_table(raw, self.numel.numpy()), _CONSTANT_ROWS])[self.source]
-        numels = self.numels
-        if self.fill_numels:
-            numels = numels.copy()
-            numels[self.fill_numels] = [values[i].numel() for i in self.fill_numels]
-            numels[self.repeats[:, 0]] = numels[self.repeats[:, 1]]
-        return Figures(table, self.counted, numels)
+        return self._figures_of(values, _kernel_table(raw, self.numel.numpy()))
 
     def figures(self, values: Sequence[Any]) -> Optional["Figures"]:
         """The statistics of `values` (which `matches` this plan) from torch's reductions; None when what is
@@ -352,8 +346,11 @@ class _Plan:
         for i in self.empty:
             if data[i].numel() != 0:
                 return None
-        table = _finish(parts, matrices, self.numel) if parts else np.empty((0, 9))
-        table = np.concatenate([table, _CONSTANT_ROWS])[self.source]
+        return self._figures_of(values, _finish(parts, matrices, self.numel) if parts else np.empty((0, 9)))
+
+    def _figures_of(self, values: Sequence[Any], reduced: np.ndarray) -> "Figures":
+        """Every value's figures from those of the reduced rows: repeats, aliases, absent and empty values."""
+        table = np.concatenate([reduced, _CONSTANT_ROWS])[self.source]
         numels = self.numels
         if self.fill_numels:
             numels = numels.copy()
