@@ -405,7 +405,7 @@ class LogicalRecorder(ActivationRecorder):
 
         def wrap_operands() -> dict[int, Any]:
             # copies of the local parts: an in-place op run again must not write the rank's tensors twice
-            return {id(tensor): DTensor.from_local(local_of(tensor).detach().clone(), self.world,
+            return {id(tensor): DTensor.from_local(layout_copy(local_of(tensor)), self.world,
                                                    [torch_placement(d) for d in layout.dims], run_check=False)
                     for tensor, layout in operands}
 
@@ -450,6 +450,23 @@ class LogicalRecorder(ActivationRecorder):
             if mine.shape == local.shape and mine.dtype == local.dtype and torch.equal(mine, local):
                 return tuple(dim_placement(p, result.ndim) for p in result.placements)
         return None
+
+
+def layout_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A detached copy of `tensor` with its sizes and strides (a view's gaps and repeats too).
+
+    An op run again on a copy must see the layout the rank's op saw: CPU kernels split their loops
+    by the layout, and a vectorised loop and its scalar tail round differently (on AVX-512,
+    `torch.sigmoid` of a 16-wide `chunk` of a row runs the scalar tail and differs in the last bit
+    from the same values made contiguous). `clone()` makes such a view contiguous; this copies the
+    span of storage the view reads and views the copy the same way.
+    """
+    tensor = tensor.detach()
+    if tensor.layout != torch.strided or tensor.numel() == 0 or tensor.is_contiguous():
+        return tensor.clone()
+    span = 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+    flat = tensor.as_strided((span,), (1,), tensor.storage_offset()).clone()
+    return flat.as_strided(tensor.shape, tensor.stride(), 0)
 
 
 def _mutable_owner(owner: Any) -> bool:

@@ -10,6 +10,7 @@ apply_rotary_pos_emb(...)` on).
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tests.support.collective_group import run_group
 from tests.support.distributed_tuple import tuple_parts
@@ -42,3 +43,23 @@ def test_a_reason_shared_by_many_failed_values_is_given_once_with_their_count():
     same = "_operator.getitem differs across mesh dim 'dp'"
     assert _reasons([same] * 9) == f"{same} (9 values)"
     assert _reasons([same, "x differs across mesh dim 'tp'", same]) == f"{same} (2 values); x differs across mesh dim 'tp'"
+
+
+def test_an_op_run_again_sees_its_operands_with_their_own_strides():
+    """The rerun that gives a value its placement copies each operand: a contiguous copy of a
+    `chunk` view made `torch.sigmoid` take another loop on AVX-512 and round differently, and the
+    value's placement was lost ("DTensor's rules gave another value or none")."""
+    from nnschemaparser.distributed.recorder import layout_copy
+
+    rows = torch.randn(3, 5, 2 * 16, generator=torch.Generator().manual_seed(1))
+    gate, value = rows.chunk(2, dim=-1)
+    views = [gate, value, rows.transpose(0, 2), rows[:, :1].expand(3, 4, 32), rows[:, ::2, 3:], rows]
+    for view in views:
+        copied = layout_copy(view)
+        assert copied.shape == view.shape and copied.stride() == view.stride(), (view.stride(), copied.stride())
+        assert torch.equal(copied, view)
+        assert copied.untyped_storage().data_ptr() != view.untyped_storage().data_ptr()
+        assert torch.equal(torch.sigmoid(copied), torch.sigmoid(view))
+    copied = layout_copy(gate)
+    copied.add_(1)
+    assert not torch.equal(copied, gate)  # a copy, not the rank's tensor
