@@ -1,7 +1,7 @@
 /* The store's per-tensor statistics in one read of each tensor (nnschemaparser/store/native.py builds
  * this file with the system C compiler on first use and calls it through ctypes).
  *
- * For each of `count` contiguous tensors (address ptrs[k], numels[k] elements), out[9k .. 9k+8] gets:
+ * For each of `count` tensors (address ptrs[k], numels[k] elements), out[9k .. 9k+8] gets:
  * the sum, the min, the max, the sum of magnitudes, the least magnitude, the sum of squares, and the
  * counts of NaN, of infinities and of zeros. Sums are float64 whatever the tensor's dtype; min, max and
  * the least magnitude skip NaN (the caller makes them NaN where n_nan > 0, as torch's are).
@@ -10,9 +10,17 @@
  * each lane adds in element order, and the lanes are added in lane order at the end. It must be built
  * without -ffast-math and with -ffp-contract=off (no fused multiply-add), so a machine that vectorises
  * it differently (SSE2, AVX2, AVX-512) gives the same figures, bit for bit. The counts are int32 per
- * lane, emptied into float64 every CHUNK elements (exact up to 2^53). */
+ * lane, emptied into float64 every CHUNK elements (exact up to 2^53).
+ *
+ * A tensor with ndims[k] = 0 is contiguous. One with ndims[k] = d > 0 is a strided view: its d sizes and
+ * d strides (in elements) are the next d entries of `sizes` and `strides` (taken in tensor order); its
+ * elements are first gathered in row-major order into a scratch buffer, so its figures are those of its
+ * contiguous copy, bit for bit. Returns 0, or -1 when the scratch buffer could not be allocated (out is
+ * then not filled). */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define LANES 32
 #define CHUNK ((int64_t)LANES << 24)
@@ -32,50 +40,92 @@
         cz[j] += (v) == 0;                                                                  \
     }
 
-#define KERNEL(NAME, T, ABS)                                                                \
-    void NAME(int64_t count, const int64_t *ptrs, const int64_t *numels, double *out) {     \
-        for (int64_t k = 0; k < count; k++) {                                               \
-            const T *x = (const T *)(intptr_t)ptrs[k];                                      \
-            const int64_t n = numels[k];                                                    \
-            double s[LANES], a[LANES], q[LANES];                                            \
-            T lo[LANES], hi[LANES], la[LANES];                                              \
-            int32_t cn[LANES], ci[LANES], cz[LANES];                                        \
-            double nans = 0, infs = 0, zeros = 0;                                           \
+#define ONE(NAME, T, ABS)                                                                   \
+    static void NAME(const T *x, const int64_t n, double *o) {                              \
+        double s[LANES], a[LANES], q[LANES];                                                \
+        T lo[LANES], hi[LANES], la[LANES];                                                  \
+        int32_t cn[LANES], ci[LANES], cz[LANES];                                            \
+        double nans = 0, infs = 0, zeros = 0;                                               \
+        for (int j = 0; j < LANES; j++) {                                                   \
+            s[j] = a[j] = q[j] = 0.0;                                                       \
+            lo[j] = la[j] = (T)INFINITY;                                                    \
+            hi[j] = -(T)INFINITY;                                                           \
+            cn[j] = ci[j] = cz[j] = 0;                                                      \
+        }                                                                                   \
+        int64_t i = 0;                                                                      \
+        while (i + LANES <= n) {                                                            \
+            int64_t stop = n - (n - i) % LANES;                                             \
+            if (stop - i > CHUNK) stop = i + CHUNK;                                         \
+            for (; i < stop; i += LANES)                                                    \
+                for (int j = 0; j < LANES; j++) STEP(T, ABS, x[i + j])                      \
             for (int j = 0; j < LANES; j++) {                                               \
-                s[j] = a[j] = q[j] = 0.0;                                                   \
-                lo[j] = la[j] = (T)INFINITY;                                                \
-                hi[j] = -(T)INFINITY;                                                       \
+                nans += cn[j]; infs += ci[j]; zeros += cz[j];                               \
                 cn[j] = ci[j] = cz[j] = 0;                                                  \
             }                                                                               \
-            int64_t i = 0;                                                                  \
-            while (i + LANES <= n) {                                                        \
-                int64_t stop = n - (n - i) % LANES;                                         \
-                if (stop - i > CHUNK) stop = i + CHUNK;                                     \
-                for (; i < stop; i += LANES)                                                \
-                    for (int j = 0; j < LANES; j++) STEP(T, ABS, x[i + j])                  \
-                for (int j = 0; j < LANES; j++) {                                           \
-                    nans += cn[j]; infs += ci[j]; zeros += cz[j];                           \
-                    cn[j] = ci[j] = cz[j] = 0;                                              \
-                }                                                                           \
-            }                                                                               \
-            for (int j = 0; i < n; i++, j++) STEP(T, ABS, x[i])                             \
-            double S = 0, A = 0, Q = 0;                                                     \
-            T LO = (T)INFINITY, HI = -(T)INFINITY, LA = (T)INFINITY;                        \
-            for (int j = 0; j < LANES; j++) {                                               \
-                S += s[j]; A += a[j]; Q += q[j];                                            \
-                LO = lo[j] < LO ? lo[j] : LO;                                               \
-                HI = hi[j] > HI ? hi[j] : HI;                                               \
-                LA = la[j] < LA ? la[j] : LA;                                               \
-                nans += cn[j]; infs += ci[j]; zeros += cz[j];                               \
-            }                                                                               \
-            double *o = out + 9 * k;                                                        \
-            o[0] = S; o[1] = (double)LO; o[2] = (double)HI; o[3] = A; o[4] = (double)LA;    \
-            o[5] = Q; o[6] = nans; o[7] = infs; o[8] = zeros;                               \
+        }                                                                                   \
+        for (int j = 0; i < n; i++, j++) STEP(T, ABS, x[i])                                 \
+        double S = 0, A = 0, Q = 0;                                                         \
+        T LO = (T)INFINITY, HI = -(T)INFINITY, LA = (T)INFINITY;                            \
+        for (int j = 0; j < LANES; j++) {                                                   \
+            S += s[j]; A += a[j]; Q += q[j];                                                \
+            LO = lo[j] < LO ? lo[j] : LO;                                                   \
+            HI = hi[j] > HI ? hi[j] : HI;                                                   \
+            LA = la[j] < LA ? la[j] : LA;                                                   \
+            nans += cn[j]; infs += ci[j]; zeros += cz[j];                                   \
+        }                                                                                   \
+        o[0] = S; o[1] = (double)LO; o[2] = (double)HI; o[3] = A; o[4] = (double)LA;        \
+        o[5] = Q; o[6] = nans; o[7] = infs; o[8] = zeros;                                   \
+    }
+
+
+/* the elements of a view (sizes, strides in elements, d dimensions) in row-major order, into dst */
+#define GATHER(NAME, T)                                                                     \
+    static void NAME(const T *x, int64_t d, const int64_t *size, const int64_t *stride, T *dst) { \
+        int64_t index[64] = {0};                                                            \
+        for (int64_t j = 0; j < d; j++)                                                     \
+            if (size[j] == 0) return;                                                       \
+        const int64_t inner = size[d - 1], step = stride[d - 1];                            \
+        for (;;) {                                                                          \
+            const T *row = x;                                                               \
+            for (int64_t j = 0; j < d - 1; j++) row += index[j] * stride[j];                \
+            if (step == 1)                                                                  \
+                memcpy(dst, row, (size_t)inner * sizeof(T));                                \
+            else                                                                            \
+                for (int64_t i = 0; i < inner; i++) dst[i] = row[i * step];                 \
+            dst += inner;                                                                   \
+            int64_t j = d - 2;                                                              \
+            while (j >= 0 && ++index[j] == size[j]) index[j--] = 0;                         \
+            if (j < 0) return;                                                              \
         }                                                                                   \
     }
 
-KERNEL(nsp_statistics_f32, float, fabsf)
-KERNEL(nsp_statistics_f64, double, fabs)
+#define KERNEL(NAME, T, ONE_OF, GATHER_OF)                                                  \
+    int64_t NAME(int64_t count, const int64_t *ptrs, const int64_t *numels, const int64_t *ndims, \
+                 const int64_t *sizes, const int64_t *strides, double *out) {               \
+        int64_t most = 0;                                                                   \
+        for (int64_t k = 0; k < count; k++)                                                 \
+            if (ndims[k] > 0 && numels[k] > most) most = numels[k];                         \
+        T *scratch = most ? (T *)malloc((size_t)most * sizeof(T)) : NULL;                   \
+        if (most && !scratch) return -1;                                                    \
+        for (int64_t k = 0, at = 0; k < count; k++) {                                       \
+            const T *x = (const T *)(intptr_t)ptrs[k];                                      \
+            if (ndims[k] > 0) {                                                             \
+                GATHER_OF(x, ndims[k], sizes + at, strides + at, scratch);                  \
+                at += ndims[k];                                                             \
+                x = scratch;                                                                \
+            }                                                                               \
+            ONE_OF(x, numels[k], out + 9 * k);                                              \
+        }                                                                                   \
+        free(scratch);                                                                      \
+        return 0;                                                                           \
+    }
+
+ONE(one_f32, float, fabsf)
+ONE(one_f64, double, fabs)
+GATHER(gather_f32, float)
+GATHER(gather_f64, double)
+KERNEL(nsp_statistics_f32, float, one_f32, gather_f32)
+KERNEL(nsp_statistics_f64, double, one_f64, gather_f64)
 
 /* the version of these figures: native.py refuses a library that says otherwise */
 int64_t nsp_statistics_version(void) { return 1; }

@@ -46,38 +46,51 @@ _state: dict = {}
 _DTYPE_OF = torch.Tensor.dtype.__get__
 _CPU_OF = torch.Tensor.is_cpu.__get__
 _LAYOUT_OF = torch.Tensor.layout.__get__
-_CONTIGUOUS_OF = torch.Tensor.is_contiguous
 
 
 class Kernel:
     """The loaded library: `figures(tensors)` gives float64 [len(tensors), 9] (sum, min, max, magnitude sum,
-    least magnitude, sum of squares, NaN count, inf count, zero count) of contiguous CPU float32 or float64
-    tensors; min, max and the least magnitude skip NaN."""
+    least magnitude, sum of squares, NaN count, inf count, zero count) of strided CPU float32 or float64
+    tensors (a view is read as its contiguous copy: gathered in the C code); min, max and the least
+    magnitude skip NaN."""
+
+    MAX_DIMS = 64  # a view of more dimensions is copied by the caller (the C code's index has 64 places)
 
     def __init__(self, library: ctypes.CDLL, path: Path):
         self.path = path
         self._calls = {}
         for dtype, name in ((torch.float32, "nsp_statistics_f32"), (torch.float64, "nsp_statistics_f64")):
             call = getattr(library, name)
-            call.restype = None
-            call.argtypes = (ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+            call.restype = ctypes.c_int64
+            call.argtypes = (ctypes.c_int64,) + (ctypes.c_void_p,) * 6
             self._calls[dtype] = call
 
-    def figures(self, tensors: Sequence[torch.Tensor], dtype: torch.dtype, *, placed: bool = False) -> np.ndarray:
-        """The raw figures of `tensors`, all of `dtype` (float32 or float64), CPU, strided and contiguous; the
-        caller keeps them alive for the call. What the C code reads must be what it is told it reads: the
-        dtypes are checked always, the rest unless `placed` (a plan that checked devices, layouts and
-        contiguity already; statistics.py)."""
-        count = len(tensors)
+    def figures(self, tensors: Sequence[torch.Tensor], dtype: torch.dtype) -> np.ndarray:
+        """The raw figures of `tensors`, all of `dtype` (float32 or float64), CPU and strided (checked here); the
+        caller keeps them alive for the call."""
+        if (set(map(_DTYPE_OF, tensors)) - {dtype} or not all(map(_CPU_OF, tensors))
+                or set(map(_LAYOUT_OF, tensors)) - {torch.strided}):
+            raise ValueError(f"store statistics kernel: expected strided CPU {dtype} tensors")
+        tensors = [t if t.dim() <= self.MAX_DIMS else t.contiguous() for t in tensors]
+        views = [t for t in tensors if not t.is_contiguous()]
+        ndims = np.fromiter((0 if t.is_contiguous() else t.dim() for t in tensors), np.int64, len(tensors))
+        return self.raw(dtype, np.fromiter(map(torch.Tensor.data_ptr, tensors), np.int64, len(tensors)),
+                        np.fromiter(map(torch.Tensor.numel, tensors), np.int64, len(tensors)), ndims,
+                        np.asarray([n for t in views for n in t.shape], dtype=np.int64),
+                        np.asarray([n for t in views for n in t.stride()], dtype=np.int64))
+
+    def raw(self, dtype: torch.dtype, ptrs: np.ndarray, numels: np.ndarray, ndims: np.ndarray, sizes: np.ndarray,
+            strides: np.ndarray) -> np.ndarray:
+        """`figures` of tensors given by their addresses and element counts (int64 arrays), the views among them
+        (ndims[k] > 0) by their sizes and strides in elements, one after the other in `sizes` and `strides`.
+        Nothing is checked: the caller (statistics.py's plan) has checked that each address is that of a live
+        strided CPU tensor of `dtype` with that many elements and that layout."""
+        count = len(ptrs)
         out = np.empty((count, 9), dtype=np.float64)
         if count:
-            if set(map(_DTYPE_OF, tensors)) != {dtype} or not placed and (
-                    not all(map(_CPU_OF, tensors)) or set(map(_LAYOUT_OF, tensors)) != {torch.strided}
-                    or not all(map(_CONTIGUOUS_OF, tensors))):
-                raise ValueError(f"store statistics kernel: expected contiguous strided CPU {dtype} tensors")
-            ptrs = np.fromiter(map(torch.Tensor.data_ptr, tensors), np.int64, count)
-            numels = np.fromiter(map(torch.Tensor.numel, tensors), np.int64, count)
-            self._calls[dtype](count, ptrs.ctypes.data, numels.ctypes.data, out.ctypes.data)
+            arrays = [np.ascontiguousarray(a, dtype=np.int64) for a in (ptrs, numels, ndims, sizes, strides)]
+            if self._calls[dtype](count, *(a.ctypes.data for a in arrays), out.ctypes.data) != 0:
+                raise MemoryError("store statistics kernel: no memory for the copy of a view")
         return out
 
 

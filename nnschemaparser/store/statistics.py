@@ -154,10 +154,16 @@ class _Plan:
         tensor_type = torch.Tensor
         tensors = [i for i, t in enumerate(self.types) if issubclass(t, tensor_type)]
         self.tensors, self.take_tensors = tensors, _getter(tensors)
-        self.reversed_tensors = tensors[::-1]
         first: dict[int, int] = {}
         self.firsts = [first.setdefault(id(values[i]), i) for i in tensors]
         distinct = [i for i, j in zip(tensors, self.firsts) if i == j]
+        # what `matches` checks of the objects: each repeat is its first's object, and there are as many
+        # distinct objects as firsts (so no two firsts are one object): together, `firsts` again
+        place = {i: k for k, i in enumerate(tensors)}
+        repeated = [(place[i], place[j]) for i, j in zip(tensors, self.firsts) if i != j]
+        self.repeat_from = np.asarray([a for a, _ in repeated], dtype=np.int64)
+        self.repeat_to = np.asarray([b for _, b in repeated], dtype=np.int64)
+        self.distinct_count = len(distinct)
         self.take_distinct = _getter(distinct)
         dv = self.take_distinct(values)
         self.dtypes = list(map(_DTYPE_OF, dv))
@@ -175,8 +181,10 @@ class _Plan:
         self.native_numels = list(map(_NUMEL_OF, nv))
         self.native_dtypes = [values[i].dtype for i in native]
         self.native_contiguous = list(map(_CONTIGUOUS_OF, nv))
-        self.aliases = _alias_firsts(native, list(map(_PTR_OF, nv)), self.native_numels, self.native_dtypes,
-                                     self.native_contiguous)
+        ptrs = list(map(_PTR_OF, nv))
+        self.aliases = _alias_firsts(native, ptrs, self.native_numels, self.native_dtypes, self.native_contiguous)
+        # the addresses of the values last checked (here or by `matches`), which the kernel reads: (values, ptrs)
+        self._checked: Optional[tuple] = (values, np.fromiter(ptrs, np.int64, len(ptrs)))
         # what `matches` checks of the addresses (the element counts, dtypes and contiguity being the plan's):
         # each alias at its first's address, and the firsts that could be aliased at distinct (address, count,
         # dtype) keys; together that is `_alias_firsts` giving `aliases` again
@@ -222,17 +230,22 @@ class _Plan:
         order = [i for members in groups.values() for i in members] + large
         self.rows = len(order)
         self.numel = torch.tensor([numel_of[i] for i in order], dtype=_F64)
-        # the kernel's view of the same rows (native.py): by dtype, with their element counts
+        # the kernel's view of the same rows (native.py), by dtype: the rows, their element counts, where the
+        # native members' addresses are among `native`'s, and in member order those read otherwise: a native
+        # view (not contiguous: its sizes and strides are read each time) or a value converted first
         self.by_dtype = []
+        contiguous_of = dict(zip(native, self.native_contiguous))
         for dtype in _NATIVE:
             rows = [row for row, i in enumerate(order) if data[i].dtype == dtype]
             if rows:
                 members = [order[row] for row in rows]
-                # (position among the members, value) of those converted first; the last input's contiguity
-                # of each member and the positions of those not contiguous (copied), as it changes
-                self.by_dtype.append((dtype, _getter(members), np.asarray(rows, dtype=np.int64),
-                                      [numel_of[i] for i in members],
-                                      [(j, i) for j, i in enumerate(members) if i in is_prepared], [], []))
+                own = [j for j, i in enumerate(members) if i in is_native]
+                irregular = [(j, i, i in is_prepared) for j, i in enumerate(members)
+                             if i in is_prepared or not contiguous_of[i]]
+                self.by_dtype.append((dtype, np.asarray(rows, dtype=np.int64),
+                                      np.asarray([numel_of[i] for i in members], dtype=np.int64),
+                                      np.asarray(own, dtype=np.int64),
+                                      np.asarray([where[members[j]] for j in own], dtype=np.int64), irregular))
         self.prepared_empty = [i for i in empty if i in is_prepared]
         # where each value's figures come from: a reduced row, the absent row, or the empty row
         absent_row, empty_row = self.rows, self.rows + 1
@@ -261,9 +274,12 @@ class _Plan:
         if len(values) != self.n or list(map(_TYPE_OF, values)) != self.types:
             return False
         ids = list(map(_ID_OF, self.take_tensors(values)))
-        first = dict(zip(reversed(ids), self.reversed_tensors))
-        if list(map(first.__getitem__, ids)) != self.firsts:
+        if len(set(ids)) != self.distinct_count:
             return False
+        if len(self.repeat_from):
+            objects = np.fromiter(ids, np.uint64, len(ids))
+            if not np.array_equal(objects[self.repeat_from], objects[self.repeat_to]):
+                return False
         dv = self.take_distinct(values)
         if (list(map(_DTYPE_OF, dv)) != self.dtypes or list(map(_GRAD_OF, dv)) != self.grads
                 or list(map(_CPU_OF, dv)) != self.cpus or list(map(_LAYOUT_OF, dv)) != self.layouts):
@@ -277,35 +293,59 @@ class _Plan:
         if list(map(_CONTIGUOUS_OF, nv)) != self.native_contiguous:
             return False
         ptrs = list(map(_PTR_OF, nv))
-        if len(self.alias_from):
-            at = np.fromiter(ptrs, np.uint64, len(ptrs))
-            if not np.array_equal(at[self.alias_from], at[self.alias_to]):
-                return False
+        at = np.fromiter(ptrs, np.int64, len(ptrs))
+        if len(self.alias_from) and not np.array_equal(at[self.alias_from], at[self.alias_to]):
+            return False
         keyed = self.take_keyed(ptrs)
-        return len(set(zip(keyed, self.keyed_numels, self.keyed_dtypes))) == len(keyed)
+        if len(set(zip(keyed, self.keyed_numels, self.keyed_dtypes))) != len(keyed):
+            return False
+        self._checked = (values, at)
+        return True
 
     def kernel_figures(self, values: Sequence[Any], kernel: Any) -> Optional["Figures"]:
         """`figures` from the one-pass C kernel (native.py): each reduced value read once, its sums in float64;
-        None when what is reduced changed size (the values need a plan of their own)."""
+        None when what is reduced changed size (the values need a plan of their own).
+
+        The C code reads memory by address, so it is told only what was checked of these very values: the
+        addresses, dtypes, devices, layouts, element counts and contiguity of the native values (`matches`,
+        or the plan made from them; checked again here when `values` are not those), the dtype, element
+        count and address of each value converted first (here), and the sizes and strides of each view,
+        read as the kernel is called."""
+        checked, self._checked = self._checked, None  # not kept: it holds the input's values
+        if checked is None or checked[0] is not values:
+            if not self.matches(values):
+                return None
+            checked, self._checked = self._checked, None
+        native_ptrs = checked[1]
         raw = np.empty((self.rows, 9), dtype=np.float64)
-        for dtype, take, rows, numels, prepared, dense, spread in self.by_dtype:
-            tensors = take(values)
-            if prepared:  # converted first; the native ones' element counts were checked by `matches`
-                tensors = list(tensors)
-                for j, i in prepared:
-                    tensor = tensors[j] = _prepared(values[i])
-                    if tensor.numel() != numels[j]:
+        held = []  # what is converted or copied here lives until the kernel has read it
+        most = kernel.MAX_DIMS
+        for dtype, rows, numels, own, own_at, irregular in self.by_dtype:
+            ptrs = np.zeros(len(rows), dtype=np.int64)
+            ptrs[own] = native_ptrs[own_at]
+            ndims = np.zeros(len(rows), dtype=np.int64)
+            sizes: list[int] = []
+            strides: list[int] = []
+            for j, i, prepared in irregular:  # in member order: the C code takes the sizes in that order
+                tensor = values[i]
+                if prepared:
+                    tensor = _prepared(tensor)
+                    if tensor.dtype != dtype or tensor.numel() != numels[j]:
                         return None
-            contiguous = list(map(_CONTIGUOUS_OF, tensors))
-            if contiguous != dense:  # which are copied: worked out again when it changes
-                dense[:] = contiguous
-                spread[:] = [j for j, c in enumerate(contiguous) if not c]
-            if spread:  # a view read in place by the C code would be slower than its copy (measured)
-                tensors = list(tensors)
-                for j in spread:
-                    tensors[j] = tensors[j].contiguous()
-            # devices and layouts: checked by `matches` (what is prepared is made a CPU strided tensor)
-            raw[rows] = kernel.figures(tensors, dtype, placed=True)
+                    held.append(tensor)
+                    ptrs[j] = tensor.data_ptr()
+                    if tensor.is_contiguous():
+                        continue
+                if tensor.dim() > most:
+                    tensor = tensor.contiguous()
+                    held.append(tensor)
+                    ptrs[j] = tensor.data_ptr()
+                    continue
+                ndims[j] = tensor.dim()
+                sizes += tensor.shape
+                strides += tensor.stride()
+            raw[rows] = kernel.raw(dtype, ptrs, numels, ndims, np.asarray(sizes, dtype=np.int64),
+                                   np.asarray(strides, dtype=np.int64))
         for i in self.prepared_empty:
             if values[i].numel() != 0:
                 return None

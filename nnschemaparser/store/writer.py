@@ -301,7 +301,7 @@ def _step_fields(trace: Any) -> tuple:
     from `trace.steps`.
     """
     pending = getattr(trace, "_pending", None)
-    if pending and not trace._steps and all(len(r) == _RECORD_FIELDS for r in pending):
+    if pending and not trace._steps and set(map(len, pending)) == {_RECORD_FIELDS}:
         numbers, descriptions, slot_types, out_vars, op_names, block_paths, values, depths, omitted, _, shapes, \
             dtypes = map(list, zip(*pending))
         return numbers, descriptions, slot_types, out_vars, op_names, block_paths, values, depths, omitted, shapes, dtypes

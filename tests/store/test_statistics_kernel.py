@@ -94,12 +94,32 @@ def test_views_are_summarised_as_their_contiguous_copies():
 
 
 @needs_kernel
+def test_the_kernel_reads_views_as_their_contiguous_copies():
+    """A view is gathered in the C code (sizes and strides in elements), not copied by torch first: its
+    figures are those of its contiguous copy, bit for bit, whatever its strides (gaps, repeats, a
+    transposed inner dimension, a dimension of size 1 or 0, many dimensions)."""
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(6, 5, 40, generator=g)
+    views = [x.transpose(0, 2), x[:, ::2, 3:], x[:, :1].expand(6, 7, 40), x.chunk(2, dim=-1)[1],
+             x.permute(1, 2, 0)[1:, :, ::3], x[:, :, :0].transpose(1, 2), x.unsqueeze(1).transpose(0, 3),
+             torch.randn(2, 1, 3, 1, 2, 1, 3, generator=g).transpose(2, 6), x.view(6, 5, 2, 2, 10)[:, :, :, 1].mT]
+    assert not any(v.is_contiguous() for v in views if v.numel())
+    for dtype in (torch.float32, torch.float64):
+        typed = [v.to(dtype) if dtype != v.dtype else v for v in views]
+        got = native.kernel().figures(typed, dtype)
+        copied = native.kernel().figures([v.contiguous() for v in typed], dtype)
+        assert got.tobytes() == copied.tobytes()
+
+
+@needs_kernel
 def test_the_kernel_refuses_what_it_cannot_read():
     kernel = native.kernel()
-    with pytest.raises(ValueError, match="contiguous"):
-        kernel.figures([torch.randn(4, 4).t()], torch.float32)
     with pytest.raises(ValueError, match="float32"):
         kernel.figures([torch.randn(4, dtype=torch.float64)], torch.float32)
+    with pytest.raises(ValueError, match="strided CPU"):
+        kernel.figures([torch.randn(4, 4).to_sparse()], torch.float32)
+    with pytest.raises(ValueError, match="strided CPU"):
+        kernel.figures([torch.randn(4, device="meta")], torch.float32)
 
 
 def _values() -> list:

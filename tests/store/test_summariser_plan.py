@@ -71,6 +71,8 @@ def test_a_value_that_falls_another_way_makes_a_new_plan(engine):
     base = _values(0)
     changes = {
         "a repeat becomes another object": lambda v: v.__setitem__(3, v[1].clone()),
+        "two objects become one": lambda v: v.__setitem__(15, v[1]),
+        "a repeat becomes another value's repeat": lambda v: v.__setitem__(3, v[4]),
         "a view becomes a copy": lambda v: v.__setitem__(2, v[1].clone().view(64)),
         "a copy becomes a view of an earlier value": lambda v: v.__setitem__(15, v[1].view(4, 16)),
         "a dtype changes": lambda v: v.__setitem__(15, v[15].double()),
@@ -104,3 +106,18 @@ def test_figures_are_numpy_columns_with_counts_missing_only_where_nothing_was_su
         assert figures.l2(1) == float(torch.linalg.vector_norm(values[1]))
     else:  # the kernel's float64 sum of squares
         assert math.isclose(figures.l2(1), float(torch.linalg.vector_norm(values[1].double())), rel_tol=1e-14)
+
+
+@pytest.mark.skipif(native.kernel() is None, reason=f"the statistics kernel is not built here: {native.problem()}")
+def test_the_kernel_reads_only_values_whose_layout_was_checked():
+    """The C code reads memory by address: values the plan did not check just before are checked first, and
+    values that fall another way give None (a new plan), never a read of float64 memory as float32."""
+    summariser = Summariser(native.ENGINE)
+    summariser(_values(0))
+    plan = summariser.plan
+    other = _values(1)
+    other[15] = other[15].double()
+    assert plan.kernel_figures(other, summariser.kernel) is None
+    fine = _values(2)
+    assert _same(plan.kernel_figures(fine, summariser.kernel).rows(), summarise(fine, native.ENGINE))
+    assert plan._checked is None  # the values are not held after the figures
