@@ -82,7 +82,9 @@ def fold_together(states: list["ReductionState"], batches: list[tuple[list, list
     and M2 are computed over the batch in float64 (the mean, then the squared deviations from it) and
     merged in with Chan's update; its histogram and top k are those of its occurrences. Batches of the
     same shape, length and dtype are stacked together ([variables, occurrences, ...]) up to `_STACK`
-    elements, so many small variables cost the torch calls of one. A batch of several shapes, or of one occurrence,
+    elements, so many small variables cost the torch calls of one; a variable whose batch holds more is
+    folded a few columns (elements of each occurrence) at a time, so its float64 copies stay in the
+    cache (each element's mean and M2 are its own; the histogram counts add up). A batch of several shapes, or of one occurrence,
     is folded one by one (`add`). The figures equal one-by-one folding up to float64 rounding; which
     occurrences and variables go together depends only on the unit (writer.py), so a store gives
     bit-equal reductions whichever process wrote a unit."""
@@ -118,11 +120,25 @@ def _fold_stacked(states: list["ReductionState"], batches: list[tuple[list, list
     if mixed:  # occurrences of several dtypes: stacked in float64
         parts = [v.to(_F64) for v in parts]
     stacked = torch.stack(parts).reshape((count, k) + shape)
-    data = stacked.to(_F64)
-    mean = data.mean(1)  # [variables, *shape]
-    deviation = data - mean.unsqueeze(1)
-    m2 = deviation.square_().sum(1)
-    del deviation
+    size = math.prod(shape)
+    width = max(1, _STACK // (count * k))  # elements of each occurrence in float64 at a time
+    if size <= width:
+        data = stacked.to(_F64)
+        mean = data.mean(1)  # [variables, *shape]
+        deviation = data - mean.unsqueeze(1)
+        m2 = deviation.square_().sum(1)
+        del deviation
+    else:  # each element's figures are its own: a few columns at a time, so the float64 copies stay in cache
+        data = None
+        columns = stacked.reshape(count, k, size)
+        mean = torch.empty((count, size), dtype=_F64)
+        m2 = torch.empty((count, size), dtype=_F64)
+        for at in range(0, size, width):
+            part = columns[:, :, at:at + width].to(_F64)
+            part_mean = part.mean(1)
+            mean[:, at:at + width] = part_mean
+            m2[:, at:at + width] = part.sub_(part_mean.unsqueeze(1)).square_().sum(1)
+        mean, m2 = mean.reshape((count,) + shape), m2.reshape((count,) + shape)
     first = [batch[1][0] for batch in batches]
     for j, state in enumerate(states):
         state.count += k
@@ -151,14 +167,19 @@ def _fold_stacked(states: list["ReductionState"], batches: list[tuple[list, list
             state._channels(data[j].reshape(-1, 1), first[j])
     finite = all(l2 is not None and math.isfinite(l2) for batch in batches for l2 in batch[3])
     reference = states[0]
-    counts = _bin_counts(_binning(stacked).reshape(count, -1), reference.bins, reference.low, reference.high,
-                         may_hold_nan=not finite)
+    binned = _binning(stacked).reshape(count, -1)
+    span = max(1, _STACK // count)  # values of each variable binned at a time (the counts add up exactly)
+    counts = None
+    for at in range(0, max(1, binned.shape[1]), span):
+        part = _bin_counts(binned[:, at:at + span], reference.bins, reference.low, reference.high,
+                           may_hold_nan=not finite)
+        counts = part if counts is None else counts.add_(part)
     for j, (state, (values, samples, steps, l2s)) in enumerate(zip(states, batches)):
         state._add_counts(counts[j])
         norms = list(l2s)
         if any(n is None for n in norms):
-            computed = torch.linalg.vector_norm(data[j].reshape(k, -1), dim=1).tolist() if data[j].numel() else \
-                [0.0] * k
+            computed = torch.linalg.vector_norm(stacked[j].reshape(k, -1).to(_F64), dim=1).tolist() \
+                if stacked[j].numel() else [0.0] * k
             norms = [n if n is not None else c for n, c in zip(norms, computed)]
         state._offer(list(zip(norms, samples, steps)))
 

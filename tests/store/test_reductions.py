@@ -111,3 +111,36 @@ def test_variables_folded_together_give_what_each_folded_alone_gives():
         assert torch.allclose(a.channel_mean, b.channel_mean, rtol=1e-12, atol=1e-14, equal_nan=True)
     assert Reduction.of("v", together[1]).nan == 1 and Reduction.of("v", together[0]).nan == 0
     assert "shapes differ" in Reduction.of("v", together[-1]).note
+
+
+def test_a_large_variable_folded_a_few_columns_at_a_time_gives_one_pass_figures_and_exact_counts():
+    """A variable whose occurrences do not fit `_STACK` float64 elements at once is folded a few columns
+    (elements) at a time, so its float64 copies stay in cache: each element's mean and M2 are its own and
+    the histogram counts add up exactly. torch's reduction over the occurrences rounds a few elements'
+    sums otherwise when the row is shorter (1 ulp here), so the means and variances are one pass's up to
+    float64 rounding; which columns go together depends on the unit only (bit-equal stores whatever the
+    number of processes)."""
+    from nnschemaparser.store import reductions
+    from nnschemaparser.store.reductions import fold_together
+
+    values = _occurrences(7, (3, 11, 13), seed=4)  # 429 elements an occurrence
+    values[2][1, 4, 5] = float("nan")
+    batches = [(values, list(range(7)), [3] * 7, _l2(values))]
+    original = reductions._STACK
+    figures = []
+    try:
+        for stack in (7 * 429 * 4, 7 * 50):  # one pass; 50 columns at a time (the last chunk 29)
+            reductions._STACK = stack
+            state = ReductionState(16, -4.0, 4.0, 3)
+            fold_together([state], batches)
+            figures.append(Reduction.of("v", state))
+    finally:
+        reductions._STACK = original
+    whole, chunked = figures
+    assert torch.equal(whole.histogram, chunked.histogram)
+    for name in ("mean", "var", "channel_mean", "channel_var"):
+        a, b = getattr(whole, name), getattr(chunked, name)
+        assert torch.equal(a.isnan(), b.isnan()), name
+        assert torch.allclose(a, b, rtol=1e-12, atol=1e-14, equal_nan=True), name
+    assert (whole.underflow, whole.overflow, whole.nan) == (chunked.underflow, chunked.overflow, chunked.nan)
+    assert whole.nan == 1 and whole.count == chunked.count == 7
