@@ -354,6 +354,7 @@ class _Plan:
     def figures(self, values: Sequence[Any]) -> Optional["Figures"]:
         """The statistics of `values` (which `matches` this plan) from torch's reductions; None when what is
         reduced changed shape or place (the values need a plan of their own)."""
+        self._checked = None  # the addresses the kernel would read: not needed here, and they hold the values
         data = list(values)
         for i in self.prepared:
             data[i] = _prepared(values[i])

@@ -60,6 +60,7 @@ def test_inputs_run_alike_reuse_the_plan_and_give_fresh_figures(engine):
         values = _values(seed)
         assert _same(summariser(values).rows(), summarise(values, engine))
         assert summariser.plan is plan  # nothing changed in how the values fall: planned once
+        assert plan._checked is None  # the plan holds no input's values between inputs, whatever the engine
     rows = summarise(_values(4), engine)
     assert rows[2] == rows[1] and rows[3] == rows[1]  # a view and a repeat share the first's figures
     assert rows[10][6:8] == [1, 1] and rows[6][8] > 0 and math.isfinite(rows[7][0])  # NaN, inf, zeros, mask
