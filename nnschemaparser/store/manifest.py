@@ -55,7 +55,9 @@ __all__ = ["StoreMismatchError", "StoreIncompleteError", "SchemaIdentity", "sche
 FORMAT_NAME = "nnschemaparser-store"
 COMMIT_FORMAT = "nnschemaparser-store-commit"
 FORMAT_VERSION = 1
-STATISTICS_ENGINES = ("torch", "native-1")  # how a unit's figures were computed (store/native.py)
+# how a unit's figures were computed (store/native.py): torch's reductions; the C kernel's statistics with torch's
+# fold of the reductions (native-1, stores of 0.x before the fold kernel); the C kernel's statistics and fold
+STATISTICS_ENGINES = ("torch", "native-1", "native-2")
 MANIFEST = "manifest.json"
 _UNIT = re.compile(r"^unit-(\d{6})-(\d{9})$")
 _FILE = {"steps": re.compile(r"^steps/unit-\d{6}-\d{9}\.parquet$"),

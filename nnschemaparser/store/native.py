@@ -34,8 +34,9 @@ import torch
 
 __all__ = ["ENGINE", "kernel", "problem", "switched_off", "Kernel"]
 
-ENGINE = "native-1"  # the figures of _statistics.c, version 1 (nsp_statistics_version)
-_VERSION = 1
+ENGINE = "native-2"  # the figures of _statistics.c, version 2 (nsp_statistics_version): the statistics as
+# version 1's ("native-1", which older stores record), and the reductions folded by the C code too
+_VERSION = 2
 _SOURCE = Path(__file__).with_name("_statistics.c")
 # -ffp-contract=off: no fused multiply-add, so every machine rounds each product and sum the same way
 _FLAGS = ("-O3", "-shared", "-fPIC", "-ffp-contract=off", "-fno-fast-math")
@@ -64,6 +65,38 @@ class Kernel:
             call.restype = ctypes.c_int64
             call.argtypes = (ctypes.c_int64,) + (ctypes.c_void_p,) * 6
             self._calls[dtype] = call
+        self._folds = {}
+        for dtype, name in ((torch.float32, "nsp_fold_f32"), (torch.float64, "nsp_fold_f64")):
+            call = getattr(library, name)
+            call.restype = ctypes.c_int64
+            call.argtypes = (ctypes.c_int64,) * 3 + (ctypes.c_void_p,) * 3 + (ctypes.c_int64, ctypes.c_double,
+                                                                              ctypes.c_double, ctypes.c_void_p)
+            self._folds[dtype] = call
+
+    def fold(self, values: Sequence[torch.Tensor], count: int, k: int, bins: int, low: float,
+             high: float) -> Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """The per-element mean and M2 (float64 [count, size]) and the histogram counts (int64 [count, bins + 3]:
+        under, the bins, over, NaN) of `count` variables of `k` occurrences each (`values`, variable by variable,
+        all of one shape and dtype): see `nsp_fold` in _statistics.c. None where the values are not all
+        contiguous CPU float32 (or all float64) tensors of one size, or k < 1: the caller folds them with torch."""
+        if k < 1 or count < 1 or len(values) != count * k:
+            return None
+        dtype = values[0].dtype
+        call = self._folds.get(dtype)
+        size = values[0].numel()
+        if call is None or size == 0 or not (high > low) or bins < 1:
+            return None
+        for v in values:
+            if (v.dtype != dtype or not v.is_cpu or v.layout != torch.strided or v.numel() != size
+                    or not v.is_contiguous()):
+                return None
+        ptrs = np.fromiter(map(torch.Tensor.data_ptr, values), np.int64, len(values))
+        mean = torch.empty((count, size), dtype=torch.float64)
+        m2 = torch.empty((count, size), dtype=torch.float64)
+        counts = torch.zeros((count, bins + 3), dtype=torch.int64)
+        call(count, k, size, ptrs.ctypes.data, mean.data_ptr(), m2.data_ptr(), bins, float(low), float(high),
+             counts.data_ptr())
+        return mean, m2, counts
 
     def figures(self, tensors: Sequence[torch.Tensor], dtype: torch.dtype) -> np.ndarray:
         """The raw figures of `tensors`, all of `dtype` (float32 or float64), CPU and strided (checked here); the

@@ -145,9 +145,11 @@ class TraceStore:
 
     @property
     def statistics_engines(self) -> dict[str, int]:
-        """{engine: inputs}: how the figures of the `steps` were computed ("native-1", the one-pass C kernel of
-        store/native.py; "torch", torch's reductions). The two round the last bits of a mean, std, abs_sum or l2
-        differently; a store written on machines with and without a C compiler holds both."""
+        """{engine: inputs}: how the figures of the `steps` were computed ("native-2", the one-pass C kernel of
+        store/native.py, which folds the reductions too; "native-1", its statistics with torch's fold, in stores
+        written before; "torch", torch's reductions). They round the last bits of a mean, std, abs_sum or l2 (and
+        of a reduction's mean and var) differently; a store written on machines with and without a C compiler
+        holds both."""
         engines: dict[str, int] = {}
         for commit in self.commits:
             engines[commit.statistics] = engines.get(commit.statistics, 0) + len(commit.samples)

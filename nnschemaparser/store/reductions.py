@@ -74,9 +74,12 @@ def _bin_counts(rows: torch.Tensor, bins: int, low: float, high: float, may_hold
     return torch.bincount(index.reshape(-1), minlength=count * width).reshape(count, width)
 
 
-def fold_together(states: list["ReductionState"], batches: list[tuple[list, list, list, list]]) -> None:
+def fold_together(states: list["ReductionState"], batches: list[tuple[list, list, list, list]],
+                  kernel: Any = None) -> None:
     """Fold each batch `(values, samples, steps, l2s)` into its state (one state per variable, all with the
-    same bins and range).
+    same bins and range). `kernel`: the C code of native.py (`Kernel.fold`), which gives the per-element mean
+    and M2 and the histogram counts of batches of contiguous float32 or float64 values in one pass over
+    them (the mean and M2 with sums in occurrence order; the counts those of torch); None, torch's reductions.
 
     A batch whose occurrences share one shape is folded at once: its per-element and per-channel mean
     and M2 are computed over the batch in float64 (the mean, then the squared deviations from it) and
@@ -99,6 +102,9 @@ def fold_together(states: list["ReductionState"], batches: list[tuple[list, list
         key = (shape, len(values), dtypes.pop() if len(dtypes) == 1 else None, state.bins, state.low, state.high)
         groups.setdefault(key, []).append(index)
     for (shape, k, dtype, _, _, _), members in groups.items():
+        if kernel is not None and dtype is not None and shape and math.prod(shape) and _fold_stacked(
+                [states[i] for i in members], [batches[i] for i in members], shape, k, False, kernel):
+            continue  # the C code folded them all in one call (it reads each occurrence where it lies)
         # stacked a few variables at a time: at most _STACK elements (more is slower: the passes over a
         # stack that left the cache cost more than the calls they save)
         step = max(1, _STACK // max(1, k * math.prod(shape)))
@@ -108,7 +114,9 @@ def fold_together(states: list["ReductionState"], batches: list[tuple[list, list
 
 
 def _fold_stacked(states: list["ReductionState"], batches: list[tuple[list, list, list, list]], shape: tuple, k: int,
-                  mixed: bool) -> None:
+                  mixed: bool, kernel: Any = None) -> bool:
+    """Fold batches of one shape and length; with `kernel`, by its C code or not at all (False: the values are
+    not what it reads; nothing is changed, and the caller folds them with torch)."""
     count = len(states)
     parts = []
     for values, _, _, _ in batches:
@@ -119,26 +127,19 @@ def _fold_stacked(states: list["ReductionState"], batches: list[tuple[list, list
             parts.append(v if v.is_cpu else v.to("cpu"))
     if mixed:  # occurrences of several dtypes: stacked in float64
         parts = [v.to(_F64) for v in parts]
-    stacked = torch.stack(parts).reshape((count, k) + shape)
     size = math.prod(shape)
-    width = max(1, _STACK // (count * k))  # elements of each occurrence in float64 at a time
-    if size <= width:
-        data = stacked.to(_F64)
-        mean = data.mean(1)  # [variables, *shape]
-        deviation = data - mean.unsqueeze(1)
-        m2 = deviation.square_().sum(1)
-        del deviation
-    else:  # each element's figures are its own: a few columns at a time, so the float64 copies stay in cache
-        data = None
-        columns = stacked.reshape(count, k, size)
-        mean = torch.empty((count, size), dtype=_F64)
-        m2 = torch.empty((count, size), dtype=_F64)
-        for at in range(0, size, width):
-            part = columns[:, :, at:at + width].to(_F64)
-            part_mean = part.mean(1)
-            mean[:, at:at + width] = part_mean
-            m2[:, at:at + width] = part.sub_(part_mean.unsqueeze(1)).square_().sum(1)
+    reference = states[0]
+    stacked = None
+    if kernel is not None:  # the C code's one pass: no stack, no float64 copies
+        folded = kernel.fold(parts, count, k, reference.bins, reference.low, reference.high)
+        if folded is None:
+            return False
+        mean, m2, counts = folded
         mean, m2 = mean.reshape((count,) + shape), m2.reshape((count,) + shape)
+        data = None
+    else:
+        stacked = torch.stack(parts).reshape((count, k) + shape)
+        mean, m2, counts, data = _torch_figures(stacked, count, k, shape, size, states[0], batches)
     first = [batch[1][0] for batch in batches]
     for j, state in enumerate(states):
         state.count += k
@@ -165,8 +166,42 @@ def _fold_stacked(states: list["ReductionState"], batches: list[tuple[list, list
     elif not shape:
         for j, state in enumerate(states):
             state._channels(data[j].reshape(-1, 1), first[j])
+    for j, (state, (values, samples, steps, l2s)) in enumerate(zip(states, batches)):
+        state._add_counts(counts[j])
+        norms = list(l2s)
+        if any(n is None for n in norms):
+            own = stacked[j] if stacked is not None else torch.stack(parts[j * k:(j + 1) * k])
+            computed = torch.linalg.vector_norm(own.reshape(k, -1).to(_F64), dim=1).tolist() \
+                if own.numel() else [0.0] * k
+            norms = [n if n is not None else c for n, c in zip(norms, computed)]
+        state._offer(list(zip(norms, samples, steps)))
+    return True
+
+
+def _torch_figures(stacked: torch.Tensor, count: int, k: int, shape: tuple, size: int, reference: "ReductionState",
+                   batches: list) -> tuple:
+    """The per-element mean and M2, the histogram counts and (for scalar variables) the float64 values of
+    `stacked` ([variables, occurrences, *shape]) with torch's reductions."""
+    width = max(1, _STACK // (count * k))  # elements of each occurrence in float64 at a time
+    data = None
+    if size <= width:
+        data = stacked.to(_F64)
+        mean = data.mean(1)  # [variables, *shape]
+        deviation = data - mean.unsqueeze(1)
+        m2 = deviation.square_().sum(1)
+        del deviation
+    else:  # each element's figures are its own: a few columns at a time, so the float64 copies stay in cache
+        data = None
+        columns = stacked.reshape(count, k, size)
+        mean = torch.empty((count, size), dtype=_F64)
+        m2 = torch.empty((count, size), dtype=_F64)
+        for at in range(0, size, width):
+            part = columns[:, :, at:at + width].to(_F64)
+            part_mean = part.mean(1)
+            mean[:, at:at + width] = part_mean
+            m2[:, at:at + width] = part.sub_(part_mean.unsqueeze(1)).square_().sum(1)
+        mean, m2 = mean.reshape((count,) + shape), m2.reshape((count,) + shape)
     finite = all(l2 is not None and math.isfinite(l2) for batch in batches for l2 in batch[3])
-    reference = states[0]
     binned = _binning(stacked).reshape(count, -1)
     span = max(1, _STACK // count)  # values of each variable binned at a time (the counts add up exactly)
     counts = None
@@ -174,14 +209,7 @@ def _fold_stacked(states: list["ReductionState"], batches: list[tuple[list, list
         part = _bin_counts(binned[:, at:at + span], reference.bins, reference.low, reference.high,
                            may_hold_nan=not finite)
         counts = part if counts is None else counts.add_(part)
-    for j, (state, (values, samples, steps, l2s)) in enumerate(zip(states, batches)):
-        state._add_counts(counts[j])
-        norms = list(l2s)
-        if any(n is None for n in norms):
-            computed = torch.linalg.vector_norm(stacked[j].reshape(k, -1).to(_F64), dim=1).tolist() \
-                if stacked[j].numel() else [0.0] * k
-            norms = [n if n is not None else c for n, c in zip(norms, computed)]
-        state._offer(list(zip(norms, samples, steps)))
+    return mean, m2, counts, data
 
 
 @dataclass

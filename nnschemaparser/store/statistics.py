@@ -12,7 +12,7 @@ bit). The distinct tensors of an input are summarised together, float32 and floa
 Two engines compute the figures; a `Summariser` names its own in `engine`, and each commit of a
 store records the one it was written with:
 
-"native-1", where this process could build the C kernel (native.py; the default): each tensor is
+"native-2", where this process could build the C kernel (native.py; the default): each tensor is
 read once, and the sum, the magnitude sum and the sum of squares are float64 sums in the order
 `_statistics.c` fixes, so they are the same on every machine that builds it; min, max and the
 counts are exact (min, max and mean NaN where the tensor holds a NaN); `mean` = sum / numel, `l2` = sqrt(sum of squares), `std` =
@@ -518,7 +518,7 @@ class Summariser:
     figures are those a fresh plan gives, bit for bit."""
 
     def __init__(self, engine: Optional[str] = None) -> None:
-        """`engine`: "native-1" (the C kernel, native.py), "torch" (torch's reductions), or None: the kernel where
+        """`engine`: "native-2" (the C kernel, native.py), "torch" (torch's reductions), or None: the kernel where
         this process has it, torch otherwise. `engine` then names the one in use (a store's commits record it)."""
         if engine not in (None, ENGINE, "torch"):
             raise ValueError(f"store statistics engine {engine!r}: expected {ENGINE!r}, 'torch' or None (the kernel "

@@ -131,8 +131,9 @@ class RankSummary:
 class _Unit:
     """The block being written: rows, the current shard, the reductions, the files written so far."""
 
-    def __init__(self, root: Path, block: int, first: int, options: StoreOptions):
+    def __init__(self, root: Path, block: int, first: int, options: StoreOptions, kernel: Any = None):
         self.root, self.block, self.options = root, block, options
+        self.kernel = kernel  # native.py's C code, which folds the reductions as it gives the statistics; or None
         self.name = unit_name(block, first)
         self.samples: list[int] = []
         self.rows = StepColumns()
@@ -185,7 +186,7 @@ class _Unit:
             states.append(state)
         batches = [tuple(queue[:4]) for queue in self.pending.values()]
         self.pending = {}
-        fold_together(states, batches)
+        fold_together(states, batches, self.kernel)
 
     def flush(self) -> int:
         if not self.shard:
@@ -274,7 +275,7 @@ def write_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], opti
                 if block not in cleaned:
                     _remove_orphans(root, block, named)
                     cleaned.add(block)
-                unit = _Unit(root, block, sample, options)
+                unit = _Unit(root, block, sample, options, names.summarise.kernel)
             written = _capture_one(unit, schema, as_scope(item, schema), sample, names)
             summary.captured += 1
             summary.samples.append(sample)
