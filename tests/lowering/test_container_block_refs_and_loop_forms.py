@@ -11,20 +11,7 @@ import torch
 from torch import nn
 
 from tests.lowering.test_container_loops_and_module_calls import IndexingSequential, IteratingSequential
-from tests.support.exactness import assert_schema_matches_eager
-
-
-@pytest.fixture(autouse=True)
-def _seed():
-    torch.manual_seed(0)
-
-
-def randn(*shape, requires_grad=True):
-    return torch.randn(*shape).requires_grad_(requires_grad)
-
-
-def run(model, train=False, **inputs):
-    return assert_schema_matches_eager(model, inputs, train=train)
+from tests.lowering.exactly import randn, run, seeded  # noqa: F401 (seeded: the autouse fixture)
 
 
 # ------------------------------------------------------------ container positions and chains
