@@ -167,10 +167,21 @@ def _read_header(data: bytes, limits: FileLimits, source: str) -> tuple[dict, di
         raise FormatVersionError(f"{source}: no nnschemaparser metadata in this safetensors file; write traces with "
                                  "save_trace")
     record(metadata, f"{source}: __metadata__", _METADATA_KEYS)
+    layout = safetensors_layout(header, 8 + size, len(data) - 8 - size, limits, source)
+    return metadata, layout, budget
+
+
+def safetensors_layout(header: dict, data_start: int, available: int, limits: FileLimits,
+                       source: str) -> dict[str, tuple[torch.dtype, tuple, int]]:
+    """The checked layout of a safetensors header's tensors (every key but `__metadata__`): {key: (dtype,
+    shape, offset of its first byte in the file)}, for a file whose data starts at `data_start` and holds
+    `available` bytes. Checks, for trace files and store shards alike: at most `limits.max_tensors`
+    entries, each an exact record of a known dtype, a shape of at most `limits.max_dims` non-negative
+    dimensions whose contiguous strides fit 64 bits (zero-sized tensors too), and a byte range inside the
+    data that matches the shape; the ranges tile the data with no gap or overlap."""
     entries = [(key, entry) for key, entry in header.items() if key != "__metadata__"]
     if len(entries) > limits.max_tensors:
         raise FileLimitError(f"{source}: {len(entries)} tensors, over the limit of {limits.max_tensors}")
-    available = len(data) - 8 - size
     spans, layout = [], {}
     for key, entry in entries:
         where = f"{source}: tensor {key!r}"
@@ -192,7 +203,7 @@ def _read_header(data: bytes, limits: FileLimits, source: str) -> tuple[dict, di
             raise MalformedFileError(f"{where}: shape {shape} of {code} needs {needed} bytes, the file gives "
                                      f"{offsets[1] - offsets[0]}")
         spans.append((offsets[0], offsets[1], key))
-        layout[key] = (dtype, tuple(shape), 8 + size + offsets[0])
+        layout[key] = (dtype, tuple(shape), data_start + offsets[0])
     position = 0
     for begin, end, key in sorted(spans):
         if begin != position:
@@ -201,7 +212,7 @@ def _read_header(data: bytes, limits: FileLimits, source: str) -> tuple[dict, di
         position = end
     if position != available:
         raise MalformedFileError(f"{source}: the tensors cover {position} of {available} data bytes")
-    return metadata, layout, budget
+    return layout
 
 
 def _shape(value: Any, where: str, limits: FileLimits) -> list[int]:

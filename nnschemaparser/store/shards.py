@@ -4,8 +4,9 @@
 storage through a reused staging buffer, with O_DIRECT where the file system takes it (`write_bytes`;
 `encode_shard`: the same layout through safetensors, in memory); `ShardFile` opens one:
 it reads the 8-byte length and the JSON header only (bounded by FileLimits and decoded with the
-strict bounded decoder), checks every entry (known dtype, shape within bounds, byte range inside the
-file and matching the shape, ranges tiling the data exactly), then maps the file (copy-on-write, so
+strict bounded decoder), checks every entry as trace files' entries are checked
+(`files.trace_file.safetensors_layout`: known dtype, shape within bounds whose strides fit 64 bits, byte
+range inside the file and matching the shape, ranges tiling the data exactly), then maps the file (copy-on-write, so
 the pages are shared with the page cache and nothing is read until touched). `tensor(key)` is a
 view of the mapping: no copy, unless its offset is not a multiple of its element size.
 
@@ -26,9 +27,8 @@ from typing import Any, Optional
 
 import torch
 
-from ..files.file_format import (FileLimitError, FileLimits, MalformedFileError, decode_budget, is_array, is_object,
-                                 parse_json, record)
-from ..files.trace_file import SAFETENSORS_DTYPES
+from ..files.file_format import FileLimitError, FileLimits, MalformedFileError, decode_budget, is_object, parse_json
+from ..files.trace_file import SAFETENSORS_DTYPES, safetensors_layout
 
 _CODES = {dtype: code for code, (dtype, _) in SAFETENSORS_DTYPES.items()}
 
@@ -205,44 +205,7 @@ class ShardFile:
         if not is_object(metadata) or any(type(v) is not str for v in metadata.values()):
             raise MalformedFileError(f"{source}: __metadata__ must map names to strings")
         self.metadata: dict[str, str] = dict(metadata)
-        entries = [(key, entry) for key, entry in header.items() if key != "__metadata__"]
-        if len(entries) > limits.max_tensors:
-            raise FileLimitError(f"{source}: {len(entries)} tensors, over the limit of {limits.max_tensors}")
-        data_start = 8 + length
-        available = size - data_start
-        spans, layout = [], {}
-        for key, entry in entries:
-            where = f"{source}: tensor {key!r}"
-            record(entry, where, ("dtype", "shape", "data_offsets"))
-            code = entry["dtype"]
-            if type(code) is not str or code not in SAFETENSORS_DTYPES:
-                raise MalformedFileError(f"{where}: unknown dtype {code!r}")
-            dtype, itemsize = SAFETENSORS_DTYPES[code]
-            shape = entry["shape"]
-            if not is_array(shape) or len(shape) > limits.max_dims or any(
-                    type(d) is not int or not 0 <= d < 2 ** 62 for d in shape):
-                raise MalformedFileError(f"{where}.shape: expected at most {limits.max_dims} non-negative dimensions")
-            offsets = entry["data_offsets"]
-            if (not is_array(offsets) or len(offsets) != 2 or any(type(o) is not int for o in offsets)
-                    or not 0 <= offsets[0] <= offsets[1]):
-                raise MalformedFileError(f"{where}.data_offsets: expected [begin, end] with 0 <= begin <= end")
-            needed = math.prod(shape) * itemsize
-            if offsets[1] > available:
-                raise MalformedFileError(f"{where}: bytes {offsets[0]}..{offsets[1]} lie past the {available} data "
-                                         "bytes of the file (truncated?)")
-            if offsets[1] - offsets[0] != needed:
-                raise MalformedFileError(f"{where}: shape {list(shape)} of {code} needs {needed} bytes, the file gives "
-                                         f"{offsets[1] - offsets[0]}")
-            spans.append((offsets[0], offsets[1], key))
-            layout[key] = (dtype, tuple(shape), data_start + offsets[0])
-        position = 0
-        for begin, end, key in sorted(spans):
-            if begin != position:
-                raise MalformedFileError(f"{source}: tensor {key!r} starts at byte {begin}, expected {position}: "
-                                         "tensors must tile the data without gaps or overlaps")
-            position = end
-        if position != available:
-            raise MalformedFileError(f"{source}: the tensors cover {position} of {available} data bytes")
+        layout = safetensors_layout(header, 8 + length, size - 8 - length, limits, source)
         self.layout: dict[str, tuple[torch.dtype, tuple, int]] = layout
         self.size = size
         self._map: Optional[mmap.mmap] = None

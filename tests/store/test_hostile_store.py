@@ -137,6 +137,30 @@ def test_a_shard_with_an_unknown_dtype_is_refused(store):
         TraceStore(store)
 
 
+def test_a_shard_tensor_of_no_elements_whose_strides_overflow_is_refused_before_a_read(store):
+    """A zero-element tensor needs no bytes, so only its strides can be wrong: [0, 2**40, 2**40] passes a
+    bytes check but torch cannot lay it out (its strides overflow 64 bits). The store refuses the shard as
+    trace files refuse such a shape, rather than torch failing with a RuntimeError when it is read."""
+    shard = sorted((store / "tensors").iterdir())[0]
+    raw = shard.read_bytes()
+    size = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + size])
+    key = next(k for k in header if k != "__metadata__")
+    begin, end = header[key]["data_offsets"]
+    body = raw[8 + size:]
+    for entry in header.values():
+        if isinstance(entry, dict) and "data_offsets" in entry and entry["data_offsets"][0] >= end:
+            entry["data_offsets"] = [o - (end - begin) for o in entry["data_offsets"]]
+    header[key]["shape"] = [0, 2 ** 40, 2 ** 40]
+    header[key]["data_offsets"] = [begin, begin]
+    _rewrite_shard(store, lambda h: (h.clear(), h.update(header)), data=body[:begin] + body[end:])
+    with pytest.raises(MalformedFileError, match="strides overflow"):
+        TraceStore(store)
+    opened = TraceStore(store, check_shards=False)
+    with pytest.raises(MalformedFileError, match="strides overflow"):
+        opened.tensor(0, key.split("/", 1)[1])
+
+
 def test_a_store_opened_without_checking_shards_checks_each_one_before_its_first_tensor(store):
     """TraceStore(check_shards=False), as capture_dataset returns its store, defers the header checks to
     the first read of a commit's tensors: a corrupt shard is still refused before any of its data is used."""
