@@ -106,8 +106,9 @@ def write_bytes(path: Path, pieces: list) -> str:
     copy into the page cache and the fresh pages it needs: on a virtual machine that hands freed memory
     back to its host, a buffered write of a 144 MiB shard cost 240-390 ms of CPU, the direct one 25
     (`python bench/bench_store.py --only write` shows it in the store's figures). The file's bytes are
-    the same either way. A file system that refuses O_DIRECT (tmpfs before Linux 6.6, some FUSE and network
-    file systems: EINVAL or EOPNOTSUPP on open or on a write) gets the buffered write, the file written again from the start."""
+    the same either way. A file system that refuses O_DIRECT (tmpfs before Linux 6.6, some FUSE and
+    network file systems: EINVAL or EOPNOTSUPP on open or on a write) gets the buffered write, the file
+    written again from the start."""
     if direct_writes():
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT | getattr(os, "O_CLOEXEC", 0), 0o666)
