@@ -1,7 +1,7 @@
 """The activation store against captures kept in memory, side by side in one process (CPU time).
 
     python bench/bench_store.py [--rounds N] [--inputs N] [--gb G | --big] [--rows N] [--quick] [--scratch DIR]
-                                [--only write,keep,read,query]
+                                [--only write,keep,read,query] [--breakdown]
 
 1. write: for GPT-2 small (12x768, 64 tokens) and a 32-layer tiny Llama (16 tokens), over the same
    inputs, in interleaved rounds: eager, capture_run of every input kept in memory (a list of
@@ -10,7 +10,9 @@
    median over rounds (target: at most 1.3x).
 2. keep: on the 32-layer tiny Llama, eager, forward hooks on two layers cloning their outputs (the
    nnsight-style baseline), capture_run(keep="layers.3, layers.17") and capture_run of everything;
-   ratios to eager, median over rounds.
+   ratios to eager, median over rounds. `--breakdown` also times a plain run, a run of the counting
+   program everywhere, a capture observing the root alone and one observing the two layers without
+   recording, and prints the milliseconds each piece adds.
 3. read: a store of about G GB (`--big`: 10 GB, the target's size; float32 tensors of 4 MiB, 256 MiB
    shards), then up to 200 different tensors of random inputs, each read and summed (every byte
    touched) three ways: its first read through a store object opened afresh, with its shard evicted
@@ -47,6 +49,7 @@ from models import gpt2_small, tiny_llama  # noqa: E402
 
 from nnschemaparser import NNParser, TraceStore, capture_dataset, capture_run  # noqa: E402
 from nnschemaparser.files.file_format import FileLimits  # noqa: E402
+from nnschemaparser.runtime.program import Program  # noqa: E402
 from nnschemaparser.store import native  # noqa: E402
 from nnschemaparser.store.shards import ShardFile, direct_writes  # noqa: E402
 
@@ -141,7 +144,7 @@ class LayerHooks:
                 handle.remove()
 
 
-def bench_keep(rounds: int) -> None:
+def bench_keep(rounds: int, breakdown: bool = False) -> None:
     model, inputs = tiny_llama()
     schema = NNParser.parse_model(model=model, inputs_tensors_values=inputs)
     hooks = LayerHooks([model.layers[3], model.layers[17]])
@@ -150,16 +153,39 @@ def bench_keep(rounds: int) -> None:
     def repeat(fn):
         return lambda: [fn() for _ in range(inner)]
 
+    candidates = {"eager": repeat(lambda: model(**inputs)),
+                  "hooks on 2 layers": repeat(lambda: hooks.run(model, inputs)),
+                  "keep 2 layers": repeat(lambda: capture_run(schema, dict(inputs), keep="layers.3, layers.17")),
+                  "capture everything": repeat(lambda: capture_run(schema, dict(inputs)))}
+    if breakdown:
+        # what keep= pays for, piece by piece: each candidate adds one thing to the one before it
+        plain, counted = Program(schema), Program(schema, counter=[0])
+        candidates.update({
+            "plain run": repeat(lambda: plain.run_root(dict(inputs))),
+            "counted run": repeat(lambda: counted.run_root(dict(inputs))),
+            # the selector keeps nothing: the root observed, every layer counted, a capture's set-up
+            "observe root": repeat(lambda: capture_run(schema, dict(inputs), keep="no_such_block")),
+            # the two layers observed and described, nothing recorded (no variable has that name)
+            "observe 2 layers": repeat(lambda: capture_run(schema, dict(inputs),
+                                                          keep="layers.3:no_such_var, layers.17:no_such_var")),
+        })
     with torch.no_grad():
         kept = capture_run(schema, dict(inputs), keep="layers.3, layers.17")
         full = capture_run(schema, dict(inputs))
-        samples = rounds_of({"eager": repeat(lambda: model(**inputs)),
-                             "hooks on 2 layers": repeat(lambda: hooks.run(model, inputs)),
-                             "keep 2 layers": repeat(lambda: capture_run(schema, dict(inputs), keep="layers.3, layers.17")),
-                             "capture everything": repeat(lambda: capture_run(schema, dict(inputs)))}, rounds)
-    figures = "  ".join(f"{k} {ratio(samples, k, 'eager'):5.2f}x" for k in samples if k != "eager")
-    print(f"keep   tiny Llama 32 layers, 16 tokens: eager {statistics.median(samples['eager']) / inner * 1e3:.2f} ms; "
+        samples = rounds_of(candidates, rounds)
+    main = ["hooks on 2 layers", "keep 2 layers", "capture everything"]
+    figures = "  ".join(f"{k} {ratio(samples, k, 'eager'):5.2f}x" for k in main)
+    eager_ms = statistics.median(samples["eager"]) / inner * 1e3
+    print(f"keep   tiny Llama 32 layers, 16 tokens: eager {eager_ms:.2f} ms; "
           f"{figures}  (steps recorded: {len(kept.trace)} of {len(full.trace)})")
+    if breakdown:
+        order = ["eager", "plain run", "counted run", "observe root", "observe 2 layers", "keep 2 layers"]
+        parts = []
+        for before, after in zip(order, order[1:]):
+            extra = statistics.median((a - b) / inner * 1e3 for a, b in zip(samples[after], samples[before]))
+            parts.append(f"{after} {extra:+.2f}")
+        print(f"       ms added by each piece, median of per-round differences, eager {eager_ms:.2f} ms: "
+              + ", ".join(parts))
 
 
 class Wide(nn.Module):
@@ -283,6 +309,9 @@ def main() -> int:
     parser.add_argument("--scratch", default=None, help="the folder for the temporary stores (default: the system's)")
     parser.add_argument("--quick", action="store_true", help="1 round, 2 inputs, a 0.2 GB store, 10,000 steps")
     parser.add_argument("--only", default="write,keep,read,query", help="the parts to run, comma-separated")
+    parser.add_argument("--breakdown", action="store_true", help="keep: also time a plain run, a counted run, "
+                        "the root observed alone and the two layers observed without recording, and print "
+                        "what each piece adds")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.inputs, args.gb, args.rows = 1, 2, 0.2, 10_000
@@ -299,7 +328,7 @@ def main() -> int:
             bench_write("tiny Llama 32 layers", tiny_llama, "layers.*.self_attn:attn_output", args.inputs * 4,
                         args.rounds, scratch)
         if "keep" in parts:
-            bench_keep(args.rounds)
+            bench_keep(args.rounds, args.breakdown)
         if "read" in parts:
             bench_read(args.gb, scratch)
         if "query" in parts:
