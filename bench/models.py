@@ -61,6 +61,17 @@ def tiny_llama(layers: int = 32, tokens: int = 16):
     return LlamaModel(config).eval(), {"input_ids": _ids(256, tokens), "use_cache": False}
 
 
+def wider_llama(layers: int = 32, tokens: int = 64):
+    """The same 32 layers at hidden 256 (8 query / 4 key-value heads, MLP 704), 64 tokens: a model whose
+    ops take time (about 50 ms a forward on one thread here), beside the dispatch-bound tiny one."""
+    from transformers import LlamaConfig, LlamaModel
+
+    torch.manual_seed(0)
+    config = _eager(LlamaConfig(vocab_size=1024, hidden_size=256, intermediate_size=704, num_hidden_layers=layers,
+                                num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=2 * tokens))
+    return LlamaModel(config).eval(), {"input_ids": _ids(1024, tokens), "use_cache": False}
+
+
 def tiny_mixtral(layers: int = 12, tokens: int = 16):
     """MixtralModel, 12 layers, hidden 64, 4 experts routed top-2 in Python, 16 tokens, no cache."""
     from transformers import MixtralConfig, MixtralModel
