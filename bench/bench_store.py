@@ -46,6 +46,7 @@ from torch import nn
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
+from bench_capture_keep import LayerHooks  # noqa: E402  (forward hooks cloning two layers' outputs)
 from models import gpt2_small, tiny_llama, wider_llama  # noqa: E402
 
 from nnschemaparser import NNParser, TraceStore, capture_dataset, capture_run  # noqa: E402
@@ -122,27 +123,6 @@ def bench_write(name: str, factory, keep: str, count: int, rounds: int, scratch:
               f"store ({engine} statistics) {med[key]:8.1f}  store/capture_run {r:5.2f}x (rounds {each[0]:.2f}-"
               f"{each[-1]:.2f})  {'meets' if r <= 1.3 else 'MISSES'} the 1.3x target  (keep={keep!r}, {count} "
               f"inputs, {rounds} rounds)")
-
-
-class LayerHooks:
-    """Forward hooks on some layers, cloning their tensor outputs (what nnsight's .save() of a layer output keeps)."""
-
-    def __init__(self, layers):
-        self.layers, self.values = layers, []
-
-    def run(self, model, inputs):
-        self.values = []
-
-        def hook(module, args, output):
-            first = output[0] if isinstance(output, tuple) else output
-            self.values.append(first.detach().clone())
-
-        handles = [layer.register_forward_hook(hook) for layer in self.layers]
-        try:
-            return model(**inputs)
-        finally:
-            for handle in handles:
-                handle.remove()
 
 
 def bench_keep(rounds: int, breakdown: bool = False, wider: bool = False) -> None:
