@@ -4,18 +4,24 @@
 
 On the 32-layer tiny Llama of bench/models.py (hidden 64, 16 tokens), under torch.no_grad(), in
 interleaved rounds of CPU time (`time.process_time`); a ratio is the median over rounds of a
-candidate's time over eager's time in the same round:
+candidate's time over eager's time in the same round. Two pairs keep the same tensors two ways:
 
-  eager              model(**inputs)
-  hooks on 2 layers  forward hooks on the two layers, each cloning its first output (what nnsight's
-                     `.save()` of a layer output keeps)
-  keep 2 layers      capture_run(schema, inputs, keep="layers.3, layers.17"): the other 30 layers run
-                     their plain generated code, counting the tensors they bind
-  keep, all observed the same with observe_all=True (every block observed, as before issue 24.4)
-  capture all        capture_run(schema, inputs): every step of every block
+  eager                  model(**inputs)
+  hooks on 2 layers      forward hooks on the two layers, each cloning its first output (what
+                         nnsight's `.save()` of a layer output keeps)
+  keep 2 layer outputs   capture_run(schema, inputs, keep="call=layers.3, call=layers.17"): the same
+                         two tensors; only the caller (the root's layer loop) is observed, the 32
+                         layers run their plain generated code, counting the tensors they bind
+  hooks in 2 layers      forward hooks on every module inside the two layers (and the layers), each
+                         cloning its first output: every module output, no functional op's result
+  keep 2 layers          capture_run(..., keep="layers.3, layers.17"): every step of the two layers
+                         (ops and module outputs alike, 112 tensors); the other 30 layers counted
+  keep, all observed     the same with observe_all=True (every block observed, as before issue 24.4)
+  capture all            capture_run(schema, inputs): every step of every block
 
-Before timing it checks that every capture's outputs are torch.equal to eager's and that the kept
-capture holds exactly the full capture's steps of those layers (numbers, container ids, values).
+Before timing it checks that every capture's outputs are torch.equal to eager's, that each kept
+capture holds exactly the full capture's steps it names (numbers, container ids, values) and that
+the two layer outputs kept are torch.equal to what the hooks on the two layers saw.
 """
 
 from __future__ import annotations
@@ -58,20 +64,29 @@ class LayerHooks:
                 handle.remove()
 
 
-def check(model, schema, inputs, keep: str, layers: list[int]) -> str:
+def _same(got, expected) -> None:
+    got = list(got)
+    assert [(s.step, s.container_id) for s in got] == [(s.step, s.container_id) for s in expected]
+    assert all(torch.equal(a.value, b.value) for a, b in zip(got, expected)), "a kept value differs"
+
+
+def check(model, schema, inputs, keep: str, outputs: str, hooks: LayerHooks, layers: list[int]) -> str:
     eager = model(**inputs).last_hidden_state
     full = capture_run(schema, dict(inputs))
     kept = capture_run(schema, dict(inputs), keep=keep)
     observed = capture_run(schema, dict(inputs), keep=keep, observe_all=True)
-    for record in (full, kept, observed):
+    calls = capture_run(schema, dict(inputs), keep=outputs)
+    for record in (full, kept, observed, calls):
         assert torch.equal(record.outputs[0].last_hidden_state, eager), "a capture's output differs from eager"
     names = tuple(f"layers.{n}" for n in layers)
     expected = [s for s in full.trace if s.block_path in names or s.block_path.startswith(tuple(n + "." for n in names))]
     for record in (kept, observed):
-        got = list(record.trace)
-        assert [(s.step, s.container_id) for s in got] == [(s.step, s.container_id) for s in expected]
-        assert all(torch.equal(a.value, b.value) for a, b in zip(got, expected)), "a kept value differs"
-    return f"{len(kept.trace)} of {len(full.trace)} steps kept, equal to the full capture's"
+        _same(record.trace, expected)
+    _same(calls.trace, [s for s in full.trace if s.op_name in names])
+    hooks.run(model, inputs)
+    assert len(hooks.values) == len(layers) and all(torch.equal(a, s.value) for a, s in zip(hooks.values, calls.trace))
+    return (f"{len(kept.trace)} of {len(full.trace)} steps kept by {keep!r}, {len(calls.trace)} by {outputs!r}, equal to "
+            f"the full capture's (and the layer outputs to the hooks')")
 
 
 def main() -> None:
@@ -83,18 +98,22 @@ def main() -> None:
     torch.set_num_threads(1)
     layers = [int(n) for n in args.layers.split(",")]
     keep = ", ".join(f"layers.{n}" for n in layers)
+    outputs = ", ".join(f"call=layers.{n}" for n in layers)
     model, inputs = tiny_llama()
     schema = NNParser.parse_model(model=model, inputs_tensors_values=inputs)
     hooks = LayerHooks([model.layers[n] for n in layers])
+    inside = LayerHooks([module for n in layers for module in model.layers[n].modules()])
     candidates = {
         "eager": lambda: model(**inputs),
         "hooks on 2 layers": lambda: hooks.run(model, inputs),
+        "keep 2 layer outputs": lambda: capture_run(schema, dict(inputs), keep=outputs),
+        "hooks in 2 layers": lambda: inside.run(model, inputs),
         "keep 2 layers": lambda: capture_run(schema, dict(inputs), keep=keep),
         "keep, all observed": lambda: capture_run(schema, dict(inputs), keep=keep, observe_all=True),
         "capture all": lambda: capture_run(schema, dict(inputs)),
     }
     with torch.no_grad():
-        print(check(model, schema, inputs, keep, layers))
+        print(check(model, schema, inputs, keep, outputs, hooks, layers))
         for fn in candidates.values():  # warm up: compile programs, fill caches
             fn()
         samples: dict[str, list[float]] = {name: [] for name in candidates}
@@ -111,7 +130,7 @@ def main() -> None:
         if name == "eager":
             continue
         ratios = sorted(t / e for t, e in zip(times, eager))
-        print(f"  {name:20s} {statistics.median(ratios):5.2f}x eager  (rounds {ratios[0]:.2f}-{ratios[-1]:.2f})")
+        print(f"  {name:22s} {statistics.median(ratios):5.2f}x eager  (rounds {ratios[0]:.2f}-{ratios[-1]:.2f})")
 
 
 if __name__ == "__main__":

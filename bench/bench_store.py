@@ -9,8 +9,9 @@
    step's statistics, those tensors, their reductions). Ratio: the store over the in-memory capture,
    median over rounds (target: at most 1.3x).
 2. keep: on the 32-layer tiny Llama, eager, forward hooks on two layers cloning their outputs (the
-   nnsight-style baseline), capture_run(keep="layers.3, layers.17") and capture_run of everything;
-   ratios to eager, median over rounds. `--breakdown` also times a plain run, a run of the counting
+   nnsight-style baseline), capture_run(keep="call=layers.3, call=layers.17") keeping the same two
+   tensors, capture_run(keep="layers.3, layers.17") keeping every step of the two layers, and
+   capture_run of everything; ratios to eager, median over rounds. `--breakdown` also times a plain run, a run of the counting
    program everywhere, a capture observing the root alone and one observing the two layers without
    recording, and prints their ratios to eager (each adds one piece to the one before); `--wider`
    runs it on the same 32 layers at hidden 256 and 64 tokens, where ops take time.
@@ -136,6 +137,8 @@ def bench_keep(rounds: int, breakdown: bool = False, wider: bool = False) -> Non
 
     candidates = {"eager": repeat(lambda: model(**inputs)),
                   "hooks on 2 layers": repeat(lambda: hooks.run(model, inputs)),
+                  "keep 2 layer outputs": repeat(lambda: capture_run(schema, dict(inputs),
+                                                                     keep="call=layers.3, call=layers.17")),
                   "keep 2 layers": repeat(lambda: capture_run(schema, dict(inputs), keep="layers.3, layers.17")),
                   "capture everything": repeat(lambda: capture_run(schema, dict(inputs)))}
     if breakdown:
@@ -154,7 +157,7 @@ def bench_keep(rounds: int, breakdown: bool = False, wider: bool = False) -> Non
         kept = capture_run(schema, dict(inputs), keep="layers.3, layers.17")
         full = capture_run(schema, dict(inputs))
         samples = rounds_of(candidates, rounds)
-    main = ["hooks on 2 layers", "keep 2 layers", "capture everything"]
+    main = ["hooks on 2 layers", "keep 2 layer outputs", "keep 2 layers", "capture everything"]
     figures = "  ".join(f"{k} {ratio(samples, k, 'eager'):5.2f}x" for k in main)
     eager_ms = statistics.median(samples["eager"]) / inner * 1e3
     name = "Llama 32 layers x 256, 64 tokens" if wider else "tiny Llama 32 layers, 16 tokens"

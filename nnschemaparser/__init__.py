@@ -49,6 +49,7 @@ from .traces.record import ExecutionRecord, capture_run
 from .traces.recorder import ActivationRecorder
 from .traces.estimate import CaptureEstimate, CaptureTooLargeError, estimate_capture
 from .traces.dropped import CaptureLimitWarning
+from .traces.recorder import KeepMissedWarning
 from .schema.model import (
     BlockInstruction,
     BlockRef,
@@ -118,7 +119,7 @@ __all__ = [
     "capture_dataset", "TraceStore", "Reduction", "KeepSelector", "KeepTerm", "StoreMismatchError",
     "StoreIncompleteError",
     "capture_logical", "LogicalTrace", "LogicalCaptureError", "compare_logical",
-    "estimate_capture", "CaptureEstimate", "CaptureTooLargeError", "CaptureLimitWarning",
+    "estimate_capture", "CaptureEstimate", "CaptureTooLargeError", "CaptureLimitWarning", "KeepMissedWarning",
 ]
 
 # torch.distributed: collective stepping across ranks, pipeline stages (nnschemaparser/distributed/)

@@ -190,6 +190,11 @@ class TraceListener:
         runtime/partial.py): `counter[0]` is, at any moment, how many tensor results the blocks run
         unobserved have bound so far; a listener numbering steps adds it to its own count."""
 
+    def unobserved_call_hook(self) -> Optional[Callable[[Any], None]]:
+        """None, or `watch(module)` for a partly observed run: called before a block left unobserved
+        calls a module held in a value (the caller's generated frame is the caller's caller)."""
+        return None
+
     def tensor_result_hook(self) -> Optional[Callable[[Instruction, dict, Any], None]]:
         """None, or a function `after(instruction, frame, observer)` the observer calls instead of
         building an `InstructionEvent` for `on_instruction`: used only when this listener is the

@@ -11,6 +11,11 @@ a pair of programs compiled for one set of blocks (ids of `ModelBlockSchema`s):
   (`TraceListener.on_unobserved_counter`). A call it makes of a block in `observed` (a module
   reached by identity rather than through its parent) goes back to the observed program.
 
+A call the counted program makes through a value (`call_value`: `layer(x)` for a module held in a
+variable) is told first to `counted.watch`, which a run sets from its listeners'
+`unobserved_call_hook()`: a recorder keeping `call=` steps learns of a call it cannot record
+(its caller was not observed because nothing in the source said it calls that block) and says so.
+
 What runs is the same code either way (a plain run is what `SchemaInterpreter.run` executes), so
 outputs are the same. What a listener does not see in an unobserved block: its events, including
 `on_before_mutation`, so an in-place change there of a value the listener kept from an observed
@@ -75,6 +80,7 @@ def partial_programs(root: ModelBlockSchema, blocks: frozenset) -> PartialProgra
 
 
 def give_back_partial(pair: PartialPrograms) -> None:
+    pair.counted.watch = None
     pair.observer.reset()
     pair.observer.configure(())
     pair.counter[0] = 0

@@ -137,6 +137,9 @@ class Program:
         # `elsewhere(block)`: another program that runs `block` instead of this one, or None
         # (partly observed runs: unobserved blocks run counted plain code, runtime/partial.py).
         self.elsewhere: Optional[Callable[[ModelBlockSchema], Optional["Program"]]] = None
+        # `watch(module)`: told of each module this program calls through a value (`call_value`)
+        # before it runs (a counted program's calls an observed run would report, runtime/partial.py)
+        self.watch: Optional[Callable[[Any], None]] = None
         self.observe_calls = observer is not None and calls
         self.tensor_results = observer is not None and tensor_results
         self.units: dict[int, CompiledFunction] = {}
@@ -403,6 +406,8 @@ class Program:
                 if block is None:
                     return target(*args, **kwargs)
                 invoke = self.module_invokers[id(target)] = self.invoker(block)
+            if self.watch is not None:
+                self.watch(target)
             return invoke(args, kwargs)
         return target(*args, **kwargs)
 

@@ -31,7 +31,7 @@ import torch
 from ..files.file_format import FileLimits, dump_json
 from ..schema.model import ModelBlockSchema
 from ..traces.record import capture_run
-from ..traces.selection import KeepSelector
+from ..traces.selection import KeepSelector, is_block_call
 from ..traces.trace import container_id
 from .manifest import (Commit, SchemaIdentity, StoreMismatchError, StoreOptions, read_commits, read_manifest,
                        schema_identity, sync_write, unit_name, write_commit, write_manifest)
@@ -347,7 +347,9 @@ class _Names:
             fields[9:]
         prefix = self.prefix
         cids = [prefix(t, b) + (f"{n:04d}") for t, b, n in zip(slot_types, block_paths, numbers)]
-        named = [self.keeps_step(b, o, p, t) for b, o, p, t in zip(block_paths, out_vars, op_names, slot_types)]
+        descriptions = fields[5]
+        named = [self.keeps_step(b, o, p, t, d) for b, o, p, t, d in
+                 zip(block_paths, out_vars, op_names, slot_types, descriptions)]
         keepable = np.array([k or t == "input" for k, t in zip(named, slot_types)], dtype=bool)
         self.last = (raw, fields, cids, named, keepable)
         return self.last[1:]
@@ -359,11 +361,13 @@ class _Names:
             text = self.prefixes[key] = container_id(slot_type if slot_type != "activation" else block_path, 0)[:-4]
         return text
 
-    def keeps_step(self, block_path: str, out_var: str, op_name: str, slot_type: str) -> bool:
-        key = (block_path, out_var, op_name, slot_type)
+    def keeps_step(self, block_path: str, out_var: str, op_name: str, slot_type: str, description: str = "") -> bool:
+        selector = self.selector
+        key = (block_path, out_var, op_name, slot_type, selector is not None and selector.calls and
+               is_block_call(description))
         named = self.keeps.get(key)
         if named is None:
-            named = self.keeps[key] = self.selector is not None and self.selector.matches(*key)
+            named = self.keeps[key] = selector is not None and selector.matches(*key)
         return named
 
 

@@ -267,6 +267,19 @@ def _dims(schema: ModelBlockSchema, scope: dict) -> dict:
     return mapping
 
 
+def _op_of(block: ModelBlockSchema, instr: Any) -> tuple[str, str, bool]:
+    """(op name, slot, is a block call) of an instruction's step as far as it is known before a run:
+    a block call's callee path (a module held in a variable: the path the source names); no op name
+    for anything else (op= terms are not seen here)."""
+    if not isinstance(instr, BlockInstruction):
+        return "", "activation", False
+    try:
+        callee = block.find(instr.block_ref.path) if instr.callee_var is None else None
+    except KeyError:
+        callee = None
+    return (callee.path if callee is not None else instr.block_ref.path), "activation", True
+
+
 def _parse_shapes(schema: ModelBlockSchema, scope: dict, selector: Optional[KeepSelector],
                   why: str = "") -> CaptureEstimate:
     mapping = _dims(schema, scope)
@@ -279,7 +292,7 @@ def _parse_shapes(schema: ModelBlockSchema, scope: dict, selector: Optional[Keep
             if not isinstance(instr, (OpInstruction, BlockInstruction)) or not instr.out_var or \
                     not isinstance(rep, TensorRepr) or not rep.dtype.startswith("torch."):
                 continue
-            if selector is not None and not selector.matches(path, instr.out_var, "", "activation"):
+            if selector is not None and not selector.matches(path, instr.out_var, *_op_of(block, instr)):
                 continue
             dtype = getattr(torch, rep.dtype.replace("torch.", ""), None)
             if not isinstance(dtype, torch.dtype):

@@ -69,14 +69,17 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
     is paused while the run goes (and resumed after it, if it was on).
 
     `keep` records only the steps a selector names (`"model.layers.3:hidden_states"`, `"op=*linear"`,
-    a list of terms; traces/selection.py): the others are not recorded, and the kept steps keep the
-    numbers and container ids they have in a capture of everything. Blocks that hold nothing the
-    selector can keep (and lead to nothing it can) run their plain generated code, which only counts
-    the tensors they bind (so the numbers stay right): a capture of two layers costs about what forward
-    hooks on them cost. `observe_all=True` observes every block anyway: the one difference is that
-    an in-place change, inside an unobserved block, of a value kept from an observed one is then
-    seen before it happens (the value kept as captured) rather than after (the value dropped,
-    `omitted` saying why).
+    `"call=model.layers.3"`, a list of terms; traces/selection.py): the others are not recorded, and
+    the kept steps keep the numbers and container ids they have in a capture of everything. Blocks
+    that hold nothing the selector can keep (and lead to nothing it can) run their plain generated
+    code, which only counts the tensors they bind (so the numbers stay right). `call=` keeps a
+    block's output where its caller binds it (what a forward hook on the module sees) and observes
+    only the blocks that call it: the layers themselves run unobserved. A call it names that a
+    block left unobserved makes through a value (a module passed in as an argument) cannot be
+    recorded: a `KeepMissedWarning` names it and the fix. `observe_all=True` observes every block
+    anyway: the one difference is that an in-place change, inside an unobserved block, of a value
+    kept from an observed one is then seen before it happens (the value kept as captured) rather
+    than after (the value dropped, `omitted` saying why).
 
     Memory: before running, a capture without `limits` estimates its peak memory, what it keeps
     plus the working memory alive at its highest point (traces/estimate.py: a cheap bound from the

@@ -28,6 +28,8 @@ Depends on schema, listeners, traces, descriptions, tensor_walk and sampling (fo
 from __future__ import annotations
 
 import functools
+import sys
+import warnings
 import weakref
 from collections import deque
 from typing import Any, Callable, Optional, Sequence
@@ -35,7 +37,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from .sampling import EVICTED, LIMIT_POLICIES, CaptureLimits, sample_tensor
-from .selection import KeepSelector, keep_selector
+from .selection import KeepSelector, is_block_call, keep_selector
 from .descriptions import callee_name, describe_block_call, describe_op, op_name_of
 from ..runtime.listeners import EditEvent, InstructionEvent, TraceListener
 from ..schema.model import (
@@ -50,7 +52,7 @@ from ..schema.model import (
 from .trace import ActivationTrace, GradientTrace, TraceStep
 from .tensor_walk import _shape, _storage_ptr, _version, mutated_tensors, tensors_in
 
-__all__ = ["ActivationRecorder", "tensors_in", "mutated_tensors"]
+__all__ = ["ActivationRecorder", "KeepMissedWarning", "tensors_in", "mutated_tensors"]
 
 _Tensor = torch.Tensor
 _NUMBERS = [f"{n:04d}" for n in range(10000)]
@@ -102,6 +104,24 @@ def _lower_first(text: str) -> str:
     if word[:1].isupper() and not any(c.isupper() for c in word[1:]):
         return text[0].lower() + text[1:]
     return text
+
+
+class KeepMissedWarning(UserWarning):
+    """A `call=` selector named a call that a partly observed capture could not record (see the message)."""
+
+
+def _generated_caller(frame: Any) -> str:
+    """The block path of the nearest generated function on the stack from `frame` ("?" if none)."""
+    from ..runtime.functions import META_KEY
+
+    while frame is not None:
+        meta = frame.f_globals.get(META_KEY)
+        if meta is not None and meta.block_ref is not None:
+            block = meta.block_ref()
+            if block is not None:
+                return block.path or block.name
+        frame = frame.f_back
+    return "?"
 
 
 class ActivationRecorder(TraceListener):
@@ -176,6 +196,9 @@ class ActivationRecorder(TraceListener):
         self._hooked: dict[tuple[int, int], tuple[torch.Tensor, list[int]]] = {}
         self._return_vars: Optional[tuple[list[str], bool]] = None
         self.root_frame = None
+        # (caller path, callee path) of each call a `call=` term names that this run could not
+        # record: made through a value from a block the capture did not observe (warned at the end)
+        self.missed_calls: list[tuple[str, str]] = []
         # trace step numbers whose tensor an instruction later changed in place: the step kept a
         # copy of its value as captured, and the live tensor differs from it afterwards
         self.changed_in_place: set[int] = set()
@@ -296,7 +319,29 @@ class ActivationRecorder(TraceListener):
                 self._tracked.add(step.step)
                 self._hook(new, step.step)
 
+    def unobserved_call_hook(self) -> Optional[Callable[[Any], None]]:
+        keep = self.keep
+        if keep is None or not keep.calls:
+            return None
+        def watch(module: Any) -> None:
+            block = self._blocks_by_module().get(id(module))
+            if block is not None and keep.keeps_call_of(block.path):
+                caller = _generated_caller(sys._getframe(1))
+                if keep.keeps_call_of(block.path, caller):
+                    self.missed_calls.append((caller, block.path))
+
+        return watch
+
     def on_run_end(self, outputs: Any) -> None:
+        if self.missed_calls:
+            calls = sorted(set(self.missed_calls))
+            listed = "; ".join(f"{callee} called from {caller}" for caller, callee in calls[:5]) + \
+                ("; ..." if len(calls) > 5 else "")
+            warnings.warn(KeepMissedWarning(
+                f"keep={self.keep.text()!r} names {len(self.missed_calls)} call(s) this capture did not record "
+                f"({listed}): each was made through a value (not a child the source names) from a block the "
+                f"capture did not observe. Name the caller too (keep='{calls[0][0]} call={calls[0][1]}') or run "
+                f"capture_run(..., observe_all=True) to record them"), stacklevel=2)
         self._drop_changed_values()
         names, as_tuple = self._return_vars or ([], False)
         if as_tuple and isinstance(outputs, tuple) and len(names) == len(outputs):
@@ -320,7 +365,7 @@ class ActivationRecorder(TraceListener):
         number += self._unseen[0]
         keep = self.keep
         if keep is not None:
-            if not keep.matches(block_path, out_var, op_name, slot_type):
+            if not keep.matches(block_path, out_var, op_name, slot_type, keep.calls and is_block_call(description)):
                 return  # counted (the numbers stay those of a full capture), not recorded
             self._positions[number] = len(self._numbers)  # type: ignore[index]
             self._numbers.append(number)  # type: ignore[union-attr]

@@ -5,16 +5,24 @@ One selector serves `capture_run(..., keep=...)` (the recorder records only the 
 are written anyway). A selector is built from text, from `KeepTerm`s, or from a list of both; a
 step is kept when any term matches it. One term of text reads
 
-    block_glob[:var_glob] [op=op_glob] [slot=input|activation|output]
+    block_glob[:var_glob] [op=op_glob] [call=block_glob] [slot=input|activation|output]
 
 with shell-style globs (`fnmatch`, case-sensitive; `*` also crosses dots):
 `"transformer.h.*.attn:attn_output"`, `"model.layers.3"` (every variable of that block),
-`"*:logits"`, `"op=*linear"`, `"slot=output"`. Several terms are joined by commas or given as a list.
-A term's block glob is matched against the step's block path and covers the blocks inside the
-blocks it names (`"model.layers.3"` keeps what `model.layers.3.mlp` computes too); the root's path
-is its class name, and inputs have an empty one, so select them with `slot=input`.
+`"*:logits"`, `"op=*linear"`, `"call=model.layers.3"`, `"slot=output"`. Several terms are joined by
+commas or given as a list. A term's block glob is matched against the step's block path and covers
+the blocks inside the blocks it names (`"model.layers.3"` keeps what `model.layers.3.mlp` computes
+too); the root's path is its class name, and inputs have an empty one, so select them with
+`slot=input`.
 
-Depends on the standard library only.
+`call=` keeps what a call of a block returns, where it returns it: the step of the *caller* that
+binds the result of calling a block whose path matches (its forward or one of its methods), i.e.
+the layer output a forward hook on that module sees (`"call=model.layers.3"`; `"call=model.layers.*"`
+for every layer's output). Only block calls match it (the step's description is a `describe_block_call`
+text), never an op that happens to bear the name. A capture with it observes only the blocks that
+can make such a call (`blocks_to_observe`), not the callee.
+
+Depends on the standard library; `blocks_to_observe` reads the schema's instructions.
 """
 
 from __future__ import annotations
@@ -28,7 +36,9 @@ from typing import Any, Iterable, Optional, Union
 __all__ = ["KeepTerm", "KeepSelector", "keep_selector"]
 
 SLOT_TYPES = ("input", "activation", "output")
-_FIELD = re.compile(r"^(op|slot)=(.+)$")
+_FIELD = re.compile(r"^(op|slot|call)=(.+)$")
+# descriptions of block-call steps (traces/descriptions.describe_block_call): what `call=` matches
+BLOCK_CALL_PREFIXES = ("Call to sub-block ", "Call to method ", "Call to self")
 # per schema root: {selector: the blocks a capture with it observes} (KeepSelector.blocks_to_observe)
 _OBSERVED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 _PARSED: dict[str, "KeepSelector"] = {}  # selector text -> its selector (keep_selector)
@@ -42,26 +52,30 @@ class KeepTerm:
     var: Optional[str] = None
     op: Optional[str] = None
     slot: Optional[str] = None
+    call: Optional[str] = None
 
     def __post_init__(self) -> None:
-        for name in ("block", "var", "op", "slot"):
+        for name in ("block", "var", "op", "slot", "call"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise ValueError(f"KeepTerm.{name} must be a non-empty glob string or None, got {value!r}")
         if self.slot is not None and not any(fnmatchcase(s, self.slot) for s in SLOT_TYPES):
             raise ValueError(f"KeepTerm.slot {self.slot!r} matches no slot type; use one of {', '.join(SLOT_TYPES)}")
 
-    def matches(self, block_path: str, var: str, op: str, slot: str) -> bool:
+    def matches(self, block_path: str, var: str, op: str, slot: str, call: bool = False) -> bool:
+        """`call`: the step binds what a block call returned (its op is then the callee's path)."""
         return ((self.slot is None or fnmatchcase(slot, self.slot))
                 and (self.block is None or fnmatchcase(block_path, self.block)
                      or fnmatchcase(block_path, self.block + ".*"))
                 and (self.var is None or fnmatchcase(var, self.var))
-                and (self.op is None or fnmatchcase(op, self.op)))
+                and (self.op is None or fnmatchcase(op, self.op))
+                and (self.call is None or call and fnmatchcase(op, self.call)))
 
     def text(self) -> str:
         head = (self.block or "*") + (f":{self.var}" if self.var is not None else "")
         parts = [head] if (self.block is not None or self.var is not None) else []
         parts += [f"op={self.op}"] if self.op is not None else []
+        parts += [f"call={self.call}"] if self.call is not None else []
         parts += [f"slot={self.slot}"] if self.slot is not None else []
         return " ".join(parts) or "*"
 
@@ -87,19 +101,80 @@ def _parse_term(text: str) -> KeepTerm:
         var = var_text if colon else None
         if colon and not var_text:
             raise ValueError(f"keep term {text!r}: nothing after ':'; name a variable glob such as '*'")
-    return KeepTerm(block=block, var=var, op=fields.get("op"), slot=fields.get("slot"))
+    return KeepTerm(block=block, var=var, op=fields.get("op"), slot=fields.get("slot"), call=fields.get("call"))
+
+
+def is_block_call(description: str) -> bool:
+    """Whether a step's description says it binds what a block call returned (what `call=` matches)."""
+    return description.startswith(BLOCK_CALL_PREFIXES)
+
+
+
+def _callers(blocks: list, glob: str) -> set:
+    """Paths of the blocks (of `blocks`, a schema's `iter_blocks()`) with an instruction that can
+    call a block whose path matches `glob`, i.e. bind a step `call=glob` keeps: a call of a child
+    named in the source (`self.layers[3](x)`, resolved as the recorder names it), or of a module
+    held in a variable (`for layer in self.layers: x = layer(x)`) when `glob` matches any block's
+    path. A module reached through a value the lowering saw as no module (an `OpInstruction` whose
+    callee is a variable) is caught at run time instead: `Program.watch` (runtime/partial.py)."""
+    from ..schema.model import BlockInstruction  # the schema's classes, only when a call= term needs them
+
+    every = {b.path for b in blocks if b.path}
+    dynamic = any(fnmatchcase(path, glob) for path in every)
+    found = set()
+    for block in blocks:
+        if block.signature is None:
+            continue
+        for instr in _instructions(block.signature.body):
+            if not isinstance(instr, BlockInstruction):
+                continue
+            ref = instr.block_ref
+            if instr.callee_var is not None:
+                hit = dynamic or fnmatchcase(ref.path, glob)
+            else:
+                try:
+                    callee = block.find(ref.path)
+                except KeyError:
+                    callee = None
+                hit = fnmatchcase(callee.path if callee is not None else ref.path, glob)
+            if hit:
+                found.add(block.path)
+                break
+    return found
+
+
+def _instructions(instrs: list) -> Any:
+    """Every instruction of a body, those of nested statements and of closures defined in it
+    (they run in the block's program and their steps carry its path) included."""
+    from ..schema.model import (ControlInstruction, FunctionInstruction, TryInstruction, WithInstruction,
+                                condition_instructions)
+
+    for instr in instrs:
+        yield instr
+        if isinstance(instr, ControlInstruction):
+            yield from _instructions(condition_instructions(instr))
+            yield from _instructions(instr.body)
+            yield from _instructions(instr.else_body or [])
+        elif isinstance(instr, TryInstruction):
+            for body in (instr.body, *instr.handler_bodies, instr.else_body or [], instr.final_body or []):
+                yield from _instructions(body)
+        elif isinstance(instr, WithInstruction):
+            yield from _instructions(instr.body)
+        elif isinstance(instr, FunctionInstruction) and instr.function is not None:
+            yield from _instructions(instr.function.body)
 
 
 class KeepSelector:
     """A union of `KeepTerm`s; `matches(block_path, var, op, slot)` says whether a step is kept."""
 
-    __slots__ = ("terms", "_cache", "_blocks")
+    __slots__ = ("terms", "calls", "_cache", "_blocks")
 
     def __init__(self, terms: Iterable[KeepTerm]):
         self.terms = tuple(terms)
         if not self.terms:
             raise ValueError("a keep selector needs at least one term")
-        self._cache: dict[tuple[str, str, str, str], bool] = {}
+        self.calls = any(t.call is not None for t in self.terms)  # whether `matches` needs its `call` flag
+        self._cache: dict[tuple, bool] = {}
         self._blocks: dict[str, bool] = {}  # block path -> may_keep_activations(path)
 
     def may_keep_activations(self, block_path: str) -> bool:
@@ -113,32 +188,45 @@ class KeepSelector:
                 for t in self.terms)
         return hit
 
-    def matches(self, block_path: str, var: str, op: str, slot: str) -> bool:
-        key = (block_path, var, op, slot)
+    def matches(self, block_path: str, var: str, op: str, slot: str, call: bool = False) -> bool:
+        key = (block_path, var, op, slot, call)
         hit = self._cache.get(key)
         if hit is None:
-            hit = self._cache[key] = any(t.matches(block_path, var, op, slot) for t in self.terms)
+            hit = self._cache[key] = any(t.matches(block_path, var, op, slot, call) for t in self.terms)
         return hit
+
+    def keeps_call_of(self, callee_path: str, caller_path: Optional[str] = None) -> bool:
+        """Whether some `call=` term can keep the value a call of the block at `callee_path` returns
+        (made from the block at `caller_path`, when given: a term's block glob must match it)."""
+        return any(t.call is not None and fnmatchcase(callee_path, t.call) and (
+            caller_path is None or t.block is None or fnmatchcase(caller_path, t.block)
+            or fnmatchcase(caller_path, t.block + ".*")) for t in self.terms)
 
     def blocks_to_observe(self, root: Any) -> Optional[frozenset]:
         """Ids of the blocks of the schema `root` a capture must observe to see every step this
         selector can keep: the blocks whose path a term's block glob names (with what is inside
-        them), every block on the way to them (their ancestors by path, method blocks included) and
-        the root. None when a term that can keep activations names no block (`op=...`, a bare
-        `slot=activation`): then every block is observed. The answer is cached per schema."""
+        them), for a `call=` term without one the blocks that can call a block it names
+        (`_callers`), every block on the way to them (their ancestors by path, method blocks
+        included) and the root. None when a term that can keep activations names neither a block
+        nor a call (`op=...`, a bare `slot=activation`): then every block is observed. The answer
+        is cached per schema."""
         cache = _OBSERVED.get(root)
         if cache is None:
             cache = _OBSERVED[root] = {}
         if self in cache:
             return cache[self]
         terms = [t for t in self.terms if t.slot is None or fnmatchcase("activation", t.slot)]
-        if any(t.block is None for t in terms):
+        if any(t.block is None and t.call is None for t in terms):
             cache[self] = None
             return None
         blocks = list(root.iter_blocks())
         matched = {b.path for b in blocks
-                   if any(fnmatchcase(b.path or b.name, t.block) or fnmatchcase(b.path or b.name, t.block + ".*")
+                   if any(t.block is not None and (fnmatchcase(b.path or b.name, t.block)
+                                                   or fnmatchcase(b.path or b.name, t.block + ".*"))
                           for t in terms)}
+        for term in terms:
+            if term.block is None:
+                matched |= _callers(blocks, term.call)
         observe = frozenset(id(b) for b in blocks if b is root or not b.path and matched or any(
             m == b.path or m.startswith(b.path + ".") for m in matched))
         cache[self] = observe

@@ -158,3 +158,16 @@ def test_a_mistaken_query_raises_duckdbs_own_error(gpt2_store):
     _, _, _, store = gpt2_store
     with pytest.raises(duckdb.BinderException, match="no_such_column"):
         store.query("select no_such_column from steps")
+
+
+def test_a_store_keeping_block_outputs_by_call_holds_what_capture_run_keeps(tmp_path):
+    _, schema = tiny_gpt2()
+    data = token_inputs(4)
+    store = capture_dataset(schema, data, tmp_path / "s", keep="call=h.1", block_size=4, progress=False)
+    for sample in (0, 3):
+        kept = capture_run(schema, dict(data[sample]), keep="call=h.1, slot=input").trace
+        assert any(s.op_name == "h.1" for s in kept)
+        trace = store.trace(sample)
+        assert [s.container_id for s in trace if s.value is not None] == [s.container_id for s in kept]
+        for step in kept:
+            assert torch.equal(trace.by_container(step.container_id).value, step.value)

@@ -34,10 +34,24 @@ def test_a_block_term_covers_the_blocks_inside_it_but_not_its_namesakes():
     assert not selector.matches("model.layers.30", "x", "", "activation")
 
 
+def test_a_call_term_keeps_block_call_results_only_not_ops_bearing_the_name():
+    selector = keep_selector("call=model.layers.3, model call=model.layers.1*")
+    assert selector.terms == (KeepTerm(call="model.layers.3"), KeepTerm(block="model", call="model.layers.1*"))
+    assert selector.calls and keep_selector(selector.text()) == selector
+    assert selector.matches("model", "hidden_states", "model.layers.3", "activation", call=True)
+    assert not selector.matches("model", "hidden_states", "model.layers.3", "activation", call=False)
+    assert selector.matches("model", "h", "model.layers.12", "activation", call=True)
+    assert not selector.matches("encoder", "h", "model.layers.12", "activation", call=True)  # not from model
+    assert selector.keeps_call_of("model.layers.3") and not selector.keeps_call_of("model.layers.4")
+    assert selector.keeps_call_of("model.layers.12", "model") and not selector.keeps_call_of("model.layers.12", "x")
+    assert not keep_selector("model.layers.3").calls
+
+
 @pytest.mark.parametrize("bad, error, match", [
     ("a:", ValueError, "nothing after ':'"),
     ("slot=weights", ValueError, "matches no slot type"),
     ("op=a op=b", ValueError, "gives op twice"),
+    ("call=a call=b", ValueError, "gives call twice"),
     (3, TypeError, "keep must be a string"),
     ([1], TypeError, "a keep term is a string"),
     ("", ValueError, "empty keep term"),

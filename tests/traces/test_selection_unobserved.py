@@ -3,10 +3,13 @@ generated code, counting tensors, and the kept steps are exactly those of a full
 
 from __future__ import annotations
 
+import warnings
+
+import pytest
 import torch
 from torch import nn
 
-from nnschemaparser import SchemaInterpreter, capture_run
+from nnschemaparser import KeepMissedWarning, SchemaInterpreter, capture_run
 from nnschemaparser.traces.recorder import ActivationRecorder
 from nnschemaparser.traces.selection import keep_selector
 from tests.support.debugger_models import llama_case
@@ -194,3 +197,89 @@ def test_steps_of_blocks_the_selector_cannot_keep_are_numbered_but_not_recorded(
     root_steps = [s for s in full.trace if s.block_path == "model" and s.slot_type == "activation"]
     assert root_steps and not any(s.block_path == "model" for s in kept.trace)
     _same_steps(list(kept.trace), _filtered(full.trace, ["model.layers.1"]))
+
+
+def _layer_outputs_by_hooks(model, inputs, layers):
+    outputs = []
+
+    def hook(module, args, output):
+        outputs.append(output[0] if isinstance(output, tuple) else output)
+
+    handles = [layer.register_forward_hook(hook) for layer in layers]
+    try:
+        model(**inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return outputs
+
+
+def test_a_call_term_keeps_the_layer_outputs_hooks_see_observing_only_the_caller():
+    model, inputs, schema = llama_case(4)
+    keep = "call=model.layers.1, call=model.layers.3"
+    watching = _Watching(keep=keep)
+    with torch.no_grad():
+        full = capture_run(schema, dict(inputs))
+        kept = capture_run(schema, dict(inputs), keep=keep)
+        hooked = _layer_outputs_by_hooks(model, inputs, [model.model.layers[1], model.model.layers[3]])
+        SchemaInterpreter(listeners=[watching], observe=watching.keep.blocks_to_observe(schema)).run(
+            schema, dict(inputs))
+    expected = [s for s in full.trace if s.op_name in ("model.layers.1", "model.layers.3")]
+    assert [s.block_path for s in expected] == ["model", "model"]  # the caller's steps, the layer loop's
+    _same_steps(list(kept.trace), expected)
+    assert all(torch.equal(step.value, value) for step, value in zip(kept.trace, hooked))
+    assert "model" in watching.entered and not any(p.startswith("model.layers") for p in watching.entered)
+
+
+class _Target(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x) * 2
+
+
+class _CallsWhatItIsGiven(nn.Module):
+    def forward(self, x, fn):
+        return fn(x + 1)  # a module the source does not name: a call of a value
+
+
+class _Wrapper(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+class _Handing(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = _CallsWhatItIsGiven(), _Target(), _Wrapper()
+
+    def forward(self, x):
+        return self.b(self.a(x, self.b)) + self.c(x)
+
+
+def test_a_call_term_finds_callers_a_level_down_and_reports_a_call_it_could_not_see():
+    x = torch.randn(2, 4)
+    schema = parse(_Handing(), {"x": x})
+    with torch.no_grad():
+        full = capture_run(schema, {"x": x})
+        calls_of_b = [s for s in full.trace if s.op_name == "b"]
+        assert [s.block_path for s in calls_of_b] == ["a", "_Handing"]
+        with pytest.warns(KeepMissedWarning, match=r"b called from a.*keep='a call=b'"):
+            missed = capture_run(schema, {"x": x}, keep="call=b")
+        _same_steps(list(missed.trace), calls_of_b[1:])  # the call from the root, seen; a's was not
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            named = capture_run(schema, {"x": x}, keep="a call=b, _Handing call=b")
+            everywhere = capture_run(schema, {"x": x}, keep="call=b", observe_all=True)
+            inner = capture_run(schema, {"x": x}, keep="call=c.inner")
+    _same_steps(list(named.trace), calls_of_b)
+    _same_steps(list(everywhere.trace), calls_of_b)
+    _same_steps(list(inner.trace), [s for s in full.trace if s.op_name == "c.inner"])
+    observed = keep_selector("call=c.inner").blocks_to_observe(schema)
+    assert {b.path for b in schema.iter_blocks() if id(b) in observed} == {"", "c"}  # c calls it, not a nor b
