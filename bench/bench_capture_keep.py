@@ -85,8 +85,8 @@ def check(model, schema, inputs, keep: str, outputs: str, hooks: LayerHooks, lay
     _same(calls.trace, [s for s in full.trace if s.op_name in names])
     hooks.run(model, inputs)
     assert len(hooks.values) == len(layers) and all(torch.equal(a, s.value) for a, s in zip(hooks.values, calls.trace))
-    return (f"{len(kept.trace)} of {len(full.trace)} steps kept by {keep!r}, {len(calls.trace)} by {outputs!r}, equal to "
-            f"the full capture's (and the layer outputs to the hooks')")
+    return (f"{len(kept.trace)} of {len(full.trace)} steps kept by {keep!r}, {len(calls.trace)} by {outputs!r}, "
+            f"equal to the full capture's (and the layer outputs to the hooks')")
 
 
 def main() -> None:

@@ -11,10 +11,11 @@
 2. keep: on the 32-layer tiny Llama, eager, forward hooks on two layers cloning their outputs (the
    nnsight-style baseline), capture_run(keep="call=layers.3, call=layers.17") keeping the same two
    tensors, capture_run(keep="layers.3, layers.17") keeping every step of the two layers, and
-   capture_run of everything; ratios to eager, median over rounds. `--breakdown` also times a plain run, a run of the counting
-   program everywhere, a capture observing the root alone and one observing the two layers without
-   recording, and prints their ratios to eager (each adds one piece to the one before); `--wider`
-   runs it on the same 32 layers at hidden 256 and 64 tokens, where ops take time.
+   capture_run of everything; ratios to eager, median over rounds. `--breakdown` also times a plain
+   run, a run of the counting program everywhere, a capture observing the root alone and one
+   observing the two layers without recording, and prints their ratios to eager (each adds one
+   piece to the one before); `--wider` runs it on the same 32 layers at hidden 256 and 64 tokens,
+   where ops take time.
 3. read: a store of about G GB (`--big`: 10 GB, the target's size; float32 tensors of 4 MiB, 256 MiB
    shards), then up to 200 different tensors of random inputs, each read and summed (every byte
    touched) three ways: its first read through a store object opened afresh, with its shard evicted

@@ -357,7 +357,8 @@ class SchemaInterpreter:
         pair = partial_programs(block, self.observe | {id(block)})
         try:
             pair.observer.configure(self.listeners)
-            hooks = [hook for hook in (listener.unobserved_call_hook() for listener in self.listeners) if hook is not None]
+            hooks = [hook for hook in (listener.unobserved_call_hook() for listener in self.listeners)
+                     if hook is not None]
             if hooks:
                 pair.counted.watch = hooks[0] if len(hooks) == 1 else lambda module: [hook(module) for hook in hooks]
             for listener in self.listeners:
