@@ -24,8 +24,9 @@ The generated code is compiled with the user's file name and each line's positio
 source position of the instruction it runs, so a traceback through an interpreted forward shows
 `File "model.py", line 12, in forward` with the line the user wrote (and its carets), and pdb,
 py-spy and cProfile attribute frames to the model's own lines. Identical functions (the 32 layers of
-a stack) share one code object; each gets its own globals (`env`: the callables, constants, weights'
-dicts and helpers the text names). An exception passing through a generated frame gets one note
+a stack) are compiled once; each gets its own copy of the code object (CPython's specialized global
+reads are per code object and per globals dict) and its own globals (`env`: the callables,
+constants, weights' dicts and helpers the text names). An exception passing through a generated frame gets one note
 (`functions.failure`) naming the source text of the instruction that was running.
 
 Longer than 600 lines because it is one visitor class with its base: the emitters of calls (ops,
@@ -478,7 +479,12 @@ class CodeGenerator(StatementEmitters):
                 if not any(known is instr for known in bucket):  # by identity: instructions compare by value
                     bucket.append(instr)
         self.env[META_KEY] = FunctionMeta(self.unit, instructions, text)
-        function = types.FunctionType(code, self.env, name)
+        # A function of its own code object: what a shared one would save is the compile, done once
+        # all the same (the cache above), and sharing costs the runs: CPython specializes a code
+        # object's global reads for one globals dict, and the 32 layers of a stack each have their
+        # own (`env`), so a shared object's inline caches miss at every layer (3-4% of a plain run
+        # of the tiny Llama, bench/bench_codegen_sharing.py).
+        function = types.FunctionType(code.replace(), self.env, name)
         if not self.frame and self.part_of is None:
             defaults = schema.defaults
             function.__defaults__ = tuple(defaults[p] for p in schema.params if p in defaults) or None

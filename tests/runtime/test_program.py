@@ -7,6 +7,7 @@ from torch import nn
 
 from nnschemaparser import NNParser, SchemaInterpreter
 from nnschemaparser.runtime.program import Program, programs_for
+from nnschemaparser.runtime import codegen
 
 
 class Stack(nn.Module):
@@ -44,13 +45,18 @@ def test_a_child_is_compiled_at_its_first_call_not_before():
     assert set(program.units) == {id(schema), id(schema.sub_blocks["first"]), id(schema.sub_blocks["second"])}
 
 
-def test_identical_children_share_one_code_object_and_keep_their_own_weights():
+def test_identical_children_compile_once_into_code_objects_of_their_own_and_keep_their_own_weights():
     model, x, schema = _parsed()
     program = Program(schema)
     program.run_root({"x": x})
-    first = program.unit(schema.sub_blocks["first"]).function
-    second = program.unit(schema.sub_blocks["second"]).function
-    assert first.__code__ is second.__code__ and first.__globals__ is not second.__globals__
+    first = program.unit(schema.sub_blocks["first"])
+    second = program.unit(schema.sub_blocks["second"])
+    assert first.source == second.source
+    assert len([key for key in codegen._CODE_CACHE if key[0] == first.source]) == 1  # compiled once
+    # each its own code object (CPython specializes global reads per code object and globals dict)
+    assert first.function.__code__ is not second.function.__code__
+    assert first.function.__code__.co_code == second.function.__code__.co_code
+    assert first.function.__globals__ is not second.function.__globals__
 
 
 def test_a_child_replaced_after_parsing_runs_as_the_model_holds_it_now():
