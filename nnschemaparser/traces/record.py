@@ -97,6 +97,7 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
         raise ValueError(f"limit_policy must be 'earliest', 'latest' or 'refuse', got {limit_policy!r}")
     recorder = ActivationRecorder(capture_grads=capture_grads, limits=limits, keep=keep,
                                   limit_policy="earliest" if limit_policy == "refuse" else limit_policy)
+    recorder.defer_warnings = True  # said after the run, pointing at the caller
     if isinstance(block, ModelBlockSchema) and isinstance(scope, dict):
         if limits is not None and limit_policy == "refuse":
             check_fits(block, scope, recorder.keep, limits.max_bytes, f"CaptureLimits(max_bytes={limits.max_bytes})",
@@ -126,6 +127,7 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
     finally:
         if collecting:
             gc.enable()
+    recorder.emit_warnings(stacklevel=2)
     if limits is not None:
         warn_dropped(recorder.trace, recorder.limit_policy)
     return ExecutionRecord(outputs=outputs, trace=recorder.trace, scope=_root_scope(block, scope, recorder.root_frame),

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from fnmatch import fnmatchcase
 import warnings
 import weakref
 from collections import deque
@@ -150,6 +151,7 @@ class ActivationRecorder(TraceListener):
     def __init__(self, capture_grads: bool = False, limits: Optional[CaptureLimits] = None, keep: Any = None,
                  limit_policy: str = "earliest"):
         self.keep: Optional[KeepSelector] = keep_selector(keep)
+        self.defer_warnings = False  # capture_run sets it and warns after the run (the warning then points at its caller)
         if limit_policy not in LIMIT_POLICIES:
             raise ValueError(f"limit_policy must be one of {', '.join(map(repr, LIMIT_POLICIES))}, got {limit_policy!r}")
         self.limit_policy = limit_policy
@@ -199,6 +201,7 @@ class ActivationRecorder(TraceListener):
         # (caller path, callee path) of each call a `call=` term names that this run could not
         # record: made through a value from a block the capture did not observe (warned at the end)
         self.missed_calls: list[tuple[str, str]] = []
+        self.pending_warnings: list[Warning] = []  # emitted at the run's end, or by capture_run after it
         # trace step numbers whose tensor an instruction later changed in place: the step kept a
         # copy of its value as captured, and the live tensor differs from it afterwards
         self.changed_in_place: set[int] = set()
@@ -319,6 +322,12 @@ class ActivationRecorder(TraceListener):
                 self._tracked.add(step.step)
                 self._hook(new, step.step)
 
+    def emit_warnings(self, stacklevel: int = 2) -> None:
+        """Warn what this run has to say (`KeepMissedWarning`s), once; `stacklevel` as warnings.warn's."""
+        pending, self.pending_warnings = self.pending_warnings, []
+        for warning in pending:
+            warnings.warn(warning, stacklevel=stacklevel + 1)
+
     def unobserved_call_hook(self) -> Optional[Callable[[Any], None]]:
         keep = self.keep
         if keep is None or not keep.calls:
@@ -333,15 +342,19 @@ class ActivationRecorder(TraceListener):
         return watch
 
     def on_run_end(self, outputs: Any) -> None:
+        if self.keep is not None and self.keep.calls:
+            self._warn_empty_call_terms()
         if self.missed_calls:
             calls = sorted(set(self.missed_calls))
             listed = "; ".join(f"{callee} called from {caller}" for caller, callee in calls[:5]) + \
                 ("; ..." if len(calls) > 5 else "")
-            warnings.warn(KeepMissedWarning(
+            self.pending_warnings.append(KeepMissedWarning(
                 f"keep={self.keep.text()!r} names {len(self.missed_calls)} call(s) this capture did not record "
                 f"({listed}): each was made through a value (not a child the source names) from a block the "
                 f"capture did not observe. Name the caller too (keep='{calls[0][0]} call={calls[0][1]}') or run "
-                f"capture_run(..., observe_all=True) to record them"), stacklevel=2)
+                f"capture_run(..., observe_all=True) to record them"))
+        if not self.defer_warnings:
+            self.emit_warnings(stacklevel=3)
         self._drop_changed_values()
         names, as_tuple = self._return_vars or ([], False)
         if as_tuple and isinstance(outputs, tuple) and len(names) == len(outputs):
@@ -352,6 +365,22 @@ class ActivationRecorder(TraceListener):
             for suffix, tensor in tensors_in(item, self.limits):
                 self._add(tensor, "output", "Model output tensor", name + suffix, "", self._root_path, 0)
         self._hooked = {}  # the hooks stay on the tensors; only the identity map is dropped
+
+    def _warn_empty_call_terms(self) -> None:
+        """Warn of each `call=` term that kept nothing in this run: a block returning a tuple binds
+        no tensor step at its call, which a user asking for its output would not see otherwise."""
+        fields = [(r[5], r[3], r[4], r[2], r[1]) for r in self._records] + \
+            [(s.block_path, s.out_var, s.op_name, s.slot_type, s.description) for s in self.trace._steps]
+        missed = [callee for _, callee in self.missed_calls]
+        for term in self.keep.terms:
+            if term.call is None or any(term.matches(b, v, o, t, is_block_call(d)) for b, v, o, t, d in fields) \
+                    or any(fnmatchcase(callee, term.call) for callee in missed):  # said below
+                continue
+            self.pending_warnings.append(KeepMissedWarning(
+                f"keep term {term.text()!r} kept nothing in this run: no call of a block it names returned a "
+                f"tensor here. A block returning a tuple or a dict (an attention's (output, weights)) binds no "
+                f"tensor at its call: keep what its caller takes out of it ('<caller path>:<variable>'), or "
+                f"check the path (schema.find)"))
 
     # -- steps ------------------------------------------------------------------------------
 

@@ -20,7 +20,9 @@ binds the result of calling a block whose path matches (its forward or one of it
 the layer output a forward hook on that module sees (`"call=model.layers.3"`; `"call=model.layers.*"`
 for every layer's output). Only block calls match it (the step's description is a `describe_block_call`
 text), never an op that happens to bear the name. A capture with it observes only the blocks that
-can make such a call (`blocks_to_observe`), not the callee.
+can make such a call (`blocks_to_observe`), not the callee. A block returning a tuple or a dict
+binds no tensor at its call, so a `call=` term naming only such blocks keeps nothing: the recorder
+says so (`KeepMissedWarning`) rather than return an empty trace without a word.
 
 Depends on the standard library; `blocks_to_observe` reads the schema's instructions.
 """

@@ -218,7 +218,8 @@ def test_a_call_term_keeps_the_layer_outputs_hooks_see_observing_only_the_caller
     model, inputs, schema = llama_case(4)
     keep = "call=model.layers.1, call=model.layers.3"
     watching = _Watching(keep=keep)
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # every call it names is recorded: nothing to say
         full = capture_run(schema, dict(inputs))
         kept = capture_run(schema, dict(inputs), keep=keep)
         hooked = _layer_outputs_by_hooks(model, inputs, [model.model.layers[1], model.model.layers[3]])
@@ -283,3 +284,13 @@ def test_a_call_term_finds_callers_a_level_down_and_reports_a_call_it_could_not_
     _same_steps(list(inner.trace), [s for s in full.trace if s.op_name == "c.inner"])
     observed = keep_selector("call=c.inner").blocks_to_observe(schema)
     assert {b.path for b in schema.iter_blocks() if id(b) in observed} == {"", "c"}  # c calls it, not a nor b
+
+
+def test_a_call_term_that_keeps_nothing_says_why_a_tuple_returning_block_binds_no_tensor():
+    _, inputs, schema = llama_case(2)
+    with torch.no_grad():
+        with pytest.warns(KeepMissedWarning, match=r"'call=model.layers.0.self_attn' kept nothing.*tuple") as said:
+            record = capture_run(schema, dict(inputs), keep="call=model.layers.0.self_attn, call=model.layers.1")
+    assert [w.filename for w in said] == [__file__]  # it points at the capture_run call
+    assert [s.op_name for s in record.trace] == ["model.layers.1"]
+    assert not any("model.layers.1" in str(w.message) for w in said)
