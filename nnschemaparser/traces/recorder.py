@@ -260,8 +260,10 @@ class ActivationRecorder(TraceListener):
         if self.root_frame is None:
             self.root_frame = frames[0]
         keep = self.keep
-        if keep is not None and not keep.may_keep_activations(path):
-            # a step the selector cannot keep: numbered as `_add` would number it, never described
+        if keep is not None and (not keep.may_keep_activations(path) or keep.calls and keep.keeps_calls_only(path)
+                                 and instr.__class__ is OpInstruction and instr.target.__class__ is not VarRef):
+            # a step the selector cannot keep (there, or no block call where only calls are kept):
+            # numbered as `_add` would number it, never described
             if instr.__class__ is OpInstruction or isinstance(instr, (OpInstruction, BlockInstruction)):
                 self._count += 1
             return

@@ -169,7 +169,7 @@ def _instructions(instrs: list) -> Any:
 class KeepSelector:
     """A union of `KeepTerm`s; `matches(block_path, var, op, slot)` says whether a step is kept."""
 
-    __slots__ = ("terms", "calls", "_cache", "_blocks")
+    __slots__ = ("terms", "calls", "_cache", "_blocks", "_calls_only")
 
     def __init__(self, terms: Iterable[KeepTerm]):
         self.terms = tuple(terms)
@@ -178,6 +178,7 @@ class KeepSelector:
         self.calls = any(t.call is not None for t in self.terms)  # whether `matches` needs its `call` flag
         self._cache: dict[tuple, bool] = {}
         self._blocks: dict[str, bool] = {}  # block path -> may_keep_activations(path)
+        self._calls_only: dict[str, bool] = {}  # block path -> keeps_calls_only(path)
 
     def may_keep_activations(self, block_path: str) -> bool:
         """Whether some activation of the block at `block_path` can match (False: none of its
@@ -188,6 +189,17 @@ class KeepSelector:
                 (t.slot is None or fnmatchcase("activation", t.slot))
                 and (t.block is None or fnmatchcase(block_path, t.block) or fnmatchcase(block_path, t.block + ".*"))
                 for t in self.terms)
+        return hit
+
+    def keeps_calls_only(self, block_path: str) -> bool:
+        """Whether every term that can keep an activation of the block at `block_path` is a `call=`
+        term: a step there that is no block call is then never kept (a recorder need not describe it)."""
+        hit = self._calls_only.get(block_path)
+        if hit is None:
+            hit = self._calls_only[block_path] = all(
+                t.call is not None for t in self.terms
+                if (t.slot is None or fnmatchcase("activation", t.slot))
+                and (t.block is None or fnmatchcase(block_path, t.block) or fnmatchcase(block_path, t.block + ".*")))
         return hit
 
     def matches(self, block_path: str, var: str, op: str, slot: str, call: bool = False) -> bool:
