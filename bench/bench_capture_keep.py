@@ -64,6 +64,21 @@ class LayerHooks:
                 handle.remove()
 
 
+def interleaved(candidates: dict, rounds: int, inner: int) -> dict[str, list[float]]:
+    """CPU time of `inner` calls of each candidate, one candidate after another, `rounds` times over
+    (each called once first, untimed: programs compiled, caches filled)."""
+    for fn in candidates.values():
+        fn()
+    samples: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(rounds):
+        for name, fn in candidates.items():
+            start = time.process_time()
+            for _ in range(inner):
+                fn()
+            samples[name].append(time.process_time() - start)
+    return samples
+
+
 def _same(got, expected) -> None:
     got = list(got)
     assert [(s.step, s.container_id) for s in got] == [(s.step, s.container_id) for s in expected]
@@ -114,15 +129,7 @@ def main() -> None:
     }
     with torch.no_grad():
         print(check(model, schema, inputs, keep, outputs, hooks, layers))
-        for fn in candidates.values():  # warm up: compile programs, fill caches
-            fn()
-        samples: dict[str, list[float]] = {name: [] for name in candidates}
-        for _ in range(args.rounds):
-            for name, fn in candidates.items():
-                start = time.process_time()
-                for _ in range(args.inner):
-                    fn()
-                samples[name].append(time.process_time() - start)
+        samples = interleaved(candidates, args.rounds, args.inner)
     eager = samples["eager"]
     print(f"tiny Llama 32 layers x 64, 16 tokens, keep={keep!r}; eager {statistics.median(eager) / args.inner * 1e3:.2f} "
           f"ms per call (median of {args.rounds} rounds of {args.inner})")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -26,6 +25,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
+from bench_capture_keep import interleaved  # noqa: E402  (interleaved rounds of CPU time)
 from models import tiny_llama  # noqa: E402
 
 from nnschemaparser import NNParser  # noqa: E402
@@ -67,15 +67,7 @@ def main() -> None:
         candidates = {"eager": lambda: model(**inputs)}
         for name, program in programs.items():
             candidates[name] = lambda program=program: program.run_root(dict(inputs))
-        samples: dict[str, list[float]] = {name: [] for name in candidates}
-        for fn in candidates.values():
-            fn()
-        for _ in range(args.rounds):
-            for name, fn in candidates.items():
-                start = time.process_time()
-                for _ in range(args.inner):
-                    fn()
-                samples[name].append(time.process_time() - start)
+        samples = interleaved(candidates, args.rounds, args.inner)
     base = samples["eager"]
     print(f"tiny Llama 32 layers x 64, 16 tokens: eager {statistics.median(base) / args.inner * 1e3:.2f} ms per call; "
           f"{len(programs['plain'].units)} functions, {distinct} code objects now, {shared[0]} of them shared before "
