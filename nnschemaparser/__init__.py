@@ -49,7 +49,7 @@ from .traces.record import ExecutionRecord, capture_run
 from .traces.recorder import ActivationRecorder
 from .traces.estimate import CaptureEstimate, CaptureTooLargeError, estimate_capture
 from .traces.dropped import CaptureLimitWarning
-from .traces.recorder import KeepMissedWarning
+from .traces.missed import KeepMissedWarning
 from .schema.model import (
     BlockInstruction,
     BlockRef,

@@ -54,7 +54,7 @@ nothing of the package; tests/test_error_tree.py fails when one is missing here,
     UserWarning
     ├── GraphMismatchWarning (inspection.inspector)           graph mode: the exported result is not eager's
     ├── CaptureLimitWarning (traces.dropped)                  capture_run's CaptureLimits dropped values (trace.dropped)
-    └── KeepMissedWarning (traces.recorder)                   a call= selector named a call an unobserved block made
+    └── KeepMissedWarning (traces.missed)                     a call= selector named a call an unobserved block made
     BaseException
     └── StepAbandoned (runtime.listeners)                      unwinds a paused stepped run; passes `except Exception:`
 """

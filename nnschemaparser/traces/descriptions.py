@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from ..schema.model import BlockInstruction, Instruction, ModelBlockSchema, OpInstruction, VarRef
 
-__all__ = ["OP_DESCRIPTIONS", "describe_op", "describe_block_call", "callee_name", "op_name_of"]
+__all__ = ["OP_DESCRIPTIONS", "describe_op", "describe_block_call", "callee_name", "op_name_of", "lower_first"]
 
 _TABLE: dict[str, tuple[str, ...]] = {
     # dense layers and products
@@ -195,3 +195,11 @@ def op_name_of(instr: Instruction, frame: dict) -> str:
             return name
         return instr.display_name
     return instr.qualified_name or instr.display_name
+
+
+def lower_first(text: str) -> str:
+    """`Linear projection` -> `linear projection`; acronyms such as `ReLU` or `GELU` stay."""
+    word = text.split(" ", 1)[0]
+    if word[:1].isupper() and not any(c.isupper() for c in word[1:]):
+        return text[0].lower() + text[1:]
+    return text

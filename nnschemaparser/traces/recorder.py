@@ -21,15 +21,14 @@ Gradients use tensor hooks registered at capture time: a hook receives the gradi
 the value the step recorded, even when the tensor is changed in place later, and leaves `.grad`
 of the user's tensors alone.
 
-Depends on schema, listeners, traces, descriptions, tensor_walk and sampling (for `CaptureLimits` and
-`sample_tensor`); never on the interpreter or any view.
+Depends on schema, listeners, traces, descriptions, tensor_walk, sampling (for `CaptureLimits` and
+`sample_tensor`), selection and missed (what a `keep=` selector could not keep is said there);
+never on the interpreter or any view.
 """
 
 from __future__ import annotations
 
 import functools
-import sys
-from fnmatch import fnmatchcase
 import warnings
 import weakref
 from collections import deque
@@ -38,8 +37,9 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from .sampling import EVICTED, LIMIT_POLICIES, CaptureLimits, sample_tensor
+from .missed import call_watch, empty_call_terms, missed_calls_warning
 from .selection import KeepSelector, is_block_call, keep_selector
-from .descriptions import callee_name, describe_block_call, describe_op, op_name_of
+from .descriptions import callee_name, describe_block_call, describe_op, lower_first, op_name_of
 from ..runtime.listeners import EditEvent, InstructionEvent, TraceListener
 from ..schema.model import (
     BlockInstruction,
@@ -53,7 +53,7 @@ from ..schema.model import (
 from .trace import ActivationTrace, GradientTrace, TraceStep
 from .tensor_walk import _shape, _storage_ptr, _version, mutated_tensors, tensors_in
 
-__all__ = ["ActivationRecorder", "KeepMissedWarning", "tensors_in", "mutated_tensors"]
+__all__ = ["ActivationRecorder", "tensors_in", "mutated_tensors"]
 
 _Tensor = torch.Tensor
 _NUMBERS = [f"{n:04d}" for n in range(10000)]
@@ -97,32 +97,6 @@ def _description_tables(root: ModelBlockSchema) -> tuple[dict, dict, dict]:
     if tables is None:
         tables = _TABLES[root] = ({}, {}, {})
     return tables
-
-
-def _lower_first(text: str) -> str:
-    """`Linear projection` -> `linear projection`; acronyms such as `ReLU` or `GELU` stay."""
-    word = text.split(" ", 1)[0]
-    if word[:1].isupper() and not any(c.isupper() for c in word[1:]):
-        return text[0].lower() + text[1:]
-    return text
-
-
-class KeepMissedWarning(UserWarning):
-    """A `call=` selector named a call that a partly observed capture could not record (see the message)."""
-
-
-def _generated_caller(frame: Any) -> str:
-    """The block path of the nearest generated function on the stack from `frame` ("?" if none)."""
-    from ..runtime.functions import META_KEY
-
-    while frame is not None:
-        meta = frame.f_globals.get(META_KEY)
-        if meta is not None and meta.block_ref is not None:
-            block = meta.block_ref()
-            if block is not None:
-                return block.path or block.name
-        frame = frame.f_back
-    return "?"
 
 
 class ActivationRecorder(TraceListener):
@@ -331,30 +305,17 @@ class ActivationRecorder(TraceListener):
             warnings.warn(warning, stacklevel=stacklevel + 1)
 
     def unobserved_call_hook(self) -> Optional[Callable[[Any], None]]:
-        keep = self.keep
-        if keep is None or not keep.calls:
+        if self.keep is None or not self.keep.calls:
             return None
-        def watch(module: Any) -> None:
-            block = self._blocks_by_module().get(id(module))
-            if block is not None and keep.keeps_call_of(block.path):
-                caller = _generated_caller(sys._getframe(1))
-                if keep.keeps_call_of(block.path, caller):
-                    self.missed_calls.append((caller, block.path))
-
-        return watch
+        return call_watch(self.keep, self._blocks_by_module, lambda missed: self.missed_calls.append(missed))
 
     def on_run_end(self, outputs: Any) -> None:
         if self.keep is not None and self.keep.calls:
-            self._warn_empty_call_terms()
+            kept = [(r[5], r[3], r[4], r[2], r[1]) for r in self._records] + \
+                [(s.block_path, s.out_var, s.op_name, s.slot_type, s.description) for s in self.trace._steps]
+            self.pending_warnings.extend(empty_call_terms(self.keep, kept, self.missed_calls))
         if self.missed_calls:
-            calls = sorted(set(self.missed_calls))
-            listed = "; ".join(f"{callee} called from {caller}" for caller, callee in calls[:5]) + \
-                ("; ..." if len(calls) > 5 else "")
-            self.pending_warnings.append(KeepMissedWarning(
-                f"keep={self.keep.text()!r} names {len(self.missed_calls)} call(s) this capture did not record "
-                f"({listed}): each was made through a value (not a child the source names) from a block the "
-                f"capture did not observe. Name the caller too (keep='{calls[0][0]} call={calls[0][1]}') or run "
-                f"capture_run(..., observe_all=True) to record them"))
+            self.pending_warnings.append(missed_calls_warning(self.keep, self.missed_calls))
         if not self.defer_warnings:
             self.emit_warnings(stacklevel=3)
         self._drop_changed_values()
@@ -367,22 +328,6 @@ class ActivationRecorder(TraceListener):
             for suffix, tensor in tensors_in(item, self.limits):
                 self._add(tensor, "output", "Model output tensor", name + suffix, "", self._root_path, 0)
         self._hooked = {}  # the hooks stay on the tensors; only the identity map is dropped
-
-    def _warn_empty_call_terms(self) -> None:
-        """Warn of each `call=` term that kept nothing in this run: a block returning a tuple binds
-        no tensor step at its call, which a user asking for its output would not see otherwise."""
-        fields = [(r[5], r[3], r[4], r[2], r[1]) for r in self._records] + \
-            [(s.block_path, s.out_var, s.op_name, s.slot_type, s.description) for s in self.trace._steps]
-        missed = [callee for _, callee in self.missed_calls]
-        for term in self.keep.terms:
-            if term.call is None or any(term.matches(b, v, o, t, is_block_call(d)) for b, v, o, t, d in fields) \
-                    or any(fnmatchcase(callee, term.call) for callee in missed):  # said below
-                continue
-            self.pending_warnings.append(KeepMissedWarning(
-                f"keep term {term.text()!r} kept nothing in this run: no call of a block it names returned a "
-                f"tensor here. A block returning a tuple or a dict (an attention's (output, weights)) binds no "
-                f"tensor at its call: keep what its caller takes out of it ('<caller path>:<variable>'), or "
-                f"check the path (schema.find)"))
 
     # -- steps ------------------------------------------------------------------------------
 
@@ -649,7 +594,7 @@ class ActivationRecorder(TraceListener):
             shape = _shape(grad) if grad is not None else step.tensor.shape
             dtype = str(grad.dtype) if grad is not None else step.tensor.dtype
             container = TensorContainer(shape=shape, dtype=dtype, value=grad, container_id=cid, slot_type="gradient")
-            gradients.append(TraceStep(step.step, cid, f"Gradient of {_lower_first(step.description)}", "gradient",
+            gradients.append(TraceStep(step.step, cid, f"Gradient of {lower_first(step.description)}", "gradient",
                                        step.out_var, step.op_name, step.block_path, container, step.container_id,
                                        step.frame_depth, omitted))
         return gradients
