@@ -31,6 +31,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -64,19 +65,36 @@ class LayerHooks:
                 handle.remove()
 
 
-def interleaved(candidates: dict, rounds: int, inner: int) -> dict[str, list[float]]:
+def interleaved(candidates: dict, rounds: int, inner: int, warm_each: bool = False) -> dict[str, list[float]]:
     """CPU time of `inner` calls of each candidate, one candidate after another, `rounds` times over
-    (each called once first, untimed: programs compiled, caches filled)."""
+    (each called once first, untimed: programs compiled, caches filled; `warm_each`: also once,
+    untimed, before its timed calls of every round, so none pays for caches the one before left cold)."""
     for fn in candidates.values():
         fn()
     samples: dict[str, list[float]] = {name: [] for name in candidates}
     for _ in range(rounds):
         for name, fn in candidates.items():
+            if warm_each:
+                fn()
             start = time.process_time()
             for _ in range(inner):
                 fn()
             samples[name].append(time.process_time() - start)
     return samples
+
+
+def ratio_lines(samples: dict[str, list[float]], width: int = 22, digits: int = 2, quartiles: bool = False) -> list[str]:
+    """One line per candidate: the median over rounds of its time over eager's in the same round,
+    with the range of those ratios (`quartiles`: their interquartile range)."""
+    lines = []
+    for name, times in samples.items():
+        if name == "eager":
+            continue
+        ratios = sorted(t / e for t, e in zip(times, samples["eager"]))
+        cut = len(ratios) // 4 if quartiles else 0
+        spread = f"{'interquartile' if quartiles else 'rounds'} {ratios[cut]:.{digits}f}-{ratios[-1 - cut]:.{digits}f}"
+        lines.append(f"  {name:{width}s} {statistics.median(ratios):{digits + 3}.{digits}f}x eager  ({spread})")
+    return lines
 
 
 def _same(got, expected) -> None:
@@ -104,18 +122,25 @@ def check(model, schema, inputs, keep: str, outputs: str, hooks: LayerHooks, lay
             f"equal to the full capture's (and the layer outputs to the hooks')")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--inner", type=int, default=20, help="calls per candidate per round")
-    parser.add_argument("--layers", default="3,17")
+def timed_llama(doc: str, rounds: int, inner: int, **more: Any) -> tuple:
+    """(arguments, model, inputs, schema) of a benchmark of the 32-layer tiny Llama on one torch
+    thread: `--rounds` and `--inner` with these defaults, `more` as further `--name` options."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--inner", type=int, default=inner, help="timed calls per candidate per round")
+    for name, default in more.items():
+        parser.add_argument(f"--{name}", default=default)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    model, inputs = tiny_llama()
+    return args, model, inputs, NNParser.parse_model(model=model, inputs_tensors_values=inputs)
+
+
+def main() -> None:
+    args, model, inputs, schema = timed_llama(__doc__, 7, 20, layers="3,17")
     layers = [int(n) for n in args.layers.split(",")]
     keep = ", ".join(f"layers.{n}" for n in layers)
     outputs = ", ".join(f"call=layers.{n}" for n in layers)
-    model, inputs = tiny_llama()
-    schema = NNParser.parse_model(model=model, inputs_tensors_values=inputs)
     hooks = LayerHooks([model.layers[n] for n in layers])
     inside = LayerHooks([module for n in layers for module in model.layers[n].modules()])
     candidates = {
@@ -133,11 +158,7 @@ def main() -> None:
     eager = samples["eager"]
     print(f"tiny Llama 32 layers x 64, 16 tokens, keep={keep!r}; eager {statistics.median(eager) / args.inner * 1e3:.2f} "
           f"ms per call (median of {args.rounds} rounds of {args.inner})")
-    for name, times in samples.items():
-        if name == "eager":
-            continue
-        ratios = sorted(t / e for t, e in zip(times, eager))
-        print(f"  {name:22s} {statistics.median(ratios):5.2f}x eager  (rounds {ratios[0]:.2f}-{ratios[-1]:.2f})")
+    print("\n".join(ratio_lines(samples)))
 
 
 if __name__ == "__main__":

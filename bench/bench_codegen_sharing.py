@@ -15,7 +15,6 @@ a candidate's time over eager's in the same round. Outputs are checked torch.equ
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from pathlib import Path
@@ -25,10 +24,8 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
-from bench_capture_keep import interleaved  # noqa: E402  (interleaved rounds of CPU time)
-from models import tiny_llama  # noqa: E402
+from bench_capture_keep import interleaved, ratio_lines, timed_llama  # noqa: E402  (interleaved rounds, ratios to eager)
 
-from nnschemaparser import NNParser  # noqa: E402
 from nnschemaparser.runtime.program import Program  # noqa: E402
 
 
@@ -47,13 +44,7 @@ def share_code(program: Program) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--inner", type=int, default=20, help="calls per candidate per round")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    model, inputs = tiny_llama()
-    schema = NNParser.parse_model(model=model, inputs_tensors_values=inputs)
+    args, model, inputs, schema = timed_llama(__doc__, 15, 20)
     programs = {"plain": Program(schema), "counted": Program(schema, counter=[0]),
                 "plain, shared code": Program(schema), "counted, shared code": Program(schema, counter=[0])}
     with torch.no_grad():
@@ -72,10 +63,7 @@ def main() -> None:
     print(f"tiny Llama 32 layers x 64, 16 tokens: eager {statistics.median(base) / args.inner * 1e3:.2f} ms per call; "
           f"{len(programs['plain'].units)} functions, {distinct} code objects now, {shared[0]} of them shared before "
           f"(median of {args.rounds} rounds of {args.inner})")
-    for name, times in samples.items():
-        if name != "eager":
-            ratios = sorted(t / e for t, e in zip(times, base))
-            print(f"  {name:22s} {statistics.median(ratios):5.3f}x eager  (rounds {ratios[0]:.3f}-{ratios[-1]:.3f})")
+    print("\n".join(ratio_lines(samples, digits=3)))
 
 
 if __name__ == "__main__":

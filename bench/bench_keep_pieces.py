@@ -23,10 +23,8 @@ torch.equal to what the hooks saw.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -34,10 +32,9 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
-from bench_capture_keep import LayerHooks  # noqa: E402  (forward hooks cloning two layers' outputs)
-from models import tiny_llama  # noqa: E402
+from bench_capture_keep import LayerHooks, interleaved, ratio_lines, timed_llama  # noqa: E402  (hooks, rounds, ratios)
 
-from nnschemaparser import NNParser, SchemaInterpreter, capture_run  # noqa: E402
+from nnschemaparser import SchemaInterpreter, capture_run  # noqa: E402
 from nnschemaparser.runtime.listeners import TraceListener  # noqa: E402
 from nnschemaparser.runtime.partial import give_back_partial, partial_programs  # noqa: E402
 from nnschemaparser.traces.recorder import ActivationRecorder  # noqa: E402
@@ -56,13 +53,7 @@ class Silent(TraceListener):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=31)
-    parser.add_argument("--inner", type=int, default=10, help="timed calls per candidate per round")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    model, inputs = tiny_llama()
-    schema = NNParser.parse_model(model=model, inputs_tensors_values=inputs)
+    args, model, inputs, schema = timed_llama(__doc__, 31, 10)
     selector = keep_selector(KEEP)
     observe = selector.blocks_to_observe(schema)
     hooks = LayerHooks([model.layers[3], model.layers[17]])
@@ -89,24 +80,11 @@ def main() -> None:
         kept = list(recorded().trace)
         assert len(kept) == 2 and all(torch.equal(a, s.value) for a, s in zip(hooks.values, kept)), \
             "the recorded layer outputs differ from the hooks'"
-        samples: dict[str, list[float]] = {name: [] for name in candidates}
-        for _ in range(args.rounds):
-            for name, fn in candidates.items():
-                fn()  # untimed: this candidate's code and data back in the caches
-                start = time.process_time()
-                for _ in range(args.inner):
-                    fn()
-                samples[name].append(time.process_time() - start)
+        samples = interleaved(candidates, args.rounds, args.inner, warm_each=True)
     eager = samples["eager"]
     print(f"tiny Llama 32 layers x 64, 16 tokens, keep={KEEP!r}: eager {statistics.median(eager) / args.inner * 1e3:.2f} "
           f"ms per call ({args.rounds} rounds of {args.inner})")
-    for name, times in samples.items():
-        if name == "eager":
-            continue
-        ratios = sorted(t / e for t, e in zip(times, eager))
-        quarter = len(ratios) // 4
-        print(f"  {name:14s} {statistics.median(ratios):6.3f}x eager  (interquartile {ratios[quarter]:.3f}-"
-              f"{ratios[-1 - quarter]:.3f})")
+    print("\n".join(ratio_lines(samples, width=14, digits=3, quartiles=True)))
 
 
 if __name__ == "__main__":
