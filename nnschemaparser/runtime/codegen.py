@@ -482,7 +482,7 @@ class CodeGenerator(StatementEmitters):
         # A function of its own code object: what a shared one would save is the compile, done once
         # all the same (the cache above), and sharing costs the runs: CPython specializes a code
         # object's global reads for one globals dict, and the 32 layers of a stack each have their
-        # own (`env`), so a shared object's inline caches miss at every layer (3-4% of a plain run
+        # own (`env`), so a shared object's inline caches miss at every layer (1.5-5 points of eager in a plain run
         # of the tiny Llama, bench/bench_codegen_sharing.py).
         function = types.FunctionType(code.replace(), self.env, name)
         if not self.frame and self.part_of is None:
