@@ -148,9 +148,12 @@ class ExpressionLowering(CallLowering, ComprehensionLowering):
             self.free_vars.add(name)
             return VarRef(name)
         found, value = self.ctx.resolve_global(name)
-        if not found:
+        if not found:  # a run reads the module's globals again: a global defined since is found, as in eager
             temp = self.new_temp()
-            self.emit(op_instruction(temp, intrinsics.raise_name_error, [name], display="NameError"), node)
+            instr = op_instruction(temp, intrinsics.raise_name_error, [name], display="NameError")
+            if self.ctx.globals is not None and name not in self.ctx.closure:
+                instr.binding = Binding(text=name, kind="global", namespace=self.ctx.globals, key=name, missing=True)
+            self.emit(instr, node)
             return VarRef(temp)
         return Const(value, name, binding=self.ctx.binding_of(name, value))
 

@@ -53,8 +53,9 @@ from torch import Tensor, nn
 from ..schema.model import (Binding, BlockInstruction, Const, ControlInstruction, FunctionSchema, Instruction,
                             OpInstruction, ReturnInstruction, SliceOf, TryInstruction, VarRef, WithInstruction)
 from .binding import merge_kwargs
-from .functions import (GUARD_ERRORS, META_KEY, FunctionMeta, call_live, failure, guard_failed, names_read, rebind,
-                        refresh_free_vars, register_lines, stale_dispatch, stale_method, weight_attribute, write_back)
+from .functions import (GUARD_ERRORS, META_KEY, FunctionMeta, call_live, failure, guard_failed, names_read,
+                        read_cell, read_global, refresh_free_vars, register_lines, stale_dispatch, stale_method,
+                        weight_attribute, write_back)
 from .instructions import (MAX_BLOCKS, MAX_INDENT, NOT_TENSOR_TYPES, bound_names, fusable_method_call, identifier,
                            is_element, literal, never_tensor, position, quote, walk_instructions)
 from .statements import StatementEmitters
@@ -121,7 +122,7 @@ class CodeGenerator(StatementEmitters):
             self._reserve_locals()
         self.weights = dict(unit.weights)
         self.direct_weights = unit.direct_weights
-        self.bound: dict = {}  # (namespace id, key, attrs) -> (Binding, [global names holding its value])
+        self.handled = 0  # `try` bodies with handlers open at the current point (see `bound_const`)
 
     # -- names --------------------------------------------------------------------------------
 
@@ -170,47 +171,43 @@ class CodeGenerator(StatementEmitters):
         return name
 
     def bound_const(self, value: Any, binding: Binding, base: str) -> str:
-        """A global of the generated function holding `value`, read at parse time through `binding`:
-        the function checks the binding at each call and refreshes the global when it changed."""
-        name = self.const(value, base)
-        key = (id(binding.namespace), binding.key, binding.attrs)
-        group = self.bound.get(key)
-        if group is None:
-            group = self.bound[key] = (binding, [])
-        group[1].append(name)
-        return name
+        """Source reading `binding` (a global, a closure cell, a chain rooted at one) where the
+        instruction reads it, as CPython reads the name there: a helper or a branch that rebinds it
+        earlier in the same run (`MODE = 2`, `Rotary._cache = ...`, a kernel library's patch) is seen
+        by every later read, a global deleted since is Python's NameError. The read is a plain
+        subscript of the function's globals dict (or the cell's `cell_contents`) followed by the
+        chain's attribute loads: what CPython's own LOAD_GLOBAL / LOAD_DEREF + LOAD_ATTR do. Inside
+        a `try` with handlers it goes through `functions.read_global` / `read_cell`, so the handlers
+        see the NameError itself."""
+        space = self.helper_name(f"namespace {id(binding.namespace)}", lambda: self.const(
+            binding.namespace, "globals" if binding.kind == "global" else "cell"))
+        if self.handled:
+            reader = read_cell if binding.kind == "closure" else read_global
+            read = f"{self.helper(reader.__name__, reader)}({space}, {quote(binding.key)})"
+        elif binding.kind == "closure":
+            read = f"{space}.cell_contents"
+        else:
+            read = f"{space}[{quote(binding.key)}]"
+        for attr in binding.attrs:
+            if attr.isidentifier() and not keyword.iskeyword(attr):
+                read = f"{read}.{attr}"
+            else:
+                read = f"{self.helper('getattr', getattr)}({read}, {quote(attr)})"
+        return read
 
     def guard_lines(self) -> None:
-        """The check, at the top of the function, that what the lowering froze still holds: each
-        global or closure binding it read (refreshed when rebound, see `functions.rebind`), and the
-        forward (or method) it was lowered from still being its class's (else StaleSchemaError).
-
-        The reads are plain subscripts and attribute loads (the cheapest CPython has) inside a
-        `try`, which costs nothing until a name is gone; then `functions.guard_failed` says which."""
-        checks = []
-        groups = []
-        for binding, names in self.bound.values():
-            space = self.helper_name(f"namespace {id(binding.namespace)}", lambda binding=binding: self.const(
-                binding.namespace, "globals" if binding.kind == "global" else "cell"))
-            read = f"{space}.cell_contents" if binding.kind == "closure" else f"{space}[{quote(binding.key)}]"
-            for attr in binding.attrs:
-                read = f"{read}.{attr}"
-            checks.append(f"{read} is not {names[0]}")
-            groups.append((binding, tuple(names)))
+        """The check, at the top of the function, that the forward (or method) it was lowered from
+        is still its class's (else StaleSchemaError), and that a dispatching decorator still picks
+        the implementation lowered. Names the body reads are not checked here: each read is live
+        (`bound_const`)."""
         lines = []
-        stale = refresh = None
         parsed = getattr(self.unit, "parsed_from", None)
         if parsed is not None:
             owner, attr, function = parsed
             stale = functools.partial(stale_method, owner, attr, function, self.unit.label)
             lines.append(f"if {self.const(owner.__dict__, 'class_dict')}[{quote(attr)}] is not "
                          f"{self.const(function, 'parsed')}: {self.const(stale, 'stale')}()")
-        if checks:
-            refresh = functools.partial(rebind, self.env, tuple(groups), self.unit.label,
-                                        f"{self.schema.filename}:{self.schema.firstlineno}")
-            lines.append(f"if {' or '.join(checks)}: {self.const(refresh, 'rebind')}()")
-        if lines:
-            failed = self.const(functools.partial(guard_failed, parsed, stale, refresh), "guard_failed")
+            failed = self.const(functools.partial(guard_failed, parsed, stale), "guard_failed")
             self.line("    try:", None)
             for text in lines:
                 self.line("        " + text, None)
@@ -417,16 +414,11 @@ class CodeGenerator(StatementEmitters):
         self.lines.extend(body)
         failing = self.const(failure, "failure")
         base = self.helper("BaseException", BaseException)
-        if self.frame:
-            self.line(f"except {base} as {err}:", None)
-            self.line(f"    {err} = {failing}({err}, f)", None)
-            self.line(f"    if {err} is None:", None)
-            self.line("        raise", None)
-            self.line(f"    raise {err} from None", None)
-        else:
-            self.line(f"except {base} as {err}:", None)
-            self.line(f"    {failing}({err}, None)", None)
-            self.line("    raise", None)
+        self.line(f"except {base} as {err}:", None)
+        self.line(f"    {err} = {failing}({err}, {'f' if self.frame else 'None'})", None)
+        self.line(f"    if {err} is None:", None)
+        self.line("        raise", None)
+        self.line(f"    raise {err} from None", None)
         return self.compile(name)
 
     def signature(self) -> str:
@@ -556,13 +548,17 @@ class CodeGenerator(StatementEmitters):
                       f"else {callee}({call})")
             return
         simple = not instr.kwargs and not instr.star_args and instr.args_var is None and instr.kwargs_var is None
-        if simple:
+        binding = getattr(instr, "binding", None)
+        if binding is not None and binding.missing:  # a name no namespace had at parse time: looked up now
+            space = self.helper_name(f"namespace {id(binding.namespace)}", lambda: self.const(binding.namespace, "globals"))
+            self.line(f"{out} = {self.helper('read_global', read_global)}({space}, {quote(binding.key)})")
+            return
+        if simple and binding is None:  # a callee read through a name is called as read, never as an operator
             text = self.operator_text(target, instr.args)
             if text is not None:
                 self.line(f"{out} = {text}")
                 return
         base = instr.display_name or getattr(target, "__name__", "call")
-        binding = getattr(instr, "binding", None)
         name = self.bound_const(target, binding, base) if binding is not None else self.const(target, base)
         call, _ = self.arguments(instr, name)
         self.line(f"{out} = {name}({call})")

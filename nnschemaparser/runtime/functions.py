@@ -14,6 +14,7 @@ Depends on the schema, `binding` and `listeners`.
 
 from __future__ import annotations
 
+import builtins
 import linecache
 import sys
 import types
@@ -21,11 +22,11 @@ import weakref
 from typing import Any, Callable, Optional
 
 from ..schema.errors import StaleSchemaError
-from ..schema.model import Instruction, SliceOf, VarRef
+from ..schema.model import Const, Instruction, SliceOf, VarRef
 from .binding import INLINED_COMPREHENSIONS
 from .listeners import StepAbandoned
 
-__all__ = ["MISSING", "GUARD_ERRORS", "guard_failed", "rebind", "stale_method", "stale_dispatch", "InterpretedFunction", "rebind_wrapper", "rebindable", "FunctionMeta", "META_KEY", "failure",
+__all__ = ["MISSING", "GUARD_ERRORS", "guard_failed", "read_global", "read_cell", "bindings_read", "stale_method", "stale_dispatch", "InterpretedFunction", "rebind_wrapper", "rebindable", "FunctionMeta", "META_KEY", "failure",
            "unbound_here", "failing_block", "names_read", "source_text", "weight_attribute", "call_live",
            "delete_names", "refresh_free_vars", "write_back", "unbound_for_handlers", "register_lines"]
 
@@ -33,44 +34,76 @@ __all__ = ["MISSING", "GUARD_ERRORS", "guard_failed", "rebind", "stale_method", 
 MISSING = type("Missing", (), {"__repr__": lambda self: "<missing>", "__slots__": ()})()
 
 
-def rebind(env: dict, groups: tuple, label: str, where: str) -> None:
-    """Called by a generated function whose guard saw a global or closure binding the lowering read
-    at parse time changed: refresh the generated globals holding it, so the run follows the new
-    binding as eager does (a kernel library patching `modeling_llama.apply_rotary_pos_emb`). A name
-    that no longer exists is a StaleSchemaError naming it, where it is read and the fix."""
-    for binding, names in groups:
-        if binding.kind == "closure":
-            try:
-                value = binding.namespace.cell_contents
-            except ValueError:
-                value = MISSING
-        else:
-            value = binding.namespace.get(binding.key, MISSING)
-        for attr in binding.attrs:
-            value = getattr(value, attr, MISSING)
-        if value is MISSING:
-            raise StaleSchemaError(
-                f"`{binding.text}`, which {label} ({where}) reads, no longer exists (it was "
-                f"{binding.value!r} when the model was parsed); restore it, or parse the model again "
-                "(NNParser.parse_model) so the schema reads what the code now reads")
-        for name in names:
-            env[name] = value
+def read_global(namespace: dict, key: str) -> Any:
+    """A global read as CPython's LOAD_GLOBAL reads it: the module's dict, then its builtins; a
+    NameError with CPython's message when neither has it (used inside a `try` with handlers)."""
+    try:
+        return namespace[key]
+    except KeyError:
+        pass
+    found = _builtin(namespace, key)
+    if found is MISSING:
+        raise NameError(f"name '{key}' is not defined", name=key)
+    return found
 
 
-# What a guard's plain reads raise when a name is gone (a global deleted, an attribute removed, a
-# closure cell emptied, the forward deleted from its class).
+def read_cell(cell: Any, name: str) -> Any:
+    """A closure variable read as LOAD_DEREF reads it: the cell's content, or CPython's NameError."""
+    try:
+        return cell.cell_contents
+    except ValueError:
+        raise _free_variable_error(name) from None
+
+
+def _builtin(namespace: dict, key: str) -> Any:
+    space = namespace.get("__builtins__", builtins)
+    if isinstance(space, dict):
+        return space.get(key, MISSING)
+    return getattr(space, key, MISSING)
+
+
+def _free_variable_error(name: str) -> NameError:
+    if sys.version_info >= (3, 11):
+        return NameError(f"cannot access free variable '{name}' where it is not associated with a value "
+                         "in enclosing scope", name=name)
+    return NameError(f"free variable '{name}' referenced before assignment in enclosing scope", name=name)
+
+
+def bindings_read(instr: Instruction) -> list:
+    """The global and closure bindings `instr` reads (its callee and its operands' names)."""
+    found = []
+    binding = getattr(instr, "binding", None)
+    if binding is not None:
+        found.append(binding)
+
+    def walk(op: Any) -> None:
+        if isinstance(op, Const):
+            if op.binding is not None:
+                found.append(op.binding)
+        elif isinstance(op, SliceOf):
+            walk(op.lower), walk(op.upper), walk(op.step)
+        elif isinstance(op, (list, tuple)):
+            for item in op:
+                walk(item)
+        elif isinstance(op, dict):
+            for key, value in op.items():
+                walk(key), walk(value)
+
+    for name in _READ_FIELDS:
+        walk(getattr(instr, name, None))
+    return found
+
+
+# What the entry check's plain reads raise when the forward is gone from its class.
 GUARD_ERRORS = (KeyError, AttributeError, ValueError)
 
 
-def guard_failed(parsed: Any, stale: Any, refresh: Any) -> None:
-    """A guard's read failed: the forward gone from its class is `stale`'s error, else `refresh`
-    names the binding that no longer exists."""
-    if parsed is not None:
-        owner, attr, function = parsed
-        if owner.__dict__.get(attr) is not function:
-            stale()
-    if refresh is not None:
-        refresh()
+def guard_failed(parsed: Any, stale: Any) -> None:
+    """The entry check's read failed: the forward (or method) is gone from its class."""
+    owner, attr, function = parsed
+    if owner.__dict__.get(attr) is not function:
+        stale()
+    raise
 
 
 def stale_method(owner: type, attr: str, function: Any, label: str) -> None:
@@ -190,9 +223,9 @@ def _own_entry(exc: BaseException, frame: Any) -> Any:
 
 
 def failure(exc: BaseException, f: Optional[dict]) -> Optional[BaseException]:
-    """Called by a generated function whose body raised `exc`: note the running instruction; in a
-    frame-dict function (`f`), return the error CPython would raise for an unbound read (None when
-    `exc` should go on as it is)."""
+    """Called by a generated function whose body raised `exc`: note the running instruction; return
+    the error CPython would raise for an unbound read in a frame-dict function (`f`) or for a global
+    or closure name gone since the parse (None when `exc` should go on as it is)."""
     if isinstance(exc, (StepAbandoned, GeneratorExit)):
         return None
     frame = sys._getframe(1)
@@ -204,6 +237,8 @@ def failure(exc: BaseException, f: Optional[dict]) -> Optional[BaseException]:
     converted = None
     if f is not None and isinstance(exc, KeyError):
         converted = _unbound(exc, entry, instrs, f, meta.unit)
+    if converted is None and isinstance(exc, (KeyError, ValueError)):
+        converted = _name_gone(exc, entry, instrs)
     _note(converted or exc, instrs, meta.unit.label)
     return converted
 
@@ -235,6 +270,21 @@ def _unbound(exc: KeyError, entry: Any, instrs: list, f: dict, unit: Any) -> Opt
     else:
         error = UnboundLocalError(f"local variable '{name}' referenced before assignment")
     return error.with_traceback(exc.__traceback__)
+
+
+def _name_gone(exc: BaseException, entry: Any, instrs: list) -> Optional[BaseException]:
+    """The NameError CPython raises where a live read of a global (a KeyError of its module's
+    dict) or of a closure cell (a ValueError: the cell is empty) failed in this very frame."""
+    if entry.tb_next is not None:
+        return None  # raised below this frame: the model's own error
+    for instr in instrs:
+        for binding in bindings_read(instr):
+            if binding.kind == "global" and isinstance(exc, KeyError) and exc.args == (binding.key,):
+                return NameError(f"name '{binding.key}' is not defined", name=binding.key) \
+                    .with_traceback(exc.__traceback__)
+            if binding.kind == "closure" and isinstance(exc, ValueError) and "empty" in str(exc):
+                return _free_variable_error(binding.key).with_traceback(exc.__traceback__)
+    return None
 
 
 def _note(exc: BaseException, instrs: list, label: str) -> None:

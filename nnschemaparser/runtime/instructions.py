@@ -22,7 +22,7 @@ from ..schema.model import (Const, ControlInstruction, FunctionInstruction, Func
                             OpInstruction, SliceOf, TryInstruction, VarRef, WithInstruction, condition_instructions)
 from .functions import names_read
 
-__all__ = ["fusable_method_call", "walk_instructions", "bound_names", "uses_frame", "operand_reader", "identifier",
+__all__ = ["fusable_method_call", "walk_instructions", "bound_names", "uses_frame", "operand_reader", "read_binding", "identifier",
            "literal", "quote", "is_element", "position", "never_tensor", "NOT_TENSOR_TYPES", "MAX_BLOCKS",
            "MAX_INDENT"]
 
@@ -163,12 +163,23 @@ def _too_deep(instrs: list, blocks: int, indent: int) -> bool:
     return False
 
 
+def read_binding(binding: Any) -> Any:
+    """What the name a Binding stands for gives now (a global, a closure cell, then its attributes)."""
+    value = binding.namespace.cell_contents if binding.kind == "closure" else binding.namespace[binding.key]
+    for attr in binding.attrs:
+        value = getattr(value, attr)
+    return value
+
+
 def operand_reader(op: Any) -> Callable[[dict], Any]:
     """`read(frame)` evaluating operand `op` over a frame dict (for views of a paused call)."""
     if isinstance(op, VarRef):
         name = op.name
         return lambda f: f[name]
     if isinstance(op, Const):
+        if op.binding is not None:
+            binding = op.binding
+            return lambda f: read_binding(binding)
         value = op.value
         return lambda f: value
     if isinstance(op, SliceOf):

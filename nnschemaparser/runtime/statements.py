@@ -207,7 +207,16 @@ class StatementEmitters:
 
         def handlers() -> None:
             if instr.handlers:
-                self.block("try:", convert(self.nested(instr.body)), instr)
+                body = self.nested(instr.body)
+
+                def handled_body() -> None:
+                    self.handled += 1  # names read here raise NameError itself, for the handlers
+                    try:
+                        body()
+                    finally:
+                        self.handled -= 1
+
+                self.block("try:", convert(handled_body), instr)
                 if observed:
                     self.block(f"except {self.helper('StepAbandoned', StepAbandoned)}:",
                                lambda: self.line("raise", instr), instr)

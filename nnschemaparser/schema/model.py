@@ -108,8 +108,10 @@ class VarRef:
 class Binding:
     """Where the lowering read a name it froze: a module global (`namespace` is the function's
     globals dict, `key` the name), a closure cell (`namespace` the cell), followed by attributes
-    (`attrs`: `F.gelu` is global `F`, then `.gelu`). The runtime checks at each call of the function
-    that the binding still gives `value`, and follows it when it does not (see `runtime.codegen`).
+    (`attrs`: `F.gelu` is global `F`, then `.gelu`). The runtime reads the name again at each read,
+    as CPython does (see `runtime.codegen.CodeGenerator.bound_const`); `value` is what it gave at
+    parse time. `missing`: a global neither the module nor the builtins had at parse time (the
+    instruction raising NameError reads it at run time, so a global defined since is found).
     Not saved in schema files: a loaded schema reads what its file names."""
 
     text: str
@@ -118,6 +120,7 @@ class Binding:
     key: str = ""
     attrs: tuple = ()
     value: Any = field(default=None, repr=False)
+    missing: bool = False
 
 
 @dataclass(frozen=True, eq=False)

@@ -151,8 +151,10 @@ def _as_launched_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any
 
 def _rank_main(rank: int, world: int, port: int, root: str, schema: ModelBlockSchema, inputs: Iterable[Any],
                options: StoreOptions, selector: Any, limits: FileLimits) -> None:
+    import torch
     import torch.distributed as dist
 
+    torch.set_num_threads(1)  # before any op: the parent's OpenMP pool was not copied by fork (module docstring)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=_TIMEOUT)

@@ -1,6 +1,7 @@
-"""What the lowering resolved at parse time (globals, closure cells, chains rooted at a global, the
-forward itself, a decorator's choice) is guarded at run time: followed when rebound, refused with a
-StaleSchemaError naming it and the fix when the schema cannot follow."""
+"""What the lowering resolved at parse time is read again at run time: globals, closure cells and
+chains rooted at one at each read (rebound names are followed, a deleted one is eager's NameError);
+the forward itself and a decorator's choice at each call (refused with a StaleSchemaError naming it
+and the fix when the schema cannot follow). Rebinding *during* a forward: tests/runtime/test_names_read_live.py."""
 
 from __future__ import annotations
 
@@ -59,16 +60,18 @@ def test_a_rebound_closure_cell_is_followed():
     assert torch.equal(_run(schema, x=x), model(x))
 
 
-def test_a_deleted_global_is_a_stale_schema_error_naming_it_and_the_fix(monkeypatch):
+def test_a_deleted_global_is_the_name_error_eager_raises_with_the_line_that_read_it(monkeypatch):
     torch.manual_seed(0)
     model, x = models.ReadsGlobals().eval(), torch.randn(2, 4)
     schema = _parse(model, x=x)
     monkeypatch.delattr(models, "scale_helper")
-    with pytest.raises(StaleSchemaError) as info:
+    with pytest.raises(NameError) as eager:
+        model(x)
+    with pytest.raises(NameError) as info:
         _run(schema, x=x)
-    text = str(info.value)
-    assert "`scale_helper`" in text and "ReadsGlobals.forward" in text and "live_call_models.py" in text
-    assert "parse the model again" in text
+    assert str(info.value) == str(eager.value) == "name 'scale_helper' is not defined"
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert "scale_helper(" in notes and "ReadsGlobals.forward" in notes and "live_call_models.py" in notes
 
 
 def test_a_forward_replaced_on_its_class_after_parsing_is_refused(monkeypatch):
