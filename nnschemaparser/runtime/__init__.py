@@ -12,8 +12,9 @@ Ten modules, each a noun:
   errors for unbound reads).
 - `program`: `Program`, the cache of compiled functions of one schema and mode, the invokers that
   run a block as `module(*args, **kwargs)` would, and dispatch of module values. Generated code
-  checks at each call that what the lowering froze still holds (`functions.rebind`,
-  `stale_method`, `stale_dispatch`).
+  reads each global and closure name where the source reads it (`codegen.CodeGenerator.bound_const`)
+  and checks at each call that its forward is still its class's and a dispatching decorator's choice
+  still holds (`functions.stale_method`, `stale_dispatch`).
 - `coverage`: the live-call detector (what ran outside the schema, found from the code objects of
   the model's own forwards) and its `LiveCall` records.
 - `lending`: schema forwards (and methods) lent to the instances live code reaches during a run.

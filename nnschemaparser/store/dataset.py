@@ -6,7 +6,13 @@ Three ways to run, one store format:
 - `world=N`: N processes are forked here (Linux, macOS: the schema and the inputs are inherited,
   nothing is pickled), joined into a gloo group on 127.0.0.1 (a free port), each writing the blocks
   `b % N == rank`. When one dies or fails, the others are stopped and StoreIncompleteError names it;
-  the blocks committed stay, and a rerun writes only the missing inputs.
+  the blocks committed stay, and a rerun writes only the missing inputs. A forked rank runs torch on
+  one thread, set before its first op: fork copies the calling thread only, so the OpenMP pool of a
+  process that has run a multi-threaded op (every notebook has: `parse_model` runs the forward) is
+  gone in the child, and a parallel region there would wait forever for its threads; with one
+  thread no region starts a team (what DataLoader workers and torchrun do too). Each rank beats a
+  heartbeat from a thread of its own; a rank silent for `liveness` seconds (stopped by a signal or a
+  debugger, frozen holding the interpreter) is named, and every rank is stopped.
 - under `torchrun` (RANK and WORLD_SIZE set; on several machines, torchrun's rendezvous joins them):
   every process runs the same script and calls capture_dataset with the same inputs; each writes
   its blocks, the group meets at a barrier, and rank 0 rewrites the manifest. The store's folder
@@ -14,7 +20,10 @@ Three ways to run, one store format:
 
 Which process writes a block never changes its content (statistics, tensors, reductions): a store
 written by 1, 2 or 4 processes holds the same rows and tensors and bit-equal reductions, as long as
-the processes run torch with the same number of threads (the forked ones keep this process's).
+the processes run torch with the same number of threads. Forked ranks run one thread each, so a
+store written with `world=N` equals one written by one process at `torch.set_num_threads(1)`; ops
+that split work over threads (large matrix products and reductions) may differ in the last bits
+from a one-process store written with more threads.
 
 Depends on schema, files, traces and the store's own modules.
 """
@@ -25,6 +34,8 @@ import datetime
 import os
 import socket
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -38,6 +49,7 @@ from .writer import RankSummary, discard_new_store, finalize_store, prepare_stor
 __all__ = ["capture_dataset"]
 
 _TIMEOUT = datetime.timedelta(minutes=30)
+_BEAT_SECONDS = 1.0  # how often a forked rank's heartbeat thread writes its time
 
 
 def _free_port() -> int:
@@ -73,7 +85,7 @@ class _Progress:
 def capture_dataset(schema: ModelBlockSchema, inputs: Iterable[Any], store: str | os.PathLike, keep: Any = None, *,
                     world: Optional[int] = None, block_size: int = 64, shard_bytes: int = 256 * 1024 * 1024,
                     bins: int = 64, low: float = -8.0, high: float = 8.0, top_k: int = 16, progress: bool = True,
-                    limits: Optional[FileLimits] = None) -> TraceStore:
+                    limits: Optional[FileLimits] = None, liveness: Optional[float] = 60.0) -> TraceStore:
     """Capture each input of `inputs` (scopes, tensors, tuples or DataLoader batches) into the store at `store`.
 
     Writes per-step statistics of every step (Parquet), the tensors `keep` names (a selector as for
@@ -83,7 +95,9 @@ def capture_dataset(schema: ModelBlockSchema, inputs: Iterable[Any], store: str 
     Sample ids are positions in `inputs`. A store that exists is resumed: inputs already committed
     are skipped (iterate the same inputs, or more of them, to complete or extend it); one written for
     another schema or with other options raises StoreMismatchError. `world=N` spreads the work over N
-    processes (module docstring). Returns the TraceStore.
+    processes (module docstring); with it, a rank that sends no heartbeat for `liveness` seconds
+    (stopped, or frozen holding the interpreter) ends the run with StoreIncompleteError naming it
+    (None: wait for the group's own 30-minute timeout). Returns the TraceStore.
     """
     if not isinstance(schema, ModelBlockSchema):
         raise TypeError(f"schema must be a ModelBlockSchema (NNParser.parse_model(...)), got {type(schema).__name__}")
@@ -95,6 +109,9 @@ def capture_dataset(schema: ModelBlockSchema, inputs: Iterable[Any], store: str 
     launched = world is None and "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
     if world is not None and (type(world) is not int or world < 1):
         raise ValueError(f"world must be a positive int (processes), got {world!r}")
+    if liveness is not None and (isinstance(liveness, bool) or not isinstance(liveness, (int, float))
+                                 or not liveness > 0):
+        raise ValueError(f"liveness must be a positive number of seconds or None, got {liveness!r}")
     total = len(inputs) if hasattr(inputs, "__len__") else None  # type: ignore[arg-type]
     if launched:
         return _as_launched_rank(root, schema, inputs, options, selector, limits, progress, total)
@@ -108,7 +125,7 @@ def capture_dataset(schema: ModelBlockSchema, inputs: Iterable[Any], store: str 
             finally:
                 bar.close()
         else:
-            _run_forked(root, schema, inputs, options, selector, limits, world)
+            _run_forked(root, schema, inputs, options, selector, limits, world, liveness)
     except BaseException as exc:
         # a store this call created and that holds no input is refused whole: nothing is left behind
         if new and discard_new_store(root, folder_existed) and hasattr(exc, "add_note"):
@@ -150,11 +167,13 @@ def _as_launched_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any
 
 
 def _rank_main(rank: int, world: int, port: int, root: str, schema: ModelBlockSchema, inputs: Iterable[Any],
-               options: StoreOptions, selector: Any, limits: FileLimits) -> None:
+               options: StoreOptions, selector: Any, limits: FileLimits, beats: Any) -> None:
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)  # before any op: the parent's OpenMP pool was not copied by fork (module docstring)
+    threading.Thread(target=_beat, args=(beats, rank), name=f"capture_dataset rank {rank} heartbeat",
+                     daemon=True).start()
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=_TIMEOUT)
@@ -171,28 +190,78 @@ def _rank_main(rank: int, world: int, port: int, root: str, schema: ModelBlockSc
     os._exit(0)
 
 
+def _beat(beats: Any, rank: int) -> None:
+    """A forked rank's heartbeat: its clock time (CLOCK_MONOTONIC, one clock for every process of the
+    machine) in the shared array, every `_BEAT_SECONDS`, for as long as the process runs."""
+    while True:
+        beats[rank] = time.monotonic()
+        time.sleep(_BEAT_SECONDS)
+
+
+def _process_state(pid: int) -> str:
+    """What the kernel says a process is doing, in words (Linux's /proc; '' elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError, UnicodeDecodeError):
+        return ""
+    return {"T": "stopped by a signal (SIGSTOP, SIGTSTP, Ctrl-Z)", "t": "stopped by a debugger",
+            "D": "waiting on the disk", "Z": "exited, not yet reaped", "R": "running",
+            "S": "sleeping"}.get(state, f"in state {state}")
+
+
+def _silent_rank(context: Any, beats: Any, liveness: float) -> Optional[tuple[int, float]]:
+    """(rank, seconds silent) of the rank whose heartbeat is the oldest, when older than `liveness`."""
+    now = time.monotonic()
+    ages = {rank: now - beats[rank] for rank, process in enumerate(context.processes)
+            if process.exitcode is None}  # a rank that has exited is join's to report
+    if not ages:
+        return None
+    rank = max(ages, key=ages.__getitem__)
+    return (rank, ages[rank]) if ages[rank] > liveness else None
+
+
+def _committed(root: Path, limits: FileLimits, options: StoreOptions) -> int:
+    return len({s for c in read_commits(root, limits, options.block_size) for s in c.samples})
+
+
 def _run_forked(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], options: StoreOptions, selector: Any,
-                limits: FileLimits, world: int) -> None:
+                limits: FileLimits, world: int, liveness: Optional[float] = 60.0) -> None:
+    import multiprocessing.sharedctypes
+
     import torch.distributed as dist
     import torch.multiprocessing as mp
 
     if not dist.is_available() or not dist.is_gloo_available():
         raise RuntimeError("capture_dataset(world=N) needs torch.distributed with the gloo backend; use world=1")
-    args = (world, _free_port(), str(root), schema, inputs, options, selector, limits)
+    beats = multiprocessing.sharedctypes.RawArray("d", [time.monotonic()] * world)
+    args = (world, _free_port(), str(root), schema, inputs, options, selector, limits, beats)
     context = mp.start_processes(_rank_main, args=args, nprocs=world, join=False, start_method="fork")
+    silent = None
     try:
-        while not context.join():
-            pass
+        while not context.join(timeout=_BEAT_SECONDS):
+            silent = _silent_rank(context, beats, liveness) if liveness is not None else None
+            if silent is not None:
+                break
     except Exception as exc:  # ProcessExitedException / ProcessRaisedException: the others were stopped
         rank = getattr(exc, "error_index", None)
         code = getattr(exc, "exit_code", None)
-        committed = {s for c in read_commits(root, limits, options.block_size) for s in c.samples}
         how = f"died with exit code {code}" if code is not None else "failed"
-        raise StoreIncompleteError(f"rank {rank} of {world} {how}; the store keeps the {len(committed)} inputs "
-                                   f"committed so far. Run capture_dataset again with the same inputs to write only "
-                                   f"the missing ones.\n{exc}") from None
+        raise StoreIncompleteError(f"rank {rank} of {world} {how}; the store keeps the "
+                                   f"{_committed(root, limits, options)} inputs committed so far. Run capture_dataset "
+                                   f"again with the same inputs to write only the missing ones.\n{exc}") from None
     finally:
+        state = _process_state(context.processes[silent[0]].pid) if silent is not None else ""
         for process in context.processes:
             if process.is_alive():
-                process.kill()
+                process.kill()  # SIGKILL ends a stopped process too
                 process.join(10)
+    if silent is not None:
+        rank, age = silent
+        pid = context.processes[rank].pid
+        raise StoreIncompleteError(
+            f"rank {rank} of {world} (pid {pid}) sent no heartbeat for {age:.0f} s"
+            + (f"; its process was {state}" if state else "")
+            + f". Every rank was stopped; the store keeps the {_committed(root, limits, options)} inputs committed so "
+            "far. Run capture_dataset again with the same inputs to write only the missing ones (pass a larger "
+            "liveness= if a rank may legitimately hold the interpreter that long).")

@@ -88,6 +88,7 @@ class ExpressionGrammar:
     def __init__(self, chooser: Chooser):
         self.c = chooser
         self.counter = 0
+        self.names = False  # the "names" family: reads of module names the forward rebinds (NAME_READS)
 
     def fresh(self, prefix: str) -> str:
         self.counter += 1
@@ -168,6 +169,8 @@ class ExpressionGrammar:
         for kind, weight, make in self._container_tensor_forms(s, d):
             if s.names(kind):
                 table.append((weight, make))
+        if self.names:  # only then: the other programs of a seed stay what they were
+            table += [(14, lambda: self.c.choice(NAME_READS).format(t()))]
         return f"({self.c.weighted(table)()})"
 
     def _container_tensor_forms(self, s: Scope, d: int) -> list:
@@ -437,3 +440,8 @@ UNARY_METHODS = [
     "__getitem__((slice(None), [3, 2, 1, 0]))", "index_select(1, torch.tensor([1, 0, 3, 2]))",
 ]
 BLOCK_KEYS = ["a", "b", "c"]
+# The "names" family (programs.NAMES_HEADER): a module global, a global function, an attribute of a
+# module object and a class attribute, each read where the forward may just have rebound it.
+NAME_READS = ["{} * G", "ACT({})", "{} * LIB.K", "{} * Knobs.FACTOR", "{} + G * Knobs.FACTOR"]
+NAME_REBINDS = ["set_g({number})", "use_act({act})", "LIB.K = {number}", "Knobs.FACTOR = {number}", "bump()",
+                "set_k({number})"]

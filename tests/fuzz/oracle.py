@@ -104,8 +104,8 @@ def check_source(source: str, directory: Path) -> Outcome:
         return Outcome("invalid_program", "construction failed", _exc_text(exc))
     finally:
         sys.modules.pop(module.__name__, None)
-    try:
-        return check_model(model, inputs)
+    try:  # a program of the names family puts its module names back before each run
+        return check_model(model, inputs, before_run=getattr(module, "reset_names", None))
     finally:
         linecache.cache.pop(getattr(module, "__file__", None), None)  # the file is temporary
 
@@ -113,8 +113,9 @@ def check_source(source: str, directory: Path) -> Outcome:
 # --- the comparison -----------------------------------------------------------------------------
 
 
-def check_model(model: nn.Module, inputs: dict[str, Any]) -> Outcome:
-    """Compare eager against the schema of `model` on `inputs` in every runtime mode."""
+def check_model(model: nn.Module, inputs: dict[str, Any], before_run: Optional[Callable[[], None]] = None) -> Outcome:
+    """Compare eager against the schema of `model` on `inputs` in every runtime mode (`before_run`:
+    called before each run, e.g. to put back module names the forward rebinds)."""
     before = _state(model)
     try:
         schema = NNParser.parse_model(model, resolve=False)
@@ -125,7 +126,7 @@ def check_model(model: nn.Module, inputs: dict[str, Any]) -> Outcome:
         return Outcome("internal_error", "parsing changed the model", changed)
     refusals = [f"{block.path or block.name}: {block.skip_reason}" for block in schema.iter_blocks()
                 if block.skip_reason is not None]
-    eager = _execute(model, lambda kw: model(**kw), inputs)
+    eager = _execute(model, lambda kw: model(**kw), inputs, before_run)
     runners: dict[str, Callable[[dict], Any]] = {
         "plain": lambda kw: SchemaInterpreter().call(schema, **kw),
         "observed": lambda kw: SchemaInterpreter(capture_values=True, listeners=[TraceRecorder()]).call(schema, **kw),
@@ -133,7 +134,7 @@ def check_model(model: nn.Module, inputs: dict[str, Any]) -> Outcome:
     }
     eager_error = _exc_text(eager.error) if eager.error is not None else None
     for mode, runner in runners.items():
-        result = _execute(model, runner, inputs)
+        result = _execute(model, runner, inputs, before_run)
         expected = outputs_list(eager.value) if mode == "stepped" else eager.value
         problem = _compare(eager, result, expected)
         if problem is not None:
@@ -161,8 +162,11 @@ def _stepped(schema: Any, scope: dict) -> list:
     return interpreter.step_outputs
 
 
-def _execute(model: nn.Module, call: Callable[[dict], Any], inputs: dict) -> _Run:
+def _execute(model: nn.Module, call: Callable[[dict], Any], inputs: dict,
+             before_run: Optional[Callable[[], None]] = None) -> _Run:
     scope = _clone(inputs)
+    if before_run is not None:
+        before_run()
     with preserved_state(model):
         torch.manual_seed(_SEED)
         try:

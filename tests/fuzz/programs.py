@@ -17,7 +17,7 @@ from .choices import Chooser, DrawChooser, RandomChooser
 from .grammar import Scope
 from .statements import StatementGrammar
 
-__all__ = ["Program", "write_program", "programs", "program_for_seed"]
+__all__ = ["Program", "write_program", "programs", "program_for_seed", "FAMILIES", "NAMES_HEADER"]
 
 
 @dataclass(frozen=True)
@@ -115,9 +115,59 @@ def _body(grammar: StatementGrammar, scope: Scope, depth: int, count: int) -> li
     return grammar.lines
 
 
-def write_program(c: Chooser, label: str = "hypothesis", seed: int = 0) -> Program:
-    """One program: the Child forward, the Model helper and the Model forward, all generated."""
+# The "names" family's module names and the helpers that rebind them. The oracle puts them back
+# (`reset_names()`) before each run, eager or not, and the Model's forward starts by doing it too, so
+# that the parse's own runs start alike; what the forward and its Child read after a rebinding, and
+# the names the forward returns last, must be what CPython reads.
+NAMES_HEADER = '''
+import types
+
+G = 1.0
+ACT = torch.relu
+LIB = types.ModuleType("fuzz_names_lib")
+LIB.K = 0.5
+ACTS = {"relu": torch.relu, "tanh": torch.tanh, "gelu": F.gelu, "sigmoid": torch.sigmoid}
+
+
+class Knobs:
+    FACTOR = 2.0
+
+
+def set_g(v):
+    global G
+    G = v
+
+
+def use_act(name):
+    global ACT
+    ACT = ACTS[name]
+
+
+def set_k(v):
+    LIB.K = v
+
+
+def bump():
+    global G
+    G = G * 2 + 1
+    Knobs.FACTOR = Knobs.FACTOR - 0.5
+
+
+def reset_names():
+    global G, ACT
+    G, ACT, LIB.K, Knobs.FACTOR = 1.0, torch.relu, 0.5, 2.0
+'''
+
+FAMILIES = (None, "names")
+
+
+def write_program(c: Chooser, label: str = "hypothesis", seed: int = 0, family: str | None = None) -> Program:
+    """One program: the Child forward, the Model helper and the Model forward, all generated.
+    `family="names"` adds the names family (NAMES_HEADER); None writes the programs as before."""
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
     grammar = StatementGrammar(c, unsupported=c.chance(3))
+    grammar.names = family == "names"
     child_scope = Scope(owner="child", has_containers=False)
     child_scope.bind("x", "tensor")
     child = _body(grammar, child_scope, depth=1, count=c.integer(1, 3))
@@ -132,9 +182,12 @@ def write_program(c: Chooser, label: str = "hypothesis", seed: int = 0) -> Progr
     for kind, names in variables.items():
         for name in names:
             scope.bind(name, kind)
-    grammar.lines = ["        " + line for line in prologue]
+    grammar.lines = ["        " + line for line in (["reset_names()"] if grammar.names else []) + prologue]
     grammar.body(scope, 2, c.integer(2, 8), c.integer(1, 3))
-    grammar.emit(2, f"return {grammar.returned(scope)}")
+    returned = grammar.returned(scope)
+    if grammar.names:  # the names as the forward reads them last, after whatever rebound them
+        returned = f"({returned}, x * G + LIB.K * Knobs.FACTOR, ACT(x))"
+    grammar.emit(2, f"return {returned}")
     forward = grammar.lines
 
     inputs = ['"x": torch.randn(2, 4, generator=g)']
@@ -145,7 +198,11 @@ def write_program(c: Chooser, label: str = "hypothesis", seed: int = 0) -> Progr
         name = name.rstrip("?")
         if not optional or c.chance(50):
             inputs.append(f'"{name}": {values[name]}')
-    source = (_HEADER.format(label=label, train=c.choice(["False", "True"]))
+    header = _HEADER.format(label=label, train=c.choice(["False", "True"]))
+    if grammar.names:  # before `class Child`: the header ends inside Child.forward's signature
+        cut = header.index("\n\ndef scaled(")
+        header = header[:cut] + "\n" + NAMES_HEADER + header[cut:]
+    source = (header
               + "\n".join(child) + "\n" + _MODEL + "\n".join(helper)
               + f"\n\n    def forward(self, {signature}):\n" + "\n".join(forward)
               + "\n\n\ndef make_inputs():\n"
@@ -160,6 +217,7 @@ def programs(draw) -> Program:
     return write_program(DrawChooser(draw))
 
 
-def program_for_seed(seed: int) -> Program:
-    """The program of a seed: the same source on every machine and run."""
-    return write_program(RandomChooser(seed), label=f"seed {seed}", seed=seed)
+def program_for_seed(seed: int, family: str | None = None) -> Program:
+    """The program of a seed (of a family): the same source on every machine and run."""
+    label = f"seed {seed}" if family is None else f"{family} seed {seed}"
+    return write_program(RandomChooser(seed), label=label, seed=seed, family=family)

@@ -1,11 +1,12 @@
 """The long fuzz run: N seeded programs through the oracle, plus hypothesmith sources through the lowering.
 
-    python -m tests.fuzz.run_fuzz --programs 10000 --seed 0 [--jobs 2] [--lowering 500]
+    python -m tests.fuzz.run_fuzz --programs 10000 --seed 0 [--jobs 2] [--lowering 500] [--family names]
     python -m tests.fuzz.run_fuzz --show 1234            # print the program of seed 1234
     python -m tests.fuzz.run_fuzz --programs 1 --seed 1234 --minimize   # shrink a failing seed
 
 Program i of a run is the program of seed `--seed + i`, so any finding is reproduced by its seed
-alone. The summary counts programs, divergences, internal errors and refusals; the exit status is 1
+alone (and `--family`: "names" writes programs whose forwards rebind module globals, a global
+function, a module object's attribute and a class attribute mid-run and read them after). The summary counts programs, divergences, internal errors and refusals; the exit status is 1
 unless divergences, internal errors and invalid programs are all zero.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import multiprocessing
 import re
 import sys
@@ -46,19 +48,19 @@ def _finding_key(description: str) -> str:
     return re.sub(r"\d+", "#", " | ".join(line.strip() for line in lines))[:200]
 
 
-def check_seeds(seeds: range) -> list[tuple[int, str, str, bool, bool]]:
+def check_seeds(seeds: range, family: str | None = None) -> list[tuple[int, str, str, bool, bool]]:
     """(seed, verdict, first line of the finding, refused, eager raised) for each seed."""
     _quiet()
     results = []
     with tempfile.TemporaryDirectory(prefix="nnschema_fuzz_") as directory:
         for seed in seeds:
-            outcome = check_source(program_for_seed(seed).source, Path(directory))
+            outcome = check_source(program_for_seed(seed, family).source, Path(directory))
             finding = _finding_key(outcome.describe()) if not outcome.ok else ""
             results.append((seed, outcome.verdict, finding, bool(outcome.refusals), outcome.eager_error is not None))
     return results
 
 
-def run_programs(count: int, seed: int, jobs: int, report_every: int = 1000) -> dict:
+def run_programs(count: int, seed: int, jobs: int, report_every: int = 1000, family: str | None = None) -> dict:
     chunk = 100
     ranges = [range(start, min(start + chunk, seed + count)) for start in range(seed, seed + count, chunk)]
     counts: collections.Counter = collections.Counter()
@@ -67,7 +69,8 @@ def run_programs(count: int, seed: int, jobs: int, report_every: int = 1000) -> 
     # A fresh worker every 5 chunks: the parser's source caches keep every program's tree otherwise.
     pool = multiprocessing.get_context("spawn").Pool(jobs, maxtasksperchild=5) if jobs > 1 else None
     try:
-        batches = pool.imap(check_seeds, ranges) if pool else map(check_seeds, ranges)
+        check = functools.partial(check_seeds, family=family)
+        batches = pool.imap(check, ranges) if pool else map(check, ranges)
         for batch in batches:
             for program_seed, verdict, finding, refused, raised in batch:
                 counts["programs"] += 1
@@ -102,14 +105,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="also feed this many hypothesmith sources to the lowering (crash fuzzing)")
     parser.add_argument("--show", type=int, help="print the program of this seed and exit")
     parser.add_argument("--minimize", action="store_true", help="shrink each failing program and print it")
+    parser.add_argument("--family", choices=["names"], default=None,
+                        help="a program family: 'names' rebinds module names mid-forward (default: the base programs)")
     args = parser.parse_args(argv)
 
     if args.show is not None:
-        print(program_for_seed(args.show).source)
+        print(program_for_seed(args.show, args.family).source)
         return 0
     _quiet()
-    print(f"differential fuzzing: {args.programs} programs from seed {args.seed}, {args.jobs} job(s)", flush=True)
-    result = run_programs(args.programs, args.seed, args.jobs)
+    family = f" of the {args.family} family" if args.family else ""
+    print(f"differential fuzzing: {args.programs} programs{family} from seed {args.seed}, {args.jobs} job(s)",
+          flush=True)
+    result = run_programs(args.programs, args.seed, args.jobs, family=args.family)
     counts, findings = result["counts"], result["findings"]
     failing = sum(counts[v] for v in _FAILING)
     print(f"programs:        {counts['programs']}")
@@ -125,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.minimize and findings:
         with tempfile.TemporaryDirectory(prefix="nnschema_fuzz_min_") as directory:
             for seeds in findings.values():
-                source, outcome = minimize(program_for_seed(seeds[0]).source, Path(directory))
+                source, outcome = minimize(program_for_seed(seeds[0], args.family).source, Path(directory))
                 print(f"\n# --- seed {seeds[0]}, minimized ---\n{source}\n# {outcome.describe()}")
     if args.lowering:
         crash = run_lowering(args.lowering, args.seed)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Callable
 
 from .compound import CompoundGrammar
-from .grammar import Scope
+from .grammar import NAME_REBINDS, Scope
 
 __all__ = ["StatementGrammar"]
 
@@ -77,7 +77,20 @@ class StatementGrammar(CompoundGrammar):
             table.append((2, lambda: self.handler_statement(s, indent)))
         if self.unsupported and s.owner == "forward":
             table.append((2, lambda: self.unsupported_statement(s, indent)))
+        if self.names:
+            table.append((14, lambda: self.rebind_name(s, indent)))
         self.c.weighted(table)()
+
+    def rebind_name(self, s: Scope, indent: int) -> None:
+        """The "names" family: rebind a module name mid-forward, now and then on a data-dependent
+        branch (so the parse's path and a run's path may differ), through a helper or directly."""
+        text = self.c.choice(NAME_REBINDS).format(number=self.c.choice(["0.5", "-1.5", "3.0", "2"]),
+                                                  act=repr(self.c.choice(["relu", "tanh", "gelu", "sigmoid"])))
+        if self.c.chance(50):
+            self.emit(indent, f"if {self.boolean(s, 1)}:")
+            self.emit(indent + 1, text)
+        else:
+            self.emit(indent, text)
 
     def assign_tensor(self, s: Scope, indent: int) -> None:
         targets = s.writable("tensor")

@@ -1,7 +1,8 @@
 """Differential fuzzing in CI: fixed-seed samples of generated programs behave exactly as eager.
 
-Two deterministic samples: Hypothesis-drawn programs (derandomized; a failure shrinks to a small
-program), and seeded programs of the same family `make fuzz` runs by the ten thousand. The oracle's
+Three deterministic samples: Hypothesis-drawn programs (derandomized; a failure shrinks to a small
+program), seeded programs of the same family `make fuzz` runs by the ten thousand, and seeded
+programs of the "names" family (forwards rebinding module names mid-run, `--family names`). The oracle's
 own ability to fail is checked on a model whose schema really does differ from eager.
 """
 
@@ -54,6 +55,27 @@ def test_seeded_programs_match_eager_or_raise_alike(program_dir, first):
             failing.append(f"seed {seed}: {outcome.describe()}")
     assert not failing, ("reproduce with `python -m tests.fuzz.run_fuzz --programs 1 --seed N --minimize`:\n"
                          + "\n".join(failing))
+
+
+NAMES_PROGRAMS = 60  # the "names" family: forwards that rebind module names mid-run (issue 38)
+
+
+@pytest.mark.parametrize("first", range(0, NAMES_PROGRAMS, 30))
+def test_seeded_programs_rebinding_names_mid_forward_match_eager(program_dir, first):
+    failing = []
+    for seed in range(first, first + 30):
+        outcome = check_source(program_for_seed(seed, "names").source, program_dir)
+        if not outcome.ok:
+            failing.append(f"seed {seed}: {outcome.describe()}")
+    assert not failing, ("reproduce with `python -m tests.fuzz.run_fuzz --family names --programs 1 --seed N "
+                         "--minimize`:\n" + "\n".join(failing))
+
+
+def test_the_names_family_leaves_the_base_programs_as_they_were():
+    base = program_for_seed(7).source
+    names = program_for_seed(7, "names").source
+    assert "reset_names()" in names and "reset_names" not in base
+    assert all(text in names for text in ("G = 1.0", "LIB.K", "Knobs.FACTOR", "def use_act"))
 
 
 def test_program_of_a_seed_is_the_same_every_time():

@@ -3,13 +3,15 @@
 `Blocks` is a two-block network with named variables, a NaN-making branch (an input whose first
 value is exactly 7 gives a NaN in `head`), and an optional death: when the environment names a
 flag file that exists, the input whose first value is exactly -9 ends its process (`os._exit`),
-as a rank killed mid-run would. `tiny_gpt2()` is a 2-layer GPT-2 built from its config (random
+as a rank killed mid-run would; with `STOP_FLAG` the input whose first value is exactly -7 stops it
+(SIGSTOP), as a rank stopped in a debugger or by job control would. `tiny_gpt2()` is a 2-layer GPT-2 built from its config (random
 weights, offline). `inputs(n)` are n scopes of the Blocks network, the same for every call.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from torch import nn
 from nnschemaparser import NNParser
 
 DEATH_FLAG = "NNSP_STORE_TEST_DEATH_FLAG"
+STOP_FLAG = "NNSP_STORE_TEST_STOP_FLAG"
 
 
 class Layer(nn.Module):
@@ -52,6 +55,9 @@ def maybe_die(x: torch.Tensor) -> None:
     if flag and Path(flag).exists() and bool(x[0, 0] == -9):
         sys.stdout.flush()
         os._exit(3)
+    stop = os.environ.get(STOP_FLAG)
+    if stop and Path(stop).exists() and bool(x[0, 0] == -7):
+        os.kill(os.getpid(), signal.SIGSTOP)  # stopped, not killed: it holds its place in the group
 
 
 class Blocks(nn.Module):
@@ -77,8 +83,9 @@ def blocks(depth: int = 2):
     return model, NNParser.parse_model(model=model, inputs_tensors_values=example)
 
 
-def inputs(n: int, nan_at: tuple = (), die_at: tuple = ()) -> list[dict]:
-    """n scopes {x: (2, 8)}; sample i in `nan_at` makes a NaN in head, in `die_at` kills its process (flag set)."""
+def inputs(n: int, nan_at: tuple = (), die_at: tuple = (), stop_at: tuple = ()) -> list[dict]:
+    """n scopes {x: (2, 8)}; sample i in `nan_at` makes a NaN in head, in `die_at` kills its process, in
+    `stop_at` stops it with SIGSTOP (each while its flag file exists)."""
     generator = torch.Generator().manual_seed(123)
     scopes = []
     for i in range(n):
@@ -87,6 +94,8 @@ def inputs(n: int, nan_at: tuple = (), die_at: tuple = ()) -> list[dict]:
             x[0, 0] = 7.0
         if i in die_at:
             x[0, 0] = -9.0
+        if i in stop_at:
+            x[0, 0] = -7.0
         scopes.append({"x": x})
     return scopes
 
