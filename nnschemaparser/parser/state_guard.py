@@ -1,7 +1,8 @@
 """`preserved_state`: run something on a model and put back what it changed, copying only what it wrote.
 
 A parse runs the model (the schema and eager, on example inputs) and must leave it as it was: its
-parameters and buffers, plain attributes, training flags, lazy modules, hooks and the RNG. Copying
+parameters and buffers, plain attributes, training flags, lazy modules, hooks and the RNG, and the
+Python state its forwards write (`python_state`: globals, class attributes, mutable defaults). Copying
 every tensor first would hold a second copy of the weights (4 GB more for a 1B model in float32),
 so tensors are guarded copy-on-write instead:
 
@@ -33,7 +34,7 @@ leaves that record saying "unsharded", so the next forward's hook would gather n
 with the shards. `resync_fsdp` puts such a group back into FSDP2's sharded state after the restore,
 so the model runs eagerly and under its schema (its hooks unsharding it) as before the run.
 
-Depends on torch, the schema errors, `special_modules` and `live_calls` (RNG states).
+Depends on torch, the schema errors, `special_modules`, `python_state` and `live_calls` (RNG states).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..schema.errors import NNSchemaError
 from .live_calls import python_rng_states, set_python_rng_states
+from .python_state import PythonState
 from .special_modules import ClassAndHooks, opaque_reason, snapshot, tensors_of_module
 
 __all__ = ["preserved_state", "StateGuard", "StateNotRestoredError", "resync_fsdp"]
@@ -281,7 +283,9 @@ def _same_view(value: torch.Tensor, alias: torch.Tensor) -> bool:
 
 @contextlib.contextmanager
 def preserved_state(model: nn.Module) -> Iterator[StateGuard]:
-    """Run something on `model` and put back its parameters, buffers, attributes, modes and RNG.
+    """Run something on `model` and put back its parameters, buffers, attributes, modes and RNG, and
+    the Python state its classes' code can write (`python_state.PythonState`: their modules' globals,
+    class attributes, mutable defaults and closure cells).
 
     Yields the `StateGuard`, whose `copied` names the tensors the run wrote (and only those were copied).
     """
@@ -299,6 +303,7 @@ def preserved_state(model: nn.Module) -> Iterator[StateGuard]:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         devices = list(range(torch.cuda.device_count()))
     python_states = python_rng_states()
+    python = PythonState(model)
     try:
         with torch.random.fork_rng(devices=devices), _CopyOnWrite(guard):
             yield guard
@@ -307,6 +312,7 @@ def preserved_state(model: nn.Module) -> Iterator[StateGuard]:
         try:
             guard.restore()
         finally:
+            python.restore()
             for module, training, attrs in saved:
                 for key in [k for k in module.__dict__ if not k.startswith("_") and k not in attrs]:
                     del module.__dict__[key]

@@ -1,0 +1,164 @@
+"""What a parse's runs write outside the model's tensors and attributes, and putting it back.
+
+A parse runs the forward several times (the resolution run, eager for verification, both again when
+they differ). A forward can write Python state that `preserved_state` used to leave as the last
+run left it: a module global it rebinds (`global CALLS; CALLS += 1`, a helper's `MODE = 2`), a
+container a global holds (`REGISTRY.append(...)`), a class attribute (`Rotary._cache = ...`), a
+mutable default object (`def forward(self, x, cache={})`) or a closure variable. Left changed,
+each run starts where the one before stopped: the parse leaves the user's process changed, and
+verification compares eager and the schema from different states, which skips a block that is in
+fact exact.
+
+`PythonState(model)` records, before a run, for every class in the model's modules' MROs (torch's
+own and builtins' excepted):
+
+- the module globals of the module defining it (a shallow copy of its dict, and of the contents
+  of each dict, list, set or bytearray a global holds);
+- its class dict (class attributes, not dunders);
+- the default objects and closure cells of each function the class defines, of the functions its
+  module defines and of the functions those cells hold (contents of mutable defaults, the object in
+  each cell);
+
+and `restore()` puts back what changed: rebound names their old object, added names removed,
+deleted ones restored, container contents their old items. It is shallow: a write inside an object
+held by one of these (a dict inside a global dict, an attribute of a global instance) and the
+globals of other modules (a library's own caches) are not put back.
+
+Depends on torch only.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+from torch import nn
+
+__all__ = ["PythonState"]
+
+_CONTAINERS = (dict, list, set, bytearray)
+_MISSING = object()
+
+
+def _contents(value: Any) -> Any:
+    """A shallow copy of a container's items (the key for putting them back), or None."""
+    kind = type(value)
+    if kind is dict:
+        return dict(value)
+    if kind is list or kind is bytearray:
+        return kind(value)
+    if kind is set:
+        return set(value)
+    return None
+
+
+def _put_back(value: Any, items: Any) -> None:
+    """Give a container its recorded items again, when they changed (compared by identity: a value
+    may be a tensor, whose `==` is elementwise)."""
+    if type(value) is dict:
+        if len(value) != len(items) or any(value.get(k, _MISSING) is not v for k, v in items.items()):
+            value.clear()
+            value.update(items)
+    elif type(value) is set:
+        if len(value) != len(items) or not value.issuperset(items):
+            value.clear()
+            value.update(items)
+    elif len(value) != len(items) or any(a is not b for a, b in zip(value, items)):
+        value[:] = items
+
+
+def _own_classes(model: nn.Module) -> list[type]:
+    """The classes whose code the model's forwards run: each module's MRO, torch's and builtins' out."""
+    seen: dict[type, None] = {}
+    for module in model.modules():
+        for cls in type(module).__mro__:
+            name = getattr(cls, "__module__", "") or ""
+            if cls is object or name == "builtins" or name == "torch" or name.startswith("torch."):
+                continue
+            seen.setdefault(cls, None)
+    return list(seen)
+
+
+class PythonState:
+    """The Python state a forward of `model` can write, recorded now; `restore()` puts it back."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.namespaces: list[tuple[dict, dict, list]] = []  # (dict, its copy, [(container, items)])
+        self.classes: list[tuple[type, dict]] = []
+        self.defaults: list[tuple[Any, list]] = []  # (container, items)
+        self.cells: list[tuple[Any, Any]] = []  # (cell, object)
+        self.seen_functions: set[int] = set()
+        seen_spaces: set[int] = set()
+        for cls in _own_classes(model):
+            module = sys.modules.get(getattr(cls, "__module__", "") or "")
+            space = getattr(module, "__dict__", None)
+            if isinstance(space, dict) and id(space) not in seen_spaces:
+                seen_spaces.add(id(space))
+                held = [(value, items) for value in space.values()
+                        if (items := _contents(value)) is not None]
+                self.namespaces.append((space, dict(space), held))
+                for value in list(space.values()):  # the module's own functions (helpers the forward calls)
+                    if isinstance(value, types.FunctionType) and value.__module__ == cls.__module__:
+                        self._function(value)
+            attrs = {k: v for k, v in vars(cls).items() if not (k.startswith("__") and k.endswith("__"))}
+            self.classes.append((cls, attrs))
+            for value in attrs.values():
+                self._function(value)
+
+    def _function(self, value: Any) -> None:
+        if isinstance(value, (staticmethod, classmethod)):
+            value = value.__func__
+        while isinstance(getattr(value, "__wrapped__", None), types.FunctionType):  # a decorated method
+            self._function_parts(value)
+            value = value.__wrapped__
+        self._function_parts(value)
+
+    def _function_parts(self, fn: Any) -> None:
+        if not isinstance(fn, types.FunctionType) or id(fn) in self.seen_functions:
+            return
+        self.seen_functions.add(id(fn))
+        defaults = list(fn.__defaults__ or ()) + list((fn.__kwdefaults__ or {}).values())
+        for value in defaults:
+            items = _contents(value)
+            if items is not None:
+                self.defaults.append((value, items))
+        for cell in fn.__closure__ or ():
+            value = _cell_value(cell)
+            self.cells.append((cell, value))
+            self._function(value)  # a helper defined beside the class: its own cells and defaults
+
+    def restore(self) -> None:
+        """Put back every recorded name, class attribute, container's items and cell."""
+        for space, before, held in self.namespaces:
+            for key in [k for k in space if k not in before]:
+                del space[key]
+            for key, value in before.items():
+                if space.get(key, _MISSING) is not value:
+                    space[key] = value
+            for value, items in held:
+                _put_back(value, items)
+        for cls, attrs in self.classes:
+            now = {k for k in vars(cls) if not (k.startswith("__") and k.endswith("__"))}
+            for key in now - attrs.keys():
+                delattr(cls, key)
+            for key, value in attrs.items():
+                if vars(cls).get(key, _MISSING) is not value:
+                    setattr(cls, key, value)
+        for value, items in self.defaults:
+            _put_back(value, items)
+        for cell, value in self.cells:
+            now = _cell_value(cell)
+            if now is value:
+                continue
+            if value is _MISSING:
+                del cell.cell_contents
+            else:
+                cell.cell_contents = value
+
+
+def _cell_value(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return _MISSING
