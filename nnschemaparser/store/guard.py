@@ -57,9 +57,8 @@ def _link_error(path: Path, root: Path) -> StoreLinkError:
     except OSError:
         target = "?"
     return StoreLinkError(f"{path} is a symbolic link (to {target}): a store holds plain files and folders only, and "
-                          f"nothing is read or written through a link. Remove the link, or make a copy of the store "
-                          f"without links (cp -r {root} ... copies the files the commits name; check where the link "
-                          f"pointed first)")
+                          f"nothing in {root} is read or written through a link. Check where it points, then remove "
+                          "the link (or put the real folder or file in its place)")
 
 
 def check_not_link(path: Path, root: Path) -> None:

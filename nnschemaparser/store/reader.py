@@ -304,7 +304,11 @@ class TraceStore:
         return commit
 
     def tensor(self, sample: int, container_id: str) -> torch.Tensor:
-        """The kept tensor of step `container_id` of input `sample`: a view of the mapped shard, no copy."""
+        """The kept tensor of step `container_id` of input `sample`: a view of the mapped shard, no copy.
+
+        The view lies where safetensors puts it, aligned to its element size only: a matrix product run on it
+        may round the last bits otherwise than on an aligned copy (BLAS picks its kernels by alignment), so
+        replay an input from `scope(sample)` (aligned clones) to compare bit for bit with the stored steps."""
         self._open_shards(self._commit_of(sample))
         key = f"{int(sample)}/{container_id}"
         name = self._index.get(key)

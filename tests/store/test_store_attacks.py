@@ -162,7 +162,7 @@ def test_a_link_planted_at_the_manifest_s_temporary_name_is_refused_and_the_file
     victim.write_text("export PATH=$HOME/bin:$PATH\n")
     link = path / f".manifest.json.{os.getpid()}.tmp"
     os.symlink(victim, link)
-    with pytest.raises(StoreLinkError, match=rf"{link.name} is a symbolic link \(to {victim}\).*Remove the link"):
+    with pytest.raises(StoreLinkError, match=rf"{link.name} is a symbolic link \(to {victim}\).*remove the link"):
         _write(path, 8)
     assert victim.read_text() == "export PATH=$HOME/bin:$PATH\n"
     assert not (path / "manifest.json").is_symlink()
