@@ -84,6 +84,7 @@ from .files.value_codec import UnresolvedReference
 from .traces.text_trace import TraceRecorder
 from .traces.selection import KeepSelector, KeepTerm
 from .store.dataset import capture_dataset
+from .store.guard import StoreBusyError, StoreLinkError
 from .store.manifest import StoreIncompleteError, StoreMismatchError
 from .store.reader import TraceStore
 from .store.reductions import Reduction
@@ -117,7 +118,7 @@ __all__ = [
     "TraceDiff", "compare_traces", "diff_summary", "first_divergence", "diffs_to_dataframe", "tensor_statistics",
     "HistogramBins", "histogram_bins", "plot_histograms", "EditEvent",
     "capture_dataset", "TraceStore", "Reduction", "KeepSelector", "KeepTerm", "StoreMismatchError",
-    "StoreIncompleteError",
+    "StoreIncompleteError", "StoreBusyError", "StoreLinkError",
     "capture_logical", "LogicalTrace", "LogicalCaptureError", "compare_logical",
     "estimate_capture", "CaptureEstimate", "CaptureTooLargeError", "CaptureLimitWarning", "KeepMissedWarning",
 ]

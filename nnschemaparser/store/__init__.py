@@ -6,6 +6,7 @@
 a unit's Arrow table), `shards` (safetensors files,
 checked and memory-mapped), `reductions` (mergeable per-variable mean, variance, histograms and
 top-k), `writer` (what one process writes: blocks of inputs, committed one by one, resumable),
+`guard` (no symbolic links inside a store, files created without following one, one writer at a time),
 `dataset` (`capture_dataset`: one process, N forked processes in a gloo group, or a torchrun
 launch), `reader` (`TraceStore`: DataFrames, DuckDB SQL, lazy tensors, traces, reductions).
 The keep selector itself is `traces.selection` (capture_run takes it too).
@@ -14,10 +15,12 @@ May import: `schema`, `runtime`, `parser`, `traces`, `files`.
 """
 
 from .dataset import capture_dataset
+from .guard import StoreBusyError, StoreLinkError
 from .manifest import SchemaIdentity, StoreIncompleteError, StoreMismatchError, StoreOptions, schema_identity
 from .reader import TraceStore
 from .reductions import Reduction
 from ..traces.selection import KeepSelector, KeepTerm, keep_selector
 
-__all__ = ["capture_dataset", "TraceStore", "Reduction", "StoreMismatchError", "StoreIncompleteError",
+__all__ = ["capture_dataset", "TraceStore", "Reduction", "StoreMismatchError", "StoreIncompleteError", "StoreBusyError",
+           "StoreLinkError",
            "SchemaIdentity", "StoreOptions", "schema_identity", "KeepSelector", "KeepTerm", "keep_selector"]

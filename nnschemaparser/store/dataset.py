@@ -43,8 +43,9 @@ from ..files.file_format import FileLimits
 from ..schema.model import ModelBlockSchema
 from ..traces.selection import keep_selector
 from .manifest import StoreIncompleteError, StoreOptions, read_commits
+from .guard import StoreLock
 from .reader import TraceStore
-from .writer import RankSummary, discard_new_store, finalize_store, prepare_store, write_rank
+from .writer import RankSummary, discard_new_store, finalize_store, prepare_store, refuse_foreign_folder, write_rank
 
 __all__ = ["capture_dataset"]
 
@@ -116,22 +117,26 @@ def capture_dataset(schema: ModelBlockSchema, inputs: Iterable[Any], store: str 
     if launched:
         return _as_launched_rank(root, schema, inputs, options, selector, limits, progress, total)
     folder_existed, new = root.exists(), not (root / "manifest.json").exists()
-    identity = prepare_store(root, schema, options, limits)
-    try:
-        if world is None or world == 1:
-            bar = _Progress(progress, total)
-            try:
-                write_rank(root, schema, inputs, options, selector, limits, progress=bar)
-            finally:
-                bar.close()
-        else:
-            _run_forked(root, schema, inputs, options, selector, limits, world, liveness)
-    except BaseException as exc:
-        # a store this call created and that holds no input is refused whole: nothing is left behind
-        if new and discard_new_store(root, folder_existed) and hasattr(exc, "add_note"):
-            exc.add_note(f"capture_dataset: no input was committed, so the new store {root} was removed")
-        raise
-    finalize_store(root, identity, options, limits)
+    if new:
+        refuse_foreign_folder(root)
+    root.mkdir(parents=True, exist_ok=True)
+    with StoreLock(root):  # one writer at a time (store/guard.py): a second one gets StoreBusyError naming this one
+        try:
+            identity = prepare_store(root, schema, options, limits)
+            if world is None or world == 1:
+                bar = _Progress(progress, total)
+                try:
+                    write_rank(root, schema, inputs, options, selector, limits, progress=bar)
+                finally:
+                    bar.close()
+            else:
+                _run_forked(root, schema, inputs, options, selector, limits, world, liveness)
+        except BaseException as exc:
+            # a store this call created and that holds no input is refused whole: nothing is left behind
+            if new and discard_new_store(root, folder_existed) and hasattr(exc, "add_note"):
+                exc.add_note(f"capture_dataset: no input was committed, so the new store {root} was removed")
+            raise
+        finalize_store(root, identity, options, limits)
     return TraceStore(root, limits=limits, check_shards=False)
 
 

@@ -26,7 +26,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -47,8 +47,10 @@ from ..files.file_format import (
     record,
 )
 from ..schema.model import ModelBlockSchema
+from .guard import check_not_link, create
 
 __all__ = ["StoreMismatchError", "StoreIncompleteError", "SchemaIdentity", "schema_identity", "StoreOptions",
+           "weights_fingerprint", "weights_difference",
            "Commit", "MANIFEST", "read_manifest", "write_manifest", "read_commits", "write_commit", "unit_name",
            "sync_write", "FORMAT_NAME", "FORMAT_VERSION"]
 
@@ -70,7 +72,8 @@ class StoreMismatchError(ModelMismatchError):
 
 
 class StoreIncompleteError(RuntimeError):
-    """A run of capture_dataset did not write every input: a rank died or failed. Run it again to complete it."""
+    """A run of capture_dataset did not write every input: a rank died or failed, or a file could not be written (a
+    full disk). The committed inputs stay; run it again with the same inputs to complete it."""
 
 
 @dataclass(frozen=True)
@@ -81,13 +84,79 @@ class SchemaIdentity:
     source_hash: str
     model_class: str
     inputs: tuple[str, ...]
+    # the fingerprint of the module's parameters and buffers (`weights_fingerprint`); None: not recorded (a store
+    # written before it was), and then not compared. Kept in the manifest's "weights", beside the schema.
+    weights: Optional[tuple] = field(default=None, compare=False)
 
     def to_json(self) -> dict:
         return {"source_hash": self.source_hash, "model_class": self.model_class, "inputs": list(self.inputs)}
 
 
+_WHOLE = 1 << 20  # a tensor of at most this many bytes is hashed whole
+_WINDOWS, _WINDOW = 16, 64 * 1024  # a larger one: 16 windows of 64 KiB, evenly spaced, first and last included
+
+
+def _tensor_digest(tensor: Any) -> str:
+    """A sha256 (24 hex digits) of a tensor's bytes: all of them up to 1 MiB, else 16 evenly spaced 64 KiB windows.
+    "-" for a tensor with no bytes to read (meta, sparse, quantized)."""
+    import torch
+
+    try:
+        flat = tensor.detach().reshape(-1)
+        if flat.device.type == "meta" or flat.layout != torch.strided:
+            return "-"
+        width = flat.element_size()
+        digest = hashlib.sha256()
+        if flat.numel() * width <= _WHOLE:
+            pieces = [flat]
+        else:
+            step = max(1, _WINDOW // width)
+            last = flat.numel() - step
+            pieces = [flat[(last * i) // (_WINDOWS - 1):][:step] for i in range(_WINDOWS)]
+        for piece in pieces:
+            digest.update(piece.to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()[:24]
+    except (RuntimeError, TypeError):  # a dtype without a byte view
+        return "-"
+
+
+def weights_fingerprint(module: Any) -> Optional[tuple]:
+    """((name, dtype, shape, digest), ...) of every parameter and buffer of `module`, in its order (a tied weight
+    under each of its names); None without a module. Names, dtypes and shapes are exact; the digest reads every
+    byte of a tensor up to 1 MiB and 1 MiB of a larger one in 16 spread windows (`_tensor_digest`): another
+    checkpoint changes them all, a change confined to bytes between the windows of a large tensor is not seen.
+    A 7B model costs about 0.3 GB of hashing; its copy to the CPU is the windows only."""
+    if module is None or not hasattr(module, "named_parameters"):
+        return None
+    items = list(module.named_parameters(remove_duplicate=False)) + list(module.named_buffers(remove_duplicate=False))
+    return tuple((name, str(t.dtype).replace("torch.", ""), tuple(int(d) for d in t.shape), _tensor_digest(t))
+                 for name, t in items if t is not None)
+
+
+def weights_difference(stored: tuple, current: tuple) -> Optional[str]:
+    """What differs between two fingerprints, in words (None: the same weights)."""
+    old = {item[0]: item for item in stored}
+    new = {item[0]: item for item in current}
+    gone, added = [n for n in old if n not in new], [n for n in new if n not in old]
+    if gone or added:
+        return (f"the parameters and buffers differ: {len(gone)} only in the store ({', '.join(gone[:3])}"
+                f"{', ...' if len(gone) > 3 else ''}), {len(added)} only in this model ({', '.join(added[:3])}"
+                f"{', ...' if len(added) > 3 else ''})")
+    for name, (_, dtype, shape, digest) in old.items():
+        _, dtype2, shape2, digest2 = new[name]
+        if shape != shape2:
+            return f"{name} has shape {list(shape)} in the store, {list(shape2)} in this model"
+        if dtype != dtype2:
+            return f"{name} is {dtype} in the store, {dtype2} in this model"
+    for name, (_, _, _, digest) in old.items():
+        if digest != new[name][3]:
+            return f"weights differ: the first differing tensor is {name} (same shape and dtype, other values)"
+    return None
+
+
 def schema_identity(schema: ModelBlockSchema) -> SchemaIdentity:
-    """The identity of `schema`: a sha256 over each block's path, type, method, forward source and skips."""
+    """The identity of `schema`: a sha256 over each block's path, type, method, forward source and skips; and the
+    fingerprint of its module's weights (`weights_fingerprint`)."""
     digest = hashlib.sha256()
     for block in schema.iter_blocks():
         sig = block.signature
@@ -100,7 +169,8 @@ def schema_identity(schema: ModelBlockSchema) -> SchemaIdentity:
         names = [p for p in sig.params if p != sig.self_name] + ([f"*{sig.vararg}"] if sig.vararg else []) + \
             list(sig.kwonly) + ([f"**{sig.kwarg}"] if sig.kwarg else [])
     module_class = type(schema.module).__qualname__ if schema.module is not None else schema.module_type
-    return SchemaIdentity(digest.hexdigest(), module_class or schema.name, tuple(names))
+    return SchemaIdentity(digest.hexdigest(), module_class or schema.name, tuple(names),
+                          weights_fingerprint(schema.module))
 
 
 @dataclass(frozen=True)
@@ -157,8 +227,9 @@ def _options(data: Any, where: str) -> StoreOptions:
 
 
 def sync_write(path: Path, data: bytes) -> None:
-    """Write `data` to `path` and flush it to the disk (a commit names only synced files)."""
-    with open(path, "wb") as handle:
+    """Write `data` to a new file at `path` and flush it to the disk (a commit names only synced files); never
+    through a symbolic link (guard.create)."""
+    with open(create(path), "wb", closefd=True) as handle:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
@@ -170,7 +241,7 @@ def _atomic(path: Path, data: bytes) -> None:
         sync_write(tmp, data)
         os.replace(tmp, path)
     finally:
-        if tmp.exists():
+        if tmp.exists() and not tmp.is_symlink():
             tmp.unlink()
 
 
@@ -178,25 +249,43 @@ def write_manifest(root: Path, identity: SchemaIdentity, options: StoreOptions, 
                    shards: list[str]) -> None:
     document = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "schema": identity.to_json(),
                 "options": options.to_json(), "complete": complete, "shards": shards}
+    if identity.weights is not None:
+        document["weights"] = [[name, dtype, list(shape), digest] for name, dtype, shape, digest in identity.weights]
     _atomic(root / MANIFEST, dump_json(document))
+
+
+def _weights(data: Any, limits: FileLimits, where: str) -> tuple:
+    if not is_array(data) or len(data) > limits.max_tensors:
+        raise MalformedFileError(f"{where}: expected an array of at most {limits.max_tensors} [name, dtype, shape, "
+                                 "digest] items")
+    items = []
+    for index, item in enumerate(data):
+        if (not is_array(item) or len(item) != 4 or any(type(item[i]) is not str for i in (0, 1, 3))
+                or not is_array(item[2]) or len(item[2]) > limits.max_dims
+                or any(type(d) is not int or d < 0 for d in item[2])):
+            raise MalformedFileError(f"{where}[{index}]: expected [name, dtype, shape (ints), digest]")
+        items.append((item[0], item[1], tuple(item[2]), item[3]))
+    return tuple(items)
 
 
 def read_manifest(root: Path, limits: FileLimits) -> tuple[SchemaIdentity, StoreOptions, list, list[str]]:
     """(identity, options, complete ranges, shard names) of the store at `root`; typed errors if malformed."""
     path = root / MANIFEST
+    check_not_link(path, root)
     if not path.is_file():
         raise FileNotFoundError(f"{root} is not a store: it has no {MANIFEST}; write one with capture_dataset")
     source = str(path)
     document = parse_json(read_bounded(path, limits, "store manifest"), limits, source)
     check_header(document, FORMAT_NAME, FORMAT_VERSION, source)
-    record(document, source, ("format", "version", "schema", "options", "complete", "shards"))
+    record(document, source, ("format", "version", "schema", "options", "complete", "shards"), optional=("weights",))
     raw = get_dict(document, "schema", source)
     record(raw, f"{source}.schema", ("source_hash", "model_class", "inputs"))
     inputs = get_list(raw, "inputs", f"{source}.schema")
     if any(type(name) is not str for name in inputs):
         raise MalformedFileError(f"{source}.schema.inputs: expected an array of names")
+    weights = _weights(document["weights"], limits, f"{source}.weights") if "weights" in document else None
     identity = SchemaIdentity(get_str(raw, "source_hash", f"{source}.schema", max_chars=64),
-                              get_str(raw, "model_class", f"{source}.schema", max_chars=1024), tuple(inputs))
+                              get_str(raw, "model_class", f"{source}.schema", max_chars=1024), tuple(inputs), weights)
     options = _options(get_dict(document, "options", source), f"{source}.options")
     complete = [list(pair) for pair in get_list(document, "complete", source)]
     if any(len(pair) != 2 or any(type(v) is not int or v < 0 for v in pair) for pair in complete):

@@ -24,6 +24,7 @@ import torch
 from ..files.file_format import FileLimitError, FileLimits, MalformedFileError, decode_budget, parse_json
 from ..schema.model import TensorContainer
 from ..traces.trace import ActivationTrace, TraceStep
+from .guard import check_no_links
 from .manifest import Commit, read_commits, read_manifest
 from .reductions import Reduction, ReductionState, decode_states
 from .shards import ShardFile
@@ -33,6 +34,15 @@ __all__ = ["TraceStore", "NOT_KEPT"]
 
 NOT_KEPT = "not kept in the store (its keep selector did not name it); its statistics are in store.steps"
 _PARQUET_RATIO = 64  # decoded bytes a statistics file may claim per byte of file (real ones: under 10)
+_BATCH_ROWS = 1 << 16  # rows decoded at a time, and counted, by `_read_file`
+
+
+def _row_width(schema: Any) -> int:
+    """The bytes a row decodes to at the least: fixed-width values, and a 4-byte offset per text or list value."""
+    import pyarrow as pa
+
+    return sum(f.type.bit_width // 8 if pa.types.is_integer(f.type) or pa.types.is_floating(f.type) else
+               1 if pa.types.is_boolean(f.type) else 4 for f in schema)
 
 
 def _duckdb() -> Any:
@@ -60,9 +70,11 @@ class TraceStore:
         store so, having just written those files)."""
         self.path = Path(path)
         self.limits = limits or FileLimits()
+        check_no_links(self.path, every_entry=False)  # each file a commit names is checked by read_commits
         self.identity, self.options, _, _ = read_manifest(self.path, self.limits)
         self.commits: list[Commit] = read_commits(self.path, self.limits, self.options.block_size)
         self._by_sample: dict[int, Commit] = {s: c for c in self.commits for s in c.samples}
+        self._decoded_ok: set[Path] = set()  # statistics files read within their bound (`_read_file`)
         self._check_parquet()
         self._opened: dict[str, ShardFile] = {}
         self._index: dict[str, str] = {}  # "sample/container_id" -> shard file, of the commits opened
@@ -106,7 +118,9 @@ class TraceStore:
     @staticmethod
     def _key_matches(key: str, commit: Commit) -> bool:
         sample, slash, _ = key.partition("/")
-        return bool(slash) and sample.isdigit() and int(sample) in commit.samples
+        # ASCII digits within an int64 (int() of 5000 digits raises ValueError; "²" is a digit to isdigit)
+        return bool(slash) and 0 < len(sample) <= 18 and sample.isascii() and sample.isdigit() and \
+            int(sample) in commit.samples
 
     def _check_parquet(self) -> None:
         import pyarrow.parquet as pq
@@ -124,10 +138,86 @@ class TraceStore:
             if meta.num_rows != commit.rows:
                 raise MalformedFileError(f"{path}: {meta.num_rows} rows, its commit says {commit.rows}")
             decoded = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-            allowed = _PARQUET_RATIO * max(os.path.getsize(path), 64 * 1024)
-            if decoded > min(allowed, self.limits.max_decoded_bytes):
+            bound = self._bound(path)
+            if decoded > bound:
                 raise FileLimitError(f"{path}: claims {decoded} decoded bytes, over {_PARQUET_RATIO} times the file; "
                                      "refused as a decompression bomb")
+            # what the rows decode to at the least: every row's fixed-width values and offsets (the row count is
+            # the one decoding gives, and the commit's): a file of millions of constant rows stops here
+            fixed = meta.num_rows * _row_width(expected)
+            if fixed > bound:
+                raise FileLimitError(f"{path}: {meta.num_rows} rows decode to at least {fixed} bytes, over the bound of "
+                                     f"{bound} ({_PARQUET_RATIO} times the file, at most FileLimits.max_decoded_bytes); "
+                                     "refused as a decompression bomb")
+
+    def _bound(self, path: Path) -> int:
+        """The most bytes a statistics file may decode to: 64 times its size (at least 64 KiB's worth), and at most
+        FileLimits.max_decoded_bytes."""
+        return min(_PARQUET_RATIO * max(os.path.getsize(path), 64 * 1024), self.limits.max_decoded_bytes)
+
+    def _read_file(self, path: Path, sample: Optional[int] = None, check_only: bool = False) -> Any:
+        """The statistics of one file (of one sample), decoded under the bound `_bound`, which counts what decoding
+        gives, not what the file declares: it is read a batch of rows at a time, its text columns as dictionaries
+        (each value once), and each text column is counted as the strings its rows expand to (a row's string is
+        its own copy once decoded) before any row is expanded. Past the bound: FileLimitError naming the file, the
+        column and the bound. `check_only`: the count only (the fixed-width columns from the row count, the others
+        read), as before DuckDB reads the files."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        schema = arrow_schema()
+        text = [f.name for f in schema if pa.types.is_string(f.type)]
+        varying = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_list(f.type)]
+        bound = self._bound(path)
+        sizes = dict.fromkeys(schema.names, 0)
+        batches = []
+        try:
+            handle = pq.ParquetFile(path, read_dictionary=text)
+            rows = handle.metadata.num_rows
+            if check_only:
+                for name in schema.names:
+                    if name not in varying:
+                        sizes[name] = rows * _row_width(pa.schema([schema.field(name)]))
+            for batch in handle.iter_batches(batch_size=_BATCH_ROWS, columns=varying if check_only else schema.names,
+                                             use_threads=False):
+                for name, column in zip(batch.schema.names, batch.columns):
+                    if pa.types.is_dictionary(column.type):
+                        values = column.dictionary
+                        if values.nbytes > bound:
+                            sizes[name] = values.nbytes
+                        else:
+                            lengths = pc.take(pc.binary_length(values), column.indices)
+                            sizes[name] += 4 * (len(column) + 1) + (pc.sum(lengths).as_py() or 0)
+                    else:
+                        sizes[name] += column.nbytes
+                if sum(sizes.values()) > bound:
+                    break
+                if not check_only:
+                    if sample is not None:
+                        batch = batch.filter(pc.equal(batch.column("sample"), sample))
+                    batches.append(batch)
+            handle.close()
+            table = None if check_only or not batches else pa.Table.from_batches(batches)
+        except Exception as exc:
+            raise MalformedFileError(f"{path}: a statistics file could not be read ({type(exc).__name__}: {exc})") from None
+        total = sum(sizes.values())
+        if total > bound:
+            column = max(sizes, key=sizes.get)
+            raise FileLimitError(f"{path}: its rows decode to more than {bound} bytes ({total} so far; the column "
+                                 f"{column!r} alone {sizes[column]}), over the bound of {_PARQUET_RATIO} times the "
+                                 "file (at most FileLimits.max_decoded_bytes); refused as a decompression bomb. A "
+                                 "store's statistics decode to a few times their file; pass limits=FileLimits("
+                                 "max_decoded_bytes=...) only for a store you trust")
+        self._decoded_ok.add(path)
+        if check_only:
+            return None
+        if table is None:
+            return schema.empty_table()
+        try:
+            return table.cast(schema)
+        except Exception as exc:
+            raise MalformedFileError(f"{path}: a statistics file could not be read ({type(exc).__name__}: {exc})") from None
 
     def __repr__(self) -> str:
         return (f"<TraceStore {self.path}: {len(self._by_sample)} inputs of {self.identity.model_class}, "
@@ -160,15 +250,8 @@ class TraceStore:
 
     def _read_table(self, files: list[Path], sample: Optional[int] = None) -> Any:
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
-        try:
-            tables = [pq.read_table(f, filters=[("sample", "=", sample)] if sample is not None else None,
-                                    schema=arrow_schema()) for f in files]
-        except Exception as exc:
-            names = ", ".join(str(f.name) for f in files) if len(files) < 4 else f"{len(files)} files"
-            raise MalformedFileError(f"{self.path}: a statistics file could not be read ({names}; "
-                                     f"{type(exc).__name__}: {exc})") from None
+        tables = [self._read_file(f, sample) for f in files]  # each under its bound (`_read_file`)
         return pa.concat_tables(tables) if tables else arrow_schema().empty_table()
 
     @property
@@ -184,6 +267,9 @@ class TraceStore:
         if not isinstance(sql, str):
             raise TypeError(f"sql must be a string, got {type(sql).__name__}")
         duckdb = _duckdb()
+        for path in self.parquet_files():  # DuckDB decodes them as pyarrow would: each is counted first, once
+            if path not in self._decoded_ok:
+                self._read_file(path, check_only=True)
         files = [str(f) for f in self.parquet_files()]
         connection = duckdb.connect(":memory:")
         try:
@@ -218,7 +304,11 @@ class TraceStore:
         return commit
 
     def tensor(self, sample: int, container_id: str) -> torch.Tensor:
-        """The kept tensor of step `container_id` of input `sample`: a view of the mapped shard, no copy."""
+        """The kept tensor of step `container_id` of input `sample`: a view of the mapped shard, no copy.
+
+        The view lies where safetensors puts it, aligned to its element size only: a matrix product run on it
+        may round the last bits otherwise than on an aligned copy (BLAS picks its kernels by alignment), so
+        replay an input from `scope(sample)` (aligned clones) to compare bit for bit with the stored steps."""
         self._open_shards(self._commit_of(sample))
         key = f"{int(sample)}/{container_id}"
         name = self._index.get(key)

@@ -432,13 +432,14 @@ def decode_states(items: Any, tensors: Any, bins: int, low: float, high: float, 
         if shape is not None and (not is_array(shape) or any(type(d) is not int or d < 0 for d in shape)):
             raise MalformedFileError(f"{where}.element_shape: expected an array of dimensions or null")
         state.element_shape = tuple(shape) if shape is not None else None
-        state.element_n = get_int(item, "element_n", where)
+        # a reduction that holds a mean has seen an occurrence: a count of 0 would divide by zero in the merge
+        state.element_n = get_int(item, "element_n", where, low=0 if shape is None else 1)
         state.element_note = get_str(item, "element_note", where, max_chars=4096)
         channels = item["channels"]
         if channels is not None and (type(channels) is not int or channels <= 0):
             raise MalformedFileError(f"{where}.channels: expected a positive integer or null")
         state.channels = channels
-        state.channel_n = get_int(item, "channel_n", where)
+        state.channel_n = get_int(item, "channel_n", where, low=0 if channels is None else 1)
         state.channel_note = get_str(item, "channel_note", where, max_chars=4096)
 
         def take(key: str, dtype: torch.dtype, shape: Optional[tuple]) -> Optional[torch.Tensor]:

@@ -29,6 +29,7 @@ import torch
 
 from ..files.file_format import FileLimitError, FileLimits, MalformedFileError, decode_budget, is_object, parse_json
 from ..files.trace_file import SAFETENSORS_DTYPES, safetensors_layout
+from .guard import create
 
 _CODES = {dtype: code for code, (dtype, _) in SAFETENSORS_DTYPES.items()}
 
@@ -67,7 +68,7 @@ def write_shard(path: Path, tensors: dict[str, torch.Tensor], metadata: Optional
     (tests/store/test_writer.py)."""
     if sys.byteorder == "big":  # pragma: no cover - safetensors is little-endian: let it convert
         data = encode_shard(tensors, metadata)
-        with open(path, "wb") as handle:
+        with open(create(path), "wb", closefd=True) as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
@@ -111,7 +112,7 @@ def write_bytes(path: Path, pieces: list) -> str:
     written again from the start."""
     if direct_writes():
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT | getattr(os, "O_CLOEXEC", 0), 0o666)
+            fd = create(path, direct=True)
         except OSError as exc:
             if exc.errno not in _NO_DIRECT:
                 raise
@@ -125,7 +126,7 @@ def write_bytes(path: Path, pieces: list) -> str:
                     raise
             finally:
                 os.close(fd)
-    with open(path, "wb") as handle:
+    with open(create(path), "wb", closefd=True) as handle:  # a new file, never through a link (guard.create)
         _write_through_stage(handle.fileno(), pieces, direct=False)
         os.fsync(handle.fileno())
     return "buffered"
@@ -180,9 +181,14 @@ class ShardFile:
         self.path = path
         source = str(path)
         try:
-            handle = open(path, "rb")
+            handle = open(os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)), "rb")
         except FileNotFoundError:
             raise MalformedFileError(f"{source}: the store names this file but it is missing") from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a link
+                raise MalformedFileError(f"{source}: a symbolic link; a store's files are read only as plain "
+                                         "files (remove the link)") from None
+            raise
         with handle:
             size = os.fstat(handle.fileno()).st_size
             if expected_size is not None and size != expected_size:
@@ -216,7 +222,8 @@ class ShardFile:
 
     def mapping(self) -> mmap.mmap:
         if self._map is None:
-            with open(self.path, "rb") as handle:
+            with open(os.open(self.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)),
+                      "rb") as handle:
                 if os.fstat(handle.fileno()).st_size != self.size:
                     raise MalformedFileError(f"{self.path}: the file changed size since the store was opened")
                 self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)

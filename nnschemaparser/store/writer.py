@@ -16,12 +16,14 @@ Depends on schema, runtime listeners, traces (capture, selection) and the store'
 
 from __future__ import annotations
 
+import errno
 import gc
 import io
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
@@ -33,14 +35,16 @@ from ..schema.model import ModelBlockSchema
 from ..traces.record import capture_run
 from ..traces.selection import KeepSelector, is_block_call
 from ..traces.trace import container_id
-from .manifest import (Commit, SchemaIdentity, StoreMismatchError, StoreOptions, read_commits, read_manifest,
-                       schema_identity, sync_write, unit_name, write_commit, write_manifest)
+from .guard import FOLDERS, LOCK_FILE, check_no_links
+from .manifest import (Commit, SchemaIdentity, StoreIncompleteError, StoreMismatchError, StoreOptions, read_commits,
+                       read_manifest, schema_identity, sync_write, unit_name, weights_difference, write_commit,
+                       write_manifest)
 from .reductions import ReductionState, encode_states, fold_together
 from .shards import write_shard
 from .statistics import Summariser
 from .step_table import StepColumns
 
-__all__ = ["prepare_store", "discard_new_store", "write_rank", "finalize_store", "as_scope", "RankSummary"]
+__all__ = ["prepare_store", "refuse_foreign_folder", "discard_new_store", "write_rank", "finalize_store", "as_scope", "RankSummary"]
 
 # Parquet as the statistics are written: LZ4 (zstd costs twice the CPU for a file about 30% smaller),
 # dictionaries for the text columns only (a float column's dictionary is hashed and then given up), and
@@ -74,6 +78,7 @@ def as_scope(item: Any, schema: ModelBlockSchema) -> dict:
 
 def prepare_store(root: Path, schema: ModelBlockSchema, options: StoreOptions, limits: FileLimits) -> SchemaIdentity:
     """Create the store at `root`, or check that it was written for this schema and these options."""
+    check_no_links(root, every_entry=True)
     identity = schema_identity(schema)
     if (root / "manifest.json").exists():
         found, stored, _, _ = read_manifest(root, limits)
@@ -89,13 +94,34 @@ def prepare_store(root: Path, schema: ModelBlockSchema, options: StoreOptions, l
                     ((k, getattr(stored, k), getattr(options, k)) for k in vars(options)) if a != b]
             raise StoreMismatchError(f"{root} was written with other options ({'; '.join(diff)}); a store keeps "
                                      "its options: pass the same ones, or write another store")
+        if found.weights is None:
+            warnings.warn(f"{root} was written before stores recorded the model's weights: its inputs cannot be "
+                          "checked against this model's, and none is recorded now (it would vouch for the inputs "
+                          "already there). Write a new store to have the weights checked on every resume",
+                          UserWarning, stacklevel=3)
+            return replace(identity, weights=None)
+        if identity.weights is not None:
+            difference = weights_difference(found.weights, identity.weights)
+            if difference is not None:
+                raise StoreMismatchError(f"{root} was written with other weights of {identity.model_class}: "
+                                         f"{difference}. A store holds the activations of one checkpoint: load the "
+                                         "one it was written with, or write this model's runs into another store")
         return identity
-    if root.exists() and any(root.iterdir()):
-        raise FileExistsError(f"{root} exists and is not a store (no manifest.json); give an empty or new folder")
-    for folder in ("commits", "steps", "tensors", "reductions"):
-        (root / folder).mkdir(parents=True, exist_ok=True)
-    write_manifest(root, identity, options, [], [])
+    refuse_foreign_folder(root)
+    try:
+        for folder in FOLDERS:
+            (root / folder).mkdir(parents=True, exist_ok=True)
+        write_manifest(root, identity, options, [], [])
+    except OSError as exc:
+        raise StoreIncompleteError(f"{root}: the new store could not be created ({exc.strerror or exc}); no input "
+                                   "was written. Free space (or fix the cause) and run capture_dataset again") from exc
     return identity
+
+
+def refuse_foreign_folder(root: Path) -> None:
+    """A folder that exists, holds something and is not a store is not written into (nor removed on a failure)."""
+    if root.is_symlink() or root.exists() and (not root.is_dir() or any(p.name != LOCK_FILE for p in root.iterdir())):
+        raise FileExistsError(f"{root} exists and is not a store (no manifest.json); give an empty or new folder")
 
 
 def discard_new_store(root: Path, folder_existed: bool) -> bool:
@@ -104,12 +130,13 @@ def discard_new_store(root: Path, folder_existed: bool) -> bool:
     commits = root / "commits"
     if commits.is_dir() and any(p.suffix == ".json" for p in commits.iterdir()):
         return False
-    for folder in ("commits", "steps", "tensors", "reductions"):
-        if (root / folder).is_dir():
+    for folder in FOLDERS:
+        if (root / folder).is_dir() and not (root / folder).is_symlink():
             shutil.rmtree(root / folder)
     (root / "manifest.json").unlink(missing_ok=True)
     for leftover in root.glob(".*.tmp"):  # a manifest being rewritten
         leftover.unlink()
+    (root / LOCK_FILE).unlink(missing_ok=True)  # held until the caller's `with` ends; a writer waiting re-opens it
     if not folder_existed and not any(root.iterdir()):
         root.rmdir()
     return True
@@ -193,7 +220,10 @@ class _Unit:
             return 0
         self.fold()  # the queues hold tensors of this shard only
         name = f"tensors/{self.name}-{len(self.shards):03d}.safetensors"
-        size = write_shard(self.root / name, self.shard)
+        try:
+            size = write_shard(self.root / name, self.shard)
+        except OSError as exc:
+            raise _WriteFailed(name, exc) from exc
         self.shards.append((name, size))
         self.shard, self.shard_bytes = {}, 0
         return size
@@ -206,16 +236,49 @@ class _Unit:
         steps_file = f"steps/{self.name}.parquet"
         buffer = io.BytesIO()
         pq.write_table(self.rows.table(), buffer, **PARQUET_OPTIONS)
-        sync_write(self.root / steps_file, buffer.getvalue())
         tensors, described = encode_states(self.states)
         reductions_file = f"reductions/{self.name}.safetensors"
-        size = write_shard(self.root / reductions_file, tensors,
-                           {"reductions": dump_json(described["items"]).decode("ascii")})
-        sizes = [(steps_file, len(buffer.getvalue())), (reductions_file, size)] + list(self.shards)
-        commit = Commit(self.name, self.block, rank, tuple(self.samples), steps_file, len(self.rows),
-                        tuple(self.shards), reductions_file, tuple(sorted(sizes)), statistics)
-        write_commit(self.root, commit)
+        writing = steps_file
+        try:
+            sync_write(self.root / steps_file, buffer.getvalue())
+            writing = reductions_file
+            size = write_shard(self.root / reductions_file, tensors,
+                               {"reductions": dump_json(described["items"]).decode("ascii")})
+            sizes = [(steps_file, len(buffer.getvalue())), (reductions_file, size)] + list(self.shards)
+            commit = Commit(self.name, self.block, rank, tuple(self.samples), steps_file, len(self.rows),
+                            tuple(self.shards), reductions_file, tuple(sorted(sizes)), statistics)
+            writing = f"commits/{self.name}.json"
+            write_commit(self.root, commit)
+        except OSError as exc:
+            raise _WriteFailed(writing, exc) from exc
+        self.commit_sizes = commit.sizes
         return commit
+
+
+class _WriteFailed(Exception):
+    """A file of the unit could not be written (a full disk, a quota, an I/O error): `write_rank` says so."""
+
+    def __init__(self, name: str, error: OSError):
+        super().__init__(name, error)
+        self.name, self.error = name, error
+
+
+def _write_failure(root: Path, failed: _WriteFailed, block: int, kept: set[int], named: set[str]) -> StoreIncompleteError:
+    """The error of a unit whose file could not be written, its partial files removed first."""
+    try:
+        _remove_orphans(root, block, named)
+        cleaned = f"the files of block {block} written so far were removed"
+    except OSError as exc:
+        cleaned = f"the files of block {block} written so far could not all be removed ({exc}); the next run does it"
+    error = failed.error
+    cause = {errno.ENOSPC: "the disk is full", getattr(errno, "EDQUOT", -1): "the disk quota is used up"}.get(
+        error.errno, "it failed")
+    ids = sorted(kept)
+    listed = f" (sample ids {ids[0]}..{ids[-1]})" if ids else ""
+    return StoreIncompleteError(
+        f"{root}: writing {failed.name} failed: {cause} ({error.strerror or error}). The store keeps the {len(ids)} "
+        f"inputs committed{listed}; {cleaned}. Free space (or fix the cause) and run capture_dataset again with the "
+        "same inputs: it writes only the missing ones.")
 
 
 def _remove_orphans(root: Path, block: int, committed: set[str]) -> None:
@@ -247,6 +310,8 @@ def write_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], opti
         nonlocal unit
         if unit is not None and unit.samples:
             unit.commit(rank, names.summarise.engine)
+            done.update(unit.samples)
+            named.update(name for name, _ in unit.commit_sizes)
             summary.units += 1
             summary.bytes += sum(s for _, s in unit.shards)
         unit = None
@@ -282,6 +347,8 @@ def write_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], opti
             if progress is not None:
                 progress(1, written)
         close()
+    except _WriteFailed as failed:
+        raise _write_failure(root, failed, unit.block if unit is not None else -1, done, named) from failed.error
     finally:
         if collecting:
             gc.enable()
@@ -403,6 +470,15 @@ def _summarise_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: i
 
 def finalize_store(root: Path, identity: SchemaIdentity, options: StoreOptions, limits: FileLimits) -> None:
     """Rewrite the manifest's summary: the complete sample ranges and the shard index, from the commits."""
+    try:
+        _finalize(root, identity, options, limits)
+    except OSError as exc:
+        raise StoreIncompleteError(f"{root}: every input is committed, but the manifest's summary could not be "
+                                   f"rewritten ({exc.strerror or exc}); the commits are the store's truth and stay. "
+                                   "Free space (or fix the cause) and run capture_dataset again to rewrite it") from exc
+
+
+def _finalize(root: Path, identity: SchemaIdentity, options: StoreOptions, limits: FileLimits) -> None:
     commits = read_commits(root, limits, options.block_size)
     samples = sorted(s for c in commits for s in c.samples)
     ranges: list[list[int]] = []
