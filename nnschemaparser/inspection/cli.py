@@ -34,8 +34,8 @@ alone when nothing is asked); progress and notices go to stderr. Exit status, as
 defines it: 0 on success; 1 on any failure and on bad usage (one line on stderr; the traceback with
 --verbose; a model whose forward fails still gets its card, saying so; the model's own `sys.exit`
 is such a failure, ModelExit, and so is its GeneratorExit or own BaseException subclass, ModelAbort);
-130 when interrupted (Ctrl-C, KeyboardInterrupt: one line, `interrupted`); 2 only with `--fail-on-block` when the card reports a blocker. With
-`--plan`, a forward that fails is a blocker the card reports and the exit status is 0 once the card
+130 when interrupted (Ctrl-C, KeyboardInterrupt: one line, `interrupted`); 2 only with
+`--fail-on-block` when the card reports a blocker. With `--plan`, a forward that fails is a blocker the card reports and the exit status is 0 once the card
 printed; a network failure, rate limit or server error of the deployment is one line on stderr and
 exit status 1, with the graph file already on disk.
 

@@ -28,25 +28,25 @@ Routes:
 Every request body is hostile. The event loop only reads it (share_queue.Uploads: at most
 `--max-body` bytes, else 413; the whole body within `--body-timeout` seconds, else 408 and what was
 read is dropped; at most `--max-uploads` bodies read at once and `--client-uploads` per address,
-else 503 at once with Retry-After); the decoding (`files.file_format.parse_json`, the strict bounded reader), the graph checks, the plan,
-the schema check (shared_page.check_shared_schema: decoded without a model, nothing imported,
-evaluated, called or run) and the page are done in worker processes (share_worker.WorkerPool), each
-request under `--cpu-budget` seconds (past it: 413, the worker killed and replaced), so a body that
-takes seconds of CPU never delays `/healthz` or a page. The requests wait for a worker in a fair
-queue per address (share_queue.FairQueue): a free worker goes to the address with the fewest
-requests on workers, in turn; one address has at most `--client-workers` on workers at once
-(default half of `--workers`, at least one), at most `--client-queue` waiting, all addresses at
-most `--max-queue` waiting (past these: 503 at once), and a request that waits `--queue-wait`
-seconds without a worker is 503; every 503 carries Retry-After. A body refused is 400 (413 past a
-size bound), naming the problem.
+else 503 at once with Retry-After); the decoding (`files.file_format.parse_json`, the strict
+bounded reader), the graph checks, the plan, the schema check (shared_page.check_shared_schema:
+decoded without a model, nothing imported, evaluated, called or run) and the page are done in
+worker processes (share_worker.WorkerPool), each request under `--cpu-budget` seconds (past it:
+413, the worker killed and replaced), so a body that takes seconds of CPU never delays `/healthz`
+or a page. The requests wait for a worker in a fair queue per address (share_queue.FairQueue): a
+free worker goes to the address with the fewest requests on workers, in turn; one address has at
+most `--client-workers` on workers at once (default half of `--workers`, at least one), at most
+`--client-queue` waiting, all addresses at most `--max-queue` waiting (past these: 503 at once), and
+a request that waits `--queue-wait` seconds without a worker is 503; every 503 carries Retry-After.
+A body refused is 400 (413 past a size bound), naming the problem.
 
 POSTs must be `Content-Type: application/json` (415 otherwise) and, when they carry an `Origin`,
 come from the public URL's origin or one named by `--allow-origin` (403 otherwise: a cross-site
 form cannot create shares). Each client address may make `--rate-limit` POST requests per
 `--window` seconds (429 past that; RateLimiter forgets idle clients and keeps at most 100,000),
 a request counting once per second of worker time it took, rounded up (one stopped at
-`--cpu-budget 5` counts 5), unless it sends `Authorization: Bearer <key>` with a key from `NEURARCH_SERVER_KEYS`
-(comma-separated) or `--keys-file` (one a line); an unknown key is 401. The address is the socket's:
+`--cpu-budget 5` counts 5), unless it sends `Authorization: Bearer <key>` with a key from
+`NEURARCH_SERVER_KEYS` (comma-separated) or `--keys-file` (one a line); an unknown key is 401. The address is the socket's:
 forwarded headers are believed only from `--trusted-proxy` addresses (uvicorn's proxy headers are
 off otherwise). Share URLs start with `--public-url` (default: the address the server listens on),
 never the request's Host header. Every response is sent with `X-Content-Type-Options: nosniff`.

@@ -178,6 +178,7 @@ class WorkerPool:
         self._all = list(self._idle)
         self._ready = threading.Condition()
         self.killed = 0  # workers killed past the budget (the load test reads it)
+        self._closed = False
 
     def _take(self) -> Optional[_Worker]:
         with self._ready:
@@ -194,10 +195,15 @@ class WorkerPool:
         """Kill `worker` and give back a fresh one once it has imported (its start is charged to the
         request that cost the worker, not to the next one)."""
         worker.kill()
-        fresh = _Worker(self._context)
         with self._ready:
+            if self._closed:  # the server is stopping: no new worker
+                return
+            fresh = _Worker(self._context)
             self._all = [w for w in self._all if w is not worker] + [fresh]
-        fresh.wait_ready()
+        try:
+            fresh.wait_ready()
+        except (EOFError, OSError):  # it died or the pool closed: the next request finds out and replaces it
+            pass
         self._give_back(fresh)
 
     def run_timed(self, kind: str, body: bytes, token: str) -> tuple[tuple[int, dict[str, Any], Optional[dict]], float]:
@@ -231,6 +237,7 @@ class WorkerPool:
 
     def close(self) -> None:
         with self._ready:
+            self._closed = True
             workers, self._all, self._idle = self._all, [], []
         for worker in workers:
             worker.kill()
