@@ -6,7 +6,8 @@ tests/widget/test_share_server_service.py).
         [--workers 2] [--cpu-budget 2]
 
 Starts a real server on 127.0.0.1 (port 0), runs `--senders` threads that post 8 MB bodies of small
-numbers in a loop and one prober that GETs /healthz every 50 ms, then prints the probes' p50, p99
+numbers in a loop (each from its own loopback address, 127.0.0.10 on: the server queues per address,
+so senders sharing one address would mostly be turned away at once) and one prober that GETs /healthz every 50 ms, then prints the probes' p50, p99
 and max, the hostile answers by status, and the server process's RSS sampled every 10 s.
 """
 
@@ -28,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = b'{"graph": [' + b",".join([b"0"] * 4_000_000) + b"]}"
 
 
-def _request(port: int, method: str, path: str, body: bytes | None = None) -> int:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+def _request(port: int, method: str, path: str, body: bytes | None = None, source: str = "127.0.0.1") -> int | str:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60, source_address=(source, 0))
     try:
         connection.request(method, path, body=body, headers={"Content-Type": "application/json"})
         answer = connection.getresponse()
@@ -69,11 +70,16 @@ def main() -> int:
         stop = threading.Event()
         answers: collections.Counter = collections.Counter()
 
-        def hostile() -> None:
+        def hostile(source: str) -> None:
             while not stop.is_set():
-                answers[_request(port, "POST", "/api/v1/plan", HOSTILE)] += 1
+                try:
+                    answers[_request(port, "POST", "/api/v1/plan", HOSTILE, source)] += 1
+                except (ConnectionResetError, BrokenPipeError):  # refused at once while it was sending
+                    answers["reset"] += 1
+                    time.sleep(0.1)
 
-        senders = [threading.Thread(target=hostile, daemon=True) for _ in range(args.senders)]
+        senders = [threading.Thread(target=hostile, args=(f"127.0.0.{10 + n}",), daemon=True)
+                   for n in range(args.senders)]
         for sender in senders:
             sender.start()
         latencies, rss = [], []

@@ -33,8 +33,9 @@ stdout carries only what was asked for (the summary, `-o -`, the cards, the Shar
 alone when nothing is asked); progress and notices go to stderr. Exit status, as neurarch-trace
 defines it: 0 on success; 1 on any failure and on bad usage (one line on stderr; the traceback with
 --verbose; a model whose forward fails still gets its card, saying so; the model's own `sys.exit`
-is such a failure, ModelExit); 2 only with `--fail-on-block` when the card reports a blocker. With
-`--plan`, a forward that fails is a blocker the card reports and the exit status is 0 once the card
+is such a failure, ModelExit, and so is its GeneratorExit or own BaseException subclass, ModelAbort);
+130 when interrupted (Ctrl-C, KeyboardInterrupt: one line, `interrupted`); 2 only with
+`--fail-on-block` when the card reports a blocker. With `--plan`, a forward that fails is a blocker the card reports and the exit status is 0 once the card
 printed; a network failure, rate limit or server error of the deployment is one line on stderr and
 exit status 1, with the graph file already on disk.
 
@@ -68,7 +69,8 @@ from .plan_client import request_plan
 from .target import LoadedTarget, load_target
 from ..traces.text_trace import TraceRecorder
 
-__all__ = ["main", "InputSpec", "parse_input_spec", "make_inputs", "USAGE_STATUS", "ModelExit"]
+__all__ = ["main", "InputSpec", "parse_input_spec", "make_inputs", "USAGE_STATUS", "INTERRUPTED_STATUS", "ModelExit",
+           "ModelAbort"]
 
 _DTYPES = {
     "float": torch.float32, "float32": torch.float32, "fp32": torch.float32,
@@ -217,8 +219,17 @@ class _Usage(Exception):
 USAGE_STATUS = 1
 
 
+#: The exit status of an interrupted command (Ctrl-C, a KeyboardInterrupt): the shell's 128 + SIGINT.
+INTERRUPTED_STATUS = 130
+
+
 class ModelExit(RuntimeError):
     """The model's code (its import, construction or forward) called sys.exit: a failure, not a way out."""
+
+
+class ModelAbort(RuntimeError):
+    """The model's code raised a BaseException that is not an Exception (GeneratorExit, its own
+    `class Boom(BaseException)`), KeyboardInterrupt and SystemExit aside: a failure like any other."""
 
 
 _PROG = ["nnschemaparser"]
@@ -373,11 +384,29 @@ def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO,
 
 
 def _guarded(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call into the model's code; its sys.exit is a ModelExit (a failure with one line), never the CLI's exit."""
+    """Call into the model's code; its sys.exit is a ModelExit and any other BaseException but
+    KeyboardInterrupt a ModelAbort (failures with one line, reported as a forward's Exception is),
+    never the CLI's exit or a traceback."""
     try:
         return function(*args, **kwargs)
     except SystemExit as exc:
         raise ModelExit(f"the model's code called sys.exit({exc.code!r}); a model must raise, not exit") from None
+    except (Exception, KeyboardInterrupt):
+        raise
+    except BaseException as exc:
+        where = _where(exc)
+        raise ModelAbort(f"the model's code raised {_one_line(exc)}, a BaseException that is not an Exception"
+                         + (f" ({where})" if where else "")) from exc
+
+
+def _where(exc: BaseException) -> str:
+    """Where `exc` was raised: the interpreter's note (`while executing ... in Net.forward at m.py:9`),
+    else the innermost frame of its traceback."""
+    for note in getattr(exc, "__notes__", None) or ():
+        if isinstance(note, str) and note.startswith("while executing"):
+            return note.splitlines()[0][:300]
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
 
 
 def _one_line(exc: BaseException) -> str:
@@ -407,8 +436,15 @@ def main(argv: Optional[Sequence[str]] = None, *, share_schema: Optional[Callabl
     except _Usage as exc:
         print(f"{prog}: error: {exc} (see {prog} --help)", file=stderr)
         return USAGE_STATUS
-    except (Exception, KeyboardInterrupt, SystemExit) as exc:
+    except KeyboardInterrupt:  # Ctrl-C: the shell's convention, never a traceback
         if args.verbose:
             traceback.print_exc(file=stderr)
-        print(f"{prog}: error: {_one_line(exc)}", file=stderr)
+        print(f"{prog}: interrupted", file=stderr)
+        return INTERRUPTED_STATUS
+    except BaseException as exc:  # GeneratorExit and other BaseExceptions too: one line, never a traceback
+        if args.verbose:
+            traceback.print_exc(file=stderr)
+        unusual = isinstance(exc, ModelAbort) or not isinstance(exc, Exception)
+        hint = " (--verbose shows the traceback)" if unusual and not args.verbose else ""
+        print(f"{prog}: error: {_one_line(exc)}{hint}", file=stderr)
         return 1

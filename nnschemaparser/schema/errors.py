@@ -50,6 +50,7 @@ nothing of the package; tests/test_error_tree.py fails when one is missing here,
     └── _Refused (widget.share_worker)                        internal: the same, raised in a worker process
     RuntimeError
     ├── ModelExit (inspection.cli)                            the model's own code called sys.exit (CLI status 1)
+    ├── ModelAbort (inspection.cli)                           the model's code raised GeneratorExit or its own BaseException (CLI status 1)
     └── StoreIncompleteError (store.manifest)                 capture_dataset did not write every input (a rank died)
     UserWarning
     ├── GraphMismatchWarning (inspection.inspector)           graph mode: the exported result is not eager's

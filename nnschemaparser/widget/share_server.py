@@ -3,7 +3,9 @@
     nnschemaparser serve [--host 127.0.0.1] [--port 8000] [--store DIR] [--rate-limit 30] [--window 60]
                          [--max-body 8388608] [--public-url https://plans.example.org] [--allow-origin URL]
                          [--trusted-proxy ADDRS] [--workers 2] [--cpu-budget 5] [--store-quota BYTES]
-                         [--client-quota BYTES] [--expire-days 30]
+                         [--client-quota BYTES] [--expire-days 30] [--body-timeout 60] [--max-uploads 16]
+                         [--client-uploads 2] [--queue-wait 15] [--client-queue 4] [--max-queue 32]
+                         [--client-workers N]
 
 Routes:
 
@@ -23,20 +25,28 @@ Routes:
   schema document (404 for a graph-only share), which `load_schema` reads.
 - `GET /healthz`: `{"ok": true}`.
 
-Every request body is hostile. The event loop only reads it (at most `--max-body` bytes, else 413);
-the decoding (`files.file_format.parse_json`, the strict bounded reader), the graph checks, the plan,
-the schema check (shared_page.check_shared_schema: decoded without a model, nothing imported,
-evaluated, called or run) and the page are done in worker processes (share_worker.WorkerPool), each
-request under `--cpu-budget` seconds (past it: 413, the worker killed and replaced; every worker
-busy that long: 503), so a body that takes seconds of CPU never delays `/healthz` or a page. A
-body refused is 400 (413 past a size bound), naming the problem.
+Every request body is hostile. The event loop only reads it (share_queue.Uploads: at most
+`--max-body` bytes, else 413; the whole body within `--body-timeout` seconds, else 408 and what was
+read is dropped; at most `--max-uploads` bodies read at once and `--client-uploads` per address,
+else 503 at once with Retry-After); the decoding (`files.file_format.parse_json`, the strict
+bounded reader), the graph checks, the plan, the schema check (shared_page.check_shared_schema:
+decoded without a model, nothing imported, evaluated, called or run) and the page are done in
+worker processes (share_worker.WorkerPool), each request under `--cpu-budget` seconds (past it:
+413, the worker killed and replaced), so a body that takes seconds of CPU never delays `/healthz`
+or a page. The requests wait for a worker in a fair queue per address (share_queue.FairQueue): a
+free worker goes to the address with the fewest requests on workers, in turn; one address has at
+most `--client-workers` on workers at once (default half of `--workers`, at least one), at most
+`--client-queue` waiting, all addresses at most `--max-queue` waiting (past these: 503 at once), and
+a request that waits `--queue-wait` seconds without a worker is 503; every 503 carries Retry-After.
+A body refused is 400 (413 past a size bound), naming the problem.
 
 POSTs must be `Content-Type: application/json` (415 otherwise) and, when they carry an `Origin`,
 come from the public URL's origin or one named by `--allow-origin` (403 otherwise: a cross-site
 form cannot create shares). Each client address may make `--rate-limit` POST requests per
 `--window` seconds (429 past that; RateLimiter forgets idle clients and keeps at most 100,000),
-unless it sends `Authorization: Bearer <key>` with a key from `NEURARCH_SERVER_KEYS`
-(comma-separated) or `--keys-file` (one a line); an unknown key is 401. The address is the socket's:
+a request counting once per second of worker time it took, rounded up (one stopped at
+`--cpu-budget 5` counts 5), unless it sends `Authorization: Bearer <key>` with a key from
+`NEURARCH_SERVER_KEYS` (comma-separated) or `--keys-file` (one a line); an unknown key is 401. The address is the socket's:
 forwarded headers are believed only from `--trusted-proxy` addresses (uvicorn's proxy headers are
 off otherwise). Share URLs start with `--public-url` (default: the address the server listens on),
 never the request's Host header. Every response is sent with `X-Content-Type-Options: nosniff`.
@@ -50,8 +60,8 @@ its files deleted by the next sweep). A graph over `MAX_SERVED_NODES` nodes is 4
 
 The server lives in the widget stage because it serves pages (it may import `inspection` for the
 graph checks and the plan); the root `__main__` dispatches `nnschemaparser serve` here.
-Depends on inspection (plan), files (file_format), the widget's share_worker, shared_page and
-static_html, starlette and uvicorn (the `serve` extra).
+Depends on inspection (plan), files (file_format), the widget's share_worker, share_queue, shared_page
+and static_html, starlette and uvicorn (the `serve` extra).
 """
 
 from __future__ import annotations
@@ -59,6 +69,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import re
 import secrets
@@ -74,6 +85,7 @@ from urllib.parse import urlsplit
 
 from ..files.file_format import dump_json
 from ..inspection.plan import compute_plan, format_plan_card
+from .share_queue import FairQueue, Refusal, Uploads
 from .share_worker import MAX_SERVED_NODES, WorkerPool
 from .shared_page import graph_page
 from .static_html import content_security_policy
@@ -123,6 +135,17 @@ class RateLimiter:
             while len(self._hits) > self.max_clients:
                 self._hits.popitem(last=False)
             return True
+
+    def charge(self, key: str, extra: int, now: Optional[float] = None) -> None:
+        """Count `extra` more hits for `key` now (a request that took seconds of worker time), at most
+        up to the limit."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            hits = self._hits.get(key)
+            if hits is None or extra < 1:
+                return
+            for _ in range(min(extra, self.limit - len(hits))):
+                hits.append(now)
 
 
 class QuotaError(Exception):
@@ -283,7 +306,9 @@ def create_app(store: Optional[Path] = None, *, rate_limit: int = 30, window: fl
                public_url: str = "http://127.0.0.1:8000",
                allowed_origins: Sequence[str] = (), workers: int = 2, cpu_budget: float = 5.0,
                max_store_bytes: int = 1 << 30, client_store_bytes: int = 32 << 20,
-               expire_days: float = 30.0, max_clients: int = 100_000):
+               expire_days: float = 30.0, max_clients: int = 100_000, body_timeout: float = 60.0,
+               max_uploads: int = 16, client_uploads: int = 2, queue_wait: float = 15.0, client_queue: int = 4,
+               max_queue: int = 32, client_workers: Optional[int] = None):
     """The ASGI application (see the module docstring); `store` defaults to a new temporary folder.
     Share URLs start with `public_url` (never the request's Host header)."""
     from starlette.applications import Starlette
@@ -301,15 +326,19 @@ def create_app(store: Optional[Path] = None, *, rate_limit: int = 30, window: fl
     keys = {k for k in api_keys if k}
     origins = {_origin_of(public_url)} | {_origin_of(o) for o in allowed_origins}
     pool = WorkerPool(workers, cpu_budget, max_body)
+    queue = FairQueue(pool, workers=workers, budget=cpu_budget, client_workers=client_workers, wait=queue_wait,
+                      client_queue=client_queue, max_queue=max_queue)
+    uploads = Uploads(max_uploads, client_uploads, body_timeout, max_body, retry_after=queue.retry_after)
     root = public_url.rstrip("/")
 
-    def refuse(status: int, message: str) -> JSONResponse:
-        return JSONResponse({"error": message}, status_code=status)
+    def refuse(status: int, message: str, headers: Optional[dict[str, str]] = None) -> JSONResponse:
+        return JSONResponse({"error": message}, status_code=status, headers=headers)
 
     def client_of(request: Request) -> str:
         return request.client.host if request.client else "unknown"
 
-    def admit(request: Request) -> None:
+    def admit(request: Request) -> bool:
+        """Check the request's headers and rate limit; True when a known key lifts the limit."""
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if kind != "application/json":
             raise _Refused(415, "the request body must be JSON, sent with Content-Type: application/json")
@@ -324,29 +353,23 @@ def create_app(store: Optional[Path] = None, *, rate_limit: int = 30, window: fl
                 raise _Refused(401, "the Authorization header must be 'Bearer <key>'")
             if not any(secrets.compare_digest(token.strip(), k) for k in keys):
                 raise _Refused(401, "unknown API key")
-            return  # a known key lifts the per-IP limit
+            return True  # a known key lifts the per-IP limit
         if not limiter.allow(client_of(request)):
-            raise _Refused(429, f"rate limit: at most {rate_limit} requests per {window:g} s from one address; "
-                                "send an API key to lift it")
-
-    async def read_body(request: Request) -> bytes:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_body:
-            raise _Refused(413, f"the request body is {declared} bytes, more than the limit of {max_body}")
-        size, chunks = 0, []
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_body:
-                raise _Refused(413, f"the request body is more than the limit of {max_body} bytes")
-            chunks.append(chunk)
-        return b"".join(chunks)
+            raise _Refused(429, f"rate limit: at most {rate_limit} requests per {window:g} s from one address "
+                                "(a request counts once per second of worker time it takes); send an API key to "
+                                "lift it")
+        return False
 
     async def post(request: Request, kind: str):
         try:
-            admit(request)
-            body = await read_body(request)
+            keyed = admit(request)
+            client = client_of(request)
+            body = await uploads.read(request, client)
             token = graphs.new_token()
-            status, answer, files = await pool.run(kind, body, token)
+            (status, answer, files), seconds = await queue.run(client, kind, body, token)
+            del body
+            if not keyed:  # the worker time beyond the first second counts against the rate limit
+                limiter.charge(client, max(1, math.ceil(seconds)) - 1)
             if status != 200:
                 return refuse(status, answer.get("error", "refused"))
             if files is not None:
@@ -359,6 +382,8 @@ def create_app(store: Optional[Path] = None, *, rate_limit: int = 30, window: fl
             return JSONResponse(answer)
         except _Refused as exc:
             return refuse(exc.status, str(exc))
+        except Refusal as exc:
+            return refuse(exc.status, str(exc), exc.headers)
 
     async def plan(request: Request):
         return await post(request, "plan")
@@ -401,6 +426,7 @@ def create_app(store: Optional[Path] = None, *, rate_limit: int = 30, window: fl
         try:
             yield
         finally:
+            queue.close()
             pool.close()
 
     app = Starlette(routes=[
@@ -413,6 +439,7 @@ def create_app(store: Optional[Path] = None, *, rate_limit: int = 30, window: fl
     ], lifespan=lifespan)
     wrapped = _nosniff(app)
     wrapped.pool, wrapped.limiter, wrapped.store = pool, limiter, graphs  # for tests and benches
+    wrapped.queue, wrapped.uploads = queue, uploads
     return wrapped
 
 
@@ -446,6 +473,22 @@ def _argument_parser() -> argparse.ArgumentParser:
                         help="the most bytes one address may store per day (default 32 MiB)")
     parser.add_argument("--expire-days", type=float, default=30.0, metavar="DAYS",
                         help="shares are deleted this many days after they were stored (default 30)")
+    serving = parser.add_argument_group("fair service", "how request bodies are received and queued for the "
+                                                         "workers (docs/CLI.md)")
+    serving.add_argument("--body-timeout", type=float, default=60.0, metavar="SECONDS",
+                         help="the whole request body must arrive within this (else 408; default 60)")
+    serving.add_argument("--max-uploads", type=int, default=16, metavar="N",
+                         help="request bodies received at once, all clients (past it: 503; default 16)")
+    serving.add_argument("--client-uploads", type=int, default=2, metavar="N",
+                         help="request bodies received at once from one address (past it: 503; default 2)")
+    serving.add_argument("--queue-wait", type=float, default=15.0, metavar="SECONDS",
+                         help="the longest a request waits for a worker (then 503; default 15)")
+    serving.add_argument("--client-queue", type=int, default=4, metavar="N",
+                         help="requests one address may have waiting for a worker (past it: 503; default 4)")
+    serving.add_argument("--max-queue", type=int, default=32, metavar="N",
+                         help="requests waiting for a worker, all clients (past it: 503; default 32)")
+    serving.add_argument("--client-workers", type=int, default=None, metavar="N",
+                         help="workers one address may use at once (default: half of --workers, at least 1)")
     return parser
 
 
@@ -456,11 +499,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
-    if min(args.rate_limit, args.max_body, args.workers, args.store_quota, args.client_quota) < 1 or \
-            min(args.window, args.cpu_budget, args.expire_days) <= 0 or not 0 <= args.port <= 65535:
+    counts = (args.rate_limit, args.max_body, args.workers, args.store_quota, args.client_quota, args.max_uploads,
+              args.client_uploads, args.client_queue, args.max_queue, 1 if args.client_workers is None else
+              args.client_workers)
+    if min(counts) < 1 or min(args.window, args.cpu_budget, args.expire_days, args.body_timeout,
+                              args.queue_wait) <= 0 or not 0 <= args.port <= 65535:
         parser.print_usage(sys.stderr)
-        print("nnschemaparser serve: error: --rate-limit, --window, --max-body, --workers, --cpu-budget, the quotas "
-              "and --expire-days must be positive, --port 0-65535", file=sys.stderr)
+        print("nnschemaparser serve: error: --rate-limit, --window, --max-body, --workers, --cpu-budget, the quotas, "
+              "--expire-days, --body-timeout, the upload and queue bounds and --client-workers must be positive, "
+              "--port 0-65535", file=sys.stderr)
         return 2
     if args.public_url is not None and not args.public_url.startswith(("http://", "https://")):
         print("nnschemaparser serve: error: --public-url must start with http:// or https://", file=sys.stderr)
@@ -494,11 +541,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                      api_keys=keys, max_body=args.max_body, public_url=args.public_url or here,
                      allowed_origins=args.allow_origin, workers=args.workers, cpu_budget=args.cpu_budget,
                      max_store_bytes=args.store_quota, client_store_bytes=args.client_quota,
-                     expire_days=args.expire_days)
+                     expire_days=args.expire_days, body_timeout=args.body_timeout, max_uploads=args.max_uploads,
+                     client_uploads=args.client_uploads, queue_wait=args.queue_wait, client_queue=args.client_queue,
+                     max_queue=args.max_queue, client_workers=args.client_workers)
     print(f"nnschemaparser serve: listening on {here}", file=sys.stderr, flush=True)
     proxies = [a.strip() for a in (args.trusted_proxy or "").split(",") if a.strip()]
     # X-Forwarded-For is believed only from the proxies named (uvicorn trusts 127.0.0.1 by default)
+    # on SIGTERM the requests in progress get a bounded time to finish (a stalled upload is not waited for)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=5,
+                                           timeout_graceful_shutdown=max(5, math.ceil(args.cpu_budget) + 2),
                                            proxy_headers=bool(proxies), forwarded_allow_ips=proxies or None))
     server.run(sockets=[sock])
     return 0

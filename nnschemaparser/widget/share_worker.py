@@ -10,10 +10,14 @@ graph checks (validate_graph, MAX_SERVED_NODES), the plan (compute_plan), the ca
 the page (shared_page) and the files to keep; it answers `(status, answer, files)` where `files`
 are the bytes the store writes. A worker that has not answered within `budget` seconds (it does
 nothing else, so this is its CPU time) is killed and replaced, and the request is answered 413
-("the request body takes more than N s to process"). Workers run at a lower priority (nice 10) than
-the server's event loop, from their start on. When every worker is busy a request waits
-for one at most `budget` seconds, then gets 503. A hostile body therefore costs at most one worker
-for `budget` seconds and never the event loop.
+("the request body takes more than N s to process") once the new worker has imported, so the
+worker's restart is that request's cost, not the next one's. `run_timed` (blocking) also answers
+the worker seconds the request took, which the server charges to its client's rate limit. Workers
+run at a lower priority (nice 10) than the server's event loop, from their start on. The server
+gives the pool at most one request per worker, in the fair order of share_queue.FairQueue; called
+directly with every worker busy, a request waits for one at most `budget` seconds, then gets 503.
+A hostile body therefore costs at most one worker for `budget` seconds (and a restart) and never
+the event loop.
 
 Depends on files (file_format, bounded_json), inspection (neurarch_graph, plan, gpu_table),
 schema.errors and the widget's shared_page.
@@ -25,6 +29,7 @@ import asyncio
 import multiprocessing
 import os
 import threading
+import time
 from typing import Any, Optional
 
 __all__ = ["WorkerPool", "process", "MAX_SERVED_NODES"]
@@ -173,6 +178,7 @@ class WorkerPool:
         self._all = list(self._idle)
         self._ready = threading.Condition()
         self.killed = 0  # workers killed past the budget (the load test reads it)
+        self._closed = False
 
     def _take(self) -> Optional[_Worker]:
         with self._ready:
@@ -186,36 +192,52 @@ class WorkerPool:
             self._ready.notify()
 
     def _replace(self, worker: _Worker) -> None:
+        """Kill `worker` and give back a fresh one once it has imported (its start is charged to the
+        request that cost the worker, not to the next one)."""
         worker.kill()
-        fresh = _Worker(self._context)
         with self._ready:
+            if self._closed:  # the server is stopping: no new worker
+                return
+            fresh = _Worker(self._context)
             self._all = [w for w in self._all if w is not worker] + [fresh]
+        try:
+            fresh.wait_ready()
+        except (EOFError, OSError):  # it died or the pool closed: the next request finds out and replaces it
+            pass
         self._give_back(fresh)
 
-    def _run(self, kind: str, body: bytes, token: str) -> tuple[int, dict[str, Any], Optional[dict]]:
+    def run_timed(self, kind: str, body: bytes, token: str) -> tuple[tuple[int, dict[str, Any], Optional[dict]], float]:
+        """One request on an idle worker (blocking): ((status, answer, files), the worker seconds it
+        took: `budget` when it was stopped there)."""
         worker = self._take()
         if worker is None:
-            return 503, {"error": "the server is busy; try again in a few seconds"}, None
+            return (503, {"error": "the server is busy; try again in a few seconds"}, None), 0.0
         try:
             if not worker.wait_ready():
                 raise EOFError
+            start = time.monotonic()
             worker.conn.send((kind, body, token, self.max_body))
             if worker.conn.poll(self.budget):
                 reply = worker.conn.recv()
+                seconds = time.monotonic() - start
                 self._give_back(worker)
-                return reply
+                return reply, seconds
         except (EOFError, OSError):
             pass
         self.killed += 1
         self._replace(worker)
-        return 413, {"error": f"the request body takes more than {self.budget:g} s to process; send a smaller "
-                              "graph"}, None
+        return (413, {"error": f"the request body takes more than {self.budget:g} s to process; send a smaller "
+                               "graph"}, None), self.budget
+
+    def _run(self, kind: str, body: bytes, token: str) -> tuple[int, dict[str, Any], Optional[dict]]:
+        return self.run_timed(kind, body, token)[0]
 
     async def run(self, kind: str, body: bytes, token: str) -> tuple[int, dict[str, Any], Optional[dict]]:
         return await asyncio.to_thread(self._run, kind, body, token)
 
     def close(self) -> None:
         with self._ready:
+            self._closed = True
             workers, self._all, self._idle = self._all, [], []
         for worker in workers:
             worker.kill()

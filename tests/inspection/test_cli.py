@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -256,6 +257,70 @@ def test_console_script_reports_failure_with_status_1(tmp_path):
     assert result.returncode == 1
     assert result.stdout == ""
     assert result.stderr.strip().splitlines()[-1] == "nnschemaparser: error: TargetError: no such file: gone.py"
+
+
+ESCAPES = textwrap.dedent('''
+    from torch import nn
+
+
+    class Boom(BaseException):
+        pass
+
+
+    class Raising(nn.Module):
+        def __init__(self, error):
+            super().__init__()
+            self.fc = nn.Linear(16, 4)
+            self.error = error
+
+        def forward(self, x):
+            raise self.error
+
+
+    def generator_exit():
+        return Raising(GeneratorExit("closed"))
+
+
+    def own_base_exception():
+        return Raising(Boom("x"))
+
+
+    def keyboard_interrupt():
+        return Raising(KeyboardInterrupt())
+''')
+
+
+def run_command_process(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess:
+    """`python -m nnschemaparser` on this checkout's package (not whichever one is installed)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "nnschemaparser", *argv], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600, env=env)
+
+
+@pytest.mark.parametrize("factory, raised", [("generator_exit", "GeneratorExit: closed"),
+                                             ("own_base_exception", "Boom: x")])
+def test_a_models_generator_exit_or_own_base_exception_is_one_line_naming_it_and_where_with_status_1(
+        tmp_path, factory, raised):
+    (tmp_path / "escapes.py").write_text(ESCAPES)
+    result = run_command_process(tmp_path, f"escapes.py:{factory}", "--input", "2,16", "-o", "g.json")
+    assert result.returncode == 1 and result.stdout == ""
+    assert "Traceback" not in result.stderr
+    error_lines = [line for line in result.stderr.splitlines() if "error" in line]
+    assert error_lines == [result.stderr.strip().splitlines()[-1]]
+    line = error_lines[0]
+    assert line.startswith(f"nnschemaparser: error: ModelAbort: the model's code raised {raised}, a BaseException "
+                           "that is not an Exception (")  # what failed
+    assert f"{tmp_path / 'escapes.py'}:16" in line and "forward" in line  # where: the forward's raise
+    assert line.endswith(") (--verbose shows the traceback)")
+
+
+def test_a_keyboard_interrupt_is_one_line_and_exit_status_130(tmp_path):
+    (tmp_path / "escapes.py").write_text(ESCAPES)
+    result = run_command_process(tmp_path, "escapes.py:keyboard_interrupt", "--input", "2,16", "-o", "g.json")
+    assert result.returncode == 130 and result.stdout == ""
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "nnschemaparser: interrupted"
 
 
 def test_hf_bert_runs_end_to_end_as_a_process(tmp_path):

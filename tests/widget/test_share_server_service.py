@@ -153,14 +153,16 @@ def _rss_kib(pid: int) -> int:
 
 SENDERS = """
 import sys, threading
-from tests.widget.test_share_server_service import HOSTILE, post
+from tests.widget.test_share_server_fairness import post_from
+from tests.widget.test_share_server_service import HOSTILE
 url = sys.argv[1]
 
-def hostile():
+def hostile(source):
     for _ in range(6):
-        print(post(url, HOSTILE)[0], flush=True)
+        print(post_from(url, source, HOSTILE)[0], flush=True)
 
-threads = [threading.Thread(target=hostile) for _ in range(3)]
+# three clients (the server queues per address: one address's bodies would wait for each other)
+threads = [threading.Thread(target=hostile, args=(f"127.0.0.{10 + n}",)) for n in range(3)]
 for thread in threads:
     thread.start()
 for thread in threads:
