@@ -13,12 +13,13 @@ nothing of the package; tests/test_error_tree.py fails when one is missing here,
     │   ├── ParseError                                        parse_model was given inputs it cannot use
     │   ├── StateNotRestoredError (parser.state_guard)        a run changed a model tensor by a route the guard cannot see
     │   ├── SchemaRunError                                    the schema cannot run as given (missing input, ...)
-    │   │   ├── StaleSchemaError                              a binding frozen at parse time no longer holds
+    │   │   ├── StaleSchemaError                              a forward replaced on its class, a decorator's choice changed
     │   │   ├── LogicalCaptureError (distributed.logical)     ranks that disagree, or a value that cannot be gathered
     │   │   └── CaptureTooLargeError (traces.estimate)        a capture whose memory estimate does not fit, refused
     │   ├── EditError                                         a stepping edit: unknown variable, other shape/dtype
     │   ├── SchemaFormatError                                 a saved schema or trace file is malformed or unsafe
     │   │   ├── MalformedFileError (files.file_format)        not JSON, a field of the wrong type, truncated, ...
+    │   │   │   └── StoreLinkError (store.guard)              a symbolic link inside a store folder, never followed
     │   │   ├── FormatVersionError (files.file_format)        another format, or a version this release cannot read
     │   │   ├── FileLimitError (files.file_format)            past a FileLimits bound (size, nesting, counts)
     │   │   ├── UnsafeReferenceError (files.file_format)      a callable, global or attribute off the allowlist
@@ -47,11 +48,14 @@ nothing of the package; tests/test_error_tree.py fails when one is missing here,
     ├── _Difference (files.verification)                      internal: a difference, raised as SourceMismatchError
     ├── QuotaError (widget.share_server)                      a share the store's quotas refuse (HTTP 507)
     ├── _Refused (widget.share_server)                        internal: a request the server refuses (HTTP status)
-    └── _Refused (widget.share_worker)                        internal: the same, raised in a worker process
+    ├── _Refused (widget.share_worker)                        internal: the same, raised in a worker process
+    ├── Refusal (widget.share_queue)                          internal: a request the fair queue answers at once (503, 408, 413)
+    └── _WriteFailed (store.writer)                           internal: a store file could not be written (StoreIncompleteError)
     RuntimeError
     ├── ModelExit (inspection.cli)                            the model's own code called sys.exit (CLI status 1)
     ├── ModelAbort (inspection.cli)                           the model's code raised GeneratorExit or its own BaseException (CLI status 1)
-    └── StoreIncompleteError (store.manifest)                 capture_dataset did not write every input (a rank died)
+    ├── StoreIncompleteError (store.manifest)                 capture_dataset did not write every input (a rank died or fell silent, a full disk)
+    └── StoreBusyError (store.guard)                          another capture_dataset holds the store's lock
     UserWarning
     ├── GraphMismatchWarning (inspection.inspector)           graph mode: the exported result is not eager's
     ├── CaptureLimitWarning (traces.dropped)                  capture_run's CaptureLimits dropped values (trace.dropped)
@@ -101,9 +105,11 @@ class SchemaRunError(NNSchemaError):
 
 
 class StaleSchemaError(SchemaRunError):
-    """A name the lowering resolved at parse time (a forward replaced on its class, a global that
-    was deleted) no longer holds in a way the schema can follow; the message names it, where it
-    is read, and the fix (parse the model again)."""
+    """What a block was lowered from no longer holds (its forward replaced on its class, a
+    dispatching decorator now picking another implementation): the schema would run code eager no
+    longer runs. The message names it, where it was lowered from, and the fix (parse the model
+    again). Names a forward reads are read live and never raise this (a deleted global is Python's
+    NameError, as in eager)."""
 
 
 class EditError(NNSchemaError):
