@@ -5,7 +5,8 @@
 pandas), `trace` (`ActivationTrace`, `GradientTrace`, `TraceStep`), `recorder` (`ActivationRecorder`:
 values at capture time, gradient hooks), `record` (`capture_run`), `compare` (`compare_traces`),
 `frames` (diff DataFrames), `histograms` (bins and figures), `interventions` (`interventions=`:
-selectors and the listener that replaces values; imported here so the runtime can read them).
+selectors and the listener that replaces values; imported here so the runtime can read them),
+`steering` (`steer`, `attach`: steering vectors and SAEs as interventions).
 
 May import: `schema`, `runtime` (listener interface, interpreter), `parser`.
 """
