@@ -46,6 +46,7 @@ from .runtime.listeners import BlockEvent, CallEvent, EditEvent, InstructionEven
 from .inspection.metadata import ModelMetadata, ModuleMetadata, inspect_model
 from .parser.model_parser import NNParser
 from .traces.record import ExecutionRecord, capture_run
+from .traces.interventions import Intervention, InterventionError, InterventionRun, Site
 from .traces.recorder import ActivationRecorder
 from .traces.estimate import CaptureEstimate, CaptureTooLargeError, estimate_capture
 from .traces.dropped import CaptureLimitWarning
@@ -115,6 +116,7 @@ __all__ = [
     "save_schema", "load_schema", "save_trace", "load_trace", "FileLimits", "MalformedFileError",
     "FormatVersionError", "FileLimitError", "UnsafeReferenceError", "ModelMismatchError", "SourceMismatchError", "UnresolvedReference",
     "ActivationRecorder", "ActivationTrace", "GradientTrace", "TraceStep", "ExecutionRecord", "capture_run",
+    "Intervention", "InterventionError", "InterventionRun", "Site",
     "TraceDiff", "compare_traces", "diff_summary", "first_divergence", "diffs_to_dataframe", "tensor_statistics",
     "HistogramBins", "histogram_bins", "plot_histograms", "EditEvent",
     "capture_dataset", "TraceStore", "Reduction", "KeepSelector", "KeepTerm", "StoreMismatchError",

@@ -1,6 +1,6 @@
 """Stage 3, runtime: executes a schema by re-dispatching every instruction to the real callables.
 
-Ten modules, each a noun:
+Eleven modules, each a noun:
 
 - `codegen`: the code generator. Each function of a schema becomes one real Python function, with
   one `emit_<Instruction>` per instruction kind saying how it runs (plain and observed); the code
@@ -22,6 +22,8 @@ Ten modules, each a noun:
 - `hooks`: module forward hooks around an interpreted forward, as `Module._call_impl` runs them.
 - `listeners`: the `Observer` interface the generated code calls, `EventObserver` turning it into
   events, and `TraceListener`.
+- `interventions`: what `interventions=` plugs into a run (the listener the traces stage builds from
+  selectors, handed over once by `use_interventions`), so the runtime reads no selector.
 - `interpreter`: the public driver (`SchemaInterpreter.run / call / step_run`, `StepInfo`,
   `CallPause`, edits).
 

@@ -12,7 +12,10 @@ without them. The execution rules are the code generator's, written once; this m
 Observed programs are compiled once per schema and lent to one run at a time, with that run's
 listeners plugged into their observer; a one-call capture therefore costs no compilation.
 
-Depends on `program`, `binding`, `instructions`, `listeners` and the schema.
+`interventions=` of `run`, `call` and `step_run` adds the listener of `runtime/interventions.py`,
+which writes new values into frames with `apply_edit`, as edits do.
+
+Depends on `program`, `binding`, `instructions`, `listeners`, `interventions` and the schema.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import torch
 
 from .binding import live_signature
 from .instructions import operand_reader
+from .interventions import InterventionListener, intervention_listener
 from .partial import give_back_partial, partial_programs
 from .program import Program, programs_for
 from ..schema.errors import EditError, SchemaRunError
@@ -332,59 +336,76 @@ class SchemaInterpreter:
             raise SchemaRunError(f"observe must be a frozenset of block ids or None, got {type(observe).__name__}")
         self.observe = observe
 
-    def _execute(self, block: ModelBlockSchema, scope: dict, call: Optional[tuple] = None) -> Any:
+    def _execute(self, block: ModelBlockSchema, scope: dict, call: Optional[tuple] = None,
+                 interventions: Any = None) -> Any:
         """Run with `scope`, or, with `call=(args, kwargs)`, as that call (`scope` then names them)."""
         _check_block(block)
         _check_scope(scope)
-        if not self.listeners and not self.capture_values:
+        listeners, observe = self.listeners, self.observe
+        intervening = None
+        if interventions is not None:
+            intervening = intervention_listener(block, interventions, listeners)
+            # the run's own listeners decide what they need; the interventions add the blocks they can touch
+            wanted = observe if listeners or self.capture_values else frozenset()
+            observe = None if wanted is None or intervening.observe is None else wanted | intervening.observe
+            listeners = [*listeners, intervening]
+        if not listeners and not self.capture_values:
             program = _plain_program(block)
             return program.run_root(scope) if call is None else program.call_root(*call)
-        if self.observe is not None and _tensor_results(self.listeners, self.capture_values):
-            return self._execute_partly(block, scope, call)
-        program, observer = _borrow(block, self.listeners, self.capture_values)
-        try:
-            for listener in self.listeners:
-                listener.on_run_start(block, scope)
-            result = program.run_root(scope) if call is None else program.call_root(*call)
-            for listener in self.listeners:
-                listener.on_run_end(result)
-        finally:
-            _give_back(block, program, observer)
+        if observe is not None and _tensor_results(listeners, self.capture_values):
+            result = self._execute_partly(block, scope, call, listeners, observe)
+        else:
+            program, observer = _borrow(block, listeners, self.capture_values)
+            try:
+                for listener in listeners:
+                    listener.on_run_start(block, scope)
+                result = program.run_root(scope) if call is None else program.call_root(*call)
+                for listener in listeners:
+                    listener.on_run_end(result)
+            finally:
+                _give_back(block, program, observer)
+        if intervening is not None:
+            intervening.finish()
         return result
 
-    def _execute_partly(self, block: ModelBlockSchema, scope: dict, call: Optional[tuple]) -> Any:
-        """`_execute` observing only the blocks of `self.observe` (and the root)."""
-        pair = partial_programs(block, self.observe | {id(block)})
+    def _execute_partly(self, block: ModelBlockSchema, scope: dict, call: Optional[tuple],
+                        listeners: Sequence[TraceListener], observe: frozenset) -> Any:
+        """`_execute` observing only the blocks of `observe` (and the root)."""
+        pair = partial_programs(block, observe | {id(block)})
         try:
-            pair.observer.configure(self.listeners)
-            hooks = [hook for hook in (listener.unobserved_call_hook() for listener in self.listeners)
+            pair.observer.configure(listeners)
+            hooks = [hook for hook in (listener.unobserved_call_hook() for listener in listeners)
                      if hook is not None]
             if hooks:
                 pair.counted.watch = hooks[0] if len(hooks) == 1 else lambda module: [hook(module) for hook in hooks]
-            for listener in self.listeners:
+            for listener in listeners:
                 listener.on_unobserved_counter(pair.counter)
                 listener.on_run_start(block, scope)
             program = pair.observed
             result = program.run_root(scope) if call is None else program.call_root(*call)
-            for listener in self.listeners:
+            for listener in listeners:
                 listener.on_run_end(result)
         finally:
             give_back_partial(pair)
         return result
 
-    def run(self, block: ModelBlockSchema, scope: dict) -> list:
+    def run(self, block: ModelBlockSchema, scope: dict, interventions: Any = None) -> list:
         """Run `block` with inputs `scope` ({name: value}); returns the outputs as a list.
 
         The inputs are passed as `model(x, ...)` would get them: positionally in the signature's
         order while each is given, the rest by keyword. A forward's `*args` extras are given under
         its name as a tuple or list (`{"x": x, "args": (y, z)}` runs `model(x, y, z)`); names
         forward does not have go to its `**kwargs`.
-        """
-        return outputs_list(self._execute(block, scope))
 
-    def call(self, block: ModelBlockSchema, *args: Any, **kwargs: Any) -> Any:
+        `interventions` ({selector: fn or tensor}, traces/interventions.py) replaces the values
+        the selectors name before the rest of the forward reads them; None runs the plain program.
+        """
+        return outputs_list(self._execute(block, scope, interventions=interventions))
+
+    def call(self, block: ModelBlockSchema, *args: Any, interventions: Any = None, **kwargs: Any) -> Any:
         """Run `block` like `module(*args, **kwargs)`, with the arguments passed exactly as given
-        (positional extras go to forward's `*args`); returns exactly what forward returns."""
+        (positional extras go to forward's `*args`); returns exactly what forward returns.
+        `interventions` is `run`'s, read by `call` itself (never passed to forward)."""
         _check_block(block)
         sig = block.signature
         if sig is None and block.module is not None:
@@ -398,10 +419,10 @@ class SchemaInterpreter:
         scope = {**dict(zip(names, args)), **kwargs}  # what listeners are told the inputs are
         if len(args) > len(names):
             scope[sig.vararg] = tuple(args[len(names):])
-        return self._execute(block, scope, (args, kwargs))
+        return self._execute(block, scope, (args, kwargs), interventions)
 
     def step_run(self, block: ModelBlockSchema, scope: dict, edits: Optional[dict[int, list[dict]]] = None,
-                 pause_before_calls: bool = False) -> Generator[StepInfo, None, list]:
+                 pause_before_calls: bool = False, interventions: Any = None) -> Generator[StepInfo, None, list]:
         """Yield one StepInfo per executed instruction; return (and store in step_outputs) the outputs.
 
         `pause_before_calls=True` also yields a `CallPause` before each sub-block call (a child's
@@ -415,23 +436,32 @@ class SchemaInterpreter:
         `edits` maps a step_index to edit keyword dicts applied when that step is reached, so a run
         can be forked from a previous one at a given step. Bad arguments raise here, before the
         first step. Closing or dropping the generator early unwinds the paused run.
+
+        `interventions` is `run`'s: a step shows the value an intervention made (applied before
+        the step's `edits`). Every block is observed in a stepped run.
         """
         _check_block(block)
         _check_scope(scope)
         if edits is not None:
             edits = _checked_edits(edits)
+        intervening = intervention_listener(block, interventions, self.listeners) if interventions is not None else None
         self.step_outputs = None
-        return self._steps(block, scope, edits, bool(pause_before_calls))
+        return self._steps(block, scope, edits, bool(pause_before_calls), intervening)
 
     def _steps(self, block: ModelBlockSchema, scope: dict, edits: Optional[dict[int, list[dict]]],
-               pause_before_calls: bool = False) -> Generator[StepInfo, None, list]:
+               pause_before_calls: bool = False,
+               intervening: Optional[InterventionListener] = None) -> Generator[StepInfo, None, list]:
         stepper = _Stepper(edits, self.listeners, pause_before_calls)
-        program, observer = _borrow(block, [*self.listeners, stepper], self.capture_values, pause_before_calls)
+        listeners = [*self.listeners, stepper]
+        if intervening is not None:  # before the stepper, so a step shows the new value
+            intervening.step_of = lambda: stepper.index + 1
+            listeners.insert(-1, intervening)
+        program, observer = _borrow(block, listeners, self.capture_values, pause_before_calls)
         runner = greenlet.greenlet(lambda: program.run_root(scope))
         owner = threading.get_ident()
         finished = False
         try:
-            for listener in self.listeners:
+            for listener in listeners[:-1]:  # the stepper needs no start
                 listener.on_run_start(block, scope)
             stepper.consumer = greenlet.getcurrent()
             item = runner.switch()
@@ -453,13 +483,15 @@ class SchemaInterpreter:
                     pass
             if runner.dead:
                 _give_back(block, program, observer, pause_before_calls)
-        for listener in self.listeners:
+        for listener in listeners[:-1]:
             listener.on_run_end(item)
         self.step_outputs = outputs_list(item)
         missed = sorted(step for step in stepper.edits if step > stepper.index)
         if missed:
             raise EditError(f"edits for step{'s' if len(missed) > 1 else ''} {', '.join(map(str, missed))} never "
                             f"applied: the run ended after {stepper.index} steps (its outputs are in step_outputs)")
+        if intervening is not None:
+            intervening.finish()
         return self.step_outputs
 
 

@@ -4,11 +4,14 @@
 `CaptureLimits`, `TensorSnapshot`), `descriptions` (a phrase per op), `tables` (per-step statistics,
 pandas), `trace` (`ActivationTrace`, `GradientTrace`, `TraceStep`), `recorder` (`ActivationRecorder`:
 values at capture time, gradient hooks), `record` (`capture_run`), `compare` (`compare_traces`),
-`frames` (diff DataFrames), `histograms` (bins and figures).
+`frames` (diff DataFrames), `histograms` (bins and figures), `interventions` (`interventions=`:
+selectors and the listener that replaces values; imported here so the runtime can read them),
+`steering` (`steer`, `attach`: steering vectors and SAEs as interventions).
 
 May import: `schema`, `runtime` (listener interface, interpreter), `parser`.
 """
 
+from . import interventions as _interventions  # noqa: F401  (gives the runtime `interventions=`)
 from .trace import ActivationTrace, GradientTrace, TraceStep, container_id  # the old `nnschemaparser.traces` names
 
 __all__ = ["TraceStep", "ActivationTrace", "GradientTrace", "container_id"]

@@ -58,7 +58,7 @@ class ExecutionRecord:
 def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = False,
                 limits: Optional[CaptureLimits] = None, keep: Any = None,
                 coverage: bool = False, observe_all: bool = False, limit_policy: str = "earliest",
-                memory_check: bool = True) -> ExecutionRecord:
+                memory_check: bool = True, interventions: Any = None) -> ExecutionRecord:
     """Run `block` on `scope` ({input name: value}), capturing every intermediate tensor.
 
     The run goes through the same runtime `Program` as `SchemaInterpreter.run`, so outputs equal eager ones
@@ -80,6 +80,10 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
     anyway: the one difference is that an in-place change, inside an unobserved block, of a value
     kept from an observed one is then seen before it happens (the value kept as captured) rather
     than after (the value dropped, `omitted` saying why).
+
+    `interventions` ({selector: fn or tensor}, traces/interventions.py) replaces the values the
+    selectors name as the run goes: the trace holds the new values (their steps `edited`), and
+    gradients flow through them.
 
     Memory: before running, a capture without `limits` estimates its peak memory, what it keeps
     plus the working memory alive at its highest point (traces/estimate.py: a cheap bound from the
@@ -123,7 +127,8 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
         with detector:  # what runs live, seen from the forwards' code objects
             observe = recorder.keep.blocks_to_observe(block) if recorder.keep is not None and observe_all is False \
                 else None
-            outputs = SchemaInterpreter(listeners=[recorder], observe=observe).run(block=block, scope=scope)
+            outputs = SchemaInterpreter(listeners=[recorder], observe=observe).run(block=block, scope=scope,
+                                                                                   interventions=interventions)
     finally:
         if collecting:
             gc.enable()
