@@ -26,7 +26,8 @@ from torch import nn
 
 from ..runtime.binding import root_call
 from ..runtime.coverage import LiveCallDetector, dispatched_calls, merge_live_calls
-from .live_calls import helpers_of, lend_reached, python_rng_states, set_python_rng_states
+from .live_calls import (helpers_of, lend_reached, python_rng_states, set_python_rng_states, skipped_key,
+                         unreached_rows)
 from ..runtime.functions import failing_block
 from ..runtime.program import Observer, Program, entry_signature, rebindable
 from .dispatch import known_dispatch
@@ -228,8 +229,9 @@ def _list_skipped(root: ModelBlockSchema) -> None:
     if root.skip_reason is not None:
         root.skipped = {ROOT_KEY: root.skip_reason, **root.skipped}
     for row in root.live_calls:  # what the detector saw run live is listed too
-        if row["kind"] != "helper" and row["module"] is not None:
-            root.skipped.setdefault(row["module"] or ROOT_KEY, row["reason"])
+        if row["kind"] != "helper":
+            root.skipped.setdefault(skipped_key(row, ROOT_KEY), row["reason"])
+    root.live_calls.extend(unreached_rows(root))  # and what is skipped is in coverage()
 
 
 # --- protected runs ---------------------------------------------------------------------------

@@ -425,14 +425,14 @@ class FunctionSchema:
     self_name: Optional[str] = None
 
 
-COVERAGE_COLUMNS = ("module", "module_type", "kind", "callee", "via", "block", "location", "calls", "reason")
+COVERAGE_COLUMNS = ("module", "module_type", "kind", "callee", "via", "block", "location", "calls", "reason", "phase")
 
 
 def coverage_frame(rows: list, helpers: bool = False):
     """The coverage DataFrame of `rows` (dicts with COVERAGE_COLUMNS); helper rows only if asked."""
     import pandas as pd
 
-    kept = [dict(row) for row in rows if helpers or row.get("kind") != "helper"]
+    kept = [{"phase": "forward", **row} for row in rows if helpers or row.get("kind") != "helper"]
     return pd.DataFrame(kept, columns=list(COVERAGE_COLUMNS))
 
 
