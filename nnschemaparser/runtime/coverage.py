@@ -93,13 +93,11 @@ def _is_plumbing(code: Any) -> bool:
     return any(part in filename for part in _PLUMBING_FILES)
 
 
-def generated_caller(frame: Any, stop_codes: frozenset = frozenset(),
-                     other_codes: frozenset = frozenset()) -> tuple[Optional[Any], list, int]:
+def generated_caller(frame: Any, stop_codes: frozenset = frozenset()) -> tuple[Optional[Any], list, bool]:
     """(the nearest generated frame above `frame`, the non-plumbing frames in between (outermost
-    last), 1 when one of them runs a code of `stop_codes`, else 2 when one runs a code of
-    `other_codes`, else 0)."""
+    last), True when one of them runs a code of `stop_codes`)."""
     between = []
-    nested = 0
+    nested = False
     current = frame.f_back
     while current is not None:
         meta = current.f_globals.get(META_KEY)
@@ -107,9 +105,7 @@ def generated_caller(frame: Any, stop_codes: frozenset = frozenset(),
             return current, between, nested
         code = current.f_code
         if code in stop_codes:
-            nested = 1
-        elif not nested and code in other_codes:
-            nested = 2
+            nested = True
         if not _is_plumbing(code):
             between.append(current)
         current = current.f_back
@@ -286,15 +282,25 @@ class LiveCallDetector:
         codes = self.codes
         on_call = self._on_call
         previous = self._previous
+        halted = self._halted = [False]
+        outer = self._outer
+
+        def off() -> None:  # `halt()` from another thread: this thread's tracer goes at its next call
+            sys.settrace(previous)
+            _ACTIVE.detector = outer
 
         if previous is None:
             def trace(frame: Any, event: str, arg: Any) -> None:
+                if halted[0]:
+                    return off()
                 if frame.f_code in codes:
                     on_call(frame)
                 return None
         else:
             def trace(frame: Any, event: str, arg: Any) -> Any:
-                if event == "call" and frame.f_code in codes:
+                if halted[0]:
+                    off()
+                elif event == "call" and frame.f_code in codes:
                     on_call(frame)
                 return previous(frame, event, arg)
 
@@ -304,6 +310,11 @@ class LiveCallDetector:
     def __exit__(self, *exc: Any) -> None:
         sys.settrace(self._previous)
         _ACTIVE.detector = self._outer
+
+    def halt(self) -> None:
+        """Stop watching, from any thread: the watched thread's tracer removes itself at its next
+        Python call (what it found so far stays in `calls`)."""
+        self._halted[0] = True
 
     def _on_call(self, frame: Any) -> None:
         ref = self.wrappers.get(frame.f_code)
@@ -317,20 +328,20 @@ class LiveCallDetector:
                 else:
                     entry[3] += 1
             return
-        caller, between, nested = generated_caller(frame, self.stop_codes, self.other_codes)
+        # a module forward nested in a live one of the model is inside that region; one nested in a
+        # live module that is no sub-module has a row of its own (no path covers it), via that one
+        caller, between, nested = generated_caller(frame, self.stop_codes)
         code = frame.f_code
         module = frame.f_locals.get(code.co_varnames[0]) if code.co_argcount else None
-        if nested == 1 or any(caller is f and caller is not None or module is m for f, m in self.inside):
+        if nested or any(caller is f and caller is not None or module is m for f, m in self.inside):
             return  # inside another live forward of the model, or a skipped block: that is the region
         path = self.paths.get(id(module)) if isinstance(module, nn.Module) else None
-        if nested == 2 and path is None:
-            return  # inside a live module that is no sub-module: that one is the region reported
         ref = self.blocks.get(id(module)) if module is not None else None
         block = ref() if ref is not None else None
         module_type = type(module).__qualname__ if module is not None else ""
         via = ""
-        if between:
-            outer = between[-1]
+        if between:  # the outermost helper; in backward, the innermost (the caller is autograd)
+            outer = between[0] if self.phase == "backward" else between[-1]
             via = _qualname(outer.f_code, outer)
         label, location = describe_generated(caller)
         # modules that are no sub-module (made per call, `ACT2FN[name](x)`) count together by class
@@ -354,7 +365,11 @@ class LiveCallDetector:
         else:
             reason = "its forward ran as the real module"
         if self.phase == "backward":
-            reason = f"ran during backward (autograd called it while computing gradients): {reason}"
+            reason = (f"ran during backward: {via or 'autograd'} called its original forward while gradients were "
+                      "computed (a checkpoint's recomputation, an adjoint solve); "
+                      + ("it is not a sub-module" if path is None else
+                         f"skipped: {block.skip_reason}" if block is not None and block.skip_reason else
+                         "the schema is not lent to backward") + ", so it ran as the real module")
         self.found[key] = LiveCall(module=path, module_type=module_type, kind="module",
                                    callee=f"{module_type}.forward", via=via, block=label, location=location,
                                    reason=reason, phase=self.phase, key=key)

@@ -5,6 +5,8 @@ naming its class, where the schema called it (block, file:line) and how it was h
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -112,7 +114,7 @@ def test_a_module_that_is_no_sub_module_is_reported_with_its_class_place_and_how
     assert list(watched.coverage()["module_type"]) == [class_name]
 
 
-def test_a_module_class_outside_the_tree_is_watched_and_so_is_what_its_forward_runs_counted_once():
+def test_a_module_class_outside_the_tree_is_watched_and_so_are_the_modules_its_forward_calls():
     class Outer(nn.Module):  # no sub-module either: built per call, calls a module of its own
         def __init__(self):
             super().__init__()
@@ -134,10 +136,11 @@ def test_a_module_class_outside_the_tree_is_watched_and_so_is_what_its_forward_r
     model = Model().eval()
     x = torch.randn(2, 4)
     schema = NNParser.parse_model(model, inputs_tensors_values={"x": x})
-    frame = schema.coverage()
-    # Outer is the region; the Linear its forward calls is inside it, not a second row
-    assert list(frame["module_type"]) == ["test_a_module_class_outside_the_tree_is_watched_and_so_is_what_its_"
-                                          "forward_runs_counted_once.<locals>.Outer"]
+    rows = {row["module_type"].rsplit(".", 1)[-1]: row for row in schema.coverage().to_dict("records")}
+    assert set(rows) == {"Outer", "Linear"}  # each class that ran live is named, none a sub-module
+    assert rows["Outer"]["via"] == "" and rows["Linear"]["via"].endswith("Outer.forward")
+    assert all(row["module"] is None and row["calls"] == 1 for row in rows.values())
+    assert len(schema.skipped) == 2
     assert torch.equal(SchemaInterpreter().run(block=schema, scope={"x": x})[0], model(x))
 
 
@@ -184,3 +187,139 @@ def test_every_region_skipped_lists_is_in_coverage_called_or_not():
     assert torch.equal(watched.outputs[0], model(x, True))
     assert {row["module"]: row["calls"] for row in watched.coverage().to_dict("records")} == \
         {"container": 1, "scripted": 1}
+
+
+# --- what runs during backward ----------------------------------------------------------------------
+
+
+class _Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.tanh(self.lin(x))
+
+
+class Recomputed(nn.Module):
+    def __init__(self, reentrant):
+        super().__init__()
+        self.block = _Block()
+        self.reentrant = reentrant
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(self.block, x, use_reentrant=self.reentrant).sum()
+
+
+def _grads(model):
+    return {name: param.grad.clone() for name, param in model.named_parameters()}
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_what_a_checkpoint_recomputes_in_backward_is_reported_as_phase_backward(reentrant):
+    torch.manual_seed(0)
+    model = Recomputed(reentrant)
+    x = torch.randn(3, 4)
+    schema = NNParser.parse_model(model, inputs_tensors_values={"x": x})
+    assert all(param.grad is None for param in model.parameters())  # the parse's backward left no trace
+    frame = schema.coverage()
+    assert len(frame) == 1, frame.to_string()
+    row = frame.iloc[0]
+    assert row["phase"] == "backward" and row["module"] == "block" and row["module_type"] == "_Block"
+    assert row["calls"] == 1 and "torch.utils.checkpoint" in row["via"]
+    assert row["reason"].startswith("ran during backward: torch.utils.checkpoint")
+    assert schema.skipped == {"block (backward)": row["reason"]}
+    # the gradients stay eager's
+    ref = model(x.clone().requires_grad_())
+    ref.backward()
+    expected = _grads(model)
+    model.zero_grad(set_to_none=True)
+    out = SchemaInterpreter().run(block=schema, scope={"x": x.clone().requires_grad_()})[0]
+    out.backward()
+    assert torch.equal(out, ref) and all(torch.equal(expected[k], v) for k, v in _grads(model).items())
+
+
+def test_a_watched_run_reports_what_a_later_backward_pass_runs_and_adds_up_passes():
+    torch.manual_seed(0)
+    model = Recomputed(False)
+    x = torch.randn(3, 4)
+    schema = NNParser.parse_model(model, inputs_tensors_values={"x": x})
+    record = capture_run(schema, {"x": x.clone().requires_grad_()}, coverage=True)
+    assert record.coverage().empty  # the forward ran interpreted
+    record.outputs[0].backward(retain_graph=True)
+    frame = record.coverage()
+    assert list(frame["module"]) == ["block"] and list(frame["phase"]) == ["backward"] and list(frame["calls"]) == [1]
+    record.outputs[0].backward()
+    assert list(record.coverage()["calls"]) == [2]
+    plain = capture_run(schema, {"x": x.clone().requires_grad_()})  # unwatched: nothing armed
+    plain.outputs[0].backward()
+    assert sys.gettrace() is None
+
+
+def test_a_parse_that_cannot_watch_backward_says_so_in_coverage():
+    from tests.support.live_call_models import apply_twice
+
+    class RefusesGrad(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            if torch.is_grad_enabled():
+                raise RuntimeError("this forward runs under no_grad only")
+            return apply_twice(self.fc, x)  # a helper: the parse would watch a backward pass
+
+    torch.manual_seed(0)
+    model = RefusesGrad().eval()
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        schema = NNParser.parse_model(model, inputs_tensors_values={"x": x})
+    frame = schema.coverage()
+    row = frame[frame["kind"] == "unwatched"].iloc[0]
+    assert row["phase"] == "backward" and "could not watch a backward pass" in row["reason"]
+    assert "this forward runs under no_grad only" in row["reason"] and "capture_run(..., coverage=True)" in row["reason"]
+    assert schema.skipped == {}  # a note, not a region that ran live
+
+
+def test_torchdiffeq_modules_built_inside_odeint_and_its_adjoint_are_reported():
+    torchdiffeq = pytest.importorskip("torchdiffeq")
+
+    class ODEFunc(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, t, y):
+            return torch.tanh(self.lin(y))
+
+    class Adjoint(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.func = ODEFunc()
+
+        def forward(self, x):
+            times = torch.tensor([0.0, 1.0])
+            return torchdiffeq.odeint_adjoint(self.func, x, times, method="rk4", options=dict(step_size=0.5))[-1].sum()
+
+    torch.manual_seed(0)
+    model = Adjoint()
+    x = torch.randn(3, 4)
+    schema = NNParser.parse_model(model, inputs_tensors_values={"x": x})
+    frame = schema.coverage()
+    forward = frame[frame["phase"] == "forward"]
+    assert list(forward["module_type"]) == ["_PerturbFunc"] and forward["module"].isna().all()
+    assert "odeint_adjoint" in forward.iloc[0]["reason"] and forward.iloc[0]["block"] == "Adjoint"
+    backward = frame[frame["phase"] == "backward"]
+    assert {"_PerturbFunc", "_ReverseFunc", "_TupleFunc", "ODEFunc"} <= {t.rsplit(".", 1)[-1] for t in
+                                                                         backward["module_type"]}
+    assert "func" in set(backward["module"])  # the ODE function itself, run again by the adjoint solve
+    assert "<_PerturbFunc from Adjoint>" in schema.skipped and "func (backward)" in schema.skipped
+    ref = model(x.clone().requires_grad_())
+    ref.backward()
+    expected = _grads(model)
+    model.zero_grad(set_to_none=True)
+    out = SchemaInterpreter().run(block=schema, scope={"x": x.clone().requires_grad_()})[0]
+    out.backward()
+    assert torch.equal(out, ref) and all(torch.equal(expected[k], v) for k, v in _grads(model).items())
