@@ -353,8 +353,10 @@ class LiveCallDetector:
         if block is not None and block.skip_reason is not None:
             reason = f"skipped: {block.skip_reason}"
         elif path is None:
-            owner = _caller_module(caller)
-            reason = (f"not a sub-module of the parsed model ({how_reached(module, owner, via)}): it has no "
+            callers = tuple(m for m in (f.f_locals.get(f.f_code.co_varnames[0]) if f.f_code.co_argcount else None
+                                        for f in between) if isinstance(m, nn.Module) and id(m) not in self.paths)
+            how = how_reached(module, _caller_module(caller), via, callers)
+            reason = (f"not a sub-module of the parsed model ({how}): it has no "
                       f"block and runs as the real module, reached from {label or 'outside the schema'}"
                       + (f" at {location}" if location else ""))
         elif via:

@@ -50,9 +50,17 @@ def forward_globals(owner: Any) -> Optional[dict]:
     return getattr(function, "__globals__", None)
 
 
-def how_reached(module: nn.Module, owner: Any, via: str = "") -> str:
+def how_reached(module: nn.Module, owner: Any, via: str = "", callers: tuple = ()) -> str:
     """How `module` (no sub-module) was reached from the forward of `owner` (the module whose
-    interpreted forward made the call that led there), in words for a coverage reason."""
+    interpreted forward made the call that led there), in words for a coverage reason. `callers`:
+    the live modules between the two (innermost first), themselves no sub-modules: `module` may be
+    a sub-module of one of them (`self.original_model(x)` running the layers it holds)."""
+    for caller in callers:
+        for index, (name, child) in enumerate(caller.named_modules()):
+            if index > 4096:
+                break
+            if child is module and name:
+                return f"the sub-module {name} of a {type(caller).__name__}, which is itself no sub-module"
     if owner is not None:
         state = getattr(owner, "__dict__", {})
         for attr, value in state.items():
