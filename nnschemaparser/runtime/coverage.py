@@ -218,11 +218,11 @@ class LiveCallDetector:
         codes: dict[Any, list] = {}
         paths: dict[int, str] = {}
         blocks: dict[int, Any] = {}  # weak references to the blocks
-        wrappers: dict[Any, Any] = {}  # a decorated forward's wrapper code -> its block (weakly)
+        wrappers: dict[Any, list] = {}  # a decorator's wrapper code -> the blocks it wraps (weakly)
         for block in root.iter_blocks():
             wrapper = block.wrapper
             if isinstance(wrapper, types.FunctionType) and block.skip_reason is None:
-                wrappers.setdefault(wrapper.__code__, weakref.ref(block))
+                wrappers.setdefault(wrapper.__code__, []).append(weakref.ref(block))  # one code, many uses
             module = block.module
             if module is None or block.method_name is not None:
                 continue
@@ -317,9 +317,10 @@ class LiveCallDetector:
         self._halted[0] = True
 
     def _on_call(self, frame: Any) -> None:
-        ref = self.wrappers.get(frame.f_code)
-        if ref is not None:  # a decorator around an interpreted forward: did it call the schema?
-            block = ref()
+        refs = self.wrappers.get(frame.f_code)
+        if refs is not None:  # a decorator around an interpreted forward: did it call the schema?
+            ref = refs[0] if len(refs) == 1 else _wrapped_block(frame, refs)
+            block = ref() if ref is not None else None
             if block is not None:
                 entry = self.wrapped.get(id(block))
                 if entry is None:
@@ -377,6 +378,25 @@ class LiveCallDetector:
                                    reason=reason, phase=self.phase, key=key)
 
 
+def _wrapped_block(frame: Any, refs: list) -> Optional[Any]:
+    """Of the blocks a decorator's wrapper code wraps (one decorator on many forwards or methods,
+    one decorated forward on many instances), the one this call is for: the one whose module the
+    wrapper got first (the program runs a copy of the wrapper around the schema, same code, other
+    closure, so the closure tells nothing; one decorator on two methods of one instance is told
+    apart no further: the first is taken)."""
+    code = frame.f_code
+    local = frame.f_locals
+    first = local.get(code.co_varnames[0]) if code.co_argcount else None
+    if first is None and code.co_flags & inspect.CO_VARARGS:
+        args = local.get(code.co_varnames[code.co_argcount + code.co_kwonlyargcount])
+        first = args[0] if isinstance(args, tuple) and args else None
+    for ref in refs:
+        block = ref()
+        if block is not None and block.module is first:
+            return ref
+    return None
+
+
 def _caller_module(frame: Optional[Any]) -> Any:
     """The module (or object) whose interpreted forward the generated `frame` runs."""
     meta = frame.f_globals.get(META_KEY) if frame is not None else None
@@ -395,11 +415,13 @@ def dispatched_calls(detector: "LiveCallDetector", entered: set) -> list[LiveCal
         wrapper = block.wrapper
         qualname = getattr(getattr(wrapper, "__code__", None), "co_qualname", getattr(wrapper, "__qualname__", "?"))
         module_type = type(block.module).__qualname__
+        method = block.method_name or "forward"
         out.append(LiveCall(module=block.path, module_type=module_type, kind="dispatch", callee=qualname, via="",
                             block=label, location=location, calls=count,
-                            reason=(f"the decorator of {module_type}.forward ({qualname}) called something other than "
-                                    "the schema (it dispatches to another implementation), which ran as real code"),
-                            key=("dispatch", block.path, label, location)))
+                            reason=(f"the decorator of {module_type}.{method} ({qualname}) called something other than "
+                                    "the schema (it dispatches to another implementation, or returned a value it "
+                                    "kept, as a cache does), which ran as real code"),
+                            key=("dispatch", block.path, method, label, location)))
     return out
 
 

@@ -397,3 +397,75 @@ def test_a_wrapped_original_model_is_reported_and_the_sub_modules_it_reaches_are
     assert {"blocks.0", "blocks.0.original_component", "blocks.0.original_component.attn_dropout",
             "blocks.1.original_component.q"} <= paths
     assert all(row["module"] is None for row in record.coverage().to_dict("records"))
+
+
+# --- decorators: one wrapper code, many uses ----------------------------------------------------------
+
+
+def test_a_dispatching_decorator_is_seen_on_each_instance_that_shares_its_wrapper_code():
+    from tests.support.live_call_models import Dispatched
+
+    class TwoOfThem(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.plain = Dispatched("plain")  # runs its schema
+            self.fast = Dispatched("fast")  # the decorator dispatches elsewhere: live
+
+        def forward(self, x):
+            return self.fast(self.plain(x))
+
+    torch.manual_seed(0)
+    model = TwoOfThem().eval()
+    x = torch.randn(2, 4)
+    schema = NNParser.parse_model(model, inputs_tensors_values={"x": x})
+    frame = schema.coverage()
+    dispatch = frame[frame["kind"] == "dispatch"]
+    assert list(dispatch["module"]) == ["fast"] and list(dispatch["calls"]) == [1]
+    assert "the decorator of Dispatched.forward" in dispatch.iloc[0]["reason"]
+    assert "fast" in schema.skipped and "plain" not in schema.skipped
+    assert torch.equal(SchemaInterpreter().run(block=schema, scope={"x": x})[0], model(x))
+
+
+def _kept(name):
+    """`@singleton(name)` in short: the method's result is kept on the instance, later calls return it."""
+    import functools
+
+    def decorate(method):
+        @functools.wraps(method)
+        def wrapper(self, *args, **kwargs):
+            kept = self.__dict__.get(name)
+            if kept is not None:
+                return kept
+            value = method(self, *args, **kwargs)
+            self.__dict__[name] = value
+            return value
+
+        return wrapper
+
+    return decorate
+
+
+class KeepsProjection(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.__dict__["scale"] = torch.tensor(2.0)  # kept already: every call returns it
+
+    @_kept("scale")
+    def get_scale(self, x):
+        return x.abs().mean()
+
+    def forward(self, x):
+        return self.fc(x) * self.get_scale(x)
+
+
+def test_a_decorator_on_a_method_that_never_calls_it_is_reported_under_the_methods_name():
+    torch.manual_seed(0)
+    model = KeepsProjection().eval()
+    x = torch.randn(2, 4)
+    schema = NNParser.parse_model(model, inputs_tensors_values={"x": x})
+    frame = schema.coverage()
+    row = frame[frame["kind"] == "dispatch"].iloc[0]
+    assert "the decorator of KeepsProjection.get_scale (" in row["reason"] and "forward" not in row["reason"]
+    assert "as a cache does" in row["reason"]
+    assert torch.equal(SchemaInterpreter().run(block=schema, scope={"x": x})[0], model(x))
