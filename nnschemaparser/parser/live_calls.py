@@ -19,7 +19,7 @@ from typing import Any, Optional
 from ..runtime.coverage import LiveCall
 from ..schema.model import ModelBlockSchema
 
-__all__ = ["lend_reached", "helpers_of", "python_rng_states", "set_python_rng_states"]
+__all__ = ["lend_reached", "helpers_of", "python_rng_states", "set_python_rng_states", "skipped_key", "unreached_rows"]
 
 
 def lend_reached(root: ModelBlockSchema, calls: list) -> bool:
@@ -45,6 +45,46 @@ def helpers_of(calls: Any) -> list:
         call = LiveCall(**{**call.__dict__})
         call.kind = "helper"
         out.append(call)
+    return out
+
+
+def skipped_key(row: dict, root_key: str) -> str:
+    """The key of `schema.skipped` naming a coverage row's region: the module's path ("<root>" for
+    the root); for a module that is no sub-module, "<Class from block>"; " (backward)" added for
+    what ran while gradients were computed."""
+    if row["module"] is None:
+        key = f"<{row['module_type']} from {row['block'] or 'outside the schema'}>"
+    else:
+        key = row["module"] or root_key
+    return f"{key} (backward)" if row.get("phase") == "backward" else key
+
+
+def _covers(row: dict, path: str, root_skipped: bool) -> bool:
+    module = row["module"]
+    if module is None or row["kind"] == "helper":
+        return False
+    if module == "":
+        return root_skipped or path == ""
+    return path == module or path.startswith(module + ".")
+
+
+def unreached_rows(root: ModelBlockSchema) -> list:
+    """Coverage rows (0 calls) for the skipped blocks no row covers: a skipped block the parse run
+    did not call (a branch it did not take, or no run at all), so that every region `skipped`
+    lists is in `coverage()` too."""
+    rows = [row for row in root.live_calls if row.get("phase", "forward") == "forward"]
+    out = []
+    for block in root.iter_blocks():
+        if block.skip_reason is None or any(_covers(row, block.path, root.skip_reason is not None) for row in rows):
+            continue
+        if any(row["module"] == block.path and row["callee"].endswith(f".{block.method_name or 'forward'}")
+               for row in out):
+            continue
+        module_type = type(block.module).__qualname__ if block.module is not None else block.name
+        out.append({"module": block.path, "module_type": module_type, "kind": "module",
+                    "callee": f"{module_type}.{block.method_name or 'forward'}", "via": "", "block": "",
+                    "location": "", "calls": 0, "phase": "forward",
+                    "reason": f"skipped: {block.skip_reason} (no call of it was seen at parse time)"})
     return out
 
 

@@ -26,9 +26,11 @@ from torch import nn
 
 from ..runtime.binding import root_call
 from ..runtime.coverage import LiveCallDetector, dispatched_calls, merge_live_calls
-from .live_calls import helpers_of, lend_reached, python_rng_states, set_python_rng_states
+from .live_calls import (helpers_of, lend_reached, python_rng_states, set_python_rng_states, skipped_key,
+                         unreached_rows)
 from ..runtime.functions import failing_block
 from ..runtime.program import Observer, Program, entry_signature, rebindable
+from .backward_check import backward_rows
 from .dispatch import known_dispatch
 from .equality import first_mismatch
 from .special_modules import is_compiled, opaque_reason, weight_repr
@@ -228,8 +230,9 @@ def _list_skipped(root: ModelBlockSchema) -> None:
     if root.skip_reason is not None:
         root.skipped = {ROOT_KEY: root.skip_reason, **root.skipped}
     for row in root.live_calls:  # what the detector saw run live is listed too
-        if row["kind"] != "helper" and row["module"] is not None:
-            root.skipped.setdefault(row["module"] or ROOT_KEY, row["reason"])
+        if row["kind"] not in ("helper", "unwatched"):
+            root.skipped.setdefault(skipped_key(row, ROOT_KEY), row["reason"])
+    root.live_calls.extend(unreached_rows(root))  # and what is skipped is in coverage()
 
 
 # --- protected runs ---------------------------------------------------------------------------
@@ -421,10 +424,9 @@ class NNParser:
                 root.live_calls = [call.as_row() for call in
                                    merge_live_calls(detector.calls, dispatched_calls(detector, resolver.entered),
                                                     helpers_of(program.live_log.values()))]
-                if not verify:
-                    return
-                suspects = _verify(model, root, scope, rng, result, states)
-                if not suspects:
+                suspects = _verify(model, root, scope, rng, result, states) if verify else []
+                if not suspects:  # exact: then what one backward pass runs live, where it may
+                    root.live_calls.extend(backward_rows(model, root, scope))
                     return
                 for block in suspects:
                     _BlockBuilder.skip(block, "its schema gave a result different from eager on the example "

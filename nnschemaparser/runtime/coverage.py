@@ -30,9 +30,10 @@ from torch import nn
 
 from ..schema.model import ModelBlockSchema
 from .functions import META_KEY, FunctionMeta
+from .reached import how_reached
 
 __all__ = ["LiveCall", "LiveCallDetector", "active_detector", "dispatched_calls", "original_code", "merge_live_calls", "COVERAGE_COLUMNS",
-           "generated_caller"]
+           "generated_caller", "forward_code", "module_forward_codes"]
 
 from ..schema.model import COVERAGE_COLUMNS  # noqa: E402  (the columns of `coverage()`, in order)
 
@@ -51,7 +52,8 @@ class LiveCall:
     replaced on the instance after parsing ran). `module` is the module's path in the model ("" for
     the root, None when the module is not part of the schema), `via` the non-module function that
     called it (e.g. `transformers.pytorch_utils.apply_chunking_to_forward`), `block` and `location`
-    where the schema made the call that led there.
+    where the schema made the call that led there. `phase` is "forward", or "backward" for what
+    autograd ran while gradients were computed (a checkpoint's recomputation, an adjoint solve).
     """
 
     module: Optional[str]
@@ -63,6 +65,7 @@ class LiveCall:
     location: str
     reason: str
     calls: int = 1
+    phase: str = "forward"
     key: tuple = field(default=(), repr=False, compare=False)
 
     def as_row(self) -> dict:
@@ -100,9 +103,10 @@ def generated_caller(frame: Any, stop_codes: frozenset = frozenset()) -> tuple[O
         meta = current.f_globals.get(META_KEY)
         if isinstance(meta, FunctionMeta):
             return current, between, nested
-        if current.f_code in stop_codes:
+        code = current.f_code
+        if code in stop_codes:
             nested = True
-        if not _is_plumbing(current.f_code):
+        if not _is_plumbing(code):
             between.append(current)
         current = current.f_back
     return None, between, nested
@@ -141,101 +145,162 @@ def active_detector() -> Optional["LiveCallDetector"]:
 
 # What a detector watches, per schema (weakly keyed by its root; blocks are held weakly below).
 _STATIC: "weakref.WeakKeyDictionary[ModelBlockSchema, tuple]" = weakref.WeakKeyDictionary()
+# The original forward code of each nn.Module class seen (None: no Python forward), weakly by class.
+_CLASS_CODES: "weakref.WeakKeyDictionary[type, Any]" = weakref.WeakKeyDictionary()
+
+
+def forward_code(cls: type) -> Optional[Any]:
+    """The code object `cls`'s forward finally runs (through its decorators); None for a forward
+    with no Python code (TorchScript's compiled forward, `_forward_unimplemented`)."""
+    try:
+        function = inspect.getattr_static(cls, "forward", None)
+    except Exception:  # noqa: BLE001 - a class whose attribute lookup fails has nothing to watch
+        return None
+    if isinstance(function, (staticmethod, classmethod)):
+        function = function.__func__
+    if not isinstance(function, types.FunctionType) or function.__name__ == "_forward_unimplemented":
+        return None
+    return original_code(function)
+
+
+def module_forward_codes() -> set:
+    """The original forward code of every `nn.Module` class loaded now (not only the model's)."""
+    codes = set()
+    seen = set()
+    todo = [nn.Module]
+    while todo:
+        for cls in type.__subclasses__(todo.pop()):
+            if cls in seen:
+                continue
+            seen.add(cls)
+            todo.append(cls)
+            try:
+                code = _CLASS_CODES[cls]
+            except KeyError:
+                code = _CLASS_CODES[cls] = forward_code(cls)
+            except TypeError:  # not weakly referenceable
+                code = forward_code(cls)
+            if code is not None:
+                codes.add(code)
+    return codes
 
 
 class LiveCallDetector:
-    """While active, records every execution of a model forward's original code (a live call).
+    """While active, records every execution of a module forward's original code (a live call):
+    the forwards of the model's modules and of every other `nn.Module` class loaded when it starts
+    (a module held in a dict, a global, or built per call runs one of those).
 
     Use as a context manager around a run of the schema `root` (on this thread):
     `with LiveCallDetector(root) as found: program.run_root(scope)`, then `found.calls`.
+    `phase="backward"` marks what it finds as run while gradients were computed.
     """
 
-    def __init__(self, root: ModelBlockSchema):
+    def __init__(self, root: ModelBlockSchema, phase: str = "forward"):
         static = _STATIC.get(root)
         if static is None:
             static = _STATIC[root] = self._watch(root)
-        self.codes, self.paths, self.blocks, self.stop_codes, self.wrappers = static
+        tree_codes, self.paths, self.blocks, self.stop_codes, self.wrappers = static
+        # every module class's forward, the tree's first (a dict: the wrappers' codes map to [])
+        self.other_codes = frozenset(module_forward_codes() - self.stop_codes)
+        self.codes = dict.fromkeys(self.other_codes, None)
+        self.codes.update(tree_codes)
+        self.phase = phase
         self.found: dict[tuple, LiveCall] = {}
         # decorated forwards whose decorator ran: {block id: (weak block, label, location, count)}
         self.wrapped: dict[int, list] = {}
+        # generated frames now running a skipped block (`note_skipped`): what runs below is its region
+        self.inside: list = []
         self._previous = None
         self._thread = None
 
     def _watch(self, root: ModelBlockSchema) -> tuple:
         """(codes to watch, module id -> path, module id -> block, the codes as a frozenset)."""
-        self.codes: dict[Any, list] = {}
-        self.paths: dict[int, str] = {}
-        self.blocks: dict[int, Any] = {}  # weak references to the blocks
-        wrappers: dict[Any, Any] = {}  # a decorated forward's wrapper code -> its block (weakly)
+        codes: dict[Any, list] = {}
+        paths: dict[int, str] = {}
+        blocks: dict[int, Any] = {}  # weak references to the blocks
+        wrappers: dict[Any, list] = {}  # a decorator's wrapper code -> the blocks it wraps (weakly)
         for block in root.iter_blocks():
             wrapper = block.wrapper
             if isinstance(wrapper, types.FunctionType) and block.skip_reason is None:
-                wrappers.setdefault(wrapper.__code__, weakref.ref(block))
+                wrappers.setdefault(wrapper.__code__, []).append(weakref.ref(block))  # one code, many uses
             module = block.module
             if module is None or block.method_name is not None:
                 continue
-            self.paths.setdefault(id(module), block.path)
-            self.blocks.setdefault(id(module), weakref.ref(block))
-            self._add(type(module))
+            paths.setdefault(id(module), block.path)
+            blocks.setdefault(id(module), weakref.ref(block))
+            code = forward_code(type(module))
+            if code is not None:
+                codes.setdefault(code, [])
         model = root.module
         if model is not None:
             for path, module in model.named_modules(remove_duplicate=False):
-                self.paths.setdefault(id(module), path)
-                self._add(type(module))
-        stop = frozenset(self.codes)
+                paths.setdefault(id(module), path)
+                code = forward_code(type(module))
+                if code is not None:
+                    codes.setdefault(code, [])
+        stop = frozenset(codes)
         for code in wrappers:
-            self.codes.setdefault(code, [])
-        return self.codes, self.paths, self.blocks, stop, wrappers
-
-    def _add(self, cls: type) -> None:
-        function = inspect.getattr_static(cls, "forward", None)
-        if isinstance(function, (staticmethod, classmethod)):
-            function = function.__func__
-        if not isinstance(function, types.FunctionType) or function.__name__ == "_forward_unimplemented":
-            return  # TorchScript's compiled forward, a C forward: no Python code to watch
-        code = original_code(function)
-        if code is not None:
-            self.codes.setdefault(code, [])
+            codes.setdefault(code, [])
+        return codes, paths, blocks, stop, wrappers
 
     @property
     def calls(self) -> list[LiveCall]:
         return list(self.found.values())
 
     def note_skipped(self, block: ModelBlockSchema, frame: Any) -> None:
-        """A skipped block called from generated `frame` whose forward has no Python code the
-        profile hook would see (TorchScript, a compiled module): count it here."""
-        function = inspect.getattr_static(type(block.module), "forward", None)
-        if isinstance(function, types.FunctionType) and original_code(function) in self.codes:
-            return  # its own code runs: `_on_call` counts it
+        """A skipped block called from generated `frame` (`Program.call_block`): counted here,
+        whether or not it has Python code the trace function sees (TorchScript, a compiled module,
+        a class whose `__call__` never calls its forward); what runs inside the call is its region
+        until `left_skipped`."""
+        generated = frame
+        while generated is not None and not isinstance(generated.f_globals.get(META_KEY), FunctionMeta):
+            generated = generated.f_back
+        self.inside.append((generated, block.module))
         label, location = describe_generated(frame)
-        key = ("module", block.path, "", label, location)
+        key = ("module", block.path, "", label, location, self.phase)
         entry = self.found.get(key)
         if entry is not None:
             entry.calls += 1
             return
         module_type = type(block.module).__qualname__
+        callee = f"{module_type}.{block.method_name or 'forward'}"
         self.found[key] = LiveCall(module=block.path, module_type=module_type, kind="module",
-                                   callee=f"{module_type}.forward", via="", block=label, location=location,
-                                   reason=f"skipped: {block.skip_reason}", key=key)
+                                   callee=callee, via="", block=label, location=location,
+                                   reason=f"skipped: {block.skip_reason}", phase=self.phase, key=key)
+
+    def left_skipped(self) -> None:
+        if self.inside:
+            self.inside.pop()
 
     def __enter__(self) -> "LiveCallDetector":
         # A trace function (not a profile hook): CPython calls it for each new Python frame only,
         # never for C calls, so a run of torch ops pays little. A tracer already set (a debugger,
         # coverage.py) keeps working: it is called as before and its local tracer kept.
+        self._outer = active_detector()
         _ACTIVE.detector = self
         self._previous = sys.gettrace()
         codes = self.codes
         on_call = self._on_call
         previous = self._previous
+        halted = self._halted = [False]
+        outer = self._outer
+
+        def off() -> None:  # `halt()` from another thread: this thread's tracer goes at its next call
+            sys.settrace(previous)
+            _ACTIVE.detector = outer
 
         if previous is None:
             def trace(frame: Any, event: str, arg: Any) -> None:
+                if halted[0]:
+                    return off()
                 if frame.f_code in codes:
                     on_call(frame)
                 return None
         else:
             def trace(frame: Any, event: str, arg: Any) -> Any:
-                if event == "call" and frame.f_code in codes:
+                if halted[0]:
+                    off()
+                elif event == "call" and frame.f_code in codes:
                     on_call(frame)
                 return previous(frame, event, arg)
 
@@ -244,12 +309,18 @@ class LiveCallDetector:
 
     def __exit__(self, *exc: Any) -> None:
         sys.settrace(self._previous)
-        _ACTIVE.detector = None
+        _ACTIVE.detector = self._outer
+
+    def halt(self) -> None:
+        """Stop watching, from any thread: the watched thread's tracer removes itself at its next
+        Python call (what it found so far stays in `calls`)."""
+        self._halted[0] = True
 
     def _on_call(self, frame: Any) -> None:
-        ref = self.wrappers.get(frame.f_code)
-        if ref is not None:  # a decorator around an interpreted forward: did it call the schema?
-            block = ref()
+        refs = self.wrappers.get(frame.f_code)
+        if refs is not None:  # a decorator around an interpreted forward: did it call the schema?
+            ref = refs[0] if len(refs) == 1 else _wrapped_block(frame, refs)
+            block = ref() if ref is not None else None
             if block is not None:
                 entry = self.wrapped.get(id(block))
                 if entry is None:
@@ -258,24 +329,37 @@ class LiveCallDetector:
                 else:
                     entry[3] += 1
             return
+        # a module forward nested in a live one of the model is inside that region; one nested in a
+        # live module that is no sub-module has a row of its own (no path covers it), via that one
         caller, between, nested = generated_caller(frame, self.stop_codes)
-        if nested:
-            return  # inside another live forward: that one is the region reported
         code = frame.f_code
         module = frame.f_locals.get(code.co_varnames[0]) if code.co_argcount else None
+        if nested or any(caller is f and caller is not None or module is m for f, m in self.inside):
+            return  # inside another live forward of the model, or a skipped block: that is the region
         path = self.paths.get(id(module)) if isinstance(module, nn.Module) else None
         ref = self.blocks.get(id(module)) if module is not None else None
         block = ref() if ref is not None else None
         module_type = type(module).__qualname__ if module is not None else ""
         via = ""
-        if between:
-            outer = between[-1]
+        if between:  # the outermost helper; in backward, the innermost (the caller is autograd)
+            outer = between[0] if self.phase == "backward" else between[-1]
             via = _qualname(outer.f_code, outer)
         label, location = describe_generated(caller)
+        # modules that are no sub-module (made per call, `ACT2FN[name](x)`) count together by class
+        key = ("module", path if path is not None else f"<{module_type}>", via, label, location, self.phase)
+        entry = self.found.get(key)
+        if entry is not None:
+            entry.calls += 1
+            return
         if block is not None and block.skip_reason is not None:
             reason = f"skipped: {block.skip_reason}"
         elif path is None:
-            reason = "not a sub-module of the parsed model: it has no block and runs as the real module"
+            callers = tuple(m for m in (f.f_locals.get(f.f_code.co_varnames[0]) if f.f_code.co_argcount else None
+                                        for f in between) if isinstance(m, nn.Module) and id(m) not in self.paths)
+            how = how_reached(module, _caller_module(caller), via, callers)
+            reason = (f"not a sub-module of the parsed model ({how}): it has no "
+                      f"block and runs as the real module, reached from {label or 'outside the schema'}"
+                      + (f" at {location}" if location else ""))
         elif via:
             reason = (f"{via} (a function the schema runs as one call) called it, so its forward ran as the "
                       "real module")
@@ -283,15 +367,41 @@ class LiveCallDetector:
             reason = "called from outside any interpreted forward"
         else:
             reason = "its forward ran as the real module"
-        # modules that are no sub-module (made per call, `ACT2FN[name](x)`) count together by class
-        key = ("module", path if path is not None else f"<{module_type}>", via, label, location)
-        entry = self.found.get(key)
-        if entry is not None:
-            entry.calls += 1
-            return
+        if self.phase == "backward":
+            reason = (f"ran during backward: {via or 'autograd'} called its original forward while gradients were "
+                      "computed (a checkpoint's recomputation, an adjoint solve); "
+                      + ("it is not a sub-module" if path is None else
+                         f"skipped: {block.skip_reason}" if block is not None and block.skip_reason else
+                         "the schema is not lent to backward") + ", so it ran as the real module")
         self.found[key] = LiveCall(module=path, module_type=module_type, kind="module",
                                    callee=f"{module_type}.forward", via=via, block=label, location=location,
-                                   reason=reason, key=key)
+                                   reason=reason, phase=self.phase, key=key)
+
+
+def _wrapped_block(frame: Any, refs: list) -> Optional[Any]:
+    """Of the blocks a decorator's wrapper code wraps (one decorator on many forwards or methods,
+    one decorated forward on many instances), the one this call is for: the one whose module the
+    wrapper got first (the program runs a copy of the wrapper around the schema, same code, other
+    closure, so the closure tells nothing; one decorator on two methods of one instance is told
+    apart no further: the first is taken)."""
+    code = frame.f_code
+    local = frame.f_locals
+    first = local.get(code.co_varnames[0]) if code.co_argcount else None
+    if first is None and code.co_flags & inspect.CO_VARARGS:
+        args = local.get(code.co_varnames[code.co_argcount + code.co_kwonlyargcount])
+        first = args[0] if isinstance(args, tuple) and args else None
+    for ref in refs:
+        block = ref()
+        if block is not None and block.module is first:
+            return ref
+    return None
+
+
+def _caller_module(frame: Optional[Any]) -> Any:
+    """The module (or object) whose interpreted forward the generated `frame` runs."""
+    meta = frame.f_globals.get(META_KEY) if frame is not None else None
+    block = meta.block_ref() if isinstance(meta, FunctionMeta) and meta.block_ref is not None else None
+    return block.module if block is not None else None
 
 
 def dispatched_calls(detector: "LiveCallDetector", entered: set) -> list[LiveCall]:
@@ -305,11 +415,13 @@ def dispatched_calls(detector: "LiveCallDetector", entered: set) -> list[LiveCal
         wrapper = block.wrapper
         qualname = getattr(getattr(wrapper, "__code__", None), "co_qualname", getattr(wrapper, "__qualname__", "?"))
         module_type = type(block.module).__qualname__
+        method = block.method_name or "forward"
         out.append(LiveCall(module=block.path, module_type=module_type, kind="dispatch", callee=qualname, via="",
                             block=label, location=location, calls=count,
-                            reason=(f"the decorator of {module_type}.forward ({qualname}) called something other than "
-                                    "the schema (it dispatches to another implementation), which ran as real code"),
-                            key=("dispatch", block.path, label, location)))
+                            reason=(f"the decorator of {module_type}.{method} ({qualname}) called something other than "
+                                    "the schema (it dispatches to another implementation, or returned a value it "
+                                    "kept, as a cache does), which ran as real code"),
+                            key=("dispatch", block.path, method, label, location)))
     return out
 
 

@@ -381,17 +381,21 @@ class Program:
         """Run `block` as a call `module(*args, **kwargs)` would."""
         if block.skip_reason is not None:
             module = block.module
-            detector = active_detector()
-            if detector is not None and module is not None:
-                detector.note_skipped(block, sys._getframe(1))
             if module is None:
                 raise SchemaRunError(f"block {block.path or block.name!r} was skipped ({block.skip_reason}) and "
                                      "has no live module to run; load the schema with model=...")
-            if block.method_name is not None:
+            detector = active_detector()
+            if detector is not None:  # counted; what runs inside the call is this block's region
+                detector.note_skipped(block, sys._getframe(1))
+            try:
+                if block.method_name is None:
+                    return module(*args, **kwargs)
                 if block.function is not None:
                     return block.function(module, *args, **kwargs)
                 return getattr(module, block.method_name)(*args, **kwargs)
-            return module(*args, **kwargs)
+            finally:
+                if detector is not None:
+                    detector.left_skipped()
         if block.module is None:
             raise SchemaRunError(f"block {block.path or block.name!r} has no live module: weights are not part of "
                                  "a saved schema; load it with load_schema(path, model=your_model) to run it")

@@ -425,14 +425,14 @@ class FunctionSchema:
     self_name: Optional[str] = None
 
 
-COVERAGE_COLUMNS = ("module", "module_type", "kind", "callee", "via", "block", "location", "calls", "reason")
+COVERAGE_COLUMNS = ("module", "module_type", "kind", "callee", "via", "block", "location", "calls", "reason", "phase")
 
 
 def coverage_frame(rows: list, helpers: bool = False):
     """The coverage DataFrame of `rows` (dicts with COVERAGE_COLUMNS); helper rows only if asked."""
     import pandas as pd
 
-    kept = [dict(row) for row in rows if helpers or row.get("kind") != "helper"]
+    kept = [{"phase": "forward", **row} for row in rows if helpers or row.get("kind") != "helper"]
     return pd.DataFrame(kept, columns=list(COVERAGE_COLUMNS))
 
 
@@ -480,14 +480,20 @@ class ModelBlockSchema:
 
     def coverage(self, helpers: bool = False):
         """A DataFrame of what ran outside the schema on the parse-time run, one row per region:
-        `module` (its path; None when not a sub-module), `module_type`, `kind` ("module": a
-        module's own forward ran live), `callee`, `via` (the library function that made the call),
-        `block` and `location` (where the schema made the call that led there: block path and
-        file:line), `calls` (how many times) and `reason`. Empty when everything the model computed
-        was interpreted. `helpers=True` adds rows of kind "helper": library functions the schema
-        runs as one call (like any op) whose module calls were interpreted.
+        `module` (its path; None when not a sub-module: a module held in a dict, a global, built
+        per call, the reason says which), `module_type`, `kind` ("module": a module's own forward
+        ran live), `callee`, `via` (the library function that made the call), `block` and
+        `location` (where the schema made the call that led there: block path and file:line),
+        `calls` (how many times; 0 for a skipped block the run did not call), `reason` and `phase`
+        ("forward", or "backward": what one watched backward pass ran as real modules, a
+        checkpoint's recomputation or an adjoint solve; the parse runs it only where the forward's
+        coverage has a row, helpers included, and says in a row of kind "unwatched" when it could
+        not). Every region `skipped` lists is here. Empty when everything the model computed was
+        interpreted. `helpers=True` adds rows of kind "helper": library functions the schema runs
+        as one call (like any op) whose module calls were interpreted.
 
-        For a later run, `capture_run(...).coverage()` says the same of that run."""
+        For a later run, `capture_run(..., coverage=True).coverage()` says the same of that run and
+        of a backward pass through its outputs."""
         return coverage_frame(self.live_calls, helpers)
 
     @property

@@ -19,6 +19,7 @@ from ..schema.errors import SchemaRunError
 from ..runtime.interpreter import SchemaInterpreter
 from .recorder import ActivationRecorder
 from ..runtime.coverage import LiveCallDetector
+from ..runtime.backward_watch import watch_backward
 from ..schema.model import ModelBlockSchema, coverage_frame
 from .trace import ActivationTrace, GradientTrace
 from .dropped import warn_dropped
@@ -39,7 +40,9 @@ class ExecutionRecord:
 
     def coverage(self, helpers: bool = False):
         """What ran outside the schema during this run, as `ModelBlockSchema.coverage()` says it
-        for the parse-time run (a branch the example input did not take may reach other code).
+        for the parse-time run (a branch the example input did not take may reach other code),
+        and, once a backward pass went through the outputs, what it ran as real modules (rows of
+        `phase` "backward": a checkpoint's recomputation, an adjoint solve).
         Only for a run made with `capture_run(..., coverage=True)`."""
         if self.live_calls is None:
             raise SchemaRunError("this run did not watch for live calls; run capture_run(..., coverage=True) "
@@ -65,7 +68,8 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
     bit for bit; the schema itself is not modified. With `capture_grads=True`, call backward() on
     a loss built from `record.outputs`, then read `record.gradients`. With `coverage=True` the run
     also watches for code outside the schema (`runtime.coverage.LiveCallDetector`, a trace function,
-    so the run is slower): `record.coverage()` lists it. The cyclic garbage collector
+    so the run is slower), and arms the same watch for a later backward pass through the outputs
+    (`runtime.backward_watch`): `record.coverage()` lists both. The cyclic garbage collector
     is paused while the run goes (and resumed after it, if it was on).
 
     `keep` records only the steps a selector names (`"model.layers.3:hidden_states"`, `"op=*linear"`,
@@ -135,9 +139,12 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
     recorder.emit_warnings(stacklevel=2)
     if limits is not None:
         warn_dropped(recorder.trace, recorder.limit_policy)
+    live_calls = None
+    if coverage:  # and what a backward pass through the outputs runs (rows of phase "backward")
+        live_calls = [call.as_row() for call in detector.calls]
+        watch_backward(block, outputs, live_calls)
     return ExecutionRecord(outputs=outputs, trace=recorder.trace, scope=_root_scope(block, scope, recorder.root_frame),
-                           recorder=recorder,
-                           live_calls=[call.as_row() for call in detector.calls] if coverage else None)
+                           recorder=recorder, live_calls=live_calls)
 
 
 def _root_scope(block: ModelBlockSchema, scope: dict, frame: Optional[dict]) -> dict:

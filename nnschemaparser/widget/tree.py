@@ -108,7 +108,7 @@ class BlockTree:
         self._pending_targets: list[tuple[int, ModelBlockSchema]] = []
         # interpreted blocks the parse run's live-call detector saw run as the real module
         self.live_reasons = {row["module"]: row["reason"] for row in getattr(schema, "live_calls", ())
-                             if row.get("kind") != "helper" and row.get("module") is not None}
+                             if row.get("kind") not in ("helper", "unwatched") and row.get("module") is not None}
         self._indexes: dict[tuple, Optional[StatementIndex]] = {}
         self._texts: dict[tuple, str] = {}
         self._add_block(schema, parent=-1, label=schema.name)
