@@ -15,10 +15,9 @@ Depends on the standard library and the selector (`selection`).
 from __future__ import annotations
 
 import sys
-from fnmatch import fnmatchcase
 from typing import Any, Callable, Iterable
 
-from .selection import KeepSelector, is_block_call
+from .selection import KeepSelector, is_block_call, path_matches
 
 __all__ = ["KeepMissedWarning", "generated_caller", "call_watch", "missed_calls_warning", "empty_call_terms"]
 
@@ -76,7 +75,7 @@ def empty_call_terms(keep: KeepSelector, steps: Iterable[tuple[str, str, str, st
     said = []
     for term in keep.terms:
         if term.call is None or any(term.matches(b, v, o, t, is_block_call(d)) for b, v, o, t, d in steps) \
-                or any(fnmatchcase(callee, term.call) for callee in callees):
+                or any(path_matches(callee, term.call, inside=False) for callee in callees):
             continue
         said.append(KeepMissedWarning(
             f"keep term {term.text()!r} kept nothing in this run: no call of a block it names returned a "
