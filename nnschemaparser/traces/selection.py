@@ -151,6 +151,17 @@ def _parse_term(text: str) -> KeepTerm:
     return KeepTerm(block=block, var=var, op=fields.get("op"), slot=fields.get("slot"), call=fields.get("call"))
 
 
+def value_name(block_path: str, out_var: str, op_name: str, slot_type: str, description: str) -> str:
+    """The name a person writes for a step's value, before its `#n` (the n-th of that name in an input):
+    `h.3:output` for what a call of the sub-block `h.3` returned (where its caller binds it, as a forward
+    hook on `h.3` sees it), `h.3.attn:attn_output` for a variable of a block, `input_ids` for an input.
+    A call of a block's method or of `self` keeps its variable's name. The store's `name` column is this,
+    with `#n` from the second on (store/reader.py, `STEP_NAME_SQL` the same in SQL)."""
+    if slot_type == "activation" and op_name and description.startswith(BLOCK_CALL_PREFIXES[0]):
+        return f"{op_name}:output"
+    return f"{block_path}:{out_var}" if block_path else out_var
+
+
 def is_block_call(description: str) -> bool:
     """Whether a step's description says it binds what a block call returned (what `call=` matches)."""
     return description.startswith(BLOCK_CALL_PREFIXES)
