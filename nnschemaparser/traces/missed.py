@@ -83,3 +83,12 @@ def empty_call_terms(keep: KeepSelector, steps: Iterable[tuple[str, str, str, st
             f"tensor at its call: keep what its caller takes out of it ('<caller path>:<variable>'), or "
             f"check the path (schema.find)"))
     return said
+
+
+def kept_nothing_message(keep: KeepSelector, what: str = "this whole input") -> str:
+    """What a `KeepMissedWarning` says when `keep` kept no value over `what` (capture_run, capture_dataset)."""
+    return (f"keep={keep.text()!r} kept nothing over {what}: no step's block path, variable, op or call "
+            f"matched it. Check the paths against schema.iter_blocks() (a path glob's `*` stays within one "
+            f"segment; `**` crosses dots). A model wrapped after parsing (nnsight, PEFT, accelerate, "
+            f"torch.compile) is not what the schema runs: parse the inner model (PEFT's "
+            f"model.get_base_model(), a compiled model's _orig_mod, nnsight's ._module)")
