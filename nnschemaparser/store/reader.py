@@ -23,6 +23,7 @@ import torch
 
 from ..files.file_format import FileLimitError, FileLimits, MalformedFileError, decode_budget, parse_json
 from ..schema.model import TensorContainer
+from ..traces.selection import value_name
 from ..traces.trace import ActivationTrace, TraceStep
 from .guard import check_no_links
 from .manifest import Commit, read_commits, read_manifest
@@ -35,6 +36,14 @@ __all__ = ["TraceStore", "NOT_KEPT"]
 NOT_KEPT = "not kept in the store (its keep selector did not name it); its statistics are in store.steps"
 _PARQUET_RATIO = 64  # decoded bytes a statistics file may claim per byte of file (real ones: under 10)
 _BATCH_ROWS = 1 << 16  # rows decoded at a time, and counted, by `_read_file`
+# `selection.value_name` in DuckDB's SQL, then `#n` from the second step of a name in an input: the `name`
+# column of `steps`, worked out on reading (the Parquet files hold no such column, so stores of every version
+# have it; `TraceStore.steps` works it out in Python, and a test holds the two equal)
+_BASE_SQL = ("CASE WHEN slot_type = 'activation' AND op_name <> '' AND starts_with(description, 'Call to sub-block ') "
+             "THEN op_name || ':output' WHEN block_path <> '' THEN block_path || ':' || out_var ELSE out_var END")
+STEP_NAME_SQL = ("SELECT * EXCLUDE (_base, _n), CASE WHEN _n = 1 THEN _base ELSE _base || '#' || CAST(_n AS VARCHAR) "
+                 "END AS name FROM (SELECT *, " + _BASE_SQL + " AS _base, row_number() OVER (PARTITION BY sample, "
+                 + _BASE_SQL + " ORDER BY step) AS _n FROM {source})")
 
 
 def _row_width(schema: Any) -> int:
@@ -84,6 +93,7 @@ class TraceStore:
                 self._open_shards(commit)
         self._steps: Any = None
         self._reductions: Optional[dict[str, ReductionState]] = None
+        self._named: Optional[dict[str, str]] = None  # `_aliases`
 
     def _open_shards(self, commit: Commit) -> None:
         """Check the headers of `commit`'s shards and index their tensors (once per commit)."""
@@ -256,14 +266,19 @@ class TraceStore:
 
     @property
     def steps(self) -> Any:
-        """One row per input and step (columns of store/step_table.py), sorted by sample and step."""
+        """One row per input and step (columns of store/step_table.py, and `name`: `h.3:output`, what a call of
+        block `h.3` returned; `h.3.attn:attn_output`, a variable; `#n` for the n-th of a name in an input),
+        sorted by sample and step."""
         if self._steps is None:
             table = self._read_table(self.parquet_files())
-            self._steps = table.to_pandas().sort_values(["sample", "step"], kind="stable").reset_index(drop=True)
+            steps = table.to_pandas().sort_values(["sample", "step"], kind="stable").reset_index(drop=True)
+            steps["name"] = _names(steps)
+            self._steps = steps
         return self._steps
 
     def query(self, sql: str) -> Any:
-        """Run DuckDB `sql` over the statistics (the table `steps`); returns a DataFrame."""
+        """Run DuckDB `sql` over the statistics (the table `steps`, with the `name` column of `steps`); returns a
+        DataFrame."""
         if not isinstance(sql, str):
             raise TypeError(f"sql must be a string, got {type(sql).__name__}")
         duckdb = _duckdb()
@@ -275,10 +290,11 @@ class TraceStore:
         try:
             if files:
                 listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-                connection.execute(f"CREATE VIEW steps AS SELECT * FROM read_parquet([{listed}])")
+                source = f"read_parquet([{listed}])"
             else:
                 connection.register("steps_empty", arrow_schema().empty_table())
-                connection.execute("CREATE VIEW steps AS SELECT * FROM steps_empty")
+                source = "steps_empty"
+            connection.execute("CREATE VIEW steps AS " + STEP_NAME_SQL.format(source=source))
             try:
                 return connection.execute(sql).df()
             except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException):
@@ -304,7 +320,8 @@ class TraceStore:
         return commit
 
     def tensor(self, sample: int, container_id: str) -> torch.Tensor:
-        """The kept tensor of step `container_id` of input `sample`: a view of the mapped shard, no copy.
+        """The kept tensor of step `container_id` (or of the step named so: `"h.3:output"`, see `steps`) of input
+        `sample`: a view of the mapped shard, no copy.
 
         The view lies where safetensors puts it, aligned to its element size only: a matrix product run on it
         may round the last bits otherwise than on an aligned copy (BLAS picks its kernels by alignment), so
@@ -312,6 +329,11 @@ class TraceStore:
         self._open_shards(self._commit_of(sample))
         key = f"{int(sample)}/{container_id}"
         name = self._index.get(key)
+        if name is None and isinstance(container_id, str) and ":" in container_id:  # a step's name
+            rows = self.steps[(self.steps["sample"] == int(sample)) & (self.steps["name"] == container_id)]
+            if len(rows):
+                key = f"{int(sample)}/{rows['container_id'].iloc[0]}"
+                name = self._index.get(key)
         if name is None:
             raise KeyError(f"sample {sample} has no kept tensor {container_id!r}: the store keeps "
                            f"{self.options.keep or 'the inputs only'}; its statistics are in store.steps")
@@ -369,19 +391,59 @@ class TraceStore:
             self._reductions = merged
         return self._reductions
 
+    def _aliases(self) -> dict[str, str]:
+        """{name: the key its reductions are written under}. The writer keys a kept variable's reductions by
+        `block_path:out_var` and its binding's ordinal among the kept steps of an input (`GPT2Model:hidden_states#4`,
+        the caller's fourth kept binding); each kept step of `steps` gives the name of its key. A key whose steps
+        bear different names in different inputs (control flow that differs) keeps only its key."""
+        if self._named is None:
+            states = self._states()
+            kept = self.steps[self.steps["kept"]]
+            found: dict[str, set] = {}
+            for _, rows in kept.groupby("sample", sort=False):
+                seen: dict[str, int] = {}
+                for block_path, out_var, name in zip(rows["block_path"], rows["out_var"], rows["name"]):
+                    key = f"{block_path}:{out_var}"
+                    count = seen[key] = seen.get(key, 0) + 1
+                    key = key if count == 1 else f"{key}#{count}"
+                    if key in states:
+                        found.setdefault(key, set()).add(name)
+            self._named = {next(iter(n)): key for key, n in found.items() if len(n) == 1}
+        return self._named
+
     @property
     def variables(self) -> list[str]:
-        """The kept variables (`block_path:out_var`) that have reductions."""
-        return sorted(self._states())
+        """The kept variables that have reductions, by name (`h.3:output`, `h.3.attn:attn_output`; see `steps`).
+        `reduction` takes these or the keys they are written under (`GPT2Model:hidden_states#4`)."""
+        named = self._aliases()
+        keys = set(named.values())
+        return sorted(list(named) + [key for key in self._states() if key not in keys])
 
     def reduction(self, variable: str) -> Reduction:
-        """The reductions of `variable` over the whole store (see store/reductions.py)."""
+        """The reductions of `variable` over the whole store (see store/reductions.py): a name of `variables`,
+        or the caller's ordinal it is written under (`GPT2Model:hidden_states#4` for `h.3:output`)."""
         states = self._states()
-        state = states.get(variable)
+        key = self._aliases().get(variable, variable) if isinstance(variable, str) else variable
+        state = states.get(key)
         if state is None:
             import difflib
 
-            close = difflib.get_close_matches(str(variable), list(states), n=3)
+            known = self.variables
+            close = difflib.get_close_matches(str(variable), known, n=3)
             raise KeyError(f"no reductions for {variable!r}" + (f"; did you mean {', '.join(map(repr, close))}?" if
-                                                              close else f"; the store has {len(states)} variables"))
+                                                              close else f"; the store has {len(known)} variables"))
         return Reduction.of(variable, state)
+
+
+def _names(steps: Any) -> Any:
+    """The `name` column of a `steps` DataFrame sorted by sample and step (`selection.value_name`, `#n` from the
+    second step of a name in an input); `STEP_NAME_SQL` gives the same in DuckDB."""
+    import pandas as pd
+
+    base = pd.Series([value_name(*row) for row in zip(steps["block_path"], steps["out_var"], steps["op_name"],
+                                                      steps["slot_type"], steps["description"])],
+                     index=steps.index, dtype=object)
+    if not len(base):
+        return base
+    n = pd.DataFrame({"s": steps["sample"], "b": base}).groupby(["s", "b"], sort=False).cumcount() + 1
+    return base.where(n == 1, base + "#" + n.astype(str))

@@ -397,6 +397,7 @@ class _Names:
         self.keeps: dict[tuple, bool] = {}
         self.last: Optional[tuple] = None  # the previous input's metadata lists, container ids and keep flags
         self.summarise = Summariser()  # its plan is reused from input to input (statistics.py)
+        self.warned = False  # whether a keep that kept nothing over an input was said (`_summarise_one`)
 
     def steady(self, fields: tuple) -> tuple:
         """(numbers, slot types, block paths, out vars, op names, descriptions, depths, shapes, dtype texts,
@@ -450,6 +451,14 @@ def _summarise_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: i
     (numbers, slot_types, block_paths, out_vars, op_names, descriptions, depths, shapes, dtypes, omitted), cids, named, \
         keepable = names.steady((numbers, slot_types, block_paths, out_vars, op_names, descriptions, depths, shapes, dtypes,
                       omitted))
+    if names.selector is not None and not names.warned and not any(named):
+        import warnings
+
+        from ..traces.missed import KeepMissedWarning, kept_nothing_message
+
+        names.warned = True  # once per capture_dataset: every later input is likely the same
+        warnings.warn(KeepMissedWarning(kept_nothing_message(names.selector, f"input {sample}") +
+                                        "; the store holds its statistics only"), stacklevel=4)
     figures = names.summarise(values)
     kept = figures.counted & keepable  # a strided tensor, named or a root input
     unit.rows.add(sample, numbers, cids, slot_types, block_paths, out_vars, op_names, descriptions, depths, shapes,

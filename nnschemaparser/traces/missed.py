@@ -15,10 +15,9 @@ Depends on the standard library and the selector (`selection`).
 from __future__ import annotations
 
 import sys
-from fnmatch import fnmatchcase
 from typing import Any, Callable, Iterable
 
-from .selection import KeepSelector, is_block_call
+from .selection import KeepSelector, is_block_call, path_matches
 
 __all__ = ["KeepMissedWarning", "generated_caller", "call_watch", "missed_calls_warning", "empty_call_terms"]
 
@@ -76,7 +75,7 @@ def empty_call_terms(keep: KeepSelector, steps: Iterable[tuple[str, str, str, st
     said = []
     for term in keep.terms:
         if term.call is None or any(term.matches(b, v, o, t, is_block_call(d)) for b, v, o, t, d in steps) \
-                or any(fnmatchcase(callee, term.call) for callee in callees):
+                or any(path_matches(callee, term.call, inside=False) for callee in callees):
             continue
         said.append(KeepMissedWarning(
             f"keep term {term.text()!r} kept nothing in this run: no call of a block it names returned a "
@@ -84,3 +83,12 @@ def empty_call_terms(keep: KeepSelector, steps: Iterable[tuple[str, str, str, st
             f"tensor at its call: keep what its caller takes out of it ('<caller path>:<variable>'), or "
             f"check the path (schema.find)"))
     return said
+
+
+def kept_nothing_message(keep: KeepSelector, what: str = "this whole input") -> str:
+    """What a `KeepMissedWarning` says when `keep` kept no value over `what` (capture_run, capture_dataset)."""
+    return (f"keep={keep.text()!r} kept nothing over {what}: no step's block path, variable, op or call "
+            f"matched it. Check the paths against schema.iter_blocks() (a path glob's `*` stays within one "
+            f"segment; `**` crosses dots). A model wrapped after parsing (nnsight, PEFT, accelerate, "
+            f"torch.compile) is not what the schema runs: parse the inner model (PEFT's "
+            f"model.get_base_model(), a compiled model's _orig_mod, nnsight's ._module)")

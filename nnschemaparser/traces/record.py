@@ -136,7 +136,14 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
     finally:
         if collecting:
             gc.enable()
+    said = bool(getattr(recorder, "pending_warnings", None))
     recorder.emit_warnings(stacklevel=2)
+    if recorder.keep is not None and not said and not len(recorder.trace):
+        import warnings
+
+        from .missed import KeepMissedWarning, kept_nothing_message
+
+        warnings.warn(KeepMissedWarning(kept_nothing_message(recorder.keep)), stacklevel=2)
     if limits is not None:
         warn_dropped(recorder.trace, recorder.limit_policy)
     live_calls = None

@@ -7,18 +7,22 @@ step is kept when any term matches it. One term of text reads
 
     block_glob[:var_glob] [op=op_glob] [call=block_glob] [slot=input|activation|output]
 
-with shell-style globs (`fnmatch`, case-sensitive; `*` also crosses dots):
+with shell-style globs (case-sensitive). In a block path (the block glob and `call=`) `*` and `?`
+match within one path segment, never a dot, as a shell's do within one folder, and `**` crosses
+dots: `"call=model.layers.*"` is each layer, `"call=model.layers.**"` every block inside them too.
+Variable and op globs are `fnmatch`'s (an op's name holds dots: `"op=*linear"`). Examples:
 `"transformer.h.*.attn:attn_output"`, `"model.layers.3"` (every variable of that block),
 `"*:logits"`, `"op=*linear"`, `"call=model.layers.3"`, `"slot=output"`. Several terms are joined by
 commas or given as a list. A term's block glob is matched against the step's block path and covers
 the blocks inside the blocks it names (`"model.layers.3"` keeps what `model.layers.3.mlp` computes
-too); the root's path is its class name, and inputs have an empty one, so select them with
+too: a block glob matches a path or the path of a block that holds it); the root's path is its
+class name, and inputs have an empty one, so select them with
 `slot=input`.
 
 `call=` keeps what a call of a block returns, where it returns it: the step of the *caller* that
 binds the result of calling a block whose path matches (its forward or one of its methods), i.e.
 the layer output a forward hook on that module sees (`"call=model.layers.3"`; `"call=model.layers.*"`
-for every layer's output). Only block calls match it (the step's description is a `describe_block_call`
+for every layer's output, not the calls made inside a layer: `"call=**"` is every block call). Only block calls match it (the step's description is a `describe_block_call`
 text), never an op that happens to bear the name. A capture with it observes only the blocks that
 can make such a call (`blocks_to_observe`), not the callee. A block returning a tuple or a dict
 binds no tensor at its call, so a `call=` term naming only such blocks keeps nothing: the recorder
@@ -29,6 +33,7 @@ Depends on the standard library; `blocks_to_observe` reads the schema's instruct
 
 from __future__ import annotations
 
+import functools
 import re
 import weakref
 from dataclasses import dataclass
@@ -44,6 +49,47 @@ BLOCK_CALL_PREFIXES = ("Call to sub-block ", "Call to method ", "Call to self")
 # per schema root: {selector: the blocks a capture with it observes} (KeepSelector.blocks_to_observe)
 _OBSERVED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 _PARSED: dict[str, "KeepSelector"] = {}  # selector text -> its selector (keep_selector)
+
+
+@functools.lru_cache(maxsize=1024)
+def _path_regex(glob: str, inside: bool) -> "re.Pattern[str]":
+    """The block-path glob as a regex matching a path (`inside`: or a path inside it): `*` and `?` within one
+    segment, `**` across dots, `[...]` a set of characters (`[!...]` its complement) as fnmatch's."""
+    out, i, n = [], 0, len(glob)
+    while i < n:
+        c = glob[i]
+        if glob.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if c == "*":
+            out.append("[^.]*")
+        elif c == "?":
+            out.append("[^.]")
+        elif c == "[":
+            j = i + 1
+            if j < n and glob[j] in "!^":
+                j += 1
+            if j < n and glob[j] == "]":
+                j += 1
+            j = glob.find("]", j)
+            if j < 0:
+                out.append(re.escape(c))
+            else:
+                inner = glob[i + 1:j].replace("\\", "\\\\")
+                out.append("[" + ("^" + inner[1:] if inner[:1] in "!^" else inner) + "]")
+                i = j + 1
+                continue
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile("(?:" + "".join(out) + (r")(?:\..*)?" if inside else ")"), re.DOTALL)
+
+
+def path_matches(path: str, glob: str, inside: bool = True) -> bool:
+    """Whether the block path `path` matches the path glob `glob` (`*` one segment, `**` across dots);
+    `inside`: or lies inside a block whose path matches it (`"model.layers.3"` covers `model.layers.3.mlp`)."""
+    return _path_regex(glob, inside).fullmatch(path) is not None
 
 
 @dataclass(frozen=True)
@@ -67,11 +113,10 @@ class KeepTerm:
     def matches(self, block_path: str, var: str, op: str, slot: str, call: bool = False) -> bool:
         """`call`: the step binds what a block call returned (its op is then the callee's path)."""
         return ((self.slot is None or fnmatchcase(slot, self.slot))
-                and (self.block is None or fnmatchcase(block_path, self.block)
-                     or fnmatchcase(block_path, self.block + ".*"))
+                and (self.block is None or path_matches(block_path, self.block))
                 and (self.var is None or fnmatchcase(var, self.var))
                 and (self.op is None or fnmatchcase(op, self.op))
-                and (self.call is None or call and fnmatchcase(op, self.call)))
+                and (self.call is None or call and path_matches(op, self.call, inside=False)))
 
     def text(self) -> str:
         head = (self.block or "*") + (f":{self.var}" if self.var is not None else "")
@@ -106,6 +151,17 @@ def _parse_term(text: str) -> KeepTerm:
     return KeepTerm(block=block, var=var, op=fields.get("op"), slot=fields.get("slot"), call=fields.get("call"))
 
 
+def value_name(block_path: str, out_var: str, op_name: str, slot_type: str, description: str) -> str:
+    """The name a person writes for a step's value, before its `#n` (the n-th of that name in an input):
+    `h.3:output` for what a call of the sub-block `h.3` returned (where its caller binds it, as a forward
+    hook on `h.3` sees it), `h.3.attn:attn_output` for a variable of a block, `input_ids` for an input.
+    A call of a block's method or of `self` keeps its variable's name. The store's `name` column is this,
+    with `#n` from the second on (store/reader.py, `STEP_NAME_SQL` the same in SQL)."""
+    if slot_type == "activation" and op_name and description.startswith(BLOCK_CALL_PREFIXES[0]):
+        return f"{op_name}:output"
+    return f"{block_path}:{out_var}" if block_path else out_var
+
+
 def is_block_call(description: str) -> bool:
     """Whether a step's description says it binds what a block call returned (what `call=` matches)."""
     return description.startswith(BLOCK_CALL_PREFIXES)
@@ -122,7 +178,7 @@ def _callers(blocks: list, glob: str) -> set:
     from ..schema.model import BlockInstruction  # the schema's classes, only when a call= term needs them
 
     every = {b.path for b in blocks if b.path}
-    dynamic = any(fnmatchcase(path, glob) for path in every)
+    dynamic = any(path_matches(path, glob, inside=False) for path in every)
     found = set()
     for block in blocks:
         if block.signature is None:
@@ -132,13 +188,13 @@ def _callers(blocks: list, glob: str) -> set:
                 continue
             ref = instr.block_ref
             if instr.callee_var is not None:
-                hit = dynamic or fnmatchcase(ref.path, glob)
+                hit = dynamic or path_matches(ref.path, glob, inside=False)
             else:
                 try:
                     callee = block.find(ref.path)
                 except KeyError:
                     callee = None
-                hit = fnmatchcase(callee.path if callee is not None else ref.path, glob)
+                hit = path_matches(callee.path if callee is not None else ref.path, glob, inside=False)
             if hit:
                 found.add(block.path)
                 break
@@ -187,7 +243,7 @@ class KeepSelector:
         if hit is None:
             hit = self._blocks[block_path] = any(
                 (t.slot is None or fnmatchcase("activation", t.slot))
-                and (t.block is None or fnmatchcase(block_path, t.block) or fnmatchcase(block_path, t.block + ".*"))
+                and (t.block is None or path_matches(block_path, t.block))
                 for t in self.terms)
         return hit
 
@@ -199,7 +255,7 @@ class KeepSelector:
             hit = self._calls_only[block_path] = all(
                 t.call is not None for t in self.terms
                 if (t.slot is None or fnmatchcase("activation", t.slot))
-                and (t.block is None or fnmatchcase(block_path, t.block) or fnmatchcase(block_path, t.block + ".*")))
+                and (t.block is None or path_matches(block_path, t.block)))
         return hit
 
     def matches(self, block_path: str, var: str, op: str, slot: str, call: bool = False) -> bool:
@@ -212,9 +268,8 @@ class KeepSelector:
     def keeps_call_of(self, callee_path: str, caller_path: Optional[str] = None) -> bool:
         """Whether some `call=` term can keep the value a call of the block at `callee_path` returns
         (made from the block at `caller_path`, when given: a term's block glob must match it)."""
-        return any(t.call is not None and fnmatchcase(callee_path, t.call) and (
-            caller_path is None or t.block is None or fnmatchcase(caller_path, t.block)
-            or fnmatchcase(caller_path, t.block + ".*")) for t in self.terms)
+        return any(t.call is not None and path_matches(callee_path, t.call, inside=False) and (
+            caller_path is None or t.block is None or path_matches(caller_path, t.block)) for t in self.terms)
 
     def blocks_to_observe(self, root: Any) -> Optional[frozenset]:
         """Ids of the blocks of the schema `root` a capture must observe to see every step this
@@ -235,9 +290,7 @@ class KeepSelector:
             return None
         blocks = list(root.iter_blocks())
         matched = {b.path for b in blocks
-                   if any(t.block is not None and (fnmatchcase(b.path or b.name, t.block)
-                                                   or fnmatchcase(b.path or b.name, t.block + ".*"))
-                          for t in terms)}
+                   if any(t.block is not None and path_matches(b.path or b.name, t.block) for t in terms)}
         for term in terms:
             if term.block is None:
                 matched |= _callers(blocks, term.call)
