@@ -5,8 +5,9 @@ The selector is a `keep=` selector (traces/selection.py: `"model.layers.3:hidden
 `"*.mlp:down_proj"`, `"call=model.layers.2"` for what a layer returns where its caller binds it)
 plus two words of its own. One difference from `keep=`: a block glob names the blocks it matches,
 not the blocks inside them (`"model.layers.3:hidden_states"` is the layer's own variable, never its
-`input_layernorm`'s); `*` still crosses dots, so `"model.layers.*:hidden_states"` names those of the
-layers' sub-blocks too (`run.sites` and a capture's `edited` steps say what was changed). The words:
+`input_layernorm`'s). Paths read as in `keep=`: `*` matches one segment and `**` crosses dots, so
+`"model.layers.*:hidden_states"` names the layers' own variable and `"model.layers.**:hidden_states"`
+those of their sub-blocks too (`run.sites` and a capture's `edited` steps say what was changed). The words:
 
 - `index=[...]`: the part of the value the intervention sees and replaces, written as a Python
   subscript of ints, slices, `None` and `...` (`"model.layers.3:hidden_states index=[:, 2]"`: position
@@ -44,7 +45,6 @@ import ast
 import difflib
 import re
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
 from typing import Any, Callable, Optional, Union
 
 import torch
@@ -55,7 +55,7 @@ from ..runtime.listeners import EditEvent, InstructionEvent
 from ..schema.errors import SchemaRunError
 from ..schema.model import BlockInstruction, ModelBlockSchema, OpInstruction, ReturnInstruction
 from .descriptions import op_name_of
-from .selection import KeepSelector, KeepTerm, keep_selector
+from .selection import KeepSelector, KeepTerm, keep_selector, path_matches
 
 __all__ = ["Intervention", "Site", "InterventionRun", "InterventionError", "intervention", "parse_index"]
 
@@ -262,7 +262,8 @@ class InterventionRun(InterventionListener):
         for i in candidates:
             item = self.items[i]
             if not any(t.matches(path, var, op or "", "activation", is_call)
-                       and (t.block is None or fnmatchcase(path, t.block)) for t in item.selector.terms):
+                       and (t.block is None or path_matches(path, t.block, inside=False))
+                       for t in item.selector.terms):
                 continue  # a block glob names its own blocks here, not the blocks inside them
             self._hits[i] += 1
             if item.occurrence is not None and item.occurrence != occurrence:

@@ -47,7 +47,7 @@ def gpt2_run(tmp_path_factory):
     model, schema = tiny_gpt2(4)
     inputs = token_inputs(6)
     folder = tmp_path_factory.mktemp("readme")
-    names = {"capture_dataset": capture_dataset, "schema": schema, "inputs": inputs}
+    names = {"capture_dataset": capture_dataset, "gpt2_schema": schema, "gpt2_inputs": inputs}
     cwd = os.getcwd()
     os.chdir(folder)
     try:
