@@ -29,7 +29,7 @@ from typing import Any, Iterable, Optional
 from torch import nn
 
 from ..schema.model import ModelBlockSchema
-from .functions import META_KEY, FunctionMeta
+from .functions import META_KEY, FunctionMeta, is_rebound
 from .reached import how_reached
 
 __all__ = ["LiveCall", "LiveCallDetector", "active_detector", "dispatched_calls", "original_code", "merge_live_calls", "COVERAGE_COLUMNS",
@@ -319,7 +319,7 @@ class LiveCallDetector:
     def _on_call(self, frame: Any) -> None:
         refs = self.wrappers.get(frame.f_code)
         if refs is not None:  # a decorator around an interpreted forward: did it call the schema?
-            ref = refs[0] if len(refs) == 1 else _wrapped_block(frame, refs)
+            ref = _wrapped_block(frame, refs)
             block = ref() if ref is not None else None
             if block is not None:
                 entry = self.wrapped.get(id(block))
@@ -378,12 +378,38 @@ class LiveCallDetector:
                                    reason=reason, phase=self.phase, key=key)
 
 
+def _wraps(frame: Any, wrapper: Any) -> bool:
+    """True when the wrapper code running in `frame` is `wrapper` itself (its body runs live) or the
+    program's copy of it around the schema: each free variable holds what `wrapper`'s closure holds,
+    or, where that is the function it wraps, a runner `rebind_wrapper` put there. One wrapper code
+    serves every function its decorator decorates (`contextmanager`'s `helper`, a cache's wrapper),
+    so the code alone does not say which function this call is for."""
+    closure = getattr(wrapper, "__closure__", None) or ()
+    names = frame.f_code.co_freevars
+    if len(names) != len(closure):
+        return False
+    inner = getattr(wrapper, "__wrapped__", None)
+    local = frame.f_locals
+    for name, cell in zip(names, closure):
+        try:
+            own = cell.cell_contents
+        except ValueError:
+            continue
+        value = local.get(name, own)
+        if value is not own and not (own is inner and is_rebound(value)):
+            return False
+    return True
+
+
 def _wrapped_block(frame: Any, refs: list) -> Optional[Any]:
     """Of the blocks a decorator's wrapper code wraps (one decorator on many forwards or methods,
-    one decorated forward on many instances), the one this call is for: the one whose module the
-    wrapper got first (the program runs a copy of the wrapper around the schema, same code, other
-    closure, so the closure tells nothing; one decorator on two methods of one instance is told
-    apart no further: the first is taken)."""
+    one decorated forward on many instances), the one this call is for, if any: one whose wrapper
+    this is (`_wraps`: the same code also runs for functions the schema has no block for), and of
+    those the one whose module the wrapper got first (one decorator on two methods of one instance
+    is told apart no further: the first is taken)."""
+    refs = [ref for ref in refs if (block := ref()) is not None and _wraps(frame, block.wrapper)]
+    if len(refs) <= 1:
+        return refs[0] if refs else None
     code = frame.f_code
     local = frame.f_locals
     first = local.get(code.co_varnames[0]) if code.co_argcount else None
