@@ -18,6 +18,7 @@ Depends on the schema and `functions` (to read generated frames).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 import threading
@@ -29,7 +30,7 @@ from typing import Any, Iterable, Optional
 from torch import nn
 
 from ..schema.model import ModelBlockSchema
-from .functions import META_KEY, FunctionMeta
+from .functions import META_KEY, FunctionMeta, is_rebound
 from .reached import how_reached
 
 __all__ = ["LiveCall", "LiveCallDetector", "active_detector", "dispatched_calls", "original_code", "merge_live_calls", "COVERAGE_COLUMNS",
@@ -49,7 +50,8 @@ class LiveCall:
     `kind`: "module" (a module's original forward ran), "callable" (non-module code a forward
     called reached interpreted modules: its own code ran as one call), "dispatch" (a decorator
     around an interpreted forward called something other than the schema), "replaced" (a forward
-    replaced on the instance after parsing ran). `module` is the module's path in the model ("" for
+    replaced on the instance after parsing ran), "cached" (a miss of a `functools.lru_cache` a
+    forward called: the cached body ran live; `via` names the cache). `module` is the module's path in the model ("" for
     the root, None when the module is not part of the schema), `via` the non-module function that
     called it (e.g. `transformers.pytorch_utils.apply_chunking_to_forward`), `block` and `location`
     where the schema made the call that led there. `phase` is "forward", or "backward" for what
@@ -241,6 +243,11 @@ class LiveCallDetector:
         stop = frozenset(codes)
         for code in wrappers:
             codes.setdefault(code, [])
+        for block in root.iter_blocks():  # caching decorators the forwards can call: their bodies
+            if block.module is not None:
+                wrappers.update(_cached_functions(type(block.module)))
+        for code in wrappers:
+            codes.setdefault(code, [])
         return codes, paths, blocks, stop, wrappers
 
     @property
@@ -316,10 +323,31 @@ class LiveCallDetector:
         Python call (what it found so far stays in `calls`)."""
         self._halted[0] = True
 
+    def _cache_miss(self, frame: Any, decorator: str) -> None:
+        caller, _, _ = generated_caller(frame)
+        if caller is None:
+            return  # not reached from the schema
+        label, location = describe_generated(caller)
+        module = _caller_module(caller)
+        path = self.paths.get(id(module)) if isinstance(module, nn.Module) else None
+        callee = _qualname(frame.f_code, frame)
+        key = ("cached", callee, label, location, self.phase)
+        entry = self.found.get(key)
+        if entry is not None:
+            entry.calls += 1
+            return
+        self.found[key] = LiveCall(
+            module=path, module_type=type(module).__qualname__ if module is not None else "", kind="cached",
+            callee=callee, via=decorator, block=label, location=location, phase=self.phase, key=key,
+            reason=(f"{callee} is cached by {decorator}: the schema calls the cache as one call, and on a miss "
+                    "(counted in calls) its body runs live, not interpreted; a hit returns the kept value, as in eager"))
+
     def _on_call(self, frame: Any) -> None:
         refs = self.wrappers.get(frame.f_code)
+        if isinstance(refs, str):  # the body of a cached function: a miss of its cache, run live
+            return self._cache_miss(frame, refs)
         if refs is not None:  # a decorator around an interpreted forward: did it call the schema?
-            ref = refs[0] if len(refs) == 1 else _wrapped_block(frame, refs)
+            ref = _wrapped_block(frame, refs)
             block = ref() if ref is not None else None
             if block is not None:
                 entry = self.wrapped.get(id(block))
@@ -378,12 +406,68 @@ class LiveCallDetector:
                                    reason=reason, phase=self.phase, key=key)
 
 
+def _wraps(frame: Any, wrapper: Any) -> bool:
+    """True when the wrapper code running in `frame` is `wrapper` itself (its body runs live) or the
+    program's copy of it around the schema: each free variable holds what `wrapper`'s closure holds,
+    or, where that is the function it wraps, a runner `rebind_wrapper` put there. One wrapper code
+    serves every function its decorator decorates (`contextmanager`'s `helper`, a cache's wrapper),
+    so the code alone does not say which function this call is for."""
+    closure = getattr(wrapper, "__closure__", None) or ()
+    names = frame.f_code.co_freevars
+    if len(names) != len(closure):
+        return False
+    inner = getattr(wrapper, "__wrapped__", None)
+    local = frame.f_locals
+    for name, cell in zip(names, closure):
+        try:
+            own = cell.cell_contents
+        except ValueError:
+            continue
+        value = local.get(name, own)
+        if value is not own and not (own is inner and is_rebound(value)):
+            return False
+    return True
+
+
+def _cached_functions(cls: type) -> dict:
+    """{code of a cached function's body: the cache's name} for the caching decorators (functools'
+    `lru_cache` / `cache`, directly or inside a wrapper such as diffusers' `lru_cache_unless_export`)
+    on `cls`'s methods and on the module globals its forward reads."""
+    found: dict = {}
+    candidates = [value for klass in cls.__mro__ for value in vars(klass).values()]
+    forward = inspect.getattr_static(cls, "forward", None)
+    if isinstance(forward, types.FunctionType):
+        names = forward.__code__.co_names
+        candidates += [forward.__globals__.get(name) for name in names]
+    for value in candidates:
+        value = getattr(value, "__func__", value)
+        cells = [value] + [c.cell_contents for c in getattr(value, "__closure__", None) or ()
+                           if isinstance(value, types.FunctionType) and _filled(c)]
+        for item in cells:
+            if isinstance(item, functools._lru_cache_wrapper):
+                code = original_code(item.__wrapped__)
+                if code is not None:
+                    found[code] = "functools.lru_cache"
+    return found
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
 def _wrapped_block(frame: Any, refs: list) -> Optional[Any]:
     """Of the blocks a decorator's wrapper code wraps (one decorator on many forwards or methods,
-    one decorated forward on many instances), the one this call is for: the one whose module the
-    wrapper got first (the program runs a copy of the wrapper around the schema, same code, other
-    closure, so the closure tells nothing; one decorator on two methods of one instance is told
-    apart no further: the first is taken)."""
+    one decorated forward on many instances), the one this call is for, if any: one whose wrapper
+    this is (`_wraps`: the same code also runs for functions the schema has no block for), and of
+    those the one whose module the wrapper got first (one decorator on two methods of one instance
+    is told apart no further: the first is taken)."""
+    refs = [ref for ref in refs if (block := ref()) is not None and _wraps(frame, block.wrapper)]
+    if len(refs) <= 1:
+        return refs[0] if refs else None
     code = frame.f_code
     local = frame.f_locals
     first = local.get(code.co_varnames[0]) if code.co_argcount else None

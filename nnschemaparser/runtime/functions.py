@@ -26,7 +26,7 @@ from ..schema.model import Const, Instruction, SliceOf, VarRef
 from .binding import INLINED_COMPREHENSIONS
 from .listeners import StepAbandoned
 
-__all__ = ["MISSING", "GUARD_ERRORS", "guard_failed", "read_global", "read_cell", "bindings_read", "stale_method", "stale_dispatch", "InterpretedFunction", "rebind_wrapper", "rebindable", "FunctionMeta", "META_KEY", "failure",
+__all__ = ["MISSING", "GUARD_ERRORS", "guard_failed", "read_global", "read_cell", "bindings_read", "stale_method", "stale_dispatch", "InterpretedFunction", "rebind_wrapper", "rebindable", "is_rebound", "FunctionMeta", "META_KEY", "failure",
            "unbound_here", "failing_block", "names_read", "source_text", "weight_attribute", "call_live",
            "delete_names", "refresh_free_vars", "write_back", "unbound_for_handlers", "register_lines"]
 
@@ -369,6 +369,7 @@ def rebind_wrapper(fn: Callable, replacement: Callable) -> Optional[Callable]:
     """
     inner = getattr(fn, "__wrapped__", None)
     if inner is None:
+        _remember(replacement)
         return replacement
     new_inner = rebind_wrapper(inner, replacement)
     if new_inner is None or not isinstance(fn, types.FunctionType) or not fn.__closure__:
@@ -387,7 +388,31 @@ def rebind_wrapper(fn: Callable, replacement: Callable) -> Optional[Callable]:
         return None
     rebuilt = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, tuple(cells))
     rebuilt.__kwdefaults__ = fn.__kwdefaults__
+    _remember(rebuilt)
     return rebuilt
+
+
+# What `rebind_wrapper` put in a wrapper's cells (the schema's runner, a rebuilt inner level): how
+# the live-call detector tells a decorator's copy around a schema from the same wrapper code
+# running for another function (`contextlib.contextmanager`'s one `helper` serves every function
+# it decorates).
+_REBOUND: "weakref.WeakSet" = weakref.WeakSet()
+_REBOUND_IDS: set = set()  # callables that take no weak reference (kept for the process)
+
+
+def _remember(function: Any) -> None:
+    try:
+        _REBOUND.add(function)
+    except TypeError:
+        _REBOUND_IDS.add(id(function))
+
+
+def is_rebound(value: Any) -> bool:
+    """True for a callable `rebind_wrapper` put inside a rebuilt decorator (a schema's runner)."""
+    try:
+        return value in _REBOUND
+    except TypeError:
+        return id(value) in _REBOUND_IDS
 
 
 def rebindable(fn: Callable) -> bool:
