@@ -30,10 +30,14 @@ WEIGHT = 0.1234567  # every weight of Private is this value: its digits must nev
 
 MODELS = textwrap.dedent('''
     import sys
+    import types
     import torch
     from torch import nn
 
-    SEEN = []
+    # what fc1's runs saw, kept outside this module: the parse puts back what its runs write to the
+    # model's own module globals (parser/python_state.py), and the command's runs are parse runs
+    LOG = sys.modules.setdefault("private_models_log", types.ModuleType("private_models_log"))
+    LOG.__dict__.setdefault("SEEN", [])
 
 
     class Private(nn.Module):
@@ -44,7 +48,7 @@ MODELS = textwrap.dedent('''
             with torch.no_grad():
                 for p in self.parameters():
                     p.fill_(%r)
-            self.fc1.register_forward_hook(lambda m, i, o: SEEN.append(torch.is_grad_enabled()))
+            self.fc1.register_forward_hook(lambda m, i, o: LOG.SEEN.append(torch.is_grad_enabled()))
 
         def forward(self, x):
             confidential_hidden_state = self.fc1(x)  # COMMENT_THAT_MUST_STAY_HOME
@@ -173,11 +177,12 @@ def test_share_source_needs_share_and_refuses_share_graph_only(models, capsys):
 
 
 def test_the_trace_runs_with_autograd_enabled_and_equals_eager_bit_for_bit(models, capsys):
+    sys.modules.pop("private_models_log", None)
     code, out, err = run(capsys, f"{models}:Private", "--input", "3,16", "--card")
     assert code == 0, err
     assert "output equals eager bit for bit" in out
-    module = sys.modules["private_models"]
-    assert module.SEEN and all(module.SEEN), module.SEEN  # every run of fc1 the command made saw autograd on
+    seen = sys.modules["private_models_log"].SEEN
+    assert seen and all(seen), seen  # every run of fc1 the command made saw autograd on
     from nnschemaparser.inspection.inspector import ModelInspector
 
     model = load_target(f"{models}:Private").model.eval()
