@@ -106,7 +106,7 @@ class VarRef:
 
 @dataclass(frozen=True, eq=False)
 class Binding:
-    """Where the lowering read a name it froze: a module global (`namespace` is the function's
+    """Where the lowering read a name it resolved: a module global (`namespace` is the function's
     globals dict, `key` the name), a closure cell (`namespace` the cell), followed by attributes
     (`attrs`: `F.gelu` is global `F`, then `.gelu`). The runtime reads the name again at each read,
     as CPython does (see `runtime.codegen.CodeGenerator.bound_const`); `value` is what it gave at
