@@ -13,6 +13,7 @@ import torch
 
 from nnschemaparser import capture_dataset
 from nnschemaparser.store.reader import TraceStore
+from tests.support.exactness import hooked_outputs
 from tests.support.store_models import tiny_gpt2, token_inputs
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -27,19 +28,8 @@ def _readme_block() -> str:
 
 
 def _hooked_layer_outputs(model, scopes):
-    outputs = []
-    for scope in scopes:
-        seen = {}
-        hooks = [layer.register_forward_hook(lambda m, a, out, i=i: seen.__setitem__(i, out[0] if isinstance(
-            out, tuple) else out)) for i, layer in enumerate(model.h)]
-        try:
-            with torch.no_grad():
-                model(**dict(scope))
-        finally:
-            for hook in hooks:
-                hook.remove()
-        outputs.append(seen)
-    return outputs
+    """Per input, what a forward hook on each layer sees, by layer index."""
+    return [dict(enumerate(hooked_outputs(model.h, lambda scope=scope: model(**dict(scope))))) for scope in scopes]
 
 
 @pytest.fixture(scope="module")

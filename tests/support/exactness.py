@@ -110,3 +110,20 @@ def assert_schema_matches_eager(
                     assert torch.equal(a.grad, b.grad), f"input {key}: gradient differs"
             model.zero_grad(set_to_none=True)
     return schema
+
+
+def hooked_outputs(modules, call) -> list:
+    """What forward hooks on `modules` see while `call()` runs (no grad), in call order: each module's
+    output, the first element when it returns a tuple (a transformers layer's hidden states)."""
+    import torch
+
+    seen: list = []
+    hooks = [m.register_forward_hook(lambda _m, _a, out: seen.append(out[0] if isinstance(out, tuple) else out))
+             for m in modules]
+    try:
+        with torch.no_grad():
+            call()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen

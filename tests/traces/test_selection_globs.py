@@ -11,6 +11,7 @@ import torch
 
 from nnschemaparser import NNParser, capture_run
 from nnschemaparser.traces.selection import is_block_call, keep_selector
+from tests.support.exactness import hooked_outputs
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -40,15 +41,7 @@ def test_a_call_star_keeps_each_layers_output_only_and_double_star_crosses_dots(
     assert set(layers) < set(deep) and "layers.2.mlp.down_proj" in deep and "layers.0.mlp" in deep  # (self_attn returns a tuple: no tensor at its call)
     assert _kept_ops(schema, scope, "call=layers.*.mlp") == [f"{p}.mlp" for p in layers]
     # what forward hooks on the four layers see, value for value
-    seen = []
-    hooks = [model.layers[i].register_forward_hook(lambda m, a, out: seen.append(out[0] if isinstance(out, tuple)
-                                                                                 else out)) for i in range(4)]
-    try:
-        with torch.no_grad():
-            model(**dict(scope))
-    finally:
-        for hook in hooks:
-            hook.remove()
+    seen = hooked_outputs(model.layers[:4], lambda: model(**dict(scope)))
     with torch.no_grad():
         kept = [s.value for s in capture_run(schema, dict(scope), keep="call=layers.*").trace]
     assert len(kept) == 4 and all(torch.equal(a, b) for a, b in zip(kept, seen))
