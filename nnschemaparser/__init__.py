@@ -49,6 +49,7 @@ from .traces.record import ExecutionRecord, capture_run
 from .traces.interventions import Intervention, InterventionError, InterventionRun, Site
 from .traces.patch_sites import PatchedRun
 from .traces.patching import PatchingReuseWarning, activation_patching
+from .traces.attribution import attribution_patching
 from .traces.recorder import ActivationRecorder
 from .traces.estimate import CaptureEstimate, CaptureTooLargeError, estimate_capture
 from .traces.dropped import CaptureLimitWarning
@@ -119,7 +120,7 @@ __all__ = [
     "FormatVersionError", "FileLimitError", "UnsafeReferenceError", "ModelMismatchError", "SourceMismatchError", "UnresolvedReference",
     "ActivationRecorder", "ActivationTrace", "GradientTrace", "TraceStep", "ExecutionRecord", "capture_run",
     "Intervention", "InterventionError", "InterventionRun", "Site",
-    "activation_patching", "PatchedRun", "PatchingReuseWarning",
+    "activation_patching", "attribution_patching", "PatchedRun", "PatchingReuseWarning",
     "TraceDiff", "compare_traces", "diff_summary", "first_divergence", "diffs_to_dataframe", "tensor_statistics",
     "HistogramBins", "histogram_bins", "plot_histograms", "EditEvent",
     "capture_dataset", "TraceStore", "Reduction", "KeepSelector", "KeepTerm", "StoreMismatchError",
