@@ -1,9 +1,11 @@
 """Activation patching over every layer's residual, and attribution patching, against eager forwards.
 
-    python bench/bench_patching.py [--rounds N] [--layers L] [--tokens T]
+    python bench/bench_patching.py [--rounds N] [--layers L] [--sizes 64x16,256x64]
 
-On a tiny Llama and a tiny GPT-2 (L layers, width 64, T tokens, random weights, eager attention,
-one torch thread, CPU time, `torch.no_grad()` for patching), side by side in one process:
+On a tiny Llama and a tiny GPT-2 (L layers, default 8; each size `width x tokens`: width 64 with 16
+tokens, where Python around the ops dominates a forward, and width 256 with 64 tokens; random
+weights, eager attention, one torch thread, CPU time, `torch.no_grad()` for patching), side by side
+in one process:
 
 - eager: one `model(**clean)`;
 - activation_patching over the L + 1 residual sites (the embedding's output and each layer's,
@@ -38,15 +40,15 @@ import nnschemaparser.traces.patching as patching  # noqa: E402
 from nnschemaparser import NNParser, activation_patching, attribution_patching  # noqa: E402
 
 
-def models(layers: int):
+def models(layers: int, width: int = 64):
     import transformers
 
     torch.manual_seed(0)
-    llama = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+    llama = transformers.LlamaConfig(vocab_size=128, hidden_size=width, intermediate_size=2 * width, num_hidden_layers=layers,
                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
                                      bos_token_id=0, eos_token_id=0, pad_token_id=0)
     llama._attn_implementation = "eager"
-    gpt2 = transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=layers, n_head=4, n_positions=128,
+    gpt2 = transformers.GPT2Config(vocab_size=128, n_embd=width, n_layer=layers, n_head=4, n_positions=128,
                                    bos_token_id=0, eos_token_id=0)
     gpt2._attn_implementation = "eager"
     llama_model = transformers.LlamaForCausalLM(llama).eval()
@@ -108,22 +110,32 @@ class PatchedOnly:
         patching.run_reusing = self.original
 
 
+def _envoy(root, name: str):
+    for part in name.split("."):
+        root = root[int(part)] if part.isdigit() else getattr(root, part)
+    return root
+
+
 def nnsight_sweep(model, modules_names, clean, corrupted):
+    """nnsight's sweep (a trace keeping the corrupted outputs, then a trace per site), or None."""
     try:
         from nnsight import NNsight
     except ImportError:
         return None
-    wrapped = NNsight(model)
+    import copy
+
+    wrapped = NNsight(copy.deepcopy(model))  # nnsight wraps the modules it is given: a copy of its own
 
     def sweep():
+        saved = []
         with torch.no_grad():
             with wrapped.trace(**corrupted):
-                saved = [wrapped.get(name).output.save() for name in modules_names]
+                for name in modules_names:
+                    saved.append(_envoy(wrapped, name).output.save())
             out = []
             for name, value in zip(modules_names, saved):
                 with wrapped.trace(**clean):
-                    module = wrapped.get(name)
-                    module.output = value
+                    _envoy(wrapped, name).output = value
                     m = metric(wrapped.output).save()
                 out.append(float(m))
         return out
@@ -139,14 +151,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--sizes", default="64x16,256x64", help="width x tokens, comma-separated")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    L = args.layers
-    for name, (model, embed, layers, at) in models(L).items():
-        ids = torch.randint(1, 128, (1, args.tokens), generator=torch.Generator().manual_seed(1))
+    for size in args.sizes.split(","):
+        width, tokens = (int(n) for n in size.split("x"))
+        bench_size(args.layers, width, tokens, args.rounds)
+
+
+def bench_size(L: int, width: int, tokens: int, rounds: int) -> None:
+    for name, (model, embed, layers, at) in models(L, width).items():
+        ids = torch.randint(1, 128, (1, tokens), generator=torch.Generator().manual_seed(1))
         other = ids.clone()
-        other[0, args.tokens // 2] = (ids[0, args.tokens // 2] + 1) % 127 + 1
+        other[0, tokens // 2] = (ids[0, tokens // 2] + 1) % 127 + 1
         clean, corrupted = {"input_ids": ids, "use_cache": False}, {"input_ids": other, "use_cache": False}
         schema = NNParser.parse_model(model=model, inputs_tensors_values=dict(clean))
         modules = [embed, *layers]
@@ -155,11 +172,13 @@ def main() -> None:
         assert list(table["metric"]) == expected, "activation_patching differs from the hand-written sweep"
         names = [n for n, m in model.named_modules() if any(m is x for x in modules)]
         theirs = nnsight_sweep(model, names, clean, corrupted)
+        if theirs is not None:
+            assert theirs() == expected, "nnsight's sweep differs from the hand-written one"
         samples: dict = {k: [] for k in ("eager", "patched runs (reuse)", "patched runs (reuse=False)",
                                            "activation_patching, whole call", "hooks: patched runs",
                                            "hooks: whole sweep", "nnsight: whole sweep",
                                            "eager fwd+bwd", "attribution_patching")}
-        for _ in range(args.rounds + 1):
+        for _ in range(rounds + 1):
             times = {}
             start = time.process_time()
             with torch.no_grad():
@@ -191,7 +210,7 @@ def main() -> None:
             if _ > 0:  # the first round warms every candidate
                 for key, value in times.items():
                     samples[key].append(value)
-        print(f"{name}: {L} layers, width 64, {args.tokens} tokens; {L + 1} residual sites; median of {args.rounds} rounds")
+        print(f"{name}: {L} layers, width {width}, {tokens} tokens; {L + 1} residual sites; median of {rounds} rounds")
         for key in samples:
             if key in ("eager", "eager fwd+bwd") or not samples[key]:
                 if not samples[key]:

@@ -44,6 +44,7 @@ from __future__ import annotations
 import ast
 import difflib
 import re
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
@@ -261,10 +262,16 @@ class InterventionRun(InterventionListener):
         op = callee if is_call else (op_name_of(instr, event.frame) if self._ops else "")
         for i in candidates:
             item = self.items[i]
-            if not any(t.matches(path, var, op or "", "activation", is_call)
-                       and (t.block is None or path_matches(path, t.block, inside=False))
-                       for t in item.selector.terms):
-                continue  # a block glob names its own blocks here, not the blocks inside them
+            key = (item.selector, path, var, op, is_call)
+            hit = _MATCHED.get(key)
+            if hit is None:  # a block glob names its own blocks here, not the blocks inside them
+                if len(_MATCHED) > 100_000:
+                    _MATCHED.clear()
+                hit = _MATCHED[key] = any(
+                    t.matches(path, var, op or "", "activation", is_call)
+                    and (t.block is None or path_matches(path, t.block, inside=False)) for t in item.selector.terms)
+            if not hit:
+                continue
             self._hits[i] += 1
             if item.occurrence is not None and item.occurrence != occurrence:
                 continue
@@ -285,8 +292,7 @@ class InterventionRun(InterventionListener):
         ref = instr.block_ref
         if instr.callee_var is not None:
             if self._module_blocks is None:
-                self._module_blocks = {id(b.module): b for b in reversed(list(self.schema.iter_blocks()))
-                                       if b.module is not None and b.method_name is None}
+                self._module_blocks = _module_blocks(self.schema)
             block = self._module_blocks.get(id(event.frame.get(instr.callee_var)))
             return block.path if block is not None else ref.path
         try:
@@ -304,15 +310,19 @@ class InterventionRun(InterventionListener):
                                         f"index [{_index_text(item.index)}] does not apply to shape "
                                         f"{tuple(value.shape)}: {exc}") from exc
         new = item.fn(part, site) if not isinstance(item.fn, torch.Tensor) else item.fn
-        where = f"intervention {item.text()!r} at {site.name} (occurrence {site.occurrence})"
-        what = "the indexed part" if item.index is not None else "the value"
-        if not isinstance(new, torch.Tensor):
-            raise InterventionError(f"{where}: {what} is a tensor; the intervention gave {type(new).__name__} "
-                                    "(fn(value, site) must return the new value)")
-        for label, got, want in (("shape", tuple(new.shape), tuple(part.shape)), ("dtype", new.dtype, part.dtype),
-                                 ("device", new.device, part.device)):
-            if got != want:
-                raise InterventionError(f"{where}: {what} has {label} {want}; the intervention gave {got}")
+        if new is part:  # handed back as it was
+            return value
+        if not isinstance(new, torch.Tensor) or new.shape != part.shape or new.dtype != part.dtype \
+                or new.device != part.device:
+            where = f"intervention {item.text()!r} at {site.name} (occurrence {site.occurrence})"
+            what = "the indexed part" if item.index is not None else "the value"
+            if not isinstance(new, torch.Tensor):
+                raise InterventionError(f"{where}: {what} is a tensor; the intervention gave {type(new).__name__} "
+                                        "(fn(value, site) must return the new value)")
+            for label, got, want in (("shape", tuple(new.shape), tuple(part.shape)), ("dtype", new.dtype, part.dtype),
+                                     ("device", new.device, part.device)):
+                if got != want:
+                    raise InterventionError(f"{where}: {what} has {label} {want}; the intervention gave {got}")
         if item.index is None:
             return new
         whole = value.clone()
@@ -342,6 +352,19 @@ class InterventionRun(InterventionListener):
             seen = set(names)
             names += [name for name in _static_sites(self.schema) if name not in seen]
         return names
+
+
+_MATCHED: dict[tuple, bool] = {}  # (selector, path, var, op, is_call) -> whether an intervention's selector names it
+_MODULE_BLOCKS: "weakref.WeakKeyDictionary[ModelBlockSchema, dict]" = weakref.WeakKeyDictionary()
+
+
+def _module_blocks(root: ModelBlockSchema) -> dict:
+    """{id(module): its forward block} of a schema, worked out once per schema (a run's callees by identity)."""
+    found = _MODULE_BLOCKS.get(root)
+    if found is None:
+        found = _MODULE_BLOCKS[root] = {id(b.module): b for b in reversed(list(root.iter_blocks()))
+                                        if b.module is not None and b.method_name is None}
+    return found
 
 
 def _static_sites(root: ModelBlockSchema) -> list[str]:

@@ -202,10 +202,12 @@ class StateWatch:
     """What a model's run writes outside its arguments; `changes()` after the run lists it."""
 
     def __init__(self, model: Any):
-        self.model = model
         self.rng = rng_state()
-        self.tensors = [(name, t, t._version) for name, t in _named_tensors(model)]
-        self.attributes = [(m, _attributes(m)) for m in model.modules()] if model is not None else []
+        self.modules = list(model.modules()) if model is not None else []
+        self.attributes = [dict(vars(m)) for m in self.modules]
+        self.held = [(dict(m._parameters), dict(m._buffers), dict(m._modules)) for m in self.modules]
+        self.versions = [(m, name, t, t._version) for m in self.modules
+                         for name, t in (*m._parameters.items(), *m._buffers.items()) if t is not None]
         self.python = PythonState(model) if model is not None else None
 
     def changes(self) -> list[str]:
@@ -213,29 +215,19 @@ class StateWatch:
         if not _same_rng(self.rng, rng_state()):
             out.append("the run drew random numbers (dropout in training mode?), so a skipped call would change "
                        "what the rest of the run draws")
-        now = {name: t for name, t in _named_tensors(self.model)}
-        out += [f"{name} was written" for name, t, version in self.tensors
-                if now.get(name) is not t or t._version != version]
-        out += [f"an attribute of {type(m).__name__} was set" for m, before in self.attributes if _attributes(m) != before]
+        out += [f"{type(m).__name__}.{name} was written" for m, name, t, version in self.versions if t._version != version]
+        for m, before, held in zip(self.modules, self.attributes, self.held):
+            now = vars(m)
+            if len(now) != len(before) or any(now.get(k, _MISSING) is not v for k, v in before.items()
+                                              if not k.startswith(_HOOKS)):
+                out.append(f"an attribute of {type(m).__name__} was set")
+            for kind, items, live in zip(("parameter", "buffer", "child"), held, (m._parameters, m._buffers, m._modules)):
+                if len(items) != len(live) or any(live.get(k, _MISSING) is not v for k, v in items.items()):
+                    out.append(f"a {kind} of {type(m).__name__} was replaced")
         if self.python is not None:
             out += self.python.changed()
         return out
 
 
-def _named_tensors(model: Any) -> list:
-    if model is None:
-        return []
-    return [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
-
-
-def _attributes(module: Any) -> dict:
-    """A module's attributes by identity (its parameter, buffer and child dicts by their items)."""
-    out = {}
-    for key, value in vars(module).items():
-        if key in ("_parameters", "_buffers", "_modules"):
-            out[key] = tuple((k, id(v)) for k, v in value.items())
-        elif key.startswith("_forward") or key.startswith("_backward") or key.startswith("_state_dict"):
-            continue  # hooks: the caller's, not state the forward writes
-        else:
-            out[key] = id(value)
-    return out
+_MISSING = object()
+_HOOKS = ("_forward", "_backward", "_state_dict", "_load_state_dict")  # hooks: the caller's, not the forward's state
