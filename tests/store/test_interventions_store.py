@@ -1,0 +1,57 @@
+"""capture_dataset(..., interventions=...): every input's run gets the interventions (the stored values
+are the changed ones, as capture_run with the same interventions records them), the manifest records
+their selectors, and resuming the store with other interventions or none is refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from nnschemaparser import StoreMismatchError, TraceStore, capture_dataset, capture_run
+from tests.support.store_models import blocks, inputs
+
+
+def _double(value, site):
+    return value * 2.0
+
+
+def test_each_input_is_captured_with_the_interventions_and_the_manifest_names_them(tmp_path):
+    model, schema = blocks()
+    data = inputs(5)
+    changes = {"layers.0:hidden": _double}
+    store = capture_dataset(schema, data, tmp_path / "s", keep="layers.*:hidden, head:logits", block_size=2,
+                            progress=False, interventions=changes)
+    manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    assert manifest["options"]["interventions"] == "layers.0:hidden"
+    for sample in range(5):
+        changed = capture_run(schema, dict(data[sample]), interventions=changes).trace
+        plain = capture_run(schema, dict(data[sample])).trace
+        for name in ("layers.0:hidden", "layers.1:hidden", "head:logits"):
+            path, var = name.split(":")
+            (ours,) = [s for s in changed if (s.block_path, s.out_var) == (path, var)]
+            (before,) = [s for s in plain if (s.block_path, s.out_var) == (path, var)]
+            stored = store.tensor(sample, ours.container_id)
+            assert torch.equal(stored, ours.value) and not torch.equal(stored, before.value)
+        (hidden,) = [s for s in plain if (s.block_path, s.out_var) == ("layers.0", "hidden")]
+        assert torch.equal(store.tensor(sample, hidden.container_id), hidden.value * 2.0)
+
+
+def test_a_store_captured_with_interventions_is_resumed_with_the_same_ones_only(tmp_path):
+    model, schema = blocks()
+    data = inputs(4)
+    changes = {"layers.0:hidden index=[:, 0]": lambda value, site: value + 1.0}
+    capture_dataset(schema, data[:2], tmp_path / "s", keep="head", block_size=2, progress=False, interventions=changes)
+    with pytest.raises(StoreMismatchError, match=r"interventions: 'layers.0:hidden index=\[:, 0\]' there, None here"):
+        capture_dataset(schema, data, tmp_path / "s", keep="head", block_size=2, progress=False)
+    with pytest.raises(StoreMismatchError, match="interventions: .* there, 'layers.1:hidden' here"):
+        capture_dataset(schema, data, tmp_path / "s", keep="head", block_size=2, progress=False,
+                        interventions={"layers.1:hidden": _double})
+    store = capture_dataset(schema, data, tmp_path / "s", keep="head", block_size=2, progress=False,
+                            interventions=changes)
+    assert store.samples == [0, 1, 2, 3]
+    plain = capture_dataset(schema, data[:2], tmp_path / "p", keep="head", block_size=2, progress=False)
+    with pytest.raises(StoreMismatchError, match="interventions: None there"):
+        capture_dataset(schema, data, tmp_path / "p", keep="head", block_size=2, progress=False, interventions=changes)
+    assert len(TraceStore(tmp_path / "p")) == len(plain) == 2
