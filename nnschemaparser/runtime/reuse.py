@@ -55,18 +55,15 @@ __all__ = ["CallReuse", "ReusePrograms", "reuse_programs", "give_back_reuse", "r
 
 _PRIMITIVE = (type(None), bool, int, str, bytes, torch.dtype, torch.device, torch.Size)
 _BY_IDENTITY = (nn.Module, types.FunctionType, types.BuiltinFunctionType, types.MethodType, type, Enum)
+_UNSUPPORTED = "an argument or result the reuse cannot compare or hand out again"
 _INT_OF_SIZE = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}
-
-
-class _Unsupported(Exception):
-    """An argument or result the reuse cannot compare or hand out again."""
 
 
 def _freeze(value: Any) -> Any:
     """What is recorded of an argument: tensors with their versions, containers item by item."""
     if isinstance(value, torch.Tensor):
         if value.layout != torch.strided or value.is_nested:
-            raise _Unsupported
+            raise TypeError(_UNSUPPORTED)
         return ("t", value, value._version)
     kind = type(value)
     if kind in _PRIMITIVE or kind is float:
@@ -77,7 +74,7 @@ def _freeze(value: Any) -> Any:
         return (kind, tuple(_freeze(item) for item in value))
     if kind is dict:
         return (dict, tuple((key, _freeze(item)) for key, item in value.items()))
-    raise _Unsupported
+    raise TypeError(_UNSUPPORTED)
 
 
 def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -130,7 +127,7 @@ def _result_state(value: Any) -> Any:
         return None
     if type(value) is tuple:
         return tuple(_result_state(item) for item in value)
-    raise _Unsupported
+    raise TypeError(_UNSUPPORTED)
 
 
 def _result_intact(value: Any, state: Any) -> bool:
@@ -207,7 +204,7 @@ class CallReuse:
     def _record(self, block: ModelBlockSchema, invoke: Callable, args: Any, kwargs: dict) -> Any:
         try:
             arguments = (_freeze(tuple(args)), _freeze(dict(kwargs)))
-        except _Unsupported:
+        except TypeError:
             arguments = None
         entry = _Call(block, arguments)
         self.calls.append(entry)
@@ -217,7 +214,7 @@ class CallReuse:
             try:
                 entry.state = _result_state(result)
                 entry.result = result
-            except _Unsupported:
+            except TypeError:
                 entry.reusable = False
         else:  # an argument changed in place during the call: running it again would do that again
             entry.reusable = False

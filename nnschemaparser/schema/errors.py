@@ -60,7 +60,8 @@ nothing of the package; tests/test_error_tree.py fails when one is missing here,
     UserWarning
     ├── GraphMismatchWarning (inspection.inspector)           graph mode: the exported result is not eager's
     ├── CaptureLimitWarning (traces.dropped)                  capture_run's CaptureLimits dropped values (trace.dropped)
-    └── KeepMissedWarning (traces.missed)                     a call= selector named a call an unobserved block made
+    ├── KeepMissedWarning (traces.missed)                     a call= selector named a call an unobserved block made
+    └── PatchingReuseWarning (traces.patching)                activation_patching reran every patched run from the start
     BaseException
     └── StepAbandoned (runtime.listeners)                      unwinds a paused stepped run; passes `except Exception:`
 """
