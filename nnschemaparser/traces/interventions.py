@@ -216,6 +216,11 @@ class Site:
     def name(self) -> str:
         return f"{self.path}:{self.var}"
 
+    def record(self, name: str, value: Any, description: str = "", op: str = "") -> None:
+        """Report `value` as a variable `name` of this site's block (a capture keeps it as a step of its
+        own, after the site's: an SAE's features); only tensors are reported."""
+        self.run.report(self, name, value, description or f"Value {name} computed at {self.name}", op)
+
 
 class InterventionRun(InterventionListener):
     """One run's interventions: the listener the runtime adds (runtime/interventions.py).
@@ -235,6 +240,7 @@ class InterventionRun(InterventionListener):
         self._applied = [0] * len(items)
         self._ops = any(t.op is not None for item in items for t in item.selector.terms)
         self._module_blocks: Optional[dict[int, ModelBlockSchema]] = None
+        self._pending: list[tuple] = []  # values reported at the site being changed (`report`)
         observe: Optional[frozenset] = frozenset()
         for item in items:
             blocks = item.selector.blocks_to_observe(root)
@@ -286,6 +292,19 @@ class InterventionRun(InterventionListener):
             event.value = value = new  # the listeners after this one (the stepper) see the new value
             self._applied[i] += 1
             self.sites.append(site)
+            if self._pending:  # values the intervention reported, after the edit of the site's step
+                pending, self._pending = self._pending, []
+                for name, reported, description, op in pending:
+                    for listener in self.value_listeners:
+                        listener.on_value(path, event.depth, name, reported, description, op)
+
+    def report(self, site: Site, name: str, value: Any, description: str, op: str) -> None:
+        """A value an intervention computed at `site` (`Site.record`), told to the run's listeners
+        after the site's edit."""
+        if not isinstance(name, str) or not name:
+            raise InterventionError(f"a value recorded at {site.name} needs a name, got {name!r}")
+        if isinstance(value, torch.Tensor):
+            self._pending.append((name, value, description, op))
 
     def _callee(self, instr: BlockInstruction, event: InstructionEvent) -> str:
         """The path of the block a block call ran (resolved as the recorder resolves it)."""
