@@ -75,12 +75,12 @@ def attribution_patching(schema: ModelBlockSchema, clean: dict, corrupted: dict,
     try:
         with torch.no_grad():
             sites: list[SiteValue] = []
-            corrupted_metric = metric_value(metric, run_reusing(pair, schema, corrupted, look_at(item, sites)))
+            corrupted_metric = metric_value(metric, run_reusing(pair, schema, corrupted, look_at(item, sites, copy=True)))
         set_rng_state(state)
         targets = _Targets()
         clean_sites: list[SiteValue] = []
         with torch.enable_grad():
-            clean_metric = metric_value(metric, run_reusing(pair, schema, clean, look_at(item, clean_sites, targets.make)))
+            clean_metric = metric_value(metric, run_reusing(pair, schema, clean, look_at(item, clean_sites, targets.make, copy=True)))
             check_same_sites(clean_sites, sites)
             grads = _gradients(clean_metric, clean_sites, targets, schema.module)
     finally:
@@ -93,7 +93,7 @@ def attribution_patching(schema: ModelBlockSchema, clean: dict, corrupted: dict,
             if grad is None:
                 no_gradient.append(site.label)
             else:
-                product = grad * (other.value - site.value.detach())
+                product = grad * (other.bound - site.bound)
             for number, index in parts_of(schema, site, per, heads):
                 row = {"site": site.label, "layer": site.layer}
                 if per is not None:

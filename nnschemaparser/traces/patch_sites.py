@@ -51,6 +51,7 @@ class SiteValue:
     call: Optional[str]
     label: str
     value: Any
+    bound: Any = None  # a copy of the value as bound (`look_at(copy=True)`): the run may change it in place later
 
     @property
     def selector(self) -> str:
@@ -85,9 +86,11 @@ def selector_of(at: Any, function: str) -> Intervention:
     return item
 
 
-def look_at(item: Intervention, found: list, make: Optional[Callable[[torch.Tensor, Site], torch.Tensor]] = None) -> list:
+def look_at(item: Intervention, found: list, make: Optional[Callable[[torch.Tensor, Site], torch.Tensor]] = None,
+            copy: bool = False) -> list:
     """Interventions that append a `SiteValue` to `found` at each site `item` names; the value handed
-    back is `make(value, site)` (default: the value itself, the very object)."""
+    back is `make(value, site)` (default: the value itself, the very object); `copy`: also keep a
+    detached copy of the value as bound (`SiteValue.bound`)."""
     counts: dict[str, int] = {}
 
     def look(value: torch.Tensor, site: Site) -> torch.Tensor:
@@ -98,7 +101,7 @@ def look_at(item: Intervention, found: list, make: Optional[Callable[[torch.Tens
             base, n = f"{site.path}:{site.var}", site.occurrence
         new = make(value, site) if make is not None else value
         found.append(SiteValue(site.path, site.var, site.occurrence, site.layer, site.call,
-                               base if n == 0 else f"{base}#{n}", new))
+                               base if n == 0 else f"{base}#{n}", new, value.detach().clone() if copy else None))
         return new
 
     return [Intervention(item.selector, look, occurrence=item.occurrence)]

@@ -88,12 +88,12 @@ def activation_patching(schema: ModelBlockSchema, clean: dict, corrupted: dict, 
             set_rng_state(state)
             pair.reuse.start("off")
             sites: list[SiteValue] = []
-            corrupted_metric = metric_value(metric, run_reusing(pair, schema, corrupted, look_at(item, sites)))
+            corrupted_metric = metric_value(metric, run_reusing(pair, schema, corrupted, look_at(item, sites, copy=True)))
             check_same_sites(clean_sites, sites)
             reused = ran = 0
             for site in sites:
                 for number, index in parts_of(schema, site, per, heads):
-                    part = site.value if index is None else site.value[index]
+                    part = site.bound if index is None else site.bound[index]
                     set_rng_state(state)
                     pair.reuse.start("off" if why else "replay", _holding(site))
                     patched = metric_value(metric, run_reusing(pair, schema, clean, [_patch(pair.reuse, site, part, index)]))

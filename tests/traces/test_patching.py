@@ -236,3 +236,47 @@ def test_bad_arguments_are_refused_naming_the_fix():
         activation_patching(schema, clean, shorter, _metric, at=at)
     with pytest.raises(InterventionError, match="closest sites"):
         activation_patching(schema, clean, corrupted, _metric, at="transformer.h.1:atn_output")
+
+
+class _Bump(torch.nn.Module):
+    def forward(self, t):
+        t.add_(1.0)  # changes its argument in place: running it again would do that again
+        return t * 3.0
+
+
+class _InPlace(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.b = _Bump()
+        self.c = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.a(x)
+        h.mul_(2.0)  # a's result is changed after the call: never handed out again
+        g = self.b(h)
+        return self.c(g)
+
+
+def test_calls_that_change_their_arguments_or_whose_results_change_later_always_run():
+    torch.manual_seed(0)
+    model = _InPlace().eval()
+    x, y = torch.randn(2, 4), torch.randn(2, 4)
+    schema = NNParser.parse_model(model=model, inputs_tensors_values={"x": x})
+    ran = {"a": 0, "b": 0, "c": 0}
+    hooks = [getattr(model, n).register_forward_pre_hook(lambda m, a, _n=n: ran.__setitem__(_n, ran[_n] + 1))
+             for n in ran]
+    try:
+        table = activation_patching(schema, {"x": x}, {"x": y}, lambda out: out.sum(), at="call=a, call=b, call=c")
+    finally:
+        for hook in hooks:
+            hook.remove()
+    plain = activation_patching(schema, {"x": x}, {"x": y}, lambda out: out.sum(), at="call=a, call=b, call=c",
+                                reuse=False)
+    assert list(table["metric"]) == list(plain["metric"])
+    assert ran == {"a": 5, "b": 5, "c": 4}  # clean, corrupted and 3 patched runs; only c's call is reused
+    with torch.no_grad():  # the corrupted value patched in is a's output as bound, before the mul_
+        source = model.a(y)
+        handle = model.a.register_forward_hook(lambda m, a, out: source.clone())
+        assert table["metric"][0] == model(x).sum().item()
+        handle.remove()
