@@ -32,7 +32,7 @@ and does not draw random numbers or write state, so running it would return thos
 The calls are intercepted by a `Program` subclass that wraps each invoker (the observed program of a
 partly observed pair, runtime/partial.py: the blocks a site can be in run observed, the others plain).
 
-Depends on `program`, `partial`, `listeners` and `interventions`.
+Depends on `program`, `listeners` and `interventions`.
 """
 
 from __future__ import annotations

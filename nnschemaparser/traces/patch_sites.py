@@ -18,7 +18,7 @@ projection (GPT-2's `transformer.h.*.attn:attn_output occurrence=1`, Llama's
 attributes, the Python state `parser.python_state` records, the random generators), so that a replay
 that would skip such a write is turned off, with the reason.
 
-Depends on torch, pandas-free; traces.interventions and parser.python_state.
+Depends on torch, runtime.interpreter (a row's run), traces.interventions and parser.python_state.
 """
 
 from __future__ import annotations

@@ -55,3 +55,17 @@ def test_a_store_captured_with_interventions_is_resumed_with_the_same_ones_only(
     with pytest.raises(StoreMismatchError, match="interventions: None there"):
         capture_dataset(schema, data, tmp_path / "p", keep="head", block_size=2, progress=False, interventions=changes)
     assert len(TraceStore(tmp_path / "p")) == len(plain) == 2
+
+
+def test_a_manifest_whose_interventions_field_is_not_text_is_refused(tmp_path):
+    from nnschemaparser.files.file_format import MalformedFileError
+
+    model, schema = blocks()
+    capture_dataset(schema, inputs(2), tmp_path / "s", keep="head", progress=False,
+                    interventions={"layers.0:hidden": _double})
+    path = tmp_path / "s" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["options"]["interventions"] = 5
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(MalformedFileError, match="interventions"):
+        TraceStore(tmp_path / "s")
