@@ -69,3 +69,27 @@ def test_a_manifest_whose_interventions_field_is_not_text_is_refused(tmp_path):
     path.write_text(json.dumps(manifest))
     with pytest.raises(MalformedFileError, match="interventions"):
         TraceStore(tmp_path / "s")
+
+
+@pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                    reason="this torch build has no gloo backend for torch.distributed")
+def test_forked_ranks_capture_with_the_same_interventions_as_one_process(tmp_path):
+    model, schema = blocks()
+    data = inputs(4)
+    changes = {"layers.0:hidden": _double}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the forked ranks run
+    try:
+        one = capture_dataset(schema, data, tmp_path / "one", keep="layers.*:hidden", block_size=1, progress=False,
+                              interventions=changes)
+    finally:
+        torch.set_num_threads(threads)
+    two = capture_dataset(schema, data, tmp_path / "two", keep="layers.*:hidden", block_size=1, progress=False,
+                          interventions=changes, world=2)
+    steps = one.steps
+    kept = steps[steps["kept"]]
+    assert len(kept) > 0
+    for row in kept.itertuples():
+        assert torch.equal(one.tensor(row.sample, row.container_id), two.tensor(row.sample, row.container_id))
+    (hidden,) = [s for s in capture_run(schema, dict(data[3])).trace if (s.block_path, s.out_var) == ("layers.0", "hidden")]
+    assert torch.equal(two.tensor(3, hidden.container_id), hidden.value * 2.0)
