@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 import threading
 import types
+import weakref
 from enum import Enum
 from typing import Any, Callable, Optional
 
@@ -167,7 +168,7 @@ class CallReuse:
         self.keep_out: Callable[[ModelBlockSchema], bool] = lambda block: False
         self.reused = 0
         self.ran = 0
-        self.root: Optional[ModelBlockSchema] = None
+        self.root: Optional[weakref.ref] = None  # the schema's root (weakly: the cache of programs is keyed by it)
 
     def start(self, mode: str, keep_out: Optional[Callable[[ModelBlockSchema], bool]] = None) -> None:
         """Before a run: "record" forgets the calls kept so far; "replay" starts at call 0."""
@@ -187,17 +188,19 @@ class CallReuse:
         self.mode = "off"
 
     def wrap(self, block: ModelBlockSchema, invoke: Callable[[Any, dict], Any]) -> Callable[[Any, dict], Any]:
-        """The invoker of `block` that records or reuses its calls (the root's is left as it is)."""
-        if block is self.root:
+        """The invoker of `block` that records or reuses its calls (the root's is left as it is). It holds
+        the block weakly, as programs do, so a dropped schema is freed with its cached programs."""
+        if self.root is not None and block is self.root():
             return invoke
+        block_ref = weakref.ref(block)
 
         def call(args: Any, kwargs: dict) -> Any:
             mode = self.mode
             if mode == "off":
                 return invoke(args, kwargs)
             if mode == "record":
-                return self._record(block, invoke, args, kwargs)
-            return self._replay(block, invoke, args, kwargs)
+                return self._record(block_ref(), invoke, args, kwargs)
+            return self._replay(block_ref(), invoke, args, kwargs)
 
         return call
 
@@ -269,7 +272,7 @@ class ReusePrograms:
         self.blocks = blocks
         self.counter = [0]
         self.reuse = CallReuse()
-        self.reuse.root = root
+        self.reuse.root = weakref.ref(root)
         self.observer = EventObserver()
         self.observed = _InterceptingProgram(root, self.observer, self.reuse)
         self.counted = Program(root, counter=self.counter)

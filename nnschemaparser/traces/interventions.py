@@ -312,7 +312,8 @@ class InterventionRun(InterventionListener):
         if instr.callee_var is not None:
             if self._module_blocks is None:
                 self._module_blocks = _module_blocks(self.schema)
-            block = self._module_blocks.get(id(event.frame.get(instr.callee_var)))
+            held = self._module_blocks.get(id(event.frame.get(instr.callee_var)))
+            block = held() if held is not None else None
             return block.path if block is not None else ref.path
         try:
             return event.block.find(ref.path).path
@@ -378,10 +379,11 @@ _MODULE_BLOCKS: "weakref.WeakKeyDictionary[ModelBlockSchema, dict]" = weakref.We
 
 
 def _module_blocks(root: ModelBlockSchema) -> dict:
-    """{id(module): its forward block} of a schema, worked out once per schema (a run's callees by identity)."""
+    """{id(module): weakref of its forward block} of a schema, worked out once per schema (a run's
+    callees by identity; weak, so the entry does not keep the schema it is keyed by alive)."""
     found = _MODULE_BLOCKS.get(root)
     if found is None:
-        found = _MODULE_BLOCKS[root] = {id(b.module): b for b in reversed(list(root.iter_blocks()))
+        found = _MODULE_BLOCKS[root] = {id(b.module): weakref.ref(b) for b in reversed(list(root.iter_blocks()))
                                         if b.module is not None and b.method_name is None}
     return found
 

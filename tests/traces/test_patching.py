@@ -11,7 +11,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("pandas")
 
-from nnschemaparser import NNParser, activation_patching  # noqa: E402
+from nnschemaparser import NNParser, activation_patching, attribution_patching  # noqa: E402
 from nnschemaparser.traces.interventions import InterventionError  # noqa: E402
 from nnschemaparser.traces.patching import PatchingReuseWarning  # noqa: E402
 
@@ -280,3 +280,19 @@ def test_calls_that_change_their_arguments_or_whose_results_change_later_always_
         handle = model.a.register_forward_hook(lambda m, a, out: source.clone())
         assert table["metric"][0] == model(x).sum().item()
         handle.remove()
+
+
+def test_a_schema_patched_once_is_freed_with_its_programs():
+    import gc
+    import weakref
+
+    model, embed, layers, at = _gpt2()  # its layers are called through a loop variable (blocks found by module)
+    ids = torch.randint(1, 64, (1, 4), generator=torch.Generator().manual_seed(1))
+    clean, corrupted = {"input_ids": ids, "use_cache": False}, {"input_ids": ids.flip(1), "use_cache": False}
+    schema = NNParser.parse_model(model=model, inputs_tensors_values=dict(clean))
+    activation_patching(schema, clean, corrupted, _metric, at=at)
+    attribution_patching(schema, clean, corrupted, _metric, at=at)
+    gone = weakref.ref(schema)
+    del schema
+    gc.collect()
+    assert gone() is None
