@@ -77,11 +77,11 @@ def activation_patching(schema: ModelBlockSchema, clean: dict, corrupted: dict, 
     rows: list[dict] = []
     try:
         with torch.no_grad():
-            watch = StateWatch(schema.module)
+            watch = StateWatch(schema.module) if reuse else None
             pair.reuse.start("record" if reuse else "off")
             clean_sites: list[SiteValue] = []
             clean_metric = metric_value(metric, run_reusing(pair, schema, clean, look_at(item, clean_sites)))
-            why = watch.changes() if reuse else ["reuse=False"]
+            why = watch.changes() if watch is not None else ["reuse=False"]
             if why and reuse:
                 warnings.warn(PatchingReuseWarning(
                     "activation_patching reruns every patched run from the start: " + "; ".join(why[:3])), stacklevel=2)
