@@ -48,6 +48,7 @@ import operator
 import types
 from typing import Any, Callable, Optional
 
+import torch.compiler
 from torch import Tensor, nn
 
 from ..schema.model import (Binding, BlockInstruction, Const, ControlInstruction, FunctionSchema, Instruction,
@@ -543,9 +544,12 @@ class CodeGenerator(StatementEmitters):
             callee = self.temp("callee")
             call, lists = self.arguments(instr, callee)
             self.line(f"{callee} = {self.var(target.name)}")
-            self.line(f"{out} = {self.helper('call_value', self.ctx.call_value)}({callee}, {lists}) "
-                      f"if {self.helper('isinstance', isinstance)}({callee}, {self.helper('Module', _Module)}) "
-                      f"else {callee}({call})")
+            dispatch = (f"{self.helper('call_value', self.ctx.call_value)}({callee}, {lists}) "
+                        f"if {self.helper('isinstance', isinstance)}({callee}, {self.helper('Module', _Module)}) "
+                        f"else {callee}({call})")
+            if getattr(self.ctx, "traceable", False):  # under dynamo: called as is (see emit_method_call)
+                dispatch = f"{callee}({call}) if {self.helper('is_compiling', torch.compiler.is_compiling)}() else ({dispatch})"
+            self.line(f"{out} = {dispatch}")
             return
         simple = not instr.kwargs and not instr.star_args and instr.args_var is None and instr.kwargs_var is None
         binding = getattr(instr, "binding", None)
@@ -591,9 +595,15 @@ class CodeGenerator(StatementEmitters):
             self.line(f"{method} = {bind}{self.helper('getattr', getattr)}({receiver}, {quote(fetch.args[1])})", fetch)
         out = self.var(call.out_var) if call.out_var else self.temp("unused")
         args, lists = self.arguments(call, method)
-        self.line(f"{out} = {self.helper('call_value', self.ctx.call_value)}({method}, {lists}) "
-                  f"if {self.helper('isinstance', isinstance)}({method}, {self.helper('Module', _Module)}) "
-                  f"else {method}({args})", call)
+        dispatch = (f"{self.helper('call_value', self.ctx.call_value)}({method}, {lists}) "
+                    f"if {self.helper('isinstance', isinstance)}({method}, {self.helper('Module', _Module)}) "
+                    f"else {method}({args})")
+        if getattr(self.ctx, "traceable", False):
+            # A program made for torch.compile (`ctx.traceable`, traces/compile_regions.py): dynamo cannot
+            # tell the type of an intermediate tensor's bound method, so a tensor's method is called as is.
+            dispatch = f"{method}({args}) if {self.helper('isinstance', isinstance)}({receiver}, " \
+                       f"{self.helper('Tensor', Tensor)}) else ({dispatch})"
+        self.line(f"{out} = {dispatch}", call)
 
     def emit_BlockInstruction(self, instr: BlockInstruction) -> None:
         self.leaf(instr, lambda: self.write_block_call(instr))
