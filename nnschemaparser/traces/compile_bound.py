@@ -56,23 +56,22 @@ class Measure:
 
 
 def measure(compiled: Any, eager: Any, exact: Optional[Any]) -> Optional[Measure]:
-    """The worst tensor of `compiled` against `eager` (trees of the same structure), bounded with the
-    float64 replay `exact` (same structure, or None). None when the values hold no tensor."""
-    leaves_c, spec_c = pytree.tree_flatten(compiled)
-    leaves_e, spec_e = pytree.tree_flatten(eager)
-    if spec_c != spec_e or len(leaves_c) != len(leaves_e):
+    """The worst tensor of `compiled` against `eager` (their tensors in pytree order), bounded with the
+    float64 replay `exact` (or None). None when neither holds a tensor; other values are not compared."""
+    leaves_e = [v for v in pytree.tree_leaves(eager) if isinstance(v, torch.Tensor)]
+    leaves_c = [v for v in pytree.tree_leaves(compiled) if isinstance(v, torch.Tensor)]
+    if not leaves_e and not leaves_c:
+        return None
+    if len(leaves_c) != len(leaves_e):
         return Measure(math.inf, 0.0, True)
     leaves_t = None
     if exact is not None:
-        leaves_t, spec_t = pytree.tree_flatten(exact)
+        leaves_t = [v for v in pytree.tree_leaves(exact) if isinstance(v, torch.Tensor)]
         if len(leaves_t) != len(leaves_e):
             leaves_t = None
     worst: Optional[Measure] = None
     for k, (c, e) in enumerate(zip(leaves_c, leaves_e)):
-        if not isinstance(e, torch.Tensor):
-            continue
-        t = leaves_t[k] if leaves_t is not None else None
-        one = _leaf(c, e, t if isinstance(t, torch.Tensor) else None)
+        one = _leaf(c, e, leaves_t[k] if leaves_t is not None else None)
         if worst is None or (one.flagged, one.ratio, one.error) > (worst.flagged, worst.ratio, worst.error):
             worst = one
     return worst

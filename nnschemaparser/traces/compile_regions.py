@@ -25,6 +25,7 @@ Depends on the schema and the runtime (`program`, `codegen` through it, `instruc
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 import types
 from typing import Any, Callable, Optional
@@ -39,7 +40,7 @@ from ..runtime.program import CompiledFunction, Program
 from ..schema.model import ModelBlockSchema, ReturnInstruction, YieldInstruction
 
 __all__ = ["compiled_backend", "RegionCompiler", "RegionRefused", "TraceableProgram", "RecordingProgram", "BlockCall",
-           "statement_frames", "region_function", "block_statements", "clone_tree", "cast_tree", "twin_block",
+           "statement_frames", "region_function", "region_io", "statement_cuts", "block_statements", "clone_tree", "cast_tree", "twin_block",
            "block_label"]
 
 
@@ -123,15 +124,17 @@ def twin_block(root: ModelBlockSchema, block: ModelBlockSchema) -> ModelBlockSch
 
 
 class BlockCall:
-    """One call of a block in the recorded eager run."""
+    """One call of a block in the recorded eager run: `line` is the line of the caller's code that
+    made it (the innermost frame of the caller's file), `end` its place among the calls' ends."""
 
-    __slots__ = ("block", "args", "kwargs", "output", "parent", "index", "occurrence", "end")
+    __slots__ = ("block", "args", "kwargs", "output", "parent", "index", "occurrence", "end", "line")
 
     def __init__(self, block: ModelBlockSchema, args: tuple, kwargs: dict, parent: Optional["BlockCall"],
                  index: int, occurrence: int):
         self.block, self.args, self.kwargs, self.output = block, args, kwargs, None
         self.parent, self.index, self.occurrence = parent, index, occurrence
         self.end = -1  # calls ended before this one (its place in the order values are bound)
+        self.line = 0
 
 
 class TraceableProgram(Program):
@@ -175,6 +178,8 @@ class RecordingProgram(Program):
             self._counts[key] = occurrence + 1
             call = BlockCall(block, clone_tree(tuple(args)), clone_tree(dict(kwargs)),
                              self._stack[-1] if self._stack else None, len(self.calls), occurrence)
+            if call.parent is not None and call.parent.block.signature is not None:
+                call.line = _caller_line(call.parent.block.signature.filename)
             self.calls.append(call)
             self._stack.append(call)
             try:
@@ -189,6 +194,15 @@ class RecordingProgram(Program):
 
         self._wrapped[key] = wrapped
         return wrapped
+
+
+def _caller_line(filename: str) -> int:
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename == filename:
+            return frame.f_lineno or 0
+        frame = frame.f_back
+    return 0
 
 
 def clone_tree(value: Any) -> Any:
@@ -261,9 +275,31 @@ def region_io(block: ModelBlockSchema, start: int, stop: int, before: dict, afte
     for instr in walk_instructions(statements[start:stop]):
         reads.extend(names_read(instr))
         writes.extend(bound_names(instr))
+    # Temporaries (`$t3`) are outputs only where read later: by the block's final return, or after a
+    # cut that is not between statements; a method fetched for a call in the region never is.
+    _, final = block_statements(block)
+    later = {n for i in walk_instructions(statements[stop:]) for n in names_read(i)}
+    later.update(names_read(final) if final is not None else ())
     live_in = [n for n in dict.fromkeys(reads + writes) if n in before and n not in skip]
-    outputs = [n for n in dict.fromkeys(writes) if n in after and n not in skip]
+    outputs = [n for n in dict.fromkeys(writes) if n in after and n not in skip and (not n.startswith("$") or n in later)]
     return live_in, outputs
+
+
+def statement_cuts(block: ModelBlockSchema) -> list[int]:
+    """Where the block's top-level instructions may be cut into regions: between source statements,
+    that is, where no temporary (`$t3`: an expression's intermediate value, a method fetched before
+    its call) bound before the cut is read after it. Includes 0 and the number of instructions."""
+    statements, _ = block_statements(block)
+    reads_after: list[set] = [set() for _ in range(len(statements) + 1)]
+    for k in range(len(statements) - 1, -1, -1):
+        names = {n for i in walk_instructions([statements[k]]) for n in names_read(i) if n.startswith("$")}
+        reads_after[k] = reads_after[k + 1] | names
+    cuts, bound = [0], set()
+    for k, instr in enumerate(statements):
+        bound.update(n for i in walk_instructions([instr]) for n in bound_names(i) if n.startswith("$"))
+        if k + 1 == len(statements) or not (bound & reads_after[k + 1]):
+            cuts.append(k + 1)
+    return cuts
 
 
 def region_function(program: Program, block: ModelBlockSchema, start: int, stop: int, live_in: list,

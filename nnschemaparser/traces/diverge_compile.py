@@ -49,7 +49,7 @@ from ..schema.model import BlockInstruction, ModelBlockSchema
 from .compile_bound import Measure, measure
 from .compile_regions import (BlockCall, RecordingProgram, RegionCompiler, RegionRefused, block_label,
                               block_statements, cast_tree, clone_tree, compiled_backend, region_function,
-                              region_io, statement_frames, twin_block, TraceableProgram)
+                              region_io, statement_cuts, statement_frames, twin_block, TraceableProgram)
 from ..runtime.instructions import bound_names, walk_instructions
 
 __all__ = ["compiled_local_errors"]
@@ -216,9 +216,10 @@ class _Localizer:
 
     # -- statements ----------------------------------------------------------------------------
 
-    def test_range(self, call: BlockCall, frames: list, lo: int, hi: int) -> _Tested:
+    def test_range(self, call: BlockCall, frames: list, lo: int, hi: int, label: str) -> _Tested:
+        """Instructions `[lo, hi)` of the call's block compiled as one function (`fullgraph=True`) and
+        run on the eager values they read."""
         block = call.block
-        label = _range_label(block, lo, hi)
         try:
             live_in, outputs = region_io(block, lo, hi, frames[lo], frames[hi])
             fn, self_value = region_function(self.clean, block, lo, hi, live_in, outputs)
@@ -243,34 +244,36 @@ class _Localizer:
         except Exception:  # no float64 replay: the bound keeps its eps term only
             return None
 
-    def bisect(self, call: BlockCall, frames: list) -> list:
-        """Segments (lo, hi, tested) covering the block's statements; the flagged one as small as the
-        compiler allows."""
-        segments: list = []
-        lo, hi = 0, len(frames) - 1
-        current = self.test_range(call, frames, lo, hi)
+    def bisect(self, call: BlockCall, frames: list, cuts: list) -> list:
+        """Segments (lo, hi, tested) covering the block's instructions, cut between source statements
+        (`cuts`); the flagged one as small as the compiler allows."""
+        def test(a: int, b: int) -> _Tested:
+            return self.test_range(call, frames, cuts[a], cuts[b], _range_label(call.block, cuts, a, b))
+
+        a, b = 0, len(cuts) - 1
+        current = test(a, b)
         if not current.flagged:
-            why = current.refused or "the statements compiled as one range stay in bounds"
-            current.note = f"not split: {why}"
-            return [(lo, hi, current)]
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            left = self.test_range(call, frames, lo, mid)
+            current.note = "not split: " + (current.refused or "the statements compiled as one range stay in bounds")
+            return [(cuts[a], cuts[b], current)]
+        segments: list = []
+        while b - a > 1:
+            m = (a + b) // 2
+            left = test(a, m)
             if left.flagged:
-                segments.append((mid, hi, self.test_range(call, frames, mid, hi)))
-                hi, current = mid, left
+                segments.append((cuts[m], cuts[b], test(m, b)))
+                b, current = m, left
                 continue
-            right = self.test_range(call, frames, mid, hi)
+            right = test(m, b)
             if right.flagged:
-                segments.append((lo, mid, left))
-                lo, current = mid, right
+                segments.append((cuts[a], cuts[m], left))
+                a, current = m, right
                 continue
             refused = [t.refused for t in (left, right) if t.refused]
-            if refused:
-                current.note = "smaller ranges refused: " + "; ".join(refused)
+            current.note = ("smaller ranges refused: " + "; ".join(refused)) if refused else \
+                "each half alone stays in bounds"
             break
-        segments.append((lo, hi, current))
-        return sorted(segments, key=lambda s: s[0])
+        segments.append((cuts[a], cuts[b], current))
+        return sorted(segments, key=lambda segment: segment[0])
 
     # -- the chained run (carried errors) --------------------------------------------------------
 
@@ -379,54 +382,59 @@ class _Localizer:
         block = call.block
         label = block_label(block) or block.name
         try:
-            frames, output = statement_frames(self.clean, block, call.args, call.kwargs)
+            frames, _ = statement_frames(self.clean, block, call.args, call.kwargs)
         except RegionRefused as refusal:
-            self.children_note[call.index] = (self.children_note.get(call.index, "") +
-                                              f"statements not compiled apart: {refusal}").lstrip("; ")
+            note = self.children_note.get(call.index)
+            self.children_note[call.index] = (f"{note}; " if note else "") + f"statements not compiled apart: {refusal}"
             return [], None
-        if len(frames) <= 2:
+        cuts = statement_cuts(block)
+        if len(cuts) < 2:  # an empty body
             return [], None
-        segments = self.bisect(call, frames)
+        segments = self.bisect(call, frames, cuts)
         statements, final = block_statements(block)
-        children = {id(_call_instruction(c)): (c, self.tested[c.index]) for c in self.calls
+        children = {id(_call_instruction(c)): self.tested[c.index] for c in self.calls
                     if c.parent is call and c.index in self.tested}
         after = self.chain(call, segments, frames)
         rows = []
-        n = len(statements)
+        groups = list(zip(cuts[:-1], cuts[1:]))
         for lo, hi, tested in segments:
-            for k in range(lo, hi):
-                instr = statements[k]
-                names = bound_names(instr) or [n2 for i in walk_instructions([instr]) for n2 in bound_names(i)]
-                if not names:
-                    continue
-                var = names[0]
-                last = all(var not in bound_names(i) for j in range(k + 1, hi)
-                           for i in walk_instructions([statements[j]]))
-                m = tested.measures.get(var) if last else None
-                region = _segment_region(tested, label, lo, hi)
-                child = children.get(id(instr))
-                if child is not None and hi - lo > 1 and child[1].refused is None:
-                    m, region = child[1].measures.get(""), f"block {child[1].label}"
-                carried_error = math.nan
-                if after is not None and after[hi] is not None and last and var in after[hi]:
-                    carried_error = _error(measure(after[hi][var], frames[hi][var], None))
-                order = call.end - 1 + (k + 1) / (n + 2)
-                row = _row(label if block_label(block) else "", instr, var, call.occurrence,
-                           m, carried_error, region, order)
-                row["_instr"] = instr
-                rows.append(row)
+            multi = sum(1 for g in groups if lo <= g[0] < hi) > 1
+            for g_lo, g_hi in (g for g in groups if lo <= g[0] < hi):
+                for var, instr in _statement_vars(statements, g_lo, g_hi, tested.outputs):
+                    last = all(var not in bound_names(i) for i in walk_instructions(statements[g_hi:hi]))
+                    m = tested.measures.get(var) if last else None
+                    region = _segment_region(tested)
+                    child = children.get(id(instr))
+                    if child is not None and multi and child.refused is None:
+                        m, region = child.measures.get(""), f"block {child.label}"
+                    carried_error = math.nan
+                    if after is not None and after[hi] is not None and last and var in after[hi]:
+                        carried_error = _error(measure(after[hi][var], frames[hi][var], None))
+                    order = call.end - 1 + (g_hi + 1) / (len(statements) + 2)
+                    row = _row(block_label(block), instr, var, call.occurrence, m, carried_error, region, order)
+                    row["_instr"] = instr
+                    rows.append(row)
         chain_runner = None
         if after is not None:
-            segs = segments
-
             def chain_runner(args: Any, kwargs: dict) -> Any:
-                fake = BlockCall(block, args, kwargs, None, -1, 0)
-                out = self.chain(fake, segs, frames)
+                out = self.chain(BlockCall(block, args, kwargs, None, -1, 0), segments, frames)
                 if out is None:
                     raise RegionRefused("a segment failed chained")
                 return _returned(final, out[-1])
 
         return rows, chain_runner
+
+
+def _statement_vars(statements: list, lo: int, hi: int, outputs: list) -> list:
+    """(variable, instruction binding it last) for the source statement made of instructions
+    `[lo, hi)`: its named variables, else the temporary the block returns."""
+    found: dict = {}
+    for instr in statements[lo:hi]:
+        for inner in walk_instructions([instr]):
+            for name in bound_names(inner):
+                found[name] = instr
+    named = [(n, i) for n, i in found.items() if not n.startswith("$")]
+    return named or [(n, i) for n, i in found.items() if n in outputs]
 
 
 def _returned(final: Any, frame: dict) -> Any:
@@ -439,42 +447,44 @@ def _returned(final: Any, frame: dict) -> Any:
 
 
 def _call_instruction(call: BlockCall) -> Any:
-    """The instruction of the caller's code that made `call` (a call of the child by path, else the
-    caller's only call through a value)."""
+    """The instruction of the caller's code that made `call`: a call of the child by path, or through
+    a value, on the line the caller's frame was at."""
     parent = call.parent
     if parent is None or parent.block.signature is None:
         return None
-    by_path, by_value = [], []
+    candidates = []
     for instr in walk_instructions(parent.block.signature.body):
         if not isinstance(instr, BlockInstruction):
             continue
-        if instr.callee_var is not None:
-            by_value.append(instr)
-            continue
-        try:
-            target = parent.block.find(instr.block_ref.path)
-        except KeyError:
-            continue
-        if instr.block_ref.method:
-            target = target.methods.get(instr.block_ref.method)
-        if target is call.block:
-            by_path.append(instr)
-    if by_path:
-        return by_path[0]
-    return by_value[0] if len(by_value) == 1 else None
+        if instr.callee_var is None:
+            try:
+                target = parent.block.find(instr.block_ref.path)
+            except KeyError:
+                continue
+            if instr.block_ref.method:
+                target = target.methods.get(instr.block_ref.method)
+            if target is not call.block:
+                continue
+        candidates.append(instr)
+    on_line = [i for i in candidates if i.location is not None
+               and i.location.lineno <= call.line <= max(i.location.end_lineno, i.location.lineno)]
+    by_path = [i for i in on_line or candidates if i.callee_var is None]
+    chosen = by_path or on_line or candidates
+    return chosen[0] if chosen else None
 
 
-def _range_label(block: ModelBlockSchema, lo: int, hi: int) -> str:
-    statements, _ = block_statements(block)
-    if hi - lo == 1:
+def _range_label(block: ModelBlockSchema, cuts: list, a: int, b: int) -> str:
+    """The region of source statements `a..b-1` (instructions `cuts[a]..cuts[b]`)."""
+    if b - a == 1:
         return "statement"
-    lines = [s.location.lineno for s in statements[lo:hi] if s.location is not None]
+    statements, _ = block_statements(block)
+    lines = [s.location.lineno for s in statements[cuts[a]:cuts[b]] if s.location is not None]
     where = f" (lines {min(lines)}-{max(lines)})" if lines else ""
-    return f"statements {lo + 1}-{hi}{where} of {block_label(block) or block.name}"
+    return f"statements {a + 1}-{b}{where} of {block_label(block) or block.name}"
 
 
-def _segment_region(tested: _Tested, label: str, lo: int, hi: int) -> str:
-    text = tested.label if tested.label != "" else label
+def _segment_region(tested: _Tested) -> str:
+    text = tested.label
     if tested.refused:
         text += f" (refused by the compiler: {tested.refused}; the enclosing region stands)"
     if tested.note:
