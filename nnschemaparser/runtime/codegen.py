@@ -407,12 +407,16 @@ class CodeGenerator(StatementEmitters):
         self.indent = 0
         self.line(f"def {name}({params}):", None)
         self.indent = 1
-        self.line("try:", None)
+        # dynamo cannot resume after a graph break inside a `try`: a traceable program's code has none
+        traceable = getattr(self.ctx, "traceable", False)
+        self.line("if True:" if traceable else "try:", None)
         self.guard_lines()  # a part checks what it reads too: it runs when its statement runs
         if self.generator:
             refresh = self.helper("refresh", refresh_free_vars)
             self.line(f"    {refresh}(f, outer, {self.helper('free_vars', tuple(schema.free_vars))})", None)
         self.lines.extend(body)
+        if traceable:
+            return self.compile(name)
         failing = self.const(failure, "failure")
         base = self.helper("BaseException", BaseException)
         self.line(f"except {base} as {err}:", None)

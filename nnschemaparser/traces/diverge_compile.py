@@ -204,7 +204,7 @@ class _Localizer:
             for child in (c for c in self.calls if c.parent is node):
                 tested = self.test_block(child)
                 if tested.refused is not None:
-                    refused.append(f"{tested.label}: {tested.refused}")
+                    refused.append(f"block {tested.label} refused by the compiler: {tested.refused}")
                 elif tested.flagged:
                     flagged = child
                     break
@@ -253,7 +253,8 @@ class _Localizer:
         a, b = 0, len(cuts) - 1
         current = test(a, b)
         if not current.flagged:
-            current.note = "not split: " + (current.refused or "the statements compiled as one range stay in bounds")
+            if current.refused is None:
+                current.note = "not split: the statements compiled as one range stay in bounds"
             return [(cuts[a], cuts[b], current)]
         segments: list = []
         while b - a > 1:
@@ -305,7 +306,15 @@ class _Localizer:
     def hybrid_outputs(self, localized: BlockCall, chain_output: Any) -> dict:
         """Outputs of the tested calls in a run where the deepest tested blocks run compiled whole and
         the localized block runs as its chain; keyed by (block id, occurrence)."""
-        tested_calls = [c for c in self.calls if c.index in self.tested]
+        def inside_localized(call: BlockCall) -> bool:
+            parent = call.parent
+            while parent is not None and parent is not localized:
+                parent = parent.parent
+            return parent is localized
+
+        # without a chain, the localized block runs compiled whole: what it calls is not seen
+        tested_calls = [c for c in self.calls if c.index in self.tested
+                        and not (chain_output is None and inside_localized(c))]
         ancestors = set()
         for c in tested_calls:
             p = c.parent
@@ -314,9 +323,10 @@ class _Localizer:
                 p = p.parent
         hybrid = RecordingProgram(self.schema)
         for c in tested_calls:
-            if id(c.block) not in ancestors and c.index != localized.index and self.tested[c.index].refused is None:
-                runner = self.block_runner(c.block)
-                hybrid.replace[id(c.block)] = lambda args, kwargs, runner=runner: runner(*args, **kwargs)[0]
+            if id(c.block) in ancestors or self.tested[c.index].refused is not None:
+                continue
+            runner = self.block_runner(c.block)
+            hybrid.replace[id(c.block)] = lambda args, kwargs, runner=runner: runner(*args, **kwargs)[0]
         if chain_output is not None:
             hybrid.replace[id(localized.block)] = chain_output
         hybrid.recording = True
@@ -360,7 +370,7 @@ class _Localizer:
             region += f" (compiled as {tested.graphs} graphs)"
         note = self.children_note.get(call.index)
         if note:
-            region += f"; blocks inside refused: {note}"
+            region += f" ({note})"
         if call.parent is None:
             _, final = block_statements(call.block) if call.block.signature is not None else ([], None)
             instr = final
@@ -391,10 +401,15 @@ class _Localizer:
         if len(cuts) < 2:  # an empty body
             return [], None
         segments = self.bisect(call, frames, cuts)
+        if len(segments) == 1 and segments[0][2].refused:
+            note = self.children_note.get(call.index)
+            self.children_note[call.index] = (f"{note}; " if note else "") + \
+                f"its statements compiled apart refused by the compiler: {segments[0][2].refused}"
         statements, final = block_statements(block)
         children = {id(_call_instruction(c)): self.tested[c.index] for c in self.calls
                     if c.parent is call and c.index in self.tested}
-        after = self.chain(call, segments, frames)
+        # carried values only where some segment ran compiled (a chain of eager code carries nothing)
+        after = self.chain(call, segments, frames) if any(t.run is not None for _, _, t in segments) else None
         rows = []
         groups = list(zip(cuts[:-1], cuts[1:]))
         for lo, hi, tested in segments:
