@@ -29,6 +29,11 @@ reads are per code object and per globals dict) and its own globals (`env`: the 
 constants, weights' dicts and helpers the text names). An exception passing through a generated frame gets one note
 (`functions.failure`) naming the source text of the instruction that was running.
 
+A program made for `torch.compile` (`ctx.traceable`, `traces/compile_regions.TraceableProgram`) gets
+code dynamo traces without a graph break: no `try` wrapper (dynamo cannot resume inside one), a
+tensor's method called without asking whether it is a module, a value called as is while dynamo
+traces. Plain programs never set it and generate what they always did.
+
 Longer than 600 lines because it is one visitor class with its base: the emitters of calls (ops,
 method calls, block calls) and the observer's calls are here, kept together on purpose; those of
 the other statements (return, raise, yield, del, loop signals, closures, if / while / for / try /

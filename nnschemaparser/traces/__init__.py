@@ -6,7 +6,9 @@ pandas), `trace` (`ActivationTrace`, `GradientTrace`, `TraceStep`), `recorder` (
 values at capture time, gradient hooks), `record` (`capture_run`), `compare` (`compare_traces`),
 `frames` (diff DataFrames), `histograms` (bins and figures), `interventions` (`interventions=`:
 selectors and the listener that replaces values; imported here so the runtime can read them),
-`steering` (`steer`, `attach`: steering vectors and SAEs as interventions).
+`steering` (`steer`, `attach`: steering vectors and SAEs as interventions), `diverge_compile`
+(where a `torch.compile`d model parts from eager: regions of the generated code compiled with its
+backend, `compile_regions`, bounded by `compile_bound`).
 
 May import: `schema`, `runtime` (listener interface, interpreter), `parser`.
 """
