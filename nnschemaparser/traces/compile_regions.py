@@ -24,6 +24,7 @@ Depends on the schema and the runtime (`program`, `codegen` through it, `instruc
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import sys
 import time
@@ -31,6 +32,7 @@ import types
 from typing import Any, Callable, Optional
 
 import torch
+from torch import nn
 from torch.utils import _pytree as pytree
 
 from ..runtime.functions import names_read
@@ -40,7 +42,7 @@ from ..runtime.program import CompiledFunction, Program
 from ..schema.model import ModelBlockSchema, ReturnInstruction, YieldInstruction
 
 __all__ = ["compiled_backend", "RegionCompiler", "RegionRefused", "TraceableProgram", "RecordingProgram", "BlockCall",
-           "statement_frames", "region_function", "region_io", "statement_cuts", "block_statements", "clone_tree", "cast_tree", "twin_block",
+           "statement_frames", "region_function", "region_io", "statement_cuts", "block_statements", "clone_tree", "cast_tree", "model_memo", "twin_block",
            "block_label"]
 
 
@@ -151,8 +153,9 @@ class RecordingProgram(Program):
     its inputs and output, the call it ran inside. `replace[id(block)]`, when set, runs instead of
     the block's own invoker (a compiled region), recorded the same way."""
 
-    def __init__(self, root: ModelBlockSchema):
+    def __init__(self, root: ModelBlockSchema, memo: Optional[dict] = None):
         super().__init__(root)
+        self.memo = memo
         self.recording = False
         self.calls: list[BlockCall] = []
         self.replace: dict[int, Callable[[Any, dict], Any]] = {}
@@ -176,7 +179,7 @@ class RecordingProgram(Program):
                 return inner(args, kwargs)
             occurrence = self._counts.get(key, 0)
             self._counts[key] = occurrence + 1
-            call = BlockCall(block, clone_tree(tuple(args)), clone_tree(dict(kwargs)),
+            call = BlockCall(block, clone_tree(tuple(args), self.memo), clone_tree(dict(kwargs), self.memo),
                              self._stack[-1] if self._stack else None, len(self.calls), occurrence)
             if call.parent is not None and call.parent.block.signature is not None:
                 call.line = _caller_line(call.parent.block.signature.filename)
@@ -187,7 +190,7 @@ class RecordingProgram(Program):
                 output = run(args, kwargs)
             finally:
                 self._stack.pop()
-            call.output = clone_tree(output)
+            call.output = clone_tree(output, self.memo)
             call.end = self._ended
             self._ended += 1
             return output
@@ -205,17 +208,47 @@ def _caller_line(filename: str) -> int:
     return 0
 
 
-def clone_tree(value: Any) -> Any:
-    """`value` with each tensor in it (tuples, lists, dicts, pytree nodes) replaced by a detached copy."""
-    return pytree.tree_map(lambda v: v.detach().clone() if isinstance(v, torch.Tensor) else v, value)
+_ATOMIC = (int, float, bool, complex, str, bytes, type(None), type, torch.dtype, torch.device, torch.Size,
+           types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType, nn.Module)
 
 
-def cast_tree(value: Any, dtype: torch.dtype) -> Any:
-    """`value` with each floating tensor in it cast to `dtype` (copies; other tensors cloned)."""
-    def cast(v: Any) -> Any:
-        if not isinstance(v, torch.Tensor):
+def model_memo(model: Any) -> dict:
+    """A `copy.deepcopy` memo that keeps `model`'s modules, parameters and buffers as they are."""
+    memo: dict = {}
+    if isinstance(model, nn.Module):
+        for module in model.modules():
+            memo[id(module)] = module
+            for tensor in list(module._parameters.values()) + list(module._buffers.values()):
+                if tensor is not None:
+                    memo[id(tensor)] = tensor
+    return memo
+
+
+def clone_tree(value: Any, memo: Optional[dict] = None) -> Any:
+    """`value` with each tensor in it (tuples, lists, dicts, pytree nodes) replaced by a detached copy.
+
+    With `memo` (`model_memo`), other objects are deep-copied too (a transformers cache a block
+    appends to), the model's modules and weights kept: a replay must not change what it was given."""
+    def clone(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return v.detach().clone()
+        if memo is None or isinstance(v, _ATOMIC) or id(v) in memo:
             return v
-        return v.detach().to(dtype) if v.is_floating_point() else v.detach().clone()
+        try:
+            return copy.deepcopy(v, dict(memo))
+        except Exception:  # not copyable: shared, as the eager run shares it
+            return v
+
+    return pytree.tree_map(clone, value)
+
+
+def cast_tree(value: Any, dtype: torch.dtype, memo: Optional[dict] = None) -> Any:
+    """`value` with each floating tensor in it cast to `dtype` (copies; other tensors and, with
+    `memo`, other objects copied as `clone_tree` does)."""
+    def cast(v: Any) -> Any:
+        if isinstance(v, torch.Tensor) and v.is_floating_point():
+            return v.detach().to(dtype)
+        return clone_tree(v, memo)
 
     return pytree.tree_map(cast, value)
 
@@ -228,7 +261,8 @@ def block_statements(block: ModelBlockSchema) -> tuple[list, Optional[ReturnInst
     return (body[:-1] if final is not None else body), final
 
 
-def statement_frames(program: Program, block: ModelBlockSchema, args: tuple, kwargs: dict) -> tuple[list, Any]:
+def statement_frames(program: Program, block: ModelBlockSchema, args: tuple, kwargs: dict,
+                     memo: Optional[dict] = None) -> tuple[list, Any]:
     """The call `block(*args, **kwargs)` replayed one top-level statement at a time.
 
     Returns (frames, output): `frames[k]` holds copies of the variables before statement k
@@ -236,8 +270,8 @@ def statement_frames(program: Program, block: ModelBlockSchema, args: tuple, kwa
     a statement leaves the block early (a `return` inside an `if`) or the body yields."""
     statements, final = block_statements(block)
     unit = program.unit(block)
-    frame = unit.bind(tuple(clone_tree(args)), clone_tree(kwargs))
-    frames = [_snapshot(frame, unit.self_name)]
+    frame = unit.bind(tuple(clone_tree(args, memo)), clone_tree(kwargs, memo))
+    frames = [_snapshot(frame, unit.self_name, memo)]
     for k, instr in enumerate(statements):
         if any(isinstance(i, (ReturnInstruction, YieldInstruction)) for i in walk_instructions([instr])):
             raise RegionRefused(f"statement {k + 1} (line {_line(instr)}) can leave the block early "
@@ -245,7 +279,7 @@ def statement_frames(program: Program, block: ModelBlockSchema, args: tuple, kwa
         signal = program.part(unit, [instr])(frame)
         if signal is not None:
             raise RegionRefused(f"statement {k + 1} (line {_line(instr)}) left the block early ({signal})")
-        frames.append(_snapshot(frame, unit.self_name))
+        frames.append(_snapshot(frame, unit.self_name, memo))
     if final is None:
         output = None
     else:
@@ -256,8 +290,8 @@ def statement_frames(program: Program, block: ModelBlockSchema, args: tuple, kwa
     return frames, output
 
 
-def _snapshot(frame: dict, self_name: Optional[str]) -> dict:
-    return {name: (value if name == self_name else clone_tree(value)) for name, value in frame.items()
+def _snapshot(frame: dict, self_name: Optional[str], memo: Optional[dict]) -> dict:
+    return {name: (value if name == self_name else clone_tree(value, memo)) for name, value in frame.items()
             if name != RETURN_SLOT}
 
 

@@ -48,7 +48,7 @@ from ..parser.model_parser import NNParser
 from ..schema.model import BlockInstruction, ModelBlockSchema
 from .compile_bound import Measure, measure
 from .compile_regions import (BlockCall, RecordingProgram, RegionCompiler, RegionRefused, block_label,
-                              block_statements, cast_tree, clone_tree, compiled_backend, region_function,
+                              block_statements, cast_tree, clone_tree, compiled_backend, model_memo, region_function,
                               region_io, statement_cuts, statement_frames, twin_block, TraceableProgram)
 from ..runtime.instructions import bound_names, walk_instructions
 
@@ -84,7 +84,13 @@ def compiled_local_errors(schema: ModelBlockSchema, model_a: nn.Module, model_b:
     backend, dynamic, _ = compiled_backend(model_b)
     start = time.perf_counter()
     compiler = RegionCompiler(backend, dynamic)
-    with torch.no_grad():
+    # The program's invokers are shared code: after a graph break dynamo compiles them as frames of their
+    # own, one cache entry per block, and past its recompile limit it would run them eagerly, unsaid.
+    import torch._dynamo
+
+    limit = max(256, torch._dynamo.config.recompile_limit)
+    with torch.no_grad(), torch._dynamo.config.patch(
+            recompile_limit=limit, accumulated_recompile_limit=max(4 * limit, torch._dynamo.config.accumulated_recompile_limit)):
         rows = _Localizer(schema, model_a, model_b, dict(inputs), compiler).rows()
     if timings is not None:
         total = time.perf_counter() - start
@@ -144,20 +150,21 @@ class _Localizer:
                  compiler: RegionCompiler):
         self.schema, self.model_a, self.model_b, self.inputs = schema, model_a, model_b, inputs
         self.compiler = compiler
-        self.eager = RecordingProgram(schema)
+        self.memo = model_memo(model_a)
+        self.eager = RecordingProgram(schema, self.memo)
         self.clean = TraceableProgram(schema)
         self.eager.recording = True
-        self.output = self.eager.call_root((), clone_tree(inputs))
+        self.output = self.eager.call_root((), clone_tree(inputs, self.memo))
         self.eager.recording = False
         self.calls = self.eager.calls
         # one plain run first: a program's first call of a child compiles it and rewrites the caller's
         # globals (`lazy_invoker`), which dynamo would see as a side effect and break the graph at
-        self.clean.call_root((), clone_tree(inputs))
+        self.clean.call_root((), clone_tree(inputs, self.memo))
         twin_model = copy.deepcopy(model_a).to(torch.float64)
-        self.twin = NNParser.parse_model(model=twin_model, inputs_tensors_values=cast_tree(inputs, torch.float64))
+        self.twin = NNParser.parse_model(model=twin_model, inputs_tensors_values=cast_tree(inputs, torch.float64, self.memo))
         self.twin_model = twin_model
         self.twin_program = TraceableProgram(self.twin)
-        self.twin_program.call_root((), cast_tree(inputs, torch.float64))
+        self.twin_program.call_root((), cast_tree(inputs, torch.float64, self.memo))
         self.block_runs: dict[int, Any] = {}
         self.tested: dict[int, _Tested] = {}  # by call index
         self.children_note: dict[int, str] = {}
@@ -178,7 +185,7 @@ class _Localizer:
     def test_block(self, call: BlockCall) -> _Tested:
         label = block_label(call.block)
         try:
-            result, graphs = self.block_runner(call.block)(*clone_tree(call.args), **clone_tree(call.kwargs))
+            result, graphs = self.block_runner(call.block)(*clone_tree(call.args, self.memo), **clone_tree(call.kwargs, self.memo))
         except RegionRefused as refusal:
             tested = _Tested(label, {}, refused=str(refusal))
         else:
@@ -190,7 +197,7 @@ class _Localizer:
     def _twin_block_output(self, call: BlockCall) -> Any:
         try:
             block64 = twin_block(self.twin, call.block)
-            args, kwargs = cast_tree(call.args, torch.float64), cast_tree(call.kwargs, torch.float64)
+            args, kwargs = cast_tree(call.args, torch.float64, self.memo), cast_tree(call.kwargs, torch.float64, self.memo)
             return self.twin_program.call_block(block64, tuple(args), dict(kwargs))
         except Exception:  # no float64 replay (an op without float64): the bound keeps its eps term only
             return None
@@ -223,9 +230,9 @@ class _Localizer:
         try:
             live_in, outputs = region_io(block, lo, hi, frames[lo], frames[hi])
             fn, self_value = region_function(self.clean, block, lo, hi, live_in, outputs)
-            fn(self_value, *[clone_tree(frames[lo][n]) for n in live_in])  # first calls rewrite globals (lazy_invoker)
+            fn(self_value, *[clone_tree(frames[lo][n], self.memo) for n in live_in])  # first calls rewrite globals (lazy_invoker)
             run = self.compiler.compile(fn, fullgraph=True)
-            result, graphs = run(self_value, *[clone_tree(frames[lo][n]) for n in live_in])
+            result, graphs = run(self_value, *[clone_tree(frames[lo][n], self.memo) for n in live_in])
         except RegionRefused as refusal:
             return _Tested(label, {}, refused=str(refusal))
         exact = self._twin_range(block, lo, hi, live_in, outputs, frames[lo])
@@ -240,7 +247,7 @@ class _Localizer:
                     frame: dict) -> Optional[tuple]:
         try:
             fn, self_value = region_function(self.twin_program, twin_block(self.twin, block), lo, hi, live_in, outputs)
-            return fn(self_value, *[cast_tree(frame[n], torch.float64) for n in live_in])
+            return fn(self_value, *[cast_tree(frame[n], torch.float64, self.memo) for n in live_in])
         except Exception:  # no float64 replay: the bound keeps its eps term only
             return None
 
@@ -282,7 +289,7 @@ class _Localizer:
         """The localized call run as its segments, each compiled, each fed the previous one's output:
         the frames after each segment (None when a segment cannot run)."""
         unit = self.clean.unit(call.block)
-        frame = unit.bind(tuple(clone_tree(call.args)), clone_tree(call.kwargs))
+        frame = unit.bind(tuple(clone_tree(call.args, self.memo)), clone_tree(call.kwargs, self.memo))
         after: list = [None] * len(frames)
         for lo, hi, tested in segments:
             run = tested.run
@@ -321,7 +328,7 @@ class _Localizer:
             while p is not None:
                 ancestors.add(id(p.block))
                 p = p.parent
-        hybrid = RecordingProgram(self.schema)
+        hybrid = RecordingProgram(self.schema, self.memo)
         for c in tested_calls:
             if id(c.block) in ancestors or self.tested[c.index].refused is not None:
                 continue
@@ -331,7 +338,7 @@ class _Localizer:
             hybrid.replace[id(localized.block)] = chain_output
         hybrid.recording = True
         try:
-            hybrid.call_root((), clone_tree(self.inputs))
+            hybrid.call_root((), clone_tree(self.inputs, self.memo))
         except Exception:  # a region that ran alone fails chained: no carried errors for the blocks
             return {}
         return {(id(c.block), c.occurrence): c.output for c in hybrid.calls}
@@ -375,7 +382,7 @@ class _Localizer:
             _, final = block_statements(call.block) if call.block.signature is not None else ([], None)
             instr = final
             with torch.no_grad():
-                real = self.model_b(**clone_tree(self.inputs))
+                real = self.model_b(**clone_tree(self.inputs, self.memo))
             carried_error = _error(measure(real, self.output, None))
             path, out_var = "", ",".join(final.out_vars) if final is not None else "return"
             occurrence = 0
@@ -392,7 +399,7 @@ class _Localizer:
         block = call.block
         label = block_label(block) or block.name
         try:
-            frames, _ = statement_frames(self.clean, block, call.args, call.kwargs)
+            frames, _ = statement_frames(self.clean, block, call.args, call.kwargs, self.memo)
         except RegionRefused as refusal:
             note = self.children_note.get(call.index)
             self.children_note[call.index] = (f"{note}; " if note else "") + f"statements not compiled apart: {refusal}"

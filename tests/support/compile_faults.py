@@ -193,14 +193,16 @@ def expected_line(obj, text: str) -> tuple[str, int]:
     raise ValueError(f"{text!r} is not in the source of {obj!r}")
 
 
-def tiny_gpt2(layers: int = 1, activation: str = "gelu", dtype: torch.dtype = torch.float32):
-    """A GPT2Model from its config (random weights, eager attention, no cache) and its input ids."""
+def tiny_gpt2(layers: int = 1, activation: str = "gelu", dtype: torch.dtype = torch.float32, defaults: bool = False):
+    """A GPT2Model from its config (random weights; eager attention and no cache, or with `defaults`
+    the config's own: sdpa and a DynamicCache the layers append to) and its input ids."""
     from transformers import GPT2Config, GPT2Model
 
     torch.manual_seed(0)
     config = GPT2Config(n_layer=layers, n_embd=32, n_head=2, n_positions=64, vocab_size=128,
-                        activation_function=activation, use_cache=False)
-    config._attn_implementation = "eager"
+                        activation_function=activation, **({} if defaults else {"use_cache": False}))
+    if not defaults:
+        config._attn_implementation = "eager"
     model = GPT2Model(config).eval().to(dtype)
     ids = torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(0))
     return model, {"input_ids": ids}

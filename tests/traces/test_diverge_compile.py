@@ -90,7 +90,8 @@ def test_gpt2_user_backend_gelu_swap_is_flagged_at_the_activation_line():
 
 
 def test_gpt2_scaled_conv1d_matmul_is_flagged_at_the_addmm_line():
-    model, inputs = tiny_gpt2(layers=1)
+    # the config's defaults: sdpa, and a cache object each layer appends to (replays get copies)
+    model, inputs = tiny_gpt2(layers=1, defaults=True)
     rows, _ = localize(model, inputs, ScaledMatmul(width=96))  # c_attn: 3 x 32 wide
     culprit = first_flagged(rows)
     assert place(culprit) == expected_line(Conv1D.forward, "x = torch.addmm(")
