@@ -75,21 +75,24 @@ def gpt2_gelu_as_tanh(seed: int):
     from transformers.activations import GELUActivation
 
     model, inputs = tiny_gpt2(layers=1, activation="gelu")
-    return model, torch.compile(model, backend=TanhGelu()), inputs, expected_line(GELUActivation.forward, "return self.act(")
+    expected = expected_line(GELUActivation.forward, "return self.act(")
+    return model, torch.compile(model, backend=TanhGelu()), inputs, expected
 
 
 def gpt2_c_attn_scaled(seed: int):
     from transformers.pytorch_utils import Conv1D
 
-    model, inputs = tiny_gpt2(layers=1)
-    return model, torch.compile(model, backend=ScaledMatmul(width=96)), inputs, expected_line(Conv1D.forward, "torch.addmm(")
+    model, inputs = tiny_gpt2(layers=1, defaults=True)
+    expected = expected_line(Conv1D.forward, "torch.addmm(")
+    return model, torch.compile(model, backend=ScaledMatmul(width=96)), inputs, expected
 
 
 def gpt2_attn_c_proj_scaled(seed: int):
     from transformers.pytorch_utils import Conv1D
 
     model, inputs = tiny_gpt2(layers=2)
-    return model, torch.compile(model, backend=ScaledMatmul(width=32)), inputs, expected_line(Conv1D.forward, "torch.addmm(")
+    expected = expected_line(Conv1D.forward, "torch.addmm(")
+    return model, torch.compile(model, backend=ScaledMatmul(width=32)), inputs, expected
 
 
 def net_aot_eager(seed: int):

@@ -557,7 +557,8 @@ class CodeGenerator(StatementEmitters):
                         f"if {self.helper('isinstance', isinstance)}({callee}, {self.helper('Module', _Module)}) "
                         f"else {callee}({call})")
             if getattr(self.ctx, "traceable", False):  # under dynamo: called as is (see emit_method_call)
-                dispatch = f"{callee}({call}) if {self.helper('is_compiling', torch.compiler.is_compiling)}() else ({dispatch})"
+                compiling = self.helper("is_compiling", torch.compiler.is_compiling)
+                dispatch = f"{callee}({call}) if {compiling}() else ({dispatch})"
             self.line(f"{out} = {dispatch}")
             return
         simple = not instr.kwargs and not instr.star_args and instr.args_var is None and instr.kwargs_var is None

@@ -42,8 +42,8 @@ from ..runtime.program import CompiledFunction, Program
 from ..schema.model import ModelBlockSchema, ReturnInstruction, YieldInstruction
 
 __all__ = ["compiled_backend", "RegionCompiler", "RegionRefused", "TraceableProgram", "RecordingProgram", "BlockCall",
-           "statement_frames", "region_function", "region_io", "statement_cuts", "block_statements", "clone_tree", "cast_tree", "model_memo", "twin_block",
-           "block_label"]
+           "statement_frames", "region_function", "region_io", "statement_cuts", "block_statements", "clone_tree",
+           "cast_tree", "model_memo", "twin_block", "block_label"]
 
 
 class RegionRefused(Exception):
@@ -315,7 +315,8 @@ def region_io(block: ModelBlockSchema, start: int, stop: int, before: dict, afte
     later = {n for i in walk_instructions(statements[stop:]) for n in names_read(i)}
     later.update(names_read(final) if final is not None else ())
     live_in = [n for n in dict.fromkeys(reads + writes) if n in before and n not in skip]
-    outputs = [n for n in dict.fromkeys(writes) if n in after and n not in skip and (not n.startswith("$") or n in later)]
+    outputs = [n for n in dict.fromkeys(writes)
+               if n in after and n not in skip and (not n.startswith("$") or n in later)]
     return live_in, outputs
 
 

@@ -42,7 +42,9 @@ import time
 from typing import Any, Mapping, Optional
 
 import torch
+import torch._dynamo
 from torch import nn
+from torch.utils import _pytree as pytree
 
 from ..parser.model_parser import NNParser
 from ..schema.model import BlockInstruction, ModelBlockSchema
@@ -84,13 +86,12 @@ def compiled_local_errors(schema: ModelBlockSchema, model_a: nn.Module, model_b:
     backend, dynamic, _ = compiled_backend(model_b)
     start = time.perf_counter()
     compiler = RegionCompiler(backend, dynamic)
-    # The program's invokers are shared code: after a graph break dynamo compiles them as frames of their
-    # own, one cache entry per block, and past its recompile limit it would run them eagerly, unsaid.
-    import torch._dynamo
-
-    limit = max(256, torch._dynamo.config.recompile_limit)
-    with torch.no_grad(), torch._dynamo.config.patch(
-            recompile_limit=limit, accumulated_recompile_limit=max(4 * limit, torch._dynamo.config.accumulated_recompile_limit)):
+    # The program's invokers are shared code: after a graph break dynamo compiles them as frames of
+    # their own, one cache entry per block, and past its recompile limit would run them eagerly, unsaid.
+    config = torch._dynamo.config
+    limit = max(256, config.recompile_limit)
+    with torch.no_grad(), config.patch(recompile_limit=limit,
+                                       accumulated_recompile_limit=max(4 * limit, config.accumulated_recompile_limit)):
         rows = _Localizer(schema, model_a, model_b, dict(inputs), compiler).rows()
     if timings is not None:
         total = time.perf_counter() - start
@@ -159,15 +160,29 @@ class _Localizer:
         self.calls = self.eager.calls
         # one plain run first: a program's first call of a child compiles it and rewrites the caller's
         # globals (`lazy_invoker`), which dynamo would see as a side effect and break the graph at
-        self.clean.call_root((), clone_tree(inputs, self.memo))
-        twin_model = copy.deepcopy(model_a).to(torch.float64)
-        self.twin = NNParser.parse_model(model=twin_model, inputs_tensors_values=cast_tree(inputs, torch.float64, self.memo))
-        self.twin_model = twin_model
-        self.twin_program = TraceableProgram(self.twin)
-        self.twin_program.call_root((), cast_tree(inputs, torch.float64, self.memo))
+        again = self.clean.call_root((), clone_tree(inputs, self.memo))
+        if not _same(again, self.output):
+            raise ValueError("model_a gives other values on a second run with the same inputs (dropout in training "
+                             "mode, an unseeded random op, state the forward changes): regions can only be compared "
+                             "on repeatable runs; call model_a.eval() and model_b.eval(), or seed the random ops")
+        self.twin, self.twin_program = self._float64_twin()
         self.block_runs: dict[int, Any] = {}
         self.tested: dict[int, _Tested] = {}  # by call index
         self.children_note: dict[int, str] = {}
+
+    def _float64_twin(self) -> tuple:
+        """A float64 copy of model_a and its schema, whose regions give the bounds (None, None when
+        the copy cannot be parsed or run: the bounds keep their eps term only)."""
+        inputs64 = cast_tree(self.inputs, torch.float64, self.memo)
+        try:
+            twin_model = copy.deepcopy(self.model_a).to(torch.float64)
+            twin = NNParser.parse_model(model=twin_model, inputs_tensors_values=inputs64)
+            program = TraceableProgram(twin)
+            program.call_root((), cast_tree(self.inputs, torch.float64, self.memo))
+        except Exception:  # a model that has no float64 form (an op without a float64 kernel)
+            return None, None
+        self.twin_model = twin_model  # the schema holds its modules weakly
+        return twin, program
 
     # -- blocks --------------------------------------------------------------------------------
 
@@ -185,7 +200,8 @@ class _Localizer:
     def test_block(self, call: BlockCall) -> _Tested:
         label = block_label(call.block)
         try:
-            result, graphs = self.block_runner(call.block)(*clone_tree(call.args, self.memo), **clone_tree(call.kwargs, self.memo))
+            args, kwargs = clone_tree(call.args, self.memo), clone_tree(call.kwargs, self.memo)
+            result, graphs = self.block_runner(call.block)(*args, **kwargs)
         except RegionRefused as refusal:
             tested = _Tested(label, {}, refused=str(refusal))
         else:
@@ -195,9 +211,12 @@ class _Localizer:
         return tested
 
     def _twin_block_output(self, call: BlockCall) -> Any:
+        if self.twin is None:
+            return None
         try:
             block64 = twin_block(self.twin, call.block)
-            args, kwargs = cast_tree(call.args, torch.float64, self.memo), cast_tree(call.kwargs, torch.float64, self.memo)
+            args = cast_tree(call.args, torch.float64, self.memo)
+            kwargs = cast_tree(call.kwargs, torch.float64, self.memo)
             return self.twin_program.call_block(block64, tuple(args), dict(kwargs))
         except Exception:  # no float64 replay (an op without float64): the bound keeps its eps term only
             return None
@@ -230,7 +249,8 @@ class _Localizer:
         try:
             live_in, outputs = region_io(block, lo, hi, frames[lo], frames[hi])
             fn, self_value = region_function(self.clean, block, lo, hi, live_in, outputs)
-            fn(self_value, *[clone_tree(frames[lo][n], self.memo) for n in live_in])  # first calls rewrite globals (lazy_invoker)
+            # a first call rewrites the generated code's globals (`lazy_invoker`): not under dynamo
+            fn(self_value, *[clone_tree(frames[lo][n], self.memo) for n in live_in])
             run = self.compiler.compile(fn, fullgraph=True)
             result, graphs = run(self_value, *[clone_tree(frames[lo][n], self.memo) for n in live_in])
         except RegionRefused as refusal:
@@ -245,6 +265,8 @@ class _Localizer:
 
     def _twin_range(self, block: ModelBlockSchema, lo: int, hi: int, live_in: list, outputs: list,
                     frame: dict) -> Optional[tuple]:
+        if self.twin is None:
+            return None
         try:
             fn, self_value = region_function(self.twin_program, twin_block(self.twin, block), lo, hi, live_in, outputs)
             return fn(self_value, *[cast_tree(frame[n], torch.float64, self.memo) for n in live_in])
@@ -457,6 +479,15 @@ def _statement_vars(statements: list, lo: int, hi: int, outputs: list) -> list:
                 found[name] = instr
     named = [(n, i) for n, i in found.items() if not n.startswith("$")]
     return named or [(n, i) for n, i in found.items() if n in outputs]
+
+
+def _same(a: Any, b: Any) -> bool:
+    """torch.equal over the tensors of two results (NaNs in the same places count as equal)."""
+    left = [v for v in pytree.tree_leaves(a) if isinstance(v, torch.Tensor)]
+    right = [v for v in pytree.tree_leaves(b) if isinstance(v, torch.Tensor)]
+    return len(left) == len(right) and all(
+        x.shape == y.shape and x.dtype == y.dtype and torch.equal(torch.nan_to_num(x), torch.nan_to_num(y))
+        if x.is_floating_point() else torch.equal(x, y) for x, y in zip(left, right))
 
 
 def _returned(final: Any, frame: dict) -> Any:

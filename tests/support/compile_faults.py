@@ -184,6 +184,18 @@ class Cancelling(nn.Module):
         return total.tanh()
 
 
+class Dropping(nn.Module):
+    """A linear then dropout: in training mode, two runs differ."""
+
+    def __init__(self, width: int = 8):
+        super().__init__()
+        self.fc = nn.Linear(width, width)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(self.fc(x))
+
+
 def expected_line(obj, text: str) -> tuple[str, int]:
     """(file, line) of the first line of `obj`'s source holding `text`."""
     lines, first = inspect.getsourcelines(obj)

@@ -13,8 +13,9 @@ from transformers.pytorch_utils import Conv1D
 from nnschemaparser import NNParser
 from nnschemaparser.traces.compile_bound import measure
 from nnschemaparser.traces.diverge_compile import ROW_KEYS, compiled_local_errors
-from tests.support.compile_faults import (Attention, Cancelling, CountingBackend, GeluMLP, GeluNet, NaiveSoftmax,
-                                          ReassociatedAdd, ScaledMatmul, TanhGelu, expected_line, tiny_gpt2)
+from tests.support.compile_faults import (Attention, Cancelling, CountingBackend, Dropping, GeluMLP, GeluNet,
+                                          NaiveSoftmax, ReassociatedAdd, ScaledMatmul, TanhGelu, expected_line,
+                                          tiny_gpt2)
 
 
 def localize(model, inputs, backend, **compile_kwargs):
@@ -166,6 +167,10 @@ def test_bad_arguments_say_what_to_pass():
         compiled_local_errors(schema, model, torch.compile(other, backend="eager"), inputs)
     with pytest.raises(ValueError, match="not a parse of model_a"):
         compiled_local_errors(schema, other, torch.compile(other, backend="eager"), inputs)
+    training = Dropping().train()
+    schema = NNParser.parse_model(model=training, inputs_tensors_values=inputs)
+    with pytest.raises(ValueError, match=r"call model_a.eval\(\)"):
+        compiled_local_errors(schema, training, torch.compile(training, backend="eager"), inputs)
 
 
 def test_bound_lets_rounding_pass_and_blames_a_different_op():
