@@ -4,7 +4,7 @@
 `model_b` is `torch.compile(model_a, backend=...)`, `expected` the `(file, line)` of the statement
 whose op the backend computes differently, or None for a fault-free pair. The faults are user
 backends (fx passes over the graph dynamo hands them, `tests/support/compile_faults.py`): gelu as its
-tanh approximation, a matmul scaled by 1 + 1e-2, softmax without its max subtracted (on logits that
+tanh approximation, a matmul scaled by 1 + 1e-2 (in GPT-2 and Llama too), softmax without its max subtracted (on logits that
 overflow), `(a + b) + c` reassociated where that loses the small term. Fault-free pairs: `aot_eager`,
 a pass-through user backend, bfloat16 under `aot_eager`, and inductor on CPU. Seeds vary the
 weights and inputs. `bench/bench_diverge_compile.py` runs them.
@@ -22,7 +22,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.support.compile_faults import (Attention, Cancelling, CountingBackend, GeluMLP, GeluNet,  # noqa: E402
                                           NaiveSoftmax, ReassociatedAdd, ScaledMatmul, TanhGelu, expected_line,
-                                          tiny_gpt2)
+                                          tiny_gpt2, tiny_llama)
 
 __all__ = ["CASES"]
 
@@ -95,6 +95,17 @@ def gpt2_attn_c_proj_scaled(seed: int):
     return model, torch.compile(model, backend=ScaledMatmul(width=32)), inputs, expected
 
 
+def llama_gate_proj_scaled(seed: int):
+    model, inputs = tiny_llama(layers=1)
+    return (model, torch.compile(model, backend=ScaledMatmul(width=64)), inputs,
+            expected_line(nn.Linear.forward, "return F.linear("))
+
+
+def llama_aot_eager(seed: int):
+    model, inputs = tiny_llama(layers=1)
+    return model, torch.compile(model, backend="aot_eager"), inputs, None
+
+
 def net_aot_eager(seed: int):
     model, inputs = _gelu_net(seed)
     return model, torch.compile(model, backend="aot_eager"), inputs, None
@@ -135,7 +146,8 @@ def _seeded(builder, seed: int):
 SEEDS = (0, 1)
 CASES = ([_seeded(b, s) for b in (gelu_as_tanh, first_linear_scaled, attention_scores_scaled, softmax_without_max,
                                   add_reassociated) for s in SEEDS]
-         + [_seeded(b, 0) for b in (gpt2_gelu_as_tanh, gpt2_c_attn_scaled, gpt2_attn_c_proj_scaled)]
+         + [_seeded(b, 0) for b in (gpt2_gelu_as_tanh, gpt2_c_attn_scaled, gpt2_attn_c_proj_scaled,
+                                    llama_gate_proj_scaled)]
          + [_seeded(b, s) for b in (net_aot_eager, net_pass_through, attention_aot_eager, attention_bf16_aot_eager)
             for s in SEEDS]
-         + [_seeded(gpt2_aot_eager, 0), _seeded(mlp_inductor, 0)])
+         + [_seeded(gpt2_aot_eager, 0), _seeded(llama_aot_eager, 0), _seeded(mlp_inductor, 0)])

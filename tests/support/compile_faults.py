@@ -218,3 +218,15 @@ def tiny_gpt2(layers: int = 1, activation: str = "gelu", dtype: torch.dtype = to
     model = GPT2Model(config).eval().to(dtype)
     ids = torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(0))
     return model, {"input_ids": ids}
+
+
+def tiny_llama(layers: int = 1):
+    """A LlamaModel from the zoo's tiny config (random weights, its default attention) and input ids."""
+    import transformers
+
+    from nnschemaparser.validation.zoo_common import LLAMA
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(**{**LLAMA, "num_hidden_layers": layers})
+    model = transformers.LlamaModel(config).eval()
+    return model, {"input_ids": torch.randint(0, config.vocab_size, (1, 8), generator=torch.Generator().manual_seed(0))}

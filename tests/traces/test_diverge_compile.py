@@ -15,7 +15,7 @@ from nnschemaparser.traces.compile_bound import measure
 from nnschemaparser.traces.diverge_compile import ROW_KEYS, compiled_local_errors
 from tests.support.compile_faults import (Attention, Cancelling, CountingBackend, Dropping, GeluMLP, GeluNet,
                                           NaiveSoftmax, ReassociatedAdd, ScaledMatmul, TanhGelu, expected_line,
-                                          tiny_gpt2)
+                                          tiny_gpt2, tiny_llama)
 
 
 def localize(model, inputs, backend, **compile_kwargs):
@@ -97,6 +97,15 @@ def test_gpt2_scaled_conv1d_matmul_is_flagged_at_the_addmm_line():
     culprit = first_flagged(rows)
     assert place(culprit) == expected_line(Conv1D.forward, "x = torch.addmm(")
     assert culprit["block_path"] == "h.0.attn.c_attn"
+
+
+def test_llama_scaled_mlp_projection_is_flagged_at_the_linear_line():
+    model, inputs = tiny_llama(layers=1)
+    rows, _ = localize(model, inputs, ScaledMatmul(width=64))  # gate_proj: intermediate_size 64
+    culprit = first_flagged(rows)
+    assert place(culprit) == expected_line(torch.nn.Linear.forward, "return F.linear(")
+    assert culprit["block_path"] == "layers.0.mlp.gate_proj"
+    assert not any(row["flagged"] for row in rows if "self_attn" in row["region"])
 
 
 def test_gpt2_aot_eager_flags_nothing():
