@@ -370,7 +370,8 @@ class _Localizer:
     def rows(self) -> list[dict]:
         root = self.calls[0]
         whole = self.test_block(root)
-        localized = self.descend() if whole.flagged else None
+        # a root the compiler refuses whole may still be entered: its blocks may compile alone
+        localized = self.descend() if whole.flagged or whole.refused else None
         statement_rows: list = []
         chain_runner = None
         if localized is not None and localized.block.skip_reason is None and localized.block.signature is not None:
