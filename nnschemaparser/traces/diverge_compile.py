@@ -80,7 +80,8 @@ def compiled_local_errors(schema: ModelBlockSchema, model_a: nn.Module, model_b:
     for the row: "block h.1", "statements 3-5 (lines 40-44) of h.1.attn", "statement", with why a
     smaller one was refused). Rows are in the order their values are bound in a run, so the first
     flagged row is the innermost culprit. `timings`, when given a dict, gets `compile_s` (first
-    calls of compiled regions), `regions`, `graphs`, `run_s` (everything else) and `total_s`.
+    calls of compiled regions), `regions`, `graphs`, `model_b_s` (model_b's own run, with its compile
+    the first time), `run_s` (everything else) and `total_s`.
     """
     _check(schema, model_a, model_b, inputs)
     backend, dynamic, _ = compiled_backend(model_b)
@@ -92,11 +93,13 @@ def compiled_local_errors(schema: ModelBlockSchema, model_a: nn.Module, model_b:
     limit = max(256, config.recompile_limit)
     with torch.no_grad(), config.patch(recompile_limit=limit,
                                        accumulated_recompile_limit=max(4 * limit, config.accumulated_recompile_limit)):
-        rows = _Localizer(schema, model_a, model_b, dict(inputs), compiler).rows()
+        localizer = _Localizer(schema, model_a, model_b, dict(inputs), compiler)
+        rows = localizer.rows()
     if timings is not None:
         total = time.perf_counter() - start
         timings.update(compile_s=compiler.compile_s, regions=compiler.regions, graphs=compiler.graphs,
-                       run_s=total - compiler.compile_s, total_s=total)
+                       model_b_s=localizer.model_b_s, run_s=total - compiler.compile_s - localizer.model_b_s,
+                       total_s=total)
     return rows
 
 
@@ -167,6 +170,7 @@ class _Localizer:
                              "on repeatable runs; call model_a.eval() and model_b.eval(), or seed the random ops")
         self.twin, self.twin_program = self._float64_twin()
         self.block_runs: dict[int, Any] = {}
+        self.model_b_s = 0.0  # model_b's own run (its compile, the first time)
         self.tested: dict[int, _Tested] = {}  # by call index
         self.children_note: dict[int, str] = {}
 
@@ -404,8 +408,9 @@ class _Localizer:
         if call.parent is None:
             _, final = block_statements(call.block) if call.block.signature is not None else ([], None)
             instr = final
-            with torch.no_grad():
-                real = self.model_b(**clone_tree(self.inputs, self.memo))
+            start = time.perf_counter()
+            real = self.model_b(**clone_tree(self.inputs, self.memo))
+            self.model_b_s = time.perf_counter() - start
             carried_error = _error(measure(real, self.output, None))
             path, out_var = "", ",".join(final.out_vars) if final is not None else "return"
             occurrence = 0
@@ -422,7 +427,9 @@ class _Localizer:
         block = call.block
         label = block_label(block) or block.name
         try:
-            frames, _ = statement_frames(self.clean, block, call.args, call.kwargs, self.memo)
+            frames, output = statement_frames(self.clean, block, call.args, call.kwargs, self.memo)
+            if not _same(output, call.output):
+                raise RegionRefused("its statements replayed one at a time give another output than the block")
         except RegionRefused as refusal:
             note = self.children_note.get(call.index)
             self.children_note[call.index] = (f"{note}; " if note else "") + f"statements not compiled apart: {refusal}"
