@@ -28,6 +28,12 @@ the enclosing region stands. The regions are this package's generated code, not 
 as dynamo would trace it: they run the same ops in the same order, so a backend's graph pass sees
 the same ops, though a graph cut at a block boundary may fuse differently than the whole model does.
 
+Limits: a compound statement (`for`, `if`, `with`, `try`) is one statement, its body is not cut; a
+block whose forward keeps a frame dict (it defines closures) or leaves early from inside an `if` is
+not cut at all. Memory is not bounded: the recorded run keeps a copy of every block call's inputs
+and output, the localized block a copy of its variables before each statement, and the float64
+twin is a copy of the model at twice its size (meant for the model sizes one debugs a compiler on).
+
 Private to `diverge` (issue 39), which calls it when model_b is a compiled wrapper; not exported.
 
 Depends on the schema, the runtime (`program`), the parser (the float64 twin) and `compile_regions`,
