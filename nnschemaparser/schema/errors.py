@@ -51,7 +51,8 @@ nothing of the package; tests/test_error_tree.py fails when one is missing here,
     ├── _Refused (widget.share_server)                        internal: a request the server refuses (HTTP status)
     ├── _Refused (widget.share_worker)                        internal: the same, raised in a worker process
     ├── Refusal (widget.share_queue)                          internal: a request the fair queue answers at once (503, 408, 413)
-    └── _WriteFailed (store.writer)                           internal: a store file could not be written (StoreIncompleteError)
+    ├── _WriteFailed (store.writer)                           internal: a store file could not be written (StoreIncompleteError)
+    └── RegionRefused (traces.compile_regions)                internal: the compiler refused a region (its enclosing one stands)
     RuntimeError
     ├── ModelExit (inspection.cli)                            the model's own code called sys.exit (CLI status 1)
     ├── ModelAbort (inspection.cli)                           the model's code raised GeneratorExit or its own BaseException (CLI status 1)

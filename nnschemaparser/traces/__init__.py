@@ -8,7 +8,8 @@ values at capture time, gradient hooks), `record` (`capture_run`), `compare` (`c
 selectors and the listener that replaces values; imported here so the runtime can read them),
 `steering` (`steer`, `attach`: steering vectors and SAEs as interventions), `patch_sites` (the sites,
 parts and state checks patching shares), `patching` (`activation_patching`), `attribution`
-(`attribution_patching`).
+(`attribution_patching`), `diverge_compile` (where a `torch.compile`d model parts from eager: regions
+of the generated code compiled with its backend, `compile_regions`, bounded by `compile_bound`).
 
 May import: `schema`, `runtime` (listener interface, interpreter), `parser`.
 """
