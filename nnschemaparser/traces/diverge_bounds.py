@@ -1,0 +1,108 @@
+"""What a dtype explains: the errors and the bound `diverge` reports for one statement.
+
+Both errors are *relative to the value's scale*, so that one bound fits every statement:
+
+    error(x, ref) = max_i |x_i - ref_i| / (|ref_i| + s),   s = max |ref_j| over the finite ref_j
+                                                            below half the dtype's largest value
+
+`s` (the tensor's scale) keeps an element near zero from looking large (rounding is relative to the
+values the statement combines, which are of the tensor's size), and leaving saturated values out of
+it (an attention mask's `finfo.min`) keeps them from hiding every other element; a saturated element
+is still measured against its own magnitude. Computed in float64 on the reference's device.
+
+- **carried error**: b's free-running value against a's (`error(b, a)`).
+- **local error**: b's statement computed in b's dtype on a's values cast to b's dtype (`l`),
+  against a's statement replayed in float64 on the *same* cast values and with b's weights (`q`):
+  `error(l, clamp(q))`. The cast of the inputs and of the weights is identical on both sides, so it
+  is never blamed; what is left is what the statement itself does in b (its rounding, an overflow,
+  other code). `q` is clamped to b's dtype's finite range first: a value a's code makes from the
+  dtype (`finfo(dtype).min` for a mask) saturates in both, and is no error. `l` infinite or NaN
+  where `clamp(q)` is finite is an infinite error (an fp16 overflow), and a NaN in `q` (a's own
+  statement undefined there) is left out.
+- **bound** = `factor * eps(dtype)`, `dtype` the least precise floating dtype the statement made in
+  b (its result or any temporary inside it: the bf16 output of a matmul under autocast, then
+  `.float()`). One rounding to the dtype is at most `eps / 2` relative; a statement of a few ops
+  rounds a few times and feeds roundings through its later ops, scaled at most by the tensor's
+  scale. The default factor 8 covers a statement of up to ~8 such roundings with no false flag
+  over the benchmark's fault-free pairs (bench/bench_diverge.py), and is far below what a real fault
+  gives (an overflow: infinite; a changed `eps` or a cancelling reduction in float32: 1e-3 and up
+  against 1e-6). A row is *flagged* when its local error is above its bound.
+
+Integer and bool rows are compared for equality only (error = the fraction of elements that differ,
+bound None, never flagged): a rounding upstream may move an index legitimately.
+
+Depends on torch only; never on views.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+__all__ = ["DEFAULT_FACTOR", "relative_error", "local_error", "statement_dtype", "bound_of"]
+
+DEFAULT_FACTOR = 8.0
+
+
+def _precision(dtype: torch.dtype) -> float:
+    return torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
+
+
+def statement_dtype(current: Optional[torch.dtype], dtype: torch.dtype) -> Optional[torch.dtype]:
+    """The less precise of two floating dtypes (`current` None: `dtype`); non-floating dtypes never count."""
+    if not dtype.is_floating_point:
+        return current
+    if current is None or _precision(dtype) > _precision(current):
+        return dtype
+    return current
+
+
+def bound_of(dtype: Optional[torch.dtype], factor: float) -> Optional[float]:
+    """`factor * eps(dtype)`, None for a statement that made no floating tensor."""
+    if dtype is None:
+        return None
+    return factor * torch.finfo(dtype).eps
+
+
+def _scale(ref: torch.Tensor, limit: float) -> float:
+    mag = ref.abs()
+    usable = mag[torch.isfinite(mag) & (mag < limit)]
+    return usable.max().item() if usable.numel() else 0.0
+
+
+def relative_error(x: torch.Tensor, ref: torch.Tensor, clamp_to: Optional[torch.dtype] = None) -> float:
+    """`max |x - ref| / (|ref| + s)` in float64 (see the module docstring); inf where `x` is
+    infinite or NaN and `ref` is not; positions where `ref` is NaN are left out. With `clamp_to`,
+    `ref` is first clamped to that dtype's finite range. Shapes must agree (broadcasting is refused)."""
+    if x.shape != ref.shape:
+        return math.inf
+    if x.numel() == 0:
+        return 0.0
+    if not (x.is_floating_point() or x.is_complex()) and not (ref.is_floating_point() or ref.is_complex()):
+        equal = x.to(ref.device) == ref
+        return 1.0 - equal.double().mean().item()
+    ref = ref.detach().to(torch.float64) if not ref.is_complex() else ref.detach().abs().double()
+    x = x.detach().to(device=ref.device, dtype=torch.float64) if not x.is_complex() else \
+        x.detach().to(ref.device).abs().double()
+    limit = math.inf
+    if clamp_to is not None and clamp_to.is_floating_point:
+        top = torch.finfo(clamp_to).max
+        ref = ref.clamp(-top, top)
+        limit = top / 2
+    elif ref.dtype == torch.float64:
+        limit = torch.finfo(torch.float64).max / 2
+    scale = _scale(ref, limit)
+    defined = ~torch.isnan(ref)
+    same = (x == ref) | (torch.isnan(x) & ~defined)
+    gap = (x - ref).abs() / (ref.abs() + scale)
+    gap = torch.nan_to_num(gap, nan=math.inf, posinf=math.inf)
+    gap = torch.where(same | ~defined, torch.zeros_like(gap), gap)
+    # 0/0 (both zero with zero scale) was caught by `same`; x != ref with zero scale is x/0 = inf
+    return gap.max().item()
+
+
+def local_error(l: torch.Tensor, q: torch.Tensor, dtype: Optional[torch.dtype]) -> float:
+    """The local error of a statement: its value in b (`l`) against a's float64 replay (`q`)."""
+    return relative_error(l, q, clamp_to=dtype)
