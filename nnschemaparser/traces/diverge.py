@@ -18,7 +18,7 @@ Four schema runs, under `torch.no_grad()` (traces/diverge_runs.py):
    statement on the same cast inputs; the row's *local* error is `L` against `Q`.
 
 A row is flagged when its local error is above what b's dtype explains (traces/diverge_bounds.py:
-`bound_factor * eps`, errors relative to the value's scale). Rows are aligned by statement
+`bound_factor * eps` of b's precision, errors relative to the value's scale). Rows are aligned by statement
 (traces/diverge_align.py), not by step: block path, a's file and line, variable, occurrence.
 
 Depends on schema, runtime, parser and traces; never on views.
@@ -39,8 +39,8 @@ from ..runtime.interpreter import SchemaInterpreter
 from ..schema.errors import SchemaRunError
 from ..schema.model import ModelBlockSchema
 from .diverge_align import Alignment, align_schemas
-from .diverge_bounds import DEFAULT_FACTOR, bound_of
-from .diverge_runs import RowListener, cast_inputs, float64_weights, model_place, side_context
+from .diverge_bounds import DEFAULT_FACTOR, bound_of, least_precise
+from .diverge_runs import RowListener, cast_inputs, check_side, float64_weights, model_place, side_context
 
 __all__ = ["diverge", "DivergeReport", "DivergeLine", "DivergeError", "COLUMNS", "STATUSES"]
 
@@ -139,12 +139,14 @@ def diverge(model_a: torch.nn.Module, model_b: torch.nn.Module, inputs: dict, *,
     `deterministic` (bool, `torch.use_deterministic_algorithms`) and `mkldnn` (bool), or a callable
     returning a context manager the side's runs happen in. One model may be both sides. `schema_a` /
     `schema_b` reuse schemas already parsed from these models (the parse is skipped).
-    `bound_factor`: a row is flagged when its local error is above `bound_factor * eps` of the least
-    precise dtype its statement made in b (traces/diverge_bounds.py).
+    `bound_factor`: a row is flagged when its local error is above `bound_factor * eps` of b's
+    precision, the less precise of its model's dtype and its autocast dtype (traces/diverge_bounds.py).
 
     A `torch.compile` wrapper as `model_b` is localized by `traces/diverge_compile.py`
     (compiled regions made smaller, down to statements). Returns a `DivergeReport`.
     """
+    check_side(settings_a, autocast_a)
+    check_side(settings_b, autocast_b)
     for name, model in (("model_a", model_a), ("model_b", model_b)):
         if not isinstance(model, torch.nn.Module):
             raise DivergeError(f"{name} must be an nn.Module instance, got {type(model).__name__}")
@@ -179,7 +181,7 @@ def diverge(model_a: torch.nn.Module, model_b: torch.nn.Module, inputs: dict, *,
         timings["parse"] = time.perf_counter() - clock
         same_code = schema_b is schema_a or type(model_a) is type(model_b)
         alignment = align_schemas(schema_a, schema_b, same=same_code)
-        store: dict = {}
+        store: dict = {"precision": least_precise(dtype_b, autocast_b)}
         runs = (("a", "keep", schema_a, inputs_a, side_context(settings_a, autocast_a, device_a)),
                 ("b", "carry", schema_b, inputs_b, side_context(settings_b, autocast_b, device_b)),
                 ("b", "force", schema_b, inputs_b, side_context(settings_b, autocast_b, device_b)))

@@ -9,8 +9,10 @@ Both schemas' rows are listed statically per block path (`block_statements`): th
 file, first line, full text (its lines `lineno..end_lineno`, read with `linecache`) and the names
 it binds. Blocks at the same path are aligned like a diff (`align_schemas`): `difflib` over the
 statements' normalized text (whitespace dropped), "equal" runs pair as *matched*; inside a
-"replace" run a b statement pairs with the most similar a statement still free after the last pair
-(ratio >= `EDIT_RATIO`) as *edited*, never crossing an earlier pair; what stays unpaired is
+"replace" run a b statement pairs as *edited* with the a statement still free after the last pair
+that scores best, its score the texts' similarity plus 1 when both bind a common name (at least
+`EDIT_RATIO`: a renamed variable or an edited right-hand side is paired, an unrelated line is not),
+never crossing an earlier pair; what stays unpaired is
 *inserted* (b only) or *deleted* (a only). The names two paired statements bind pair by name when
 both have it, else by position among the names the statement binds; a name left over is its
 side's alone. A block path present on one side only makes all its statements one side's.
@@ -184,11 +186,13 @@ def align_schemas(schema_a: ModelBlockSchema, schema_b: ModelBlockSchema, same: 
             elif op == "replace":
                 start = i1
                 for j in range(j1, j2):
-                    best, best_i = EDIT_RATIO, None
+                    best, best_i = 0.0, None
                     for i in range(start, i2):
                         ratio = difflib.SequenceMatcher(None, ta[i], tb[j], autojunk=False).ratio()
-                        if ratio >= best:
-                            best, best_i = ratio, i
+                        # binding the same name makes two statements of a changed stretch one edited line
+                        score = ratio + (1.0 if set(sa_list[i].names) & set(sb_list[j].names) else 0.0)
+                        if score >= EDIT_RATIO and score > best:
+                            best, best_i = score, i
                     if best_i is not None:
                         _pair(al, sa_list[best_i], sb_list[j], "edited")
                         start = best_i + 1

@@ -15,18 +15,20 @@ is still measured against its own magnitude. Computed in float64 on the referenc
   against a's statement replayed in float64 on the *same* cast values and with b's weights (`q`):
   `error(l, clamp(q))`. The cast of the inputs and of the weights is identical on both sides, so it
   is never blamed; what is left is what the statement itself does in b (its rounding, an overflow,
-  other code). `q` is clamped to b's dtype's finite range first: a value a's code makes from the
+  other code). `q` is clamped to the finite range of `l`'s dtype first: a value a's code makes from the
   dtype (`finfo(dtype).min` for a mask) saturates in both, and is no error. `l` infinite or NaN
   where `clamp(q)` is finite is an infinite error (an fp16 overflow), and a NaN in `q` (a's own
   statement undefined there) is left out.
-- **bound** = `factor * eps(dtype)`, `dtype` the least precise floating dtype the statement made in
-  b (its result or any temporary inside it: the bf16 output of a matmul under autocast, then
-  `.float()`). One rounding to the dtype is at most `eps / 2` relative; a statement of a few ops
-  rounds a few times and feeds roundings through its later ops, scaled at most by the tensor's
-  scale. The default factor 8 covers a statement of up to ~8 such roundings with no false flag
-  over the benchmark's fault-free pairs (bench/bench_diverge.py), and is far below what a real fault
-  gives (an overflow: infinite; a changed `eps` or a cancelling reduction in float32: 1e-3 and up
-  against 1e-6). A row is *flagged* when its local error is above its bound.
+- **bound** = `factor * eps(precision)`, `precision` b's configured precision: the less precise of
+  b's model dtype and b's autocast dtype. One rounding to it is at most `eps / 2` relative; a
+  statement of a few ops rounds a few times and feeds roundings through its later ops, scaled at
+  most by the tensor's scale. The default factor 8 covers a statement of up to ~8 such roundings
+  with no false flag over the benchmark's fault-free pairs (bench/bench_diverge.py), and is far
+  below what a real fault gives (an overflow: infinite; a changed `eps` or a cancelling reduction
+  in float32: 1e-3 and up against 1e-6). A cast to a lower precision that a's code makes too is in
+  the replay as well, so it costs nothing; one that only b's code makes (a removed upcast, an added
+  downcast) is measured against b's configured precision, so it is blamed.
+  A row is *flagged* when its local error is above its bound.
 
 Integer and bool rows are compared for equality only (error = the fraction of elements that differ,
 bound None, never flagged): a rounding upstream may move an index legitimately.
@@ -41,7 +43,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["DEFAULT_FACTOR", "relative_error", "local_error", "statement_dtype", "bound_of"]
+__all__ = ["DEFAULT_FACTOR", "relative_error", "local_error", "least_precise", "bound_of"]
 
 DEFAULT_FACTOR = 8.0
 
@@ -50,8 +52,10 @@ def _precision(dtype: torch.dtype) -> float:
     return torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
 
 
-def statement_dtype(current: Optional[torch.dtype], dtype: torch.dtype) -> Optional[torch.dtype]:
-    """The less precise of two floating dtypes (`current` None: `dtype`); non-floating dtypes never count."""
+def least_precise(current: Optional[torch.dtype], dtype: Optional[torch.dtype]) -> Optional[torch.dtype]:
+    """The less precise of two floating dtypes (either None: the other); non-floating dtypes never count."""
+    if dtype is None:
+        return current
     if not dtype.is_floating_point:
         return current
     if current is None or _precision(dtype) > _precision(current):
@@ -103,6 +107,7 @@ def relative_error(x: torch.Tensor, ref: torch.Tensor, clamp_to: Optional[torch.
     return gap.max().item()
 
 
-def local_error(l: torch.Tensor, q: torch.Tensor, dtype: Optional[torch.dtype]) -> float:
-    """The local error of a statement: its value in b (`l`) against a's float64 replay (`q`)."""
-    return relative_error(l, q, clamp_to=dtype)
+def local_error(l: torch.Tensor, q: torch.Tensor) -> float:
+    """The local error of a statement: its value in b (`l`) against a's float64 replay (`q`), clamped
+    to the range of `l`'s dtype."""
+    return relative_error(l, q, clamp_to=l.dtype if l.is_floating_point() else None)

@@ -4,14 +4,13 @@
 path) and turns the rows among them (traces/diverge_align.py: named bindings, returns of
 temporaries) into keys `((block path, a's file, a's line, a's name), occurrence)`: b's statements are
 mapped onto a's by the alignment, so one key names a row in both runs; a statement of b alone keys
-as `("b", path, file, line, name)`. Temporaries are not rows; the least precise floating dtype they
-have since the frame's last row is the statement's dtype (traces/diverge_bounds.py).
+as `("b", path, file, line, name)`. Temporaries are not rows: they are the inside of their statement.
 
 What each run does at a row (`mode`):
 
 - `"keep"`   (a, free): keep the value (the reference `A`).
 - `"carry"`  (b, free): the carried error against `A`; nothing kept.
-- `"force"`  (b, teacher-forced): keep the value (`L`) and the statement's dtype, then replace the
+- `"force"`  (b, teacher-forced): keep the value (`L`), then replace the
   variable by `A` cast to the value's dtype and device, so the next statement starts from a's values.
 - `"replay"` (a's code, float64 weights, teacher-forced): the local error of `L` against this value
   (`Q`), then replace the variable by `A` cast to b's dtype and then to float64. `A` and `L` of the
@@ -35,7 +34,7 @@ import torch
 from ..runtime.listeners import RETURN_SLOT, TraceListener
 from ..schema.model import Instruction, ReturnInstruction, VarRef
 from .diverge_align import Alignment, row_var_names
-from .diverge_bounds import local_error, relative_error, statement_dtype
+from .diverge_bounds import local_error, relative_error
 
 __all__ = ["RowListener", "RowInfo", "side_context", "check_side", "cast_inputs", "float64_weights", "model_place"]
 
@@ -60,7 +59,6 @@ class RowListener(TraceListener):
         self.rows: dict[tuple, RowInfo] = {}
         self._keys: dict[tuple[int, str], Optional[list]] = {}
         self._counts: dict[tuple, int] = {}
-        self._lowest: dict[int, torch.dtype] = {}  # id(frame) -> least precise temporary since its last row
         self._kept_storage: dict[int, list] = {}
         self.carried: dict[tuple, float] = store.setdefault("carried", {}) if mode == "carry" else {}
         self.errors: dict[tuple, tuple[float, Optional[torch.dtype]]] = (
@@ -116,10 +114,7 @@ class RowListener(TraceListener):
         if not isinstance(value, torch.Tensor):
             return
         if out[0] == "$" or out[0] == ".":
-            if self.mode == "force" and value.is_floating_point():
-                fid = id(frame)
-                self._lowest[fid] = statement_dtype(self._lowest.get(fid), value.dtype)
-            return
+            return  # a temporary: the inside of its statement
         new = self._row(instr, out, value, frame, observer.path)
         if new is not None:
             frame[out] = new
@@ -163,9 +158,7 @@ class RowListener(TraceListener):
                 self.carried[key] = relative_error(value, reference)
             return None
         if mode == "force":
-            fid = id(frame)
-            lowest = statement_dtype(self._lowest.pop(fid, None), value.dtype)
-            self.store.setdefault("dtype", {})[key] = lowest
+            self.store.setdefault("dtype", {})[key] = self.store["precision"] if value.is_floating_point() else None
             self._keep("L", key, value.detach())
             if reference is None or tuple(reference.shape) != tuple(value.shape):
                 return None
@@ -175,7 +168,7 @@ class RowListener(TraceListener):
         lvalue = self.store["L"].pop(key, None)
         if lvalue is not None:
             dtype = self.store["dtype"].get(key)
-            self.errors[key] = (local_error(lvalue, value, dtype) if lvalue.shape == value.shape else float("inf"),
+            self.errors[key] = (local_error(lvalue, value) if lvalue.shape == value.shape else float("inf"),
                                 dtype)
         reference = self.store["A"].pop(key, None)
         if reference is None or tuple(reference.shape) != tuple(value.shape):
