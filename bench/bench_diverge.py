@@ -207,6 +207,25 @@ def _clean_builders() -> list:
             clean_pairs(lambda s: llama(seed=s), "llama", _hf_version(modeling_llama, "LlamaForCausalLM"))]
 
 
+def wide_cases() -> list[Case]:
+    """Fault-free dtype and version pairs on wider models (the cost figure of real sizes)."""
+    from transformers.models.gpt2 import modeling_gpt2
+    from transformers.models.llama import modeling_llama
+
+    cases = []
+    a, inputs = llama(layers=4, seq=128, hidden_size=512, intermediate_size=1408, num_attention_heads=8,
+                      num_key_value_heads=4, vocab_size=1024)
+    variant, _ = variant_module(modeling_llama, {})
+    cases += [Case("wide llama bf16", "dtype", a, copy.deepcopy(a).to(torch.bfloat16), inputs),
+              Case("wide llama same code, other file", "version", a, same_weights(a, variant, "LlamaForCausalLM"),
+                   inputs)]
+    a, inputs = gpt2(layers=4, seq=128, n_embd=512, n_head=8, vocab_size=1024)
+    variant, _ = variant_module(modeling_gpt2, {})
+    cases += [Case("wide gpt2 bf16", "dtype", a, copy.deepcopy(a).to(torch.bfloat16), inputs),
+              Case("wide gpt2 same code, other file", "version", a, same_weights(a, variant, "GPT2LMHeadModel"), inputs)]
+    return cases
+
+
 CASE_BUILDERS: list = [*FAULTS, *REAL_FAULTS, compile_cases]
 
 
@@ -256,6 +275,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=6, help="seeds per planted toy fault (default 6: 30 toy faults)")
     parser.add_argument("--clean-seeds", type=int, default=2, help="seeds per fault-free family (default 2)")
     parser.add_argument("--quick", action="store_true", help="2 seeds, 1 clean seed")
+    parser.add_argument("--cost", action="store_true",
+                        help="also time wider models (hidden 512, 4 layers, 128 tokens), where ops, not Python, take the time")
     parser.add_argument("--only", default="", help="comma-separated kinds: dtype, version, settings, compile")
     args = parser.parse_args()
     if args.quick:
@@ -272,6 +293,8 @@ def main() -> None:
     for builder in _clean_builders():
         for seed in range(args.clean_seeds):
             cases.extend(builder(seed))
+    if args.cost:
+        cases.extend(wide_cases())
     only = {k.strip() for k in args.only.split(",") if k.strip()}
     if only:
         cases = [c for c in cases if c.kind in only]
@@ -290,8 +313,10 @@ def main() -> None:
     if clean:
         print(f"fault-free pairs: {sum(r['ok'] for r in clean)}/{len(clean)} flagged nothing "
               f"({100 * sum(r['ok'] for r in clean) / len(clean):.1f}%)")
-    for kind in ("dtype", "version", "settings", "compile"):
-        rows = [r for r in results if r["kind"] == kind and r["ratio"] == r["ratio"] and r["warm_s"] < float("inf")]
+    for kind in ("dtype", "version", "settings", "compile", "wide"):
+        rows = [r for r in results if (r["kind"] == kind and not r["case"].startswith("wide")
+                                       or kind == "wide" and r["case"].startswith("wide"))
+                and r["ratio"] == r["ratio"] and r["warm_s"] < float("inf")]
         if rows:
             print(f"{kind:>8}: {len(rows)} cases, time per case cold {statistics.median(r['cold_s'] for r in rows):.2f}s "
                   f"(median, parse included), warm {statistics.median(r['warm_s'] for r in rows):.3f}s; cost against the "

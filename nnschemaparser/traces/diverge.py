@@ -14,8 +14,9 @@ Four schema runs, under `torch.no_grad()` (traces/diverge_runs.py):
 2. b, free: each row's *carried* error against `A`;
 3. b, teacher-forced: each row's value `L`, computed from a's values cast to b's dtype and device
    (every row's variable is replaced by `A` cast so, after it is measured);
-4. a's code with b's weights in float64, teacher-forced the same way: `Q`, the exact value of the
-   statement on the same cast inputs; the row's *local* error is `L` against `Q`.
+4. a's code with b's weights in float32 (float64 when b is float64: `diverge_runs.replay_dtype`),
+   teacher-forced the same way: `Q`, the statement's value on the same cast inputs computed at least
+   as precisely as b could; the row's *local* error is `L` against `Q`.
 
 A row is flagged when its local error is above what b's dtype explains (traces/diverge_bounds.py:
 `bound_factor * eps` of b's precision, errors relative to the value's scale). Rows are aligned by statement
@@ -40,7 +41,7 @@ from ..schema.errors import SchemaRunError
 from ..schema.model import ModelBlockSchema
 from .diverge_align import Alignment, align_schemas
 from .diverge_bounds import DEFAULT_FACTOR, bound_of, least_precise
-from .diverge_runs import RowListener, cast_inputs, check_side, float64_weights, model_place, side_context
+from .diverge_runs import RowListener, cast_inputs, check_side, model_place, replay_dtype, replay_weights, side_context
 
 __all__ = ["diverge", "DivergeReport", "DivergeLine", "DivergeError", "COLUMNS", "STATUSES"]
 
@@ -196,12 +197,13 @@ def diverge(model_a: torch.nn.Module, model_b: torch.nn.Module, inputs: dict, *,
             listeners[mode] = listener
             if mode in ("keep", "carry"):
                 outputs[side] = result
-        replay_inputs = {k: (v.to(device=device_a, dtype=torch.float64) if isinstance(v, torch.Tensor)
+        replay = replay_dtype(store["precision"])
+        replay_inputs = {k: (v.to(device=device_a, dtype=replay) if isinstance(v, torch.Tensor)
                              and v.is_floating_point() else v.to(device_a) if isinstance(v, torch.Tensor) else v)
                          for k, v in inputs_b.items()}
         listener = RowListener("a", "replay", alignment, store)
         clock = time.perf_counter()
-        with float64_weights(model_a, model_b), side_context(settings_a, None, device_a):
+        with replay_weights(model_a, model_b, replay), side_context(settings_a, None, device_a):
             SchemaInterpreter(listeners=[listener]).run(schema_a, replay_inputs)
         timings["a_replay"] = time.perf_counter() - clock
         listeners["replay"] = listener

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import linecache
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -88,8 +89,19 @@ def _walk(value: Any, out: list[Instruction]) -> None:
                 _walk(item, out)
 
 
+_STATEMENTS: "weakref.WeakKeyDictionary[ModelBlockSchema, dict]" = weakref.WeakKeyDictionary()
+
+
 def block_statements(schema: ModelBlockSchema) -> dict[str, list[Statement]]:
-    """{block path: its statements that bind rows, in source order}; a block's method blocks share its path."""
+    """{block path: its statements that bind rows, in source order}; a block's method blocks share its
+    path. Worked out once per schema (kept while the schema lives)."""
+    cached = _STATEMENTS.get(schema)
+    if cached is None:
+        cached = _STATEMENTS[schema] = _block_statements(schema)
+    return cached
+
+
+def _block_statements(schema: ModelBlockSchema) -> dict[str, list[Statement]]:
     found: dict[str, dict[tuple[str, int], Statement]] = {}
     for block in schema.iter_blocks():
         if block.is_skipped:

@@ -8,11 +8,13 @@ Both errors are *relative to the value's scale*, so that one bound fits every st
 `s` (the tensor's scale) keeps an element near zero from looking large (rounding is relative to the
 values the statement combines, which are of the tensor's size), and leaving saturated values out of
 it (an attention mask's `finfo.min`) keeps them from hiding every other element; a saturated element
-is still measured against its own magnitude. Computed in float64 on the reference's device.
+is still measured against its own magnitude. Computed in float32 (float64 when either side is
+float64: the error is read to a few digits, never summed) on the reference's device.
 
 - **carried error**: b's free-running value against a's (`error(b, a)`).
 - **local error**: b's statement computed in b's dtype on a's values cast to b's dtype (`l`),
-  against a's statement replayed in float64 on the *same* cast values and with b's weights (`q`):
+  against a's statement replayed (float32, or float64 for a float64 b: traces/diverge_runs.py,
+  `replay_dtype`) on the *same* cast values and with b's weights (`q`):
   `error(l, clamp(q))`. The cast of the inputs and of the weights is identical on both sides, so it
   is never blamed; what is left is what the statement itself does in b (its rounding, an overflow,
   other code). `q` is clamped to the finite range of `l`'s dtype first: a value a's code makes from the
@@ -70,14 +72,8 @@ def bound_of(dtype: Optional[torch.dtype], factor: float) -> Optional[float]:
     return factor * torch.finfo(dtype).eps
 
 
-def _scale(ref: torch.Tensor, limit: float) -> float:
-    mag = ref.abs()
-    usable = mag[torch.isfinite(mag) & (mag < limit)]
-    return usable.max().item() if usable.numel() else 0.0
-
-
 def relative_error(x: torch.Tensor, ref: torch.Tensor, clamp_to: Optional[torch.dtype] = None) -> float:
-    """`max |x - ref| / (|ref| + s)` in float64 (see the module docstring); inf where `x` is
+    """`max |x - ref| / (|ref| + s)` (see the module docstring); inf where `x` is
     infinite or NaN and `ref` is not; positions where `ref` is NaN are left out. With `clamp_to`,
     `ref` is first clamped to that dtype's finite range. Shapes must agree (broadcasting is refused)."""
     if x.shape != ref.shape:
@@ -87,27 +83,33 @@ def relative_error(x: torch.Tensor, ref: torch.Tensor, clamp_to: Optional[torch.
     if not (x.is_floating_point() or x.is_complex()) and not (ref.is_floating_point() or ref.is_complex()):
         equal = x.to(ref.device) == ref
         return 1.0 - equal.double().mean().item()
-    ref = ref.detach().to(torch.float64) if not ref.is_complex() else ref.detach().abs().double()
-    x = x.detach().to(device=ref.device, dtype=torch.float64) if not x.is_complex() else \
-        x.detach().to(ref.device).abs().double()
-    limit = math.inf
-    if clamp_to is not None and clamp_to.is_floating_point:
-        top = torch.finfo(clamp_to).max
+    work = torch.float64 if torch.float64 in (x.dtype, ref.dtype) or x.is_complex() or ref.is_complex() \
+        else torch.float32
+    ref = ref.detach()
+    ref = ref.abs().to(work) if ref.is_complex() else ref.to(work)
+    x = x.detach().to(ref.device)
+    x = x.abs().to(work) if x.is_complex() else x.to(work)
+    top = torch.finfo(clamp_to).max if clamp_to is not None and clamp_to.is_floating_point else math.inf
+    mag = ref.abs()
+    biggest = mag.max().item()
+    if biggest < min(top, torch.finfo(work).max) / 2:  # the common case: nothing saturated, no NaN
+        gap = (x - ref).abs_().div_(mag.add_(biggest)).max().item()
+        if gap == gap and gap != math.inf:
+            return gap
+        mag = ref.abs()
+    if top != math.inf:
         ref = ref.clamp(-top, top)
-        limit = top / 2
-    elif ref.dtype == torch.float64:
-        limit = torch.finfo(torch.float64).max / 2
-    scale = _scale(ref, limit)
-    defined = ~torch.isnan(ref)
-    same = (x == ref) | (torch.isnan(x) & ~defined)
-    gap = (x - ref).abs() / (ref.abs() + scale)
-    gap = torch.nan_to_num(gap, nan=math.inf, posinf=math.inf)
-    gap = torch.where(same | ~defined, torch.zeros_like(gap), gap)
-    # 0/0 (both zero with zero scale) was caught by `same`; x != ref with zero scale is x/0 = inf
+        mag = ref.abs()
+    limit = min(top, torch.finfo(work).max) / 2
+    scale = torch.where(mag < limit, mag, 0.0).max()  # NaN and saturated values are no scale
+    gap = (x - ref).abs().div_(mag.add_(scale))
+    gap = torch.where(x == ref, 0.0, gap)  # equal infinities; 0/0 where both are zero with a zero scale
+    gap = torch.nan_to_num_(gap, nan=math.inf, posinf=math.inf)  # x NaN, inf - inf of opposite signs
+    gap = torch.where(torch.isnan(ref), 0.0, gap)
     return gap.max().item()
 
 
 def local_error(l: torch.Tensor, q: torch.Tensor) -> float:
-    """The local error of a statement: its value in b (`l`) against a's float64 replay (`q`), clamped
+    """The local error of a statement: its value in b (`l`) against a's replay (`q`), clamped
     to the range of `l`'s dtype."""
     return relative_error(l, q, clamp_to=l.dtype if l.is_floating_point() else None)

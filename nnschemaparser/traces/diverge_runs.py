@@ -12,8 +12,9 @@ What each run does at a row (`mode`):
 - `"carry"`  (b, free): the carried error against `A`; nothing kept.
 - `"force"`  (b, teacher-forced): keep the value (`L`), then replace the
   variable by `A` cast to the value's dtype and device, so the next statement starts from a's values.
-- `"replay"` (a's code, float64 weights, teacher-forced): the local error of `L` against this value
-  (`Q`), then replace the variable by `A` cast to b's dtype and then to float64. `A` and `L` of the
+- `"replay"` (a's code, b's weights in the replay dtype, teacher-forced): the local error of `L`
+  against this value (`Q`), then replace the variable by `A` cast to b's dtype and then to the
+  replay dtype. `A` and `L` of the
   row are dropped as soon as they are used, so memory falls during this last run.
 
 A kept value that a later in-place op would change (`on_before_mutation`: an operand sharing its
@@ -36,7 +37,7 @@ from ..schema.model import Instruction, ReturnInstruction, VarRef
 from .diverge_align import Alignment, row_var_names
 from .diverge_bounds import local_error, relative_error
 
-__all__ = ["RowListener", "RowInfo", "side_context", "check_side", "cast_inputs", "float64_weights", "model_place"]
+__all__ = ["RowListener", "RowInfo", "side_context", "check_side", "cast_inputs", "replay_weights", "replay_dtype", "model_place"]
 
 
 class RowInfo:
@@ -183,6 +184,17 @@ class RowListener(TraceListener):
         self._kept_storage.setdefault(_storage_id(value), []).append((table, key))
 
 
+def replay_dtype(precision: torch.dtype) -> torch.dtype:
+    """The dtype of the reference replay for b's precision: float64 for a float64 b, else float32.
+
+    float32's eps (2^-23) is 2^16 times below bfloat16's and 2^13 below float16's, so against a half
+    precision b the replay's own rounding is nothing; against a float32 b it is one more rounding
+    of the same size per op, which the bound's factor covers (and the same code in the same dtype
+    on the same inputs gives the same bits: no error at all). float64 everywhere cost 2-4x the
+    replay's time on CPU for no change in what is flagged (bench/bench_diverge.py)."""
+    return torch.float64 if precision == torch.float64 else torch.float32
+
+
 def _storage_id(value: torch.Tensor) -> int:
     try:
         return value.untyped_storage().data_ptr()
@@ -266,9 +278,9 @@ def cast_inputs(inputs: dict, device: torch.device, dtype: torch.dtype) -> dict:
 
 
 @contextlib.contextmanager
-def float64_weights(model_a: torch.nn.Module, model_b: torch.nn.Module) -> Iterator[None]:
-    """Model a's parameters and buffers, for the length of the block, hold b's values in float64
-    (b's tensor of the same name and shape; a's own where b has none), on a's devices; put back after."""
+def replay_weights(model_a: torch.nn.Module, model_b: torch.nn.Module, dtype: torch.dtype) -> Iterator[None]:
+    """Model a's floating parameters and buffers, for the length of the block, hold b's values in
+    `dtype` (b's tensor of the same name and shape; a's own where b has none), on a's devices; put back after."""
     tensors_b: dict[str, torch.Tensor] = {}
     if model_b is not model_a:
         tensors_b.update(dict(model_b.named_parameters()))
@@ -284,7 +296,7 @@ def float64_weights(model_a: torch.nn.Module, model_b: torch.nn.Module) -> Itera
             if source is None or source.shape != tensor.shape or not source.is_floating_point():
                 source = tensor
             saved.append((tensor, tensor.data))
-            tensor.data = source.detach().to(device=tensor.device, dtype=torch.float64)
+            tensor.data = source.detach().to(device=tensor.device, dtype=dtype)
         yield
     finally:
         for tensor, data in saved:

@@ -73,7 +73,7 @@ def variant_module(module: ModuleType, edits: dict[str, str], stem: Optional[str
     return variant, {new: line_of(variant, new.strip()) for new in edits.values() if new.strip()}
 
 
-def llama(layers: int = 2, seed: int = 0, module: Optional[ModuleType] = None, **config) -> tuple[torch.nn.Module, dict]:
+def llama(layers: int = 2, seed: int = 0, module: Optional[ModuleType] = None, seq: int = 8, **config) -> tuple[torch.nn.Module, dict]:
     """A tiny Llama (eager attention, random weights) and its inputs; `module`: another version's module."""
     import transformers
     from transformers.models.llama import modeling_llama
@@ -84,21 +84,21 @@ def llama(layers: int = 2, seed: int = 0, module: Optional[ModuleType] = None, *
     cfg = transformers.LlamaConfig(**{**LLAMA, "num_hidden_layers": layers, **config})
     cfg._attn_implementation = "eager"
     model = (module or modeling_llama).LlamaForCausalLM(cfg).eval()
-    inputs = {"input_ids": torch.randint(0, cfg.vocab_size, (2, 8)), "use_cache": False}
+    inputs = {"input_ids": torch.randint(0, cfg.vocab_size, (2, seq)), "use_cache": False}
     return model, inputs
 
 
-def gpt2(layers: int = 2, seed: int = 0, module: Optional[ModuleType] = None, **config) -> tuple[torch.nn.Module, dict]:
+def gpt2(layers: int = 2, seed: int = 0, module: Optional[ModuleType] = None, seq: int = 8, **config) -> tuple[torch.nn.Module, dict]:
     """A tiny GPT-2 (eager attention, random weights) and its inputs; `module`: another version's module."""
     import transformers
     from transformers.models.gpt2 import modeling_gpt2
 
     torch.manual_seed(seed)
-    cfg = transformers.GPT2Config(vocab_size=128, n_embd=32, n_layer=layers, n_head=4, n_positions=64,
-                                  bos_token_id=0, eos_token_id=0, **config)
+    cfg = transformers.GPT2Config(**{"vocab_size": 128, "n_embd": 32, "n_layer": layers, "n_head": 4,
+                                     "n_positions": max(64, seq), "bos_token_id": 0, "eos_token_id": 0, **config})
     cfg._attn_implementation = "eager"
     model = (module or modeling_gpt2).GPT2LMHeadModel(cfg).eval()
-    inputs = {"input_ids": torch.randint(0, cfg.vocab_size, (2, 8)), "use_cache": False}
+    inputs = {"input_ids": torch.randint(0, cfg.vocab_size, (2, seq)), "use_cache": False}
     return model, inputs
 
 
