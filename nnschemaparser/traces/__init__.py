@@ -6,7 +6,9 @@ pandas), `trace` (`ActivationTrace`, `GradientTrace`, `TraceStep`), `recorder` (
 values at capture time, gradient hooks), `record` (`capture_run`), `compare` (`compare_traces`),
 `frames` (diff DataFrames), `histograms` (bins and figures), `interventions` (`interventions=`:
 selectors and the listener that replaces values; imported here so the runtime can read them),
-`steering` (`steer`, `attach`: steering vectors and SAEs as interventions).
+`steering` (`steer`, `attach`: steering vectors and SAEs as interventions), `diverge` (two
+configurations compared by source statement: `diverge_align` pairs statements, `diverge_runs` the
+runs and their listener, `diverge_bounds` the errors and what a dtype explains).
 
 May import: `schema`, `runtime` (listener interface, interpreter), `parser`.
 """
