@@ -11,12 +11,13 @@ Planted faults (toy block of tests/support/diverge_models.py, one seed per case:
 the size of the fault): an unscaled fp16 overflow (attention scores times a gain past 65504, fp32
 against fp16), a softmax without upcast (`exp(s) / exp(s).sum()` in fp16, version b), a removed
 `.float()` (the norm's `x.pow(2)` in fp16 on large inputs, version b), a changed `eps` (version b,
-float32), a reassociated reduction that cancels (`(y + c).sum() - c * n`, version b, float32); on
+float32), a reassociated reduction that cancels (`(y + c).sum() - c * n`, version b, float32), an inserted
+line putting a value through bf16 or fp16 (version b, float32); on
 tiny Llama a changed RMSNorm eps and on tiny GPT-2 a residual put through bfloat16 (versions b). An
 op a user backend computes differently is the compile builder's (skipped when the compile module is
 absent). Fault-free pairs: bf16 and fp16 copies, autocast bf16, CPU settings (threads,
 deterministic algorithms with mkldnn off), an identical copy of the code in another file, a renamed
-variable, a benign reordered reduction (toy, GPT-2 and Llama).
+variable, a benign reordered reduction, a harmless inserted line (toy, GPT-2 and Llama).
 
 Timing (one torch thread, CPU time): each case runs `diverge` once cold (parses both sides), then
 again on the parsed schemas (warm, best of 2); the eager forward of both sides under their settings
@@ -114,6 +115,18 @@ def cancelling_reduction(seed: int) -> list[Case]:
     return [Case(f"reordered reduction s{seed}", "version", a, b, inputs, (variant.__file__, toy_line(variant, "total =")))]
 
 
+def inserted_downcast(seed: int) -> list[Case]:
+    base = toy_module()
+    source = Path(base.__file__).read_text()
+    line = "        k = self.k(h)\n"
+    low = ("torch.bfloat16", "torch.float16")[seed % 2]
+    variant = import_source(source.replace(line, f"        h = h.to({low}).to(x.dtype)\n" + line), "toy_inserted")
+    gen = _rng(seed)
+    a, inputs = toy(base, seed=seed, amplitude=_uniform(gen, 0.5, 2.0))
+    b, _ = toy(variant, seed=seed, state=a.state_dict())
+    return [Case(f"inserted downcast s{seed}", "version", a, b, inputs, (variant.__file__, toy_line(variant, "h = h.to(")))]
+
+
 def llama_eps(seed: int) -> list[Case]:
     from transformers.models.llama import modeling_llama
 
@@ -157,7 +170,7 @@ def compile_cases(seed: int) -> list[Case]:
                  inputs, (base.__file__, toy_line(base, "m = torch.relu(m)")))]
 
 
-FAULTS = [fp16_overflow, softmax_without_upcast, removed_float, changed_eps, cancelling_reduction]
+FAULTS = [fp16_overflow, softmax_without_upcast, removed_float, changed_eps, cancelling_reduction, inserted_downcast]
 REAL_FAULTS = [llama_eps, gpt2_downcast]
 
 
@@ -183,8 +196,11 @@ def _toy_versions(a: Any) -> list:
     source = Path(same.__file__).read_text()
     renamed = import_source(source.replace("mixed", "attended"), "toy_renamed")
     benign = toy_module(REDUCE="y.flip(-1).sum(-1, keepdim=True)")
+    inserted = import_source(source.replace("        k = self.k(h)\n", "        h = h.contiguous()\n        k = self.k(h)\n"),
+                             "toy_inserted_harmless")
     out = []
-    for name, module in (("same code, other file", same), ("renamed variable", renamed), ("benign reorder", benign)):
+    for name, module in (("same code, other file", same), ("renamed variable", renamed), ("benign reorder", benign),
+                         ("harmless inserted line", inserted)):
         b = module.ToyModel(a.blocks[0].q.in_features, len(a.blocks), a.blocks[0].gain).eval()
         b.load_state_dict(a.state_dict())
         out.append((name, b))

@@ -297,6 +297,8 @@ def _table(listeners: dict, store: dict, alignment: Alignment, factor: float) ->
             status = "untaken" if where in alignment.a_paired else "deleted"
             source = alignment.statement_of("a", *where) or ""
         err, dtype = local.get(key, (math.nan, None))
+        if status == "inserted" and key in store.get("inserted", {}):
+            err, dtype = store["inserted"][key], store.get("dtype", {}).get(key)
         bound = bound_of(dtype, factor) if info_b is not None and info_b.dtype.is_floating_point else None
         flagged = bool(bound is not None and not math.isnan(err) and err > bound)
         source_a = line_a = None

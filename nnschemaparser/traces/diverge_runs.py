@@ -12,6 +12,8 @@ What each run does at a row (`mode`):
 - `"carry"`  (b, free): the carried error against `A`; nothing kept.
 - `"force"`  (b, teacher-forced): keep the value (`L`), then replace the
   variable by `A` cast to the value's dtype and device, so the next statement starts from a's values.
+  A statement of b alone that rebinds a name (`h = h.to(torch.bfloat16)` inserted) is measured
+  against the value the name held, which is a's there, and the name is put back to it.
 - `"replay"` (a's code, b's weights in the replay dtype, teacher-forced): the local error of `L`
   against this value (`Q`), then replace the variable by `A` cast to b's dtype and then to the
   replay dtype. `A` and `L` of the
@@ -61,6 +63,7 @@ class RowListener(TraceListener):
         self._keys: dict[tuple[int, str], Optional[list]] = {}
         self._counts: dict[tuple, int] = {}
         self._kept_storage: dict[int, list] = {}
+        self._last: dict[int, dict[str, torch.Tensor]] = {}  # force: id(frame) -> the values its names hold
         self.carried: dict[tuple, float] = store.setdefault("carried", {}) if mode == "carry" else {}
         self.errors: dict[tuple, tuple[float, Optional[torch.dtype]]] = (
             store.setdefault("local", {}) if mode == "replay" else {})
@@ -160,11 +163,19 @@ class RowListener(TraceListener):
             return None
         if mode == "force":
             self.store.setdefault("dtype", {})[key] = self.store["precision"] if value.is_floating_point() else None
-            self._keep("L", key, value.detach())
-            if reference is None or tuple(reference.shape) != tuple(value.shape):
-                return None
-            forced = reference.to(device=value.device, dtype=value.dtype)
-            return None if torch.equal(forced, value) else forced
+            names = self._last.setdefault(id(frame), {})
+            if base[0] == "b":  # a statement of b alone: against the value its name held before, if any
+                forced = self._inserted(key, var, value, names.get(var))
+            else:
+                self._keep("L", key, value.detach())
+                forced = None
+                if reference is not None and tuple(reference.shape) == tuple(value.shape):
+                    forced = reference.to(device=value.device, dtype=value.dtype)
+                    if torch.equal(forced, value):
+                        forced = None
+            if not var.startswith("return"):
+                names[var] = value if forced is None else forced
+            return forced
         # replay: a's statement in float64 on cast inputs
         lvalue = self.store["L"].pop(key, None)
         if lvalue is not None:
@@ -177,6 +188,19 @@ class RowListener(TraceListener):
         through = lvalue.dtype if lvalue is not None else reference.dtype
         forced = reference.to(through).to(device=value.device, dtype=value.dtype)
         return None if torch.equal(forced, value) else forced
+
+    def _inserted(self, key: tuple, var: str, value: torch.Tensor, previous: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        """An inserted statement rebinding `var`: a's run had `previous` (as forced) there, so its
+        local error is its change of that value; the name is put back to `previous` after, so the
+        statements after it start from a's values. A new name has no reference (not measured)."""
+        if previous is None or previous.shape != value.shape or not value.is_floating_point():
+            return None
+        self.store.setdefault("inserted", {})[key] = local_error(value, previous)
+        forced = previous.to(device=value.device, dtype=value.dtype)
+        return None if torch.equal(forced, value) else forced
+
+    def on_block_enter(self, event: Any) -> None:
+        self._last.pop(id(event.frame), None)  # a new frame: names a dead frame of that id bound are not its own
 
     def _keep(self, table_name: str, key: tuple, value: torch.Tensor) -> None:
         table = self.store.setdefault(table_name, {})

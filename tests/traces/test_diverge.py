@@ -160,6 +160,27 @@ def test_inserted_deleted_and_untaken_statements_are_reported():
     assert set(back.table[back.table["status"] == "deleted"]["out_var"]) == {"extra"}
 
 
+def test_an_inserted_line_changing_a_value_is_named_and_a_harmless_one_is_not():
+    from tests.support.diverge_models import import_source
+
+    base = toy_module()
+    source = Path(base.__file__).read_text()
+    line = "        k = self.k(h)\n"
+    lossy = import_source(source.replace(line, "        h = h.to(torch.bfloat16).to(x.dtype)\n" + line), "toy_lossy")
+    harmless = import_source(source.replace(line, "        h = h.contiguous()\n" + line), "toy_harmless")
+    a, inputs = toy(base, seed=8)
+    report = diverge(a, toy(lossy, seed=8, state=a.state_dict())[0], inputs)
+    first = report.first
+    assert first is not None, report.summary()
+    assert (first.file, first.line, first.status, first.out_var) == (lossy.__file__, toy_line(lossy, "h = h.to("),
+                                                                     "inserted", "h")
+    # the name was put back to a's value: nothing after the inserted line is flagged in that block
+    assert list(report.table[report.table["flagged"]]["line"].unique()) == [first.line]
+    clean = diverge(a, toy(harmless, seed=8, state=a.state_dict())[0], inputs)
+    assert clean.first is None, clean.summary()
+    assert (clean.table[clean.table["status"] == "inserted"]["local_error"] == 0).all()
+
+
 def test_untaken_when_a_branch_runs_on_one_side_only():
     source = Path(toy_module().__file__).read_text().replace(
         "        m = torch.relu(m)\n", "        m = torch.relu(m)\n        if self.gain > 2:\n            m = m * 1.0\n")
