@@ -151,6 +151,12 @@ def diverge(model_a: torch.nn.Module, model_b: torch.nn.Module, inputs: dict, *,
     for name, model in (("model_a", model_a), ("model_b", model_b)):
         if not isinstance(model, torch.nn.Module):
             raise DivergeError(f"{name} must be an nn.Module instance, got {type(model).__name__}")
+        training = [name or "(root)" for name, module in model.named_modules() if module.training]
+        if training:
+            raise DivergeError(f"{name} is in training mode ({', '.join(training[:3])}"
+                               f"{', ...' if len(training) > 3 else ''}): dropout would draw different masks in "
+                               f"each of diverge's runs and batch norm would update its statistics; call "
+                               f"{name}.eval() first")
     if not isinstance(inputs, dict) or not all(isinstance(k, str) for k in inputs):
         raise DivergeError(f"inputs must be a dict of input name -> tensor (the forward's parameter names), got "
                            f"{type(inputs).__name__}; e.g. diverge(a, b, {{'input_ids': ids}})")
@@ -188,9 +194,11 @@ def diverge(model_a: torch.nn.Module, model_b: torch.nn.Module, inputs: dict, *,
                 ("b", "force", schema_b, inputs_b, side_context(settings_b, autocast_b, device_b)))
         listeners = {}
         outputs = {}
+        rng = torch.get_rng_state()  # every run draws what the first drew (a model sampling in eval)
         for side, mode, schema, scope, context in runs:
             listener = RowListener(side, mode, alignment, store)
             clock = time.perf_counter()
+            torch.set_rng_state(rng)
             with context:
                 result = SchemaInterpreter(listeners=[listener]).run(schema, dict(scope))
             timings[f"{side}_{mode}"] = time.perf_counter() - clock
@@ -203,8 +211,10 @@ def diverge(model_a: torch.nn.Module, model_b: torch.nn.Module, inputs: dict, *,
                          for k, v in inputs_b.items()}
         listener = RowListener("a", "replay", alignment, store)
         clock = time.perf_counter()
+        torch.set_rng_state(rng)
         with replay_weights(model_a, model_b, replay), side_context(settings_a, None, device_a):
             SchemaInterpreter(listeners=[listener]).run(schema_a, replay_inputs)
+        torch.set_rng_state(rng)
         timings["a_replay"] = time.perf_counter() - clock
         listeners["replay"] = listener
     clock = time.perf_counter()

@@ -15,14 +15,13 @@ What each run does at a row (`mode`):
   A statement of b alone that rebinds a name (`h = h.to(torch.bfloat16)` inserted) is measured
   against the value the name held, which is a's there, and the name is put back to it.
 - `"replay"` (a's code, b's weights in the replay dtype, teacher-forced): the local error of `L`
-  against this value (`Q`), then replace the variable by `A` cast to b's dtype and then to the
-  replay dtype. `A` and `L` of the
+  against this value (`Q`), then replace the variable by `A` cast to b's dtype (the force run
+  left it so) and then to the replay dtype. `A` and `L` of the
   row are dropped as soon as they are used, so memory falls during this last run.
 
 A kept value that a later in-place op would change (`on_before_mutation`: an operand sharing its
 storage) is cloned first. Values are replaced by binding a new tensor to the frame's name (or the
-return slot), never written in place, so a parameter read into a variable is never touched; a value
-already equal to its replacement is left alone.
+return slot), never written in place, so a parameter read into a variable is never touched.
 
 Depends on schema, runtime (listener interface) and torch; never on views.
 """
@@ -171,8 +170,7 @@ class RowListener(TraceListener):
                 forced = None
                 if reference is not None and tuple(reference.shape) == tuple(value.shape):
                     forced = reference.to(device=value.device, dtype=value.dtype)
-                    if torch.equal(forced, value):
-                        forced = None
+                    self._keep("A", key, forced)  # the replay forces the same cast value (and it is smaller)
             if not var.startswith("return"):
                 names[var] = value if forced is None else forced
             return forced
@@ -185,9 +183,7 @@ class RowListener(TraceListener):
         reference = self.store["A"].pop(key, None)
         if reference is None or tuple(reference.shape) != tuple(value.shape):
             return None
-        through = lvalue.dtype if lvalue is not None else reference.dtype
-        forced = reference.to(through).to(device=value.device, dtype=value.dtype)
-        return None if torch.equal(forced, value) else forced
+        return reference.to(device=value.device, dtype=value.dtype)  # already cast to b's dtype by the force run
 
     def _inserted(self, key: tuple, var: str, value: torch.Tensor, previous: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
         """An inserted statement rebinding `var`: a's run had `previous` (as forced) there, so its
@@ -196,8 +192,7 @@ class RowListener(TraceListener):
         if previous is None or previous.shape != value.shape or not value.is_floating_point():
             return None
         self.store.setdefault("inserted", {})[key] = local_error(value, previous)
-        forced = previous.to(device=value.device, dtype=value.dtype)
-        return None if torch.equal(forced, value) else forced
+        return previous.to(device=value.device, dtype=value.dtype)
 
     def on_block_enter(self, event: Any) -> None:
         self._last.pop(id(event.frame), None)  # a new frame: names a dead frame of that id bound are not its own

@@ -33,8 +33,8 @@ def tiny_gpt2():
     return gpt2()
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_half_precision_copies_of_llama_flag_nothing(tiny_llama, dtype):
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+def test_other_precision_copies_of_llama_flag_nothing(tiny_llama, dtype):
     model, inputs = tiny_llama
     report = diverge(model, copy.deepcopy(model).to(dtype), inputs)
     _assert_clean(report)
@@ -217,6 +217,9 @@ def test_bad_arguments_are_refused_with_the_fix(tiny_gpt2):
         diverge(model, model, inputs, settings_b={"thread": 1})
     with pytest.raises(ValueError, match="autocast must be"):
         diverge(model, model, inputs, autocast_b=torch.float64)
+    training = copy.deepcopy(model).train()
+    with pytest.raises(DivergeError, match=r"training mode .*model_b.eval\(\)"):
+        diverge(model, training, inputs)
 
 
 def test_compiled_model_without_the_compile_module_is_a_clear_error(tiny_gpt2, monkeypatch):
