@@ -139,6 +139,33 @@ def test_renamed_variable_is_paired_as_edited_and_not_flagged():
     assert set(report.table["status"]) == {"matched", "edited"}
 
 
+def test_a_moved_line_is_reported_as_deleted_and_inserted_never_paired_with_another():
+    from tests.support.diverge_models import import_source
+
+    base = toy_module()
+    source = Path(base.__file__).read_text()
+    moved = import_source(source.replace("        q = self.q(h)\n        k = self.k(h)\n",
+                                         "        k = self.k(h)\n        q = self.q(h)\n"), "toy_moved")
+    a, inputs = toy(base, seed=9)
+    report = diverge(a, toy(moved, seed=9, state=a.state_dict())[0], inputs)
+    assert report.first is None, report.summary()
+    table = report.table
+    moved_rows = table[table["status"].isin(["inserted", "deleted"])]
+    assert len(moved_rows) == 4  # one of q / k per block, once as a's (deleted) and once as b's (inserted)
+    assert moved_rows.groupby("block_path")["out_var"].nunique().eq(1).all()
+    for _, row in table[table["status"] == "matched"].iterrows():
+        assert row["source"].split("=")[0].strip() == row["out_var"] or row["out_var"].startswith("return")
+
+
+def test_settings_may_be_any_context_manager():
+    base = toy_module()
+    a, inputs = toy(base, seed=10)
+    report = diverge(a, a, inputs, settings_b=lambda: torch.backends.mkldnn.flags(enabled=False))
+    assert report.first is None and len(report.table) > 0
+    with pytest.raises(TypeError, match="must return a context manager"):
+        diverge(a, a, inputs, settings_b=lambda: 3)
+
+
 def test_inserted_deleted_and_untaken_statements_are_reported():
     base = toy_module()
     source = Path(base.__file__).read_text()
