@@ -88,7 +88,9 @@ def relative_error(x: torch.Tensor, ref: torch.Tensor, clamp_to: Optional[torch.
     ref = ref.detach()
     ref = ref.abs().to(work) if ref.is_complex() else ref.to(work)
     x = x.detach().to(ref.device)
-    x = x.abs().to(work) if x.is_complex() else x.to(work)
+    if x.is_complex() or not x.is_floating_point():
+        x = x.abs().to(work) if x.is_complex() else x.to(work)
+    # a floating `x` of lower precision is promoted to `work` inside each op: no copy of its own
     top = torch.finfo(clamp_to).max if clamp_to is not None and clamp_to.is_floating_point else math.inf
     mag = ref.abs()
     biggest = mag.max().item()
