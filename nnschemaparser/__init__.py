@@ -12,6 +12,7 @@ from .traces.sampling import CaptureLimits, TensorSnapshot
 from .inspection.card import format_card
 from .inspection.config_spec import ConfigFieldSpec, ModelStructureSpec, inspect_config
 from .traces.compare import TraceDiff, compare_traces, diff_summary, first_divergence
+from .traces.diverge import DivergeError, DivergeLine, DivergeReport, diverge
 from .schema.dump import dump_schema, format_schema
 from .schema.errors import (
     EditError,
@@ -122,6 +123,7 @@ __all__ = [
     "Intervention", "InterventionError", "InterventionRun", "Site",
     "activation_patching", "attribution_patching", "PatchedRun", "PatchingReuseWarning",
     "TraceDiff", "compare_traces", "diff_summary", "first_divergence", "diffs_to_dataframe", "tensor_statistics",
+    "diverge", "DivergeReport", "DivergeLine", "DivergeError",
     "HistogramBins", "histogram_bins", "plot_histograms", "EditEvent",
     "capture_dataset", "TraceStore", "Reduction", "KeepSelector", "KeepTerm", "StoreMismatchError",
     "StoreIncompleteError", "StoreBusyError", "StoreLinkError",
