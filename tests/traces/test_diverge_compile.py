@@ -200,3 +200,20 @@ def test_module_is_private_and_documented():
 
     assert not hasattr(nnschemaparser, "compiled_local_errors")
     assert "bound" in inspect.getdoc(compiled_local_errors)
+
+
+def test_diverge_of_a_compiled_model_b_names_the_line_its_backend_computes_differently():
+    """`diverge` hands a `torch.compile` wrapper on side b to `compiled_local_errors`: the report's table
+    has the localized rows and `report.first` is the planted line, with the backend given reused."""
+    import copy
+
+    from nnschemaparser import diverge
+
+    model, inputs = gelu_net()
+    backend = TanhGelu()
+    report = diverge(model, torch.compile(copy.deepcopy(model), backend=backend), inputs)
+    assert report.first is not None
+    assert (report.first.file, report.first.line) == expected_line(GeluMLP.forward, "a = F.gelu(h)")
+    assert report.first.block_path == "mlp" and report.first.out_var == "a"
+    assert backend.calls > 0
+    assert {"local_error", "carried_error", "bound", "flagged", "status", "region"} <= set(report.table.columns)
