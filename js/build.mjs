@@ -42,6 +42,11 @@ await esbuild.build({
   target: "es2020",
   banner: { js: `// ${header}` },
 });
+// The Patch and Diverge views, the same way.
+for (const name of ["patch", "diverge"]) {
+  await esbuild.build({ ...common, entryPoints: [`${name}.js`], outfile: path.join(outdir, `${name}.js`), format: "esm",
+    target: "es2020", banner: { js: `// ${header}` } });
+}
 await esbuild.build({
   ...common,
   entryPoints: ["styles.css"],

@@ -18,6 +18,7 @@ import { attachTreeKeys } from "./treekeys.js";
 import { TreeColours } from "./treecolour.js";
 import { LayersView } from "./layers.js";
 import { RoutingView } from "./routing.js";
+import { lazyTabs } from "./lazytab.js";
 
 const nextFrame = () => new Promise((/** @type {(value?: unknown) => void} */ resolve) => requestAnimationFrame(() => resolve()));
 
@@ -166,38 +167,6 @@ function render({ model, el }) {
     currentNode: () => Number((model.get("step_info") || {}).node ?? -1) });
   // MoE models only: the router's choice of experts per token and layer.
   const routingView = !isStatic && model.get("moe") ? new RoutingView(addTab("Routing"), channel) : null;
-  // A sharded run's logical values (widget.show_logical): the tab appears once the kernel holds them;
-  // its code (static/logical.js, not in this bundle) comes from the kernel when the tab first opens.
-  /** @type {{ loaded: boolean, refresh: () => Promise<void> } | null} */
-  let logicalView = null;
-  /** @type {HTMLElement | null} */
-  let logicalBody = null;
-  const openLogical = async () => {
-    if (!logicalBody) return;
-    if (!logicalView) {
-      const body = logicalBody;
-      try {
-        const { code } = /** @type {{ code: string }} */ (await channel.request("logical_module", {}));
-        const url = URL.createObjectURL(new Blob([code], { type: "text/javascript" }));
-        try {
-          const module = await import(/* @vite-ignore */ url);
-          logicalView = logicalView || new module.LogicalView(body, channel);
-        } finally {
-          URL.revokeObjectURL(url);
-        }
-      } catch (err) {
-        body.textContent = `the Logical view could not load: ${/** @type {Error} */ (err).message}`;
-        return;
-      }
-    }
-    await logicalView?.refresh();
-  };
-  const onLogical = () => {
-    if (isStatic || !model.get("logical")) return;
-    if (!logicalBody) logicalBody = addTab("Logical");
-    else if (logicalView) logicalView.loaded = false;  // show_logical again: a new view to fetch
-    if (activeTab === "Logical") openLogical();
-  };
   table.isStatic = isStatic;
   const treeColours = new TreeColours(treeBox, channel);
   trends.onColourBy = (query) => treeColours.colourBy(query);
@@ -207,6 +176,9 @@ function render({ model, el }) {
     if (!isStatic && (!run || run === active)) send("run_to", { step: stepIndex });
   };
   let activeTab = "";
+  // The tabs of the `views` trait (Logical, Patch, Diverge: show_logical, show_patching, report.show()):
+  // their code comes from the kernel when each first opens (lazytab.js); `host` is what their views may use.
+  const lazy = isStatic ? null : lazyTabs(model, channel, addTab, { active: () => activeTab, compare, showTab });
   /** @param {string} name */
   function showTab(name) {
     activeTab = name;
@@ -218,7 +190,7 @@ function render({ model, el }) {
     if (name === "Trends") trends.refresh();
     if (name === "Layers" && layersView) layersView.refresh();
     if (name === "Routing" && routingView) routingView.refresh();
-    if (name === "Logical") openLogical();
+    lazy?.open(name);
   }
 
   root.append(
@@ -357,12 +329,12 @@ function render({ model, el }) {
   onError();
   onStep();
   showTab("Edit");
-  onLogical();
+  if (lazy?.tabs.Diverge) showTab("Diverge");  // report.show(): the view it opened
   if (isStatic) showTab("Trace");
 
   const handlers = { "change:step_info": onStep, "change:runs": onRuns, "change:error": onError,
     "change:edit_list": onEdits, "change:blocks": onBlocks, "change:status": onStatus, "change:show_lowered": onLowered,
-    "change:logical": onLogical };
+    "change:views": () => lazy?.sync() };
   for (const [event, handler] of Object.entries(handlers)) model.on(event, handler);
   model.on("change:step_info", onDebugStep);
   onDebugStep();

@@ -182,3 +182,18 @@ export class LogicalView {
     if (!rows.length) this.body.append(h("tr", {}, h("td", { colspan: "11" }, "no value matches the filter")));
   }
 }
+
+/**
+ * What the lazy tab loader (lazytab.js) calls: the view, fetching its data again when the kernel
+ * showed it anew (`shown` changed).
+ * @param {HTMLElement} body @param {import("./types").Channel} channel @param {Record<string, any>} host
+ */
+export function mount(body, channel, host) {
+  const view = new LogicalView(body, channel);
+  let seen = -1;
+  return { refresh: (/** @type {number} */ shown) => {
+    if (shown !== seen) view.loaded = false;
+    seen = shown;
+    return view.refresh();
+  } };
+}

@@ -31,7 +31,7 @@ import importlib
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, ClassVar, Optional
 
 import torch
 
@@ -121,10 +121,22 @@ class DivergeReport:
     def __repr__(self) -> str:
         return f"<DivergeReport {self.summary()}>"
 
-    def show(self) -> Any:
-        """The inspector's Diverge view (built by the widget stage; not in this release)."""
-        raise DivergeError("report.show() needs the inspector's Diverge view, which this release does not have yet; "
-                           "read report.table and report.first, or report.summary()")
+    #: What opens the Diverge view: set by the widget stage (widget/diverge_view.py) when it is
+    #: imported; this stage never imports the widget itself.
+    viewer: ClassVar[Optional[Callable[..., Any]]] = None
+
+    def show(self, **options: Any) -> Any:
+        """The inspector's Diverge view of this report (an anywidget; needs the `widget` extra): b's
+        source lines with a local-error bar each (log scale, bound marked), the first culprit
+        highlighted, and both runs stepped to a line clicked. `options` go to InspectorWidget."""
+        if DivergeReport.viewer is None:
+            try:  # by name: the widget stage registers the viewer (traces may not import it)
+                importlib.import_module("nnschemaparser.widget.diverge_view")
+            except ImportError as exc:
+                raise DivergeError(f"report.show() needs the inspector widget, which could not be imported ({exc}); "
+                                   "install anywidget (pip install 'nnschemaparser[widget]') or read report.table, "
+                                   "report.first and report.summary()") from exc
+        return DivergeReport.viewer(self, **options)
 
 
 def diverge(model_a: torch.nn.Module, model_b: torch.nn.Module, inputs: dict, *,

@@ -79,7 +79,10 @@ class InspectorWidget(anywidget.AnyWidget):
     #: Whether the schema has MoE experts blocks: the browser shows its Routing tab only then.
     moe = traitlets.Bool(False).tag(sync=True)
     #: Whether show_logical was called: the browser adds its Logical tab then.
-    logical = traitlets.Bool(False).tag(sync=True)
+    logical = traitlets.Bool(False)  # not synced: the browser reads `views`
+    #: The tabs whose code comes on request ({"Logical" / "Patch" / "Diverge": times shown}): the
+    #: browser adds each once it is here, and fetches its view again when its count changes.
+    views = traitlets.Dict().tag(sync=True)
 
     def __init__(self, schema: ModelBlockSchema, scope: Mapping[str, Any], *, gradients: bool = True,
                  loss_fn: Optional[Callable[[list], Any]] = None, namespace: Optional[Mapping[str, Any]] = None,
@@ -331,7 +334,38 @@ class InspectorWidget(anywidget.AnyWidget):
         with self._lock:
             self._state.logical_view = view
         self.logical = True
+        self._show_view("Logical")
         return view
+
+    def show_patching(self, table: Any, attribution: Any = None) -> dict:
+        """Show an `activation_patching` DataFrame in the Patch tab: a heatmap of `effect` by layer x
+        position (or head, or by site), colours diverging around 0, with the `attribution_patching`
+        DataFrame of the same sweep beside it when given. A click (or Enter) on a cell opens that
+        row's patched run as the active run, stepped to its first divergence from the clean run
+        (`open_patched`). The table must be of this inspector's schema. Returns the view's state."""
+        from .patch_view import patch_view_state
+
+        held = patch_view_state(table, attribution)
+        with self._lock:
+            self._state.patch_view = held
+        self._show_view("Patch")
+        return held.view
+
+    def _show_view(self, name: str) -> None:
+        """Add tab `name` in the browser (or make it fetch its view again)."""
+        self.views = {**self.views, name: self.views.get(name, 0) + 1}
+
+    def open_patched(self, row: int) -> dict:
+        """Open row `row` of the shown patching table as the active run (what a click on its cell does)."""
+        from .patch_view import open_patched
+
+        return self._do(open_patched, self._state, row)
+
+    def diverge_step(self, row: int) -> dict:
+        """Step both runs of the Diverge view to row `row` of the report (what a click on its line does)."""
+        from .diverge_view import diverge_step
+
+        return self._do(diverge_step, self._state, row)
 
     def attention_heads(self, block_path: str, run: Optional[str] = None, call: int = -1) -> dict:
         """The attention weights of the attention call in `block_path` (sdpa, flash or eager alike),

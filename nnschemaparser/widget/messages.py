@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 from ..schema.errors import NNSchemaError
 from .logical_view import logical_module, logical_reply
+from .patch_view import close_patched, open_patched, patch_module, patch_reply
+from .diverge_view import diverge_module, diverge_reply, diverge_step
 from .routing_view import routing_view
 from .runs import TRACE_COLUMNS
 from .state import InspectorError, InspectorState
@@ -380,6 +382,21 @@ class _Handlers:
     @staticmethod
     def on_logical_module(state: InspectorState, message: dict) -> Any:
         return logical_module()
+
+    # the Patch and Diverge views (patch_view.py, diverge_view.py); `module`: a lazily loaded tab's code
+    @staticmethod
+    def on_module(state: InspectorState, message: dict) -> Any:
+        modules = {"Logical": logical_module, "Patch": patch_module, "Diverge": diverge_module}
+        name = message.get("name")
+        if name not in modules:
+            raise InspectorError(f"no view module {name!r}; the views are {', '.join(modules)}")
+        return modules[name]()
+
+    on_patch = staticmethod(lambda state, message: patch_reply(state))
+    on_patch_open = staticmethod(lambda state, message: open_patched(state, _int(message, "row", -1)))
+    on_patch_close = staticmethod(lambda state, message: close_patched(state))
+    on_diverge = staticmethod(lambda state, message: diverge_reply(state))
+    on_diverge_step = staticmethod(lambda state, message: diverge_step(state, _int(message, "row", -1)))
 
     @staticmethod
     def on_same_statement(state: InspectorState, message: dict) -> Any:

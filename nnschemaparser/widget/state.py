@@ -139,7 +139,9 @@ class _RunDriver:
         self.thread = state.run_thread
         self.log = log = StepLog(record, state.tree, keep_live=state.options.gradients)
         self.interpreter = SchemaInterpreter(listeners=[record.recorder, log])
-        self.generator = self.interpreter.step_run(state.schema, _clone_scope(state.scope), pause_before_calls=True)
+        # `state.interventions` (a patched run opened from the Patch view, patch_view.py): every new run applies them
+        self.generator = self.interpreter.step_run(state.schema, _clone_scope(state.scope), pause_before_calls=True,
+                                                   interventions=getattr(state, "interventions", None))
         self.rng = state.rng_state.clone()
         self.buffers = state.buffers
         self.started = False
@@ -234,6 +236,7 @@ class InspectorState(RunTargets, Navigation, TensorRequests):
         self.breakpoints = Breakpoints(self.tree)
         self.stop_reason = ""
         self.viewed: list[tuple[str, int]] = []  # (run, trace step) of every tensor view asked for
+        self.interventions: Optional[list] = None  # applied by every new run (patch_view.open_patched)
         self.reset()
 
     # -- runs ----------------------------------------------------------------------------------
@@ -276,7 +279,7 @@ class InspectorState(RunTargets, Navigation, TensorRequests):
             self._driver.close()
             if not self.active.finished:  # an abandoned run is gone, and with it its breakpoint hits
                 self._forget_run(self.active)
-        record = self._new_record(fork=bool(self.edits), edits=self.edits)
+        record = self._new_record(fork=bool(self.edits or self.interventions), edits=self.edits)
         self.runs.append(record)
         self._driver = _RunDriver(self, record)
         self.current = None

@@ -18,9 +18,9 @@ def test_the_logical_tab_code_comes_on_request_and_is_not_in_the_initial_state()
     _, inputs, schema = llama_case(1)
     widget = InspectorWidget(schema, inputs, gradients=False)
     state = json.dumps(widget.get_state(), ensure_ascii=False)
-    assert "nnsp-lg-badge" not in state and "logical_module" in state  # only the loader is in widget.js
-    assert widget.logical is False  # no Logical tab until show_logical
-    reply = handle_message(widget.state, {"type": "logical_module", "id": 1})
+    assert "nnsp-lg-badge" not in state and '\\"module\\"' in state  # only the loader (lazytab.js) is in widget.js
+    assert widget.logical is False and widget.views == {}  # no Logical tab until show_logical
+    reply = handle_message(widget.state, {"type": "module", "name": "Logical", "id": 1})
     assert reply["ok"] is True
     code = reply["data"]["code"]
     assert "nnsp-lg-badge" in code and "LogicalView" in code and code == logical_module()["code"]
