@@ -7,8 +7,9 @@ holding a second `InspectorState` of side a (the reference) as `state.diverge.st
 made without gradients. Each side's steps run under its settings and autocast
 (`traces.diverge_runs.side_context`, entered on the run thread, where autocast takes effect).
 
-`diverge_view_state(report)` is what the browser's `diverge` request gets: one entry per block path
-in run order, each with its rows (the report's table rows in order: line, the first line of the
+`diverge_view_state(report)` is what the browser's `diverge` request gets: the report's rows in run
+order, cut into stretches of one block (a block path and file; a caller's rows resume after its
+callee's), each stretch with its rows (the report's table rows in order: line, the first line of the
 source, variable, occurrence, status, local and carried error, bound, flagged), the index of the
 first flagged row (`first`), and the range of the error bars' log scale (`log_range`: the decades
 of the smallest and largest positive error and bound).
@@ -75,11 +76,13 @@ def diverge_view_state(report: DivergeReport) -> dict:
         raise DivergeViewError(f"the Diverge view shows a DivergeReport (nnschemaparser.diverge(...)), got "
                                f"{type(report).__name__}")
     table = report.table
-    blocks: dict[str, dict] = {}
+    blocks: list[dict] = []
     positive = []
     for index, row in enumerate(table.to_dict("records")):
         path = row["block_path"] or ""
-        block = blocks.setdefault(path, {"block": path, "file": row["file"], "rows": []})
+        if not blocks or blocks[-1]["block"] != path or blocks[-1]["file"] != row["file"]:
+            blocks.append({"block": path, "file": row["file"], "rows": []})  # a new stretch of one block, in run order
+        block = blocks[-1]
         source = str(row["source"] or "")
         local, carried, bound = _number(row["local_error"]), _number(row["carried_error"]), _number(row["bound"])
         positive += [v for v in (local, bound) if v is not None and v > 0]
@@ -91,7 +94,7 @@ def diverge_view_state(report: DivergeReport) -> dict:
     flagged = [i for i, f in enumerate(table["flagged"]) if bool(f)] if len(table) else []
     low = math.floor(math.log10(min(positive))) if positive else -8
     high = math.ceil(math.log10(max(positive))) if positive else 0
-    return {"blocks": list(blocks.values()), "rows": len(table), "first": flagged[0] if flagged else None,
+    return {"blocks": blocks, "rows": len(table), "first": flagged[0] if flagged else None,
             "flagged": len(flagged), "log_range": [low, max(high, low + 1)], "summary": report.summary(),
             "bound_factor": report.bound_factor,
             "sides": {"a": _side_words(report.side_a, report.model_a), "b": _side_words(report.side_b, report.model_b)}}

@@ -230,8 +230,14 @@ def test_report_keeps_both_sides_and_reads_well(tiny_gpt2):
     assert report.side_b["autocast"] is torch.bfloat16 and report.side_a["autocast"] is None
     assert torch.is_tensor(report.side_b["inputs"]["input_ids"])
     assert "first: none" in report.summary() and "rows" in repr(report)
-    with pytest.raises(DivergeError, match="Diverge view"):
-        report.show()
+    pytest.importorskip("anywidget")
+    widget = report.show()  # the inspector's Diverge view (tests/widget/test_diverge_view.py)
+    assert widget.views == {"Diverge": 1}
+    # side b's runs are stepped under its autocast, a's without: the attention's projection differs in dtype
+    row = next(i for i, src in enumerate(report.table["source"]) if "self.c_attn(" in src)
+    reply = widget.handle({"type": "diverge_step", "id": 1, "row": row})["data"]
+    assert (reply["a"]["dtype"], reply["b"]["dtype"]) == ("float32", "bfloat16")
+    widget.close()
 
 
 def test_bad_arguments_are_refused_with_the_fix(tiny_gpt2):
