@@ -38,6 +38,8 @@ nothing of the package; tests/test_error_tree.py fails when one is missing here,
     │   ├── TensorViewError (widget.tensor_views)             a tensor view the inspector cannot draw
     │   ├── RoutingViewError (widget.routing_view)            the routing view of a schema with no experts block
     │   ├── LogicalViewError (widget.logical_view)            the logical view without a logical trace
+    │   ├── PatchViewError (widget.patch_view)                a patching table the Patch view cannot show or open
+    │   ├── DivergeViewError (widget.diverge_view)            a report the Diverge view cannot show or step
     │   ├── InspectorError (widget.state)                     a request the inspector cannot carry out
     │   └── CollectiveError (distributed.collective)          a collective stepped run cannot go on on every rank
     │       ├── RankFailedError (distributed.collective)      another rank raised (names it and its exception)
