@@ -15,13 +15,15 @@ export const DIVERGE_STYLE = `
 .nnsp-dv-layout { display: flex; gap: 12px; align-items: flex-start; flex-wrap: wrap; }
 .nnsp-dv-lines { flex: 3 1 520px; min-width: 0; max-height: 460px; overflow: auto; border: 1px solid var(--nnsp-border); }
 .nnsp-dv-detail { flex: 1 1 260px; min-width: 240px; font-size: 0.9em; }
-.nnsp-dv-block { margin: 0; padding: 3px 6px; font-size: 0.9em; font-weight: 600; background: var(--nnsp-faint);
+.nnsp-dv-block { margin: 0; padding: 3px 6px; font-size: 0.9em; font-weight: 600; background: var(--nnsp-bg2); color: var(--nnsp-fg);
+  border-bottom: 1px solid var(--nnsp-border);
   position: sticky; top: 0; z-index: 1; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 .nnsp-dv-line { display: grid; grid-template-columns: 3.2em 5.2em minmax(0, 1fr) 130px; gap: 6px; align-items: center;
   padding: 1px 6px; cursor: pointer; font-family: var(--nnsp-mono); font-size: 0.85em; border-left: 3px solid transparent; }
-.nnsp-dv-line:hover { background: var(--nnsp-faint); }
+.nnsp-dv-line:hover { background: var(--nnsp-bg2); }
 .nnsp-dv-line:focus { outline: 2px solid var(--nnsp-accent); outline-offset: -2px; }
 .nnsp-dv-line[data-flagged="true"] { border-left-color: var(--nnsp-error); }
+.nnsp-dv-line[data-flagged="true"] .nnsp-dv-no { color: var(--nnsp-error); font-weight: 600; }
 .nnsp-dv-line.nnsp-dv-first { background: var(--nnsp-highlight); }
 .nnsp-dv-line[aria-selected="true"] { box-shadow: inset 0 0 0 1px var(--nnsp-accent); }
 .nnsp-dv-no { color: var(--nnsp-muted); text-align: right; }
@@ -33,7 +35,7 @@ export const DIVERGE_STYLE = `
 .nnsp-dv-status[data-status="inserted"] { border-color: var(--nnsp-ok); color: var(--nnsp-ok-text); }
 .nnsp-dv-status[data-status="deleted"] { border-color: var(--nnsp-error); color: var(--nnsp-error); text-decoration: line-through; }
 .nnsp-dv-status[data-status="untaken"] { border: 1px dashed var(--nnsp-muted); color: var(--nnsp-muted); }
-.nnsp-dv-bar { position: relative; height: 10px; background: var(--nnsp-faint); border-radius: 2px; }
+.nnsp-dv-bar { position: relative; height: 10px; background: var(--nnsp-bg3); border-radius: 2px; }
 .nnsp-dv-fill { position: absolute; left: 0; top: 0; bottom: 0; background: var(--nnsp-accent); border-radius: 2px; }
 .nnsp-dv-line[data-flagged="true"] .nnsp-dv-fill { background: var(--nnsp-error); }
 .nnsp-dv-tick { position: absolute; top: -2px; bottom: -2px; width: 2px; background: var(--nnsp-fg); }

@@ -121,7 +121,7 @@ class DivergeReport:
     def __repr__(self) -> str:
         return f"<DivergeReport {self.summary()}>"
 
-    #: What opens the Diverge view: set by the widget stage (widget/diverge_view.py) when it is
+    #: What opens the Diverge view: set by the widget stage (widget/diverge_widget.py) when it is
     #: imported; this stage never imports the widget itself.
     viewer: ClassVar[Optional[Callable[..., Any]]] = None
 
@@ -131,7 +131,7 @@ class DivergeReport:
         highlighted, and both runs stepped to a line clicked. `options` go to InspectorWidget."""
         if DivergeReport.viewer is None:
             try:  # by name: the widget stage registers the viewer (traces may not import it)
-                importlib.import_module("nnschemaparser.widget.diverge_view")
+                importlib.import_module("nnschemaparser.widget.diverge_widget")
             except ImportError as exc:
                 raise DivergeError(f"report.show() needs the inspector widget, which could not be imported ({exc}); "
                                    "install anywidget (pip install 'nnschemaparser[widget]') or read report.table, "

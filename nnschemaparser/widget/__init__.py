@@ -13,7 +13,7 @@ trends, per-layer series), tensor_requests (the state's tensor-view requests, a 
 comparison with compare_traces, bins with histogram_bins), messages (the browser's requests),
 static_html (the page without a kernel), inspector (the anywidget), build (js/ -> static/),
 logical_view (a sharded run's logical values, placement badges), patch_view (activation patching's
-heatmap, a cell opened as a patched run), diverge_view (a diverge report's lines, both runs stepped to one),
+heatmap, a cell opened as a patched run), diverge_view (a diverge report's lines, both runs stepped to one), diverge_widget (report.show()),
 shared_page (what a share holds, and its page: the static page of a shared schema),
 share_server (`nnschemaparser serve`: the plan and share deployment, Starlette).
 The widget is a view: nothing below imports it.

@@ -1,7 +1,7 @@
 """The inspector's Diverge view: a `diverge` report as source lines with a local-error bar each, and
 both configurations' runs stepped to the line clicked.
 
-`diverge_widget(report)` (what `DivergeReport.show()` returns) is an `InspectorWidget` of side b's
+`diverge_widget(report)` (widget/diverge_widget.py: what `DivergeReport.show()` returns) is an `InspectorWidget` of side b's
 schema on b's inputs (the configuration under test: the source lines the report names are b's),
 holding a second `InspectorState` of side a (the reference) as `state.diverge.state_a`; both are
 made without gradients. Each side's steps run under its settings and autocast
@@ -24,7 +24,7 @@ has no such statement (an inserted, deleted or untaken row).
 
 `diverge_module` is the view's browser code (static/diverge.js, sent when its tab first opens).
 
-Depends on the widget's state and inspector, and on traces (the report, statistics, side settings).
+Depends on the widget's state, and on traces (the report, statistics, side settings).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from ..traces.diverge_runs import side_context
 from ..traces.tables import tensor_statistics
 from .state import InspectorOptions, InspectorState
 
-__all__ = ["diverge_widget", "diverge_view_state", "diverge_reply", "diverge_step", "diverge_module",
+__all__ = ["diverge_view_state", "diverge_reply", "diverge_step", "diverge_module",
            "DivergeSession", "DivergeViewError"]
 
 _MODULE = Path(__file__).resolve().parent / "static" / "diverge.js"
@@ -208,23 +208,3 @@ def diverge_module() -> dict:
     if not _MODULE.is_file():
         raise DivergeViewError(f"{_MODULE} is missing: rebuild the browser files (python -m nnschemaparser.widget.build)")
     return {"code": _MODULE.read_text(encoding="utf-8")}
-
-
-def diverge_widget(report: DivergeReport, **options: Any) -> Any:
-    """The inspector with its Diverge tab on `report` (what `report.show()` returns); `options` go to
-    InspectorWidget (title, bins, limits)."""
-    from .inspector import InspectorWidget
-
-    view = diverge_view_state(report)
-    if report.schema_b is None or report.schema_a is None:
-        raise DivergeViewError("this report has no schema of side b (a torch.compile wrapper's report localizes "
-                               "inside compiled regions, with no run of b to step): read report.table instead")
-    widget = InspectorWidget(report.schema_b, dict(report.side_b["inputs"]), gradients=False,
-                             title=options.pop("title", f"diverge: {report.schema_b.name}"), **options)
-    state_a = InspectorState(report.schema_a, dict(report.side_a["inputs"]), InspectorOptions(gradients=False))
-    widget.state.diverge = DivergeSession(report, state_a, view)
-    widget._show_view("Diverge")
-    return widget
-
-
-DivergeReport.viewer = staticmethod(diverge_widget)

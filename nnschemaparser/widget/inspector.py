@@ -30,6 +30,8 @@ from ..schema.model import ModelBlockSchema
 from .edits import EditSpec
 from .messages import handle_message, json_safe
 from .logical_view import logical_view_state
+from .patch_view import open_patched, patch_view_state
+from .diverge_view import diverge_step
 from .routing_view import has_experts, routing_frame
 from .runs import RunRecord
 from .state import InspectorOptions, InspectorState
@@ -343,8 +345,6 @@ class InspectorWidget(anywidget.AnyWidget):
         DataFrame of the same sweep beside it when given. A click (or Enter) on a cell opens that
         row's patched run as the active run, stepped to its first divergence from the clean run
         (`open_patched`). The table must be of this inspector's schema. Returns the view's state."""
-        from .patch_view import patch_view_state
-
         held = patch_view_state(table, attribution)
         with self._lock:
             self._state.patch_view = held
@@ -357,14 +357,10 @@ class InspectorWidget(anywidget.AnyWidget):
 
     def open_patched(self, row: int) -> dict:
         """Open row `row` of the shown patching table as the active run (what a click on its cell does)."""
-        from .patch_view import open_patched
-
         return self._do(open_patched, self._state, row)
 
     def diverge_step(self, row: int) -> dict:
         """Step both runs of the Diverge view to row `row` of the report (what a click on its line does)."""
-        from .diverge_view import diverge_step
-
         return self._do(diverge_step, self._state, row)
 
     def attention_heads(self, block_path: str, run: Optional[str] = None, call: int = -1) -> dict:

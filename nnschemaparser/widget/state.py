@@ -6,11 +6,10 @@ that into and over are a choice there), applies and queues edits (a run with edi
 keeps every finished run as a `RunRecord` (with its ActivationTrace and GradientTrace), compares two
 runs with `compare_traces` and bins a step's activation and gradient with `histogram_bins`. Its
 `view_*` methods give the small JSON dicts the widget syncs as traits; the browser's requests are
-answered by `messages.handle_message`. Nothing here imports traitlets or anywidget, so
-the whole state machine is testable without a kernel.
+answered by `messages.handle_message`. Nothing here imports traitlets or anywidget: it is testable without a kernel.
 
-Each run draws from its own copy of the CPU random generator, seeded from the state at construction,
-so runs with dropout replay the same masks and the notebook's own generator is left untouched.
+Each run draws from its own copy of the CPU random generator, seeded from the state at construction
+(dropout replays the same masks; the notebook's generator is left untouched).
 
 A paused run lives in a greenlet, and a greenlet can only be resumed from the thread that made it,
 while a kernel may deliver the widget's messages on different threads. So every run is driven on
@@ -139,9 +138,8 @@ class _RunDriver:
         self.thread = state.run_thread
         self.log = log = StepLog(record, state.tree, keep_live=state.options.gradients)
         self.interpreter = SchemaInterpreter(listeners=[record.recorder, log])
-        # `state.interventions` (a patched run opened from the Patch view, patch_view.py): every new run applies them
         self.generator = self.interpreter.step_run(state.schema, _clone_scope(state.scope), pause_before_calls=True,
-                                                   interventions=getattr(state, "interventions", None))
+                                                   interventions=state.interventions)  # a patch (patch_view.py)
         self.rng = state.rng_state.clone()
         self.buffers = state.buffers
         self.started = False
@@ -236,7 +234,7 @@ class InspectorState(RunTargets, Navigation, TensorRequests):
         self.breakpoints = Breakpoints(self.tree)
         self.stop_reason = ""
         self.viewed: list[tuple[str, int]] = []  # (run, trace step) of every tensor view asked for
-        self.interventions: Optional[list] = None  # applied by every new run (patch_view.open_patched)
+        self.interventions: Optional[list] = None  # what every new run applies (a patched run: patch_view.py)
         self.reset()
 
     # -- runs ----------------------------------------------------------------------------------

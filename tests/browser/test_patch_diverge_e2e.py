@@ -63,7 +63,7 @@ def _state(page, index: int, tag: str) -> dict:
     raise AssertionError(f"cell {index} printed no {tag}")
 
 
-def _screens(page, root, folder: Path, stem: str) -> None:
+def _screens(page, target, folder: Path, stem: str) -> None:
     for theme, light in (("light", "true"), ("dark", "false")):
         if theme == "dark":
             _menu(page, "Settings", "Theme", "JupyterLab Dark")
@@ -71,8 +71,8 @@ def _screens(page, root, folder: Path, stem: str) -> None:
         for width in (1280, 900):
             page.set_viewport_size({"width": width, "height": 1100})
             page.wait_for_timeout(400)
-            root.scroll_into_view_if_needed()
-            root.screenshot(path=str(folder / f"{stem}-{width}-{theme}.png"))
+            target.scroll_into_view_if_needed()
+            target.screenshot(path=str(folder / f"{stem}-{width}-{theme}.png"))
     _menu(page, "Settings", "Theme", "JupyterLab Light")
     page.locator("body[data-jp-theme-light='true']").wait_for(state="attached", timeout=30_000)
     page.set_viewport_size({"width": 1280, "height": 1100})
@@ -128,7 +128,7 @@ def test_patch_heatmap_values_hover_keyboard_and_opening_a_fork_at_its_first_div
     shown = float(re.search(r"effect (\S+)", readout.inner_text()).group(1))
     assert shown == pytest.approx(rows[strongest]["effect"], rel=1e-3)
     assert "attribution" in readout.inner_text()
-    _screens(page, root, folder, "patch")
+    _screens(page, panel, folder, "patch")
     # keyboard: from the first cell, arrows to the strongest, Enter opens it
     first = panel.locator("table[data-kind='effect'] td[data-index='0']")
     first.focus()
@@ -156,9 +156,10 @@ def test_patch_heatmap_values_hover_keyboard_and_opening_a_fork_at_its_first_div
     assert kernel["var"] == first_row["out_var"]
     # the step card follows the fork
     expect(root.locator(".nnsp-toolbar")).to_contain_text(fork)
+    _screens(page, root.locator(".nnsp-tabpanel[aria-label='Compare']"), folder, "patch-opened-compare")
     root.get_by_role("tab", name="Patch").click()
     expect(panel.locator("td[data-open='true']")).to_have_count(2)  # the exact and the estimate cell
-    _screens(page, root, folder, "patch-opened")
+    _screens(page, panel, folder, "patch-opened")
     assert not errors, errors
     page.close()
 
@@ -194,7 +195,7 @@ def test_diverge_view_highlights_the_planted_line_and_steps_both_runs_to_a_line(
     fill = culprit.locator(".nnsp-dv-fill").bounding_box()
     tick = culprit.locator(".nnsp-dv-tick").bounding_box()
     assert fill["x"] + fill["width"] > tick["x"] + tick["width"]
-    _screens(page, root, folder, "diverge")
+    _screens(page, panel, folder, "diverge")
     culprit.click()
     detail = panel.locator(".nnsp-dv-detail")
     expect(detail.locator("td[data-side='b'][data-key='step']")).to_contain_text("step", timeout=LONG)
@@ -208,6 +209,7 @@ def test_diverge_view_highlights_the_planted_line_and_steps_both_runs_to_a_line(
     # the inspector's own source and step card followed b
     expect(root.locator(".nnsp-stepinfo")).to_contain_text("hidden_states")
     # keyboard: the next line down, Enter steps both runs there
+    culprit.focus()  # re-running the state cell took the focus
     page.keyboard.press("ArrowDown")
     page.keyboard.press("Enter")
     nxt = state["table"][state["first"] + 1]
@@ -215,6 +217,6 @@ def test_diverge_view_highlights_the_planted_line_and_steps_both_runs_to_a_line(
     state = _state(page, 3, "DIVERGE-STATE")
     assert state["selected"] == state["first"] + 1
     assert (state["b"]["line"], state["b"]["block"], state["b"]["var"]) == (nxt["line"], nxt["block"], nxt["var"])
-    _screens(page, root, folder, "diverge-stepped")
+    _screens(page, panel, folder, "diverge-stepped")
     assert not errors, errors
     page.close()

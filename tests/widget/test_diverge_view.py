@@ -100,5 +100,7 @@ def test_a_plain_inspector_has_no_diverge_view_and_says_how_to_open_one(planted)
     assert not reply["ok"] and "report.show()" in reply["error"]
     with pytest.raises(DivergeViewError, match="DivergeReport"):
         diverge_view_state(report.table)
-    assert DivergeReport.viewer is not None  # registered by the widget stage
+    from nnschemaparser.widget.diverge_widget import diverge_widget
+
+    assert DivergeReport.viewer is diverge_widget  # registered by the widget stage
     widget.close()
