@@ -18,7 +18,7 @@ export const DIVERGE_STYLE = `
 .nnsp-dv-block { margin: 0; padding: 3px 6px; font-size: 0.9em; font-weight: 600; background: var(--nnsp-bg2); color: var(--nnsp-fg);
   border-bottom: 1px solid var(--nnsp-border);
   position: sticky; top: 0; z-index: 1; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
-.nnsp-dv-line { display: grid; grid-template-columns: 3.2em 5.2em minmax(0, 1fr) 130px; gap: 6px; align-items: center;
+.nnsp-dv-line { display: grid; grid-template-columns: 3.2em 5.2em minmax(0, 1fr) clamp(48px, 20%, 130px); gap: 6px; align-items: center;
   padding: 1px 6px; cursor: pointer; font-family: var(--nnsp-mono); font-size: 0.85em; border-left: 3px solid transparent; }
 .nnsp-dv-line:hover { background: var(--nnsp-bg2); }
 .nnsp-dv-line:focus { outline: 2px solid var(--nnsp-accent); outline-offset: -2px; }

@@ -88,7 +88,7 @@ def diverge_view_state(report: DivergeReport) -> dict:
         positive += [v for v in (local, bound) if v is not None and v > 0]
         block["rows"].append({"index": index, "line": _int(row["line"]), "line_a": _int(row.get("line_a")),
                               "file": row["file"], "text": source.splitlines()[0].strip() if source else "",
-                              "source": source, "source_a": row.get("source_a") or None,
+                              "source": source, "source_a": row["source_a"] if isinstance(row.get("source_a"), str) else None,
                               "var": row["out_var"], "occurrence": _int(row["occurrence"]), "status": row["status"],
                               "local": local, "carried": carried, "bound": bound, "flagged": bool(row["flagged"])})
     flagged = [i for i, f in enumerate(table["flagged"]) if bool(f)] if len(table) else []

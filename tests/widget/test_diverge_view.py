@@ -44,6 +44,7 @@ def test_the_lines_are_the_rows_of_the_report_in_run_order_with_the_planted_line
         assert (row["line"], row["var"], row["status"], row["flagged"]) == (want["line"], want["out_var"], want["status"],
                                                                             want["flagged"])
         assert row["local"] == (None if want["local_error"] != want["local_error"] else want["local_error"])
+    assert all(r["source_a"] is None for r in rows if r["status"] != "edited")  # no NaN for "no a statement"
     for block in view["blocks"]:
         assert {report.table.iloc[r["index"]]["block_path"] for r in block["rows"]} == {block["block"]}
     first = rows[view["first"]]
