@@ -18,8 +18,10 @@ export function lazyTabs(model, channel, addTab, host) {
   const open = async (name) => {
     const tab = tabs[name];
     if (tab) try {  // the module's blob URL stays (one per tab and view): revoking it costs bytes of the initial state
-      const code = () => channel.request("module", { name }).then((reply) => reply.code);
-      tab.view ||= (await import(/* @vite-ignore */ URL.createObjectURL(new Blob([await code()], { type: "text/javascript" })))).mount(tab.body, channel, host);
+      if (!tab.view) {  // fetched once; a second open while it loads mounts nothing more
+        const { code } = await channel.request("module", { name });
+        tab.view ||= (await import(/* @vite-ignore */ URL.createObjectURL(new Blob([code], { type: "text/javascript" })))).mount(tab.body, channel, host);
+      }
       await tab.view?.refresh(model.get("views")[name]);
     } catch (err) {
       tab.body.textContent = String(err);
