@@ -15,12 +15,13 @@ May import: `schema`, `runtime`, `parser`, `traces`.
 """
 
 from .compare import compare_logical
+from .diverge import diverge_logical
 from .logical import LogicalCaptureError, LogicalTrace, capture_logical
 from .placement import DimPlacement, Layout
 from .collective import (CollectiveBreakpoint, CollectiveError, CollectiveRun, CollectiveTimeoutError,
                          RankFailedError, RanksDivergedError, collective_step_run)
 from .pipeline import PlacedEdit, SchemaStage, StageCapture
 
-__all__ = ["capture_logical", "LogicalTrace", "LogicalCaptureError", "compare_logical", "Layout", "DimPlacement",
+__all__ = ["capture_logical", "LogicalTrace", "LogicalCaptureError", "compare_logical", "diverge_logical", "Layout", "DimPlacement",
            "collective_step_run", "CollectiveRun", "CollectiveBreakpoint", "CollectiveError", "RankFailedError",
            "RanksDivergedError", "CollectiveTimeoutError", "SchemaStage", "StageCapture", "PlacedEdit"]

@@ -1,0 +1,90 @@
+"""The ranks of tests/distributed/test_diverge_logical.py: `diverge_logical` on a 2-process gloo group.
+
+Every rank builds the same `Block` (tests/support/distributed_models.py, same seed), shards it, and
+builds the unsharded reference with the same weights; rank 0 returns its report's table as JSON-ready
+rows. Kinds:
+
+- `tp`: ColwiseParallel / RowwiseParallel, fault-free;
+- `tp_bf16_reduce`: the MLP's row-parallel `down` rounds its partial sums to bfloat16 before they
+  are all-reduced (`Bf16ReduceRowwise`): the planted fault is in the sharded side only;
+- `tp_scaled_rank`: rank 1's part of the MLP's column-parallel `hidden` is scaled by 1.01 (a forward
+  hook on `mlp.up` of rank 1, the sharded side only);
+- `fsdp`: FSDP2 over 2 ranks, each rank its own half of the batch (gathered as the reference's inputs).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+
+from tests.support.distributed_models import block, tp_plan
+
+BATCH, SEQ, WIDTH = 2, 4, 32
+
+
+def _inputs(seed: int) -> torch.Tensor:
+    return torch.randn(BATCH, SEQ, WIDTH, generator=torch.Generator().manual_seed(seed))
+
+
+def _bf16_reduce_rowwise():
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.parallel import RowwiseParallel
+
+    class Bf16ReduceRowwise(RowwiseParallel):
+        """RowwiseParallel whose partial sums are rounded to bfloat16 before the all-reduce."""
+
+        @staticmethod
+        def _prepare_output_fn(output_layouts, use_local_output, mod, outputs, device_mesh):
+            rounded = outputs.to_local().to(torch.bfloat16).to(outputs.dtype)
+            outputs = DTensor.from_local(rounded, device_mesh, outputs.placements, run_check=False)
+            outputs = outputs.redistribute(placements=output_layouts)
+            return outputs.to_local() if use_local_output else outputs
+
+    return Bf16ReduceRowwise()
+
+
+def diverge_rank(rank: int, world: int, kind: str) -> dict:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from nnschemaparser import NNParser
+    from nnschemaparser.distributed import diverge_logical
+
+    model = block().eval()
+    reference = block().eval()
+    if kind == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp",))
+        for layer in (model.attn, model.mlp):
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        x = _inputs(100 + rank)  # each rank its own batch: the reference runs on both
+        whole = torch.cat([_inputs(100 + r) for r in range(world)])
+    else:
+        from torch.distributed.tensor.parallel import parallelize_module
+
+        mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
+        plan = tp_plan()
+        if kind == "tp_bf16_reduce":
+            plan["mlp.down"] = _bf16_reduce_rowwise()
+        parallelize_module(model, mesh, plan)
+        if kind == "tp_scaled_rank" and rank == 1:
+            model.mlp.up.register_forward_hook(lambda module, args, out: out * 1.01)
+        x = whole = _inputs(100)
+    schema = NNParser.parse_model(model, inputs_tensors_values={"x": x})
+    report = diverge_logical(schema, {"x": x}, reference, mesh=mesh)
+    if rank != 0:
+        return {"rank": rank, "report": report is None}
+    rows = []
+    for row in report.table.to_dict(orient="records"):
+        rows.append({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})
+    first = report.first
+    out = {"rank": rank, "rows": rows, "first": None if first is None else
+           {"block_path": first.block_path, "line": first.line, "source": first.source, "out_var": first.out_var,
+            "file": first.file}, "summary": report.summary()}
+    if kind == "fsdp":  # the reference saw the whole batch: the two halves joined
+        out["whole_shape"] = list(report.side_a["inputs"]["x"].shape)
+        out["whole_equal"] = bool(torch.equal(report.side_a["inputs"]["x"], whole))
+    return out
