@@ -97,6 +97,7 @@ from .distributed.collective import (CollectiveBreakpoint, CollectiveError, Coll
                                      RankFailedError, RanksDivergedError, collective_step_run)
 from .distributed.pipeline import PlacedEdit, SchemaStage, StageCapture
 from .distributed.compare import compare_logical
+from .distributed.diverge import diverge_logical
 from .distributed.logical import LogicalCaptureError, LogicalTrace, capture_logical
 
 __version__ = "0.1.0"
@@ -127,7 +128,7 @@ __all__ = [
     "HistogramBins", "histogram_bins", "plot_histograms", "EditEvent",
     "capture_dataset", "TraceStore", "Reduction", "KeepSelector", "KeepTerm", "StoreMismatchError",
     "StoreIncompleteError", "StoreBusyError", "StoreLinkError",
-    "capture_logical", "LogicalTrace", "LogicalCaptureError", "compare_logical",
+    "capture_logical", "LogicalTrace", "LogicalCaptureError", "compare_logical", "diverge_logical",
     "estimate_capture", "CaptureEstimate", "CaptureTooLargeError", "CaptureLimitWarning", "KeepMissedWarning",
 ]
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.distributed as dist
 
 from tests.support.distributed_models import block, tp_plan
 
@@ -43,6 +42,11 @@ def _bf16_reduce_rowwise():
             return outputs.to_local() if use_local_output else outputs
 
     return Bf16ReduceRowwise()
+
+
+def diverge_ranks(rank: int, world: int, kinds: list) -> dict:
+    """Each kind in turn on this rank (one spawned group for all): {kind: what rank 0 saw}."""
+    return {kind: diverge_rank(rank, world, kind) for kind in kinds}
 
 
 def diverge_rank(rank: int, world: int, kind: str) -> dict:
