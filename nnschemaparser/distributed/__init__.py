@@ -3,7 +3,9 @@
 `placement` (a value's `Layout` on the device mesh: shard, replicate, partial sum, per mesh dim;
 read off DTensors, tensor-parallel styles and FSDP2), `recorder` (`LogicalRecorder`: a capture that
 derives each value's layout), `logical` (`capture_logical`, `LogicalTrace.logical`: gathering whole
-values, a collective), `compare` (`compare_logical`: gathered values against one process);
+values, a collective), `compare` (`compare_logical`: gathered values against one process); `diverge` and `diverge_shards`
+(`diverge_logical`: one process against the sharded run by source statement, `nnschemaparser.diverge`'s
+report with each row's carried and local error, a's values cut to each rank's part by placement);
 `collective` (stepping, breakpoints and edits across ranks: `collective_step_run` gives every rank a
 `CollectiveRun` whose every command is agreed by all ranks, a NaN on one rank stops them all, an
 edit given in logical coordinates is sliced per rank, and a rank that raises ends the others with
