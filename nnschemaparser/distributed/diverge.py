@@ -235,10 +235,12 @@ def _note(row: Any, layout: Any, here: bool, not_forced: Optional[str]) -> str:
         parts.append(f"this statement {SUM_ORDER}; it adds a relative error of {row.local_error:.3g} ({within} "
                      f"the bound {row.bound:.3g} of b's dtype)")
     elif row.flagged:
-        parts.append(f"its own error {row.local_error:.3g} is beyond the bound {row.bound:.3g} of b's dtype, "
-                     "and this statement does not sum over shards")
+        parts.append(f"its own error {row.local_error:.3g} is beyond the bound {row.bound:.3g} of b's dtype")
     elif layout.reduced and not math.isnan(row.carried_error):
         parts.append(f"computed from a value that {SUM_ORDER}; it carries a relative error of {row.carried_error:.3g}")
+    elif row.local_error > 0:
+        parts.append(f"differs from one process by {row.local_error:.3g} although no sum over shards is involved: "
+                     "the rank's kernel computes its part (another shape) with other roundings")
     if not_forced:
         parts.append(f"not forced ({not_forced}): the next statements carry this one's error")
     return "; ".join(parts)

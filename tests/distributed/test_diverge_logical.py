@@ -5,7 +5,9 @@ every process killed by its pid when it fails or runs late) runs every case in t
 attention + MLP `Block` of tests/support/distributed_models.py: tensor parallel (ColwiseParallel /
 RowwiseParallel, DTensor) fault-free, with a row-parallel layer rounding its partial sums to
 bfloat16 before the all-reduce, with rank 1's part of a column-parallel output scaled, and FSDP2
-with each rank its own half of the batch.
+with each rank its own half of the batch; then a tiny transformers Llama (random weights, offline),
+tensor parallel on its projections (fault-free and with layer 1's `down_proj` rounding its partial
+sums to bfloat16) and under FSDP2.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import pytest
 
 from tests.support.collective_group import run_group
 
-KINDS = ["tp", "tp_bf16_reduce", "tp_scaled_rank", "fsdp"]
+KINDS = ["tp", "tp_bf16_reduce", "tp_scaled_rank", "fsdp", "llama_tp", "llama_tp_bf16_reduce", "llama_fsdp"]
+LLAMA = "transformers/models/llama/modeling_llama.py"
 MODELS = "tests/support/distributed_models.py"
 
 
@@ -103,6 +106,39 @@ def test_fsdp2_batch_shards_against_one_process_on_the_whole_batch(ranks):
     for row in rows:
         assert row["placement"] == "S(0)@dp" and not row["reduced"], row
         assert row["local_error"] == 0.0 and row["carried_error"] == 0.0, row
+
+
+def test_fault_free_tensor_parallel_llama_flags_nothing(ranks):
+    result = ranks[0]["llama_tp"]
+    rows = result["rows"]
+    assert result["first"] is None and len(rows) > 80 and {r["status"] for r in rows} == {"matched"}
+    partial = [r for r in rows if r["placement"] == "P(sum)@tp"]
+    assert sorted({r["block_path"].split(".", 3)[-1] for r in partial}) == ["mlp.down_proj", "self_attn.o_proj"]
+    assert len(partial) == 4 and all(r["sums_here"] and r["local_error"] <= r["bound"] for r in partial)
+    for row in rows:
+        if row["bound"] is None:  # an integer row (positions): compared for equality
+            assert row["local_error"] == 0.0 and row["carried_error"] == 0.0, row
+            continue
+        assert row["local_error"] <= row["bound"], row
+        if row["local_error"] > 0 and not row["reduced"]:  # a column split computed with other roundings: said
+            assert "although no sum over shards" in row["note"], row
+
+
+def test_bf16_rounded_partial_sums_in_a_llama_layer_are_named_at_their_line(ranks):
+    result = ranks[0]["llama_tp_bf16_reduce"]
+    first = result["first"]
+    assert first["file"].endswith(LLAMA) and first["block_path"] == "model.layers.1.mlp"
+    assert first["out_var"] == "down_proj" and first["source"].startswith("down_proj = self.down_proj(")
+    assert sum(r["flagged"] for r in result["rows"]) == 1  # layer 0, and everything after it, add nothing
+
+
+def test_fsdp2_llama_is_one_process_bit_for_bit(ranks):
+    result = ranks[0]["llama_fsdp"]
+    rows = result["rows"]
+    assert result["first"] is None and len(rows) > 80
+    assert {r["placement"] for r in rows} == {"S(0)@dp", "R"}  # rotary cos / sin are replicated
+    assert all(r["local_error"] == 0.0 and r["carried_error"] == 0.0 for r in rows)
+    assert rows[-1]["block_path"] == "LlamaForCausalLM" and rows[-1]["out_var"] == "logits"
 
 
 def test_diverge_logical_outside_a_process_group_says_what_to_do():

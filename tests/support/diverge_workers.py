@@ -55,6 +55,8 @@ def diverge_rank(rank: int, world: int, kind: str) -> dict:
     from nnschemaparser import NNParser
     from nnschemaparser.distributed import diverge_logical
 
+    if kind.startswith("llama"):
+        return _llama_rank(rank, world, kind)
     model = block().eval()
     reference = block().eval()
     if kind == "fsdp":
@@ -79,16 +81,59 @@ def diverge_rank(rank: int, world: int, kind: str) -> dict:
         x = whole = _inputs(100)
     schema = NNParser.parse_model(model, inputs_tensors_values={"x": x})
     report = diverge_logical(schema, {"x": x}, reference, mesh=mesh)
+    out = _result(rank, report)
+    if rank == 0 and kind == "fsdp":  # the reference saw the whole batch: the two halves joined
+        out["whole_shape"] = list(report.side_a["inputs"]["x"].shape)
+        out["whole_equal"] = bool(torch.equal(report.side_a["inputs"]["x"], whole))
+    return out
+
+
+def _llama_rank(rank: int, world: int, kind: str) -> dict:
+    """A tiny transformers Llama (tests/support/logical_lab.py): FSDP2 per layer (`llama_fsdp`, each
+    rank its own ids), or tensor parallel on q/k/v/o and gate/up/down of both layers (`llama_tp`),
+    layer 1's `down_proj` rounding its partial sums to bfloat16 (`llama_tp_bf16_reduce`)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from nnschemaparser import NNParser
+    from nnschemaparser.distributed import diverge_logical
+    from tests.support.logical_lab import build_model, rank_ids
+
+    model, reference = build_model(), build_model()
+    if kind == "llama_fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp",))
+        for layer in model.model.layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        ids = rank_ids(rank)
+    else:
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+        mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
+        plan = {}
+        for i in range(len(model.model.layers)):
+            for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj"):
+                plan[f"model.layers.{i}.{name}"] = ColwiseParallel()
+            for name in ("self_attn.o_proj", "mlp.down_proj"):
+                plan[f"model.layers.{i}.{name}"] = RowwiseParallel()
+        if kind == "llama_tp_bf16_reduce":
+            plan["model.layers.1.mlp.down_proj"] = _bf16_reduce_rowwise()
+        parallelize_module(model, mesh, plan)
+        ids = rank_ids(0)
+    schema = NNParser.parse_model(model, inputs_tensors_values={"input_ids": ids})
+    report = diverge_logical(schema, {"input_ids": ids}, reference, mesh=mesh)
+    return _result(rank, report)
+
+
+def _result(rank: int, report) -> dict:
+    """What a rank returns: rank 0 its report's rows (NaN as None), first and summary."""
     if rank != 0:
         return {"rank": rank, "report": report is None}
     rows = []
     for row in report.table.to_dict(orient="records"):
         rows.append({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})
     first = report.first
-    out = {"rank": rank, "rows": rows, "first": None if first is None else
-           {"block_path": first.block_path, "line": first.line, "source": first.source, "out_var": first.out_var,
-            "file": first.file}, "summary": report.summary()}
-    if kind == "fsdp":  # the reference saw the whole batch: the two halves joined
-        out["whole_shape"] = list(report.side_a["inputs"]["x"].shape)
-        out["whole_equal"] = bool(torch.equal(report.side_a["inputs"]["x"], whole))
-    return out
+    return {"rank": rank, "rows": rows, "first": None if first is None else
+            {"block_path": first.block_path, "line": first.line, "source": first.source, "out_var": first.out_var,
+             "file": first.file}, "summary": report.summary()}
