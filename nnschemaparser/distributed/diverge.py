@@ -195,12 +195,16 @@ def _gather_rows(listener: ShardRows, parts: dict, layouts: dict, world: Any, ke
     """Every row's whole value from the ranks' `parts` (collectives, the rows in run order on every
     rank); kept on the rank where `keep` is true."""
     out = {}
-    for key in list(listener.rows):
-        layout = layouts.get(key)
-        part = parts.pop(key, None)
-        if layout is None or not layout.known or part is None:
-            continue
-        value = gather(part, layout, world)
+    keys = [key for key in listener.rows if key in parts and layouts.get(key) is not None and layouts[key].known]
+    everyone: list = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, keys)  # one more collective, so a rank that ran other rows fails, never hangs
+    for rank, theirs in enumerate(everyone):
+        if theirs != keys:
+            raise DivergeError(f"rank {rank} bound other rows than rank {dist.get_rank()} in b's "
+                               f"{listener.mode} run ({len(theirs)} vs {len(keys)}); every rank must run the "
+                               "same statements (the same control flow) for their values to be gathered")
+    for key in keys:
+        value = gather(parts.pop(key), layouts[key], world)
         if keep:
             out[key] = value
     return out

@@ -157,3 +157,26 @@ def test_diverge_logical_outside_a_process_group_says_what_to_do():
     schema = NNParser.parse_model(model, inputs_tensors_values={"x": x})
     with pytest.raises(DivergeError, match="init_process_group.*use diverge"):
         diverge_logical(schema, {"x": x}, model)
+
+
+@pytest.fixture(scope="module")
+def four(tmp_path_factory):
+    from tests.support.diverge_workers import diverge_ranks
+
+    return run_group(diverge_ranks, 4, tmp_path_factory.mktemp("diverge_logical_2d"), timeout=300, args=(["2d"],))
+
+
+def test_fsdp2_with_tensor_parallel_on_a_2d_mesh_cuts_a_values_on_both_dims(four):
+    assert [r["2d"] for r in four[1:]] == [{"rank": n, "report": True} for n in (1, 2, 3)]
+    result = four[0]["2d"]
+    assert result["whole_equal"] is True and result["whole_shape"] == [4, 4, 32]
+    rows = result["rows"]
+    assert result["first"] is None and len(rows) == 17
+    assert _row(rows, "attn", 22, "q")["placement"] == "S(0)@dp·S(1)@tp"
+    partial = [r for r in rows if r["placement"] == "S(0)@dp·P(sum)@tp"]
+    assert len(partial) == 2 and all(r["sums_here"] and 0 <= r["local_error"] <= r["bound"] for r in partial)
+    for row in rows:  # forced with a's value cut on both mesh dims: only the sums over shards add anything
+        if row not in partial:
+            assert row["local_error"] == 0.0, row
+        if not row["reduced"]:
+            assert row["carried_error"] == 0.0, row

@@ -59,7 +59,18 @@ def diverge_rank(rank: int, world: int, kind: str) -> dict:
         return _llama_rank(rank, world, kind)
     model = block().eval()
     reference = block().eval()
-    if kind == "fsdp":
+    if kind == "2d":  # FSDP2 x tensor parallel on a 2 x 2 mesh (4 ranks)
+        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.tensor.parallel import parallelize_module
+
+        mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("dp", "tp"))
+        parallelize_module(model, mesh["tp"], tp_plan())
+        for layer in (model.attn, model.mlp):
+            fully_shard(layer, mesh=mesh["dp"])
+        fully_shard(model, mesh=mesh["dp"])
+        x = _inputs(100 + mesh["dp"].get_local_rank())
+        whole = torch.cat([_inputs(100 + r) for r in range(2)])
+    elif kind == "fsdp":
         from torch.distributed.fsdp import fully_shard
 
         mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp",))
@@ -82,7 +93,7 @@ def diverge_rank(rank: int, world: int, kind: str) -> dict:
     schema = NNParser.parse_model(model, inputs_tensors_values={"x": x})
     report = diverge_logical(schema, {"x": x}, reference, mesh=mesh)
     out = _result(rank, report)
-    if rank == 0 and kind == "fsdp":  # the reference saw the whole batch: the two halves joined
+    if rank == 0 and kind in ("fsdp", "2d"):  # the reference saw the whole batch: the two halves joined
         out["whole_shape"] = list(report.side_a["inputs"]["x"].shape)
         out["whole_equal"] = bool(torch.equal(report.side_a["inputs"]["x"], whole))
     return out
