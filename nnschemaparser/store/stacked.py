@@ -207,6 +207,7 @@ class TokenBatches(torch.utils.data.IterableDataset):
                 yield self._read(part)
 
     def _read(self, tokens: torch.Tensor) -> Any:
+        tokens = tokens.contiguous()
         which = torch.searchsorted(self._ends, tokens, right=True)
         local = tokens - (self._ends[which] - self._counts[which])
         dtype = self._samples[0][3] if self._samples else torch.float32
