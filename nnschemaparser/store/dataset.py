@@ -42,6 +42,7 @@ from typing import Any, Iterable, Optional
 from ..files.file_format import FileLimits
 from ..schema.model import ModelBlockSchema
 from ..traces.selection import keep_selector
+from ..traces.wrapped import check_keep_reaches
 from .manifest import StoreIncompleteError, StoreOptions, read_commits
 from .guard import StoreLock
 from .reader import TraceStore
@@ -113,6 +114,7 @@ def capture_dataset(schema: ModelBlockSchema, inputs: Iterable[Any], store: str 
     if not isinstance(schema, ModelBlockSchema):
         raise TypeError(f"schema must be a ModelBlockSchema (NNParser.parse_model(...)), got {type(schema).__name__}")
     selector = keep_selector(keep)
+    check_keep_reaches(schema, selector)  # before a store is made: a keep of a wrapped model's paths is refused
     batching = Batching(batch_axis, mask)
     options = StoreOptions(keep=selector.text() if selector is not None else None, block_size=block_size,
                            shard_bytes=shard_bytes, bins=bins, low=float(low), high=float(high), top_k=top_k,
