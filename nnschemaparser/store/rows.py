@@ -98,6 +98,26 @@ class Batching:
             raise ValueError(f"the mask ({mask_text(mask)}) has {value.shape[0]} rows, the batch {rows}")
         return value.detach().to("cpu") != 0
 
+    def check_outputs(self, outputs: Any, rows: int, scope: dict) -> None:
+        """Refuse a split no output of the run bears out: when no output tensor has `rows` along the batch axis,
+        the inputs' axis was not a batch (an unbatched [C, H, W] image read as C rows, say)."""
+        axis = self.axis
+        found, stack = [], [outputs]
+        while stack and len(found) < 10000:
+            item = stack.pop()
+            if isinstance(item, torch.Tensor):
+                found.append(item)
+            elif isinstance(item, dict):
+                stack.extend(item.values())
+            elif isinstance(item, (list, tuple)):
+                stack.extend(item)
+        if found and not any(t.dim() > axis and t.shape[axis] == rows for t in found):
+            shapes = ", ".join(f"{name} {list(v.shape)}" for name, v in scope.items() if isinstance(v, torch.Tensor))
+            raise ValueError(f"an input ({shapes}) was read as {rows} rows along batch_axis={axis}, but no output of "
+                             f"the model has {rows} along that axis (outputs {[list(t.shape) for t in found[:4]]}): "
+                             "its inputs are not batched there. Pass batch_axis=None (each input one sample) or the "
+                             "axis the batch lies on")
+
     def split(self, values: list, rows: int) -> list:
         """For each value, its `rows` row views (None: shared by every row). A value held by several steps is
         split once, so each row's values repeat the same objects as the batch's did."""

@@ -465,6 +465,8 @@ def _summarise_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: i
     mask = batching.mask_of(scope, rows)
     with torch.no_grad():
         record = capture_run(schema, scope)
+    if rows > 1:
+        batching.check_outputs(record.outputs, rows, scope)
     numbers, descriptions, slot_types, out_vars, op_names, block_paths, values, depths, omitted, shapes, dtypes = \
         _step_fields(record.trace)
     (numbers, slot_types, block_paths, out_vars, op_names, descriptions, depths, shapes, dtypes, omitted), cids, named, \

@@ -183,3 +183,18 @@ def test_a_callable_mask_and_bad_batches_are_explained(tmp_path):
     bad = dict(batches[0], attention_mask=torch.ones(3, 8, dtype=torch.long))
     with pytest.raises(ValueError, match="disagree on the batch size"):
         capture_dataset(schema, [bad], tmp_path / "b", progress=False)
+
+
+def test_an_unbatched_input_read_as_rows_is_refused_when_no_output_bears_the_batch_out(tmp_path):
+    """A model of unbatched [C, H, W] images: dim 0 of its input is no batch, and its output has no such axis."""
+    from nnschemaparser import NNParser
+
+    class Pool(torch.nn.Module):
+        def forward(self, image):
+            return image.mean(dim=(1, 2)).sum().reshape(1)
+
+    schema = NNParser.parse_model(model=Pool(), inputs_tensors_values={"image": torch.randn(3, 4, 4)})
+    with pytest.raises(ValueError, match=r"read as 3 rows along batch_axis=0, but no output .* batch_axis=None"):
+        capture_dataset(schema, [{"image": torch.randn(3, 4, 4)}], tmp_path / "s", progress=False)
+    store = capture_dataset(schema, [{"image": torch.randn(3, 4, 4)}], tmp_path / "s", progress=False, batch_axis=None)
+    assert store.samples == [0]
