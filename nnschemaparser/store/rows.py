@@ -139,11 +139,41 @@ class Batching:
 
     def masked(self, value: Any, mask: torch.Tensor) -> Any:
         """`value`'s unmasked positions as [n, *rest] when its axes (batch_axis, batch_axis + 1) have the mask's
-        sizes; `value` itself otherwise."""
+        sizes; `value` itself otherwise. A row whose unmasked positions are one run (right or left padding)
+        gives a view of them (`narrow`), any other mask a copy."""
         axis = self.axis or 0
         if (not isinstance(value, torch.Tensor) or value.dim() < axis + 2 or value.shape[axis] != mask.shape[0]
                 or value.shape[axis + 1] != mask.shape[1] or value.layout != torch.strided):
             return value
         if axis:
             value = value.movedim((axis, axis + 1), (0, 1))
+        run = self._run(mask)
+        if run is not None:
+            return value[0].narrow(0, run[0], run[1])
         return value[mask.to(value.device)]
+
+    def _run(self, mask: torch.Tensor) -> Optional[tuple[int, int]]:
+        """(start, length) of a one-row mask's unmasked positions when they are one run; None otherwise (several
+        rows, or holes). Kept for the mask last asked about (every value of a row asks with the same one)."""
+        last = getattr(self, "_last", None)
+        if last is not None and last[0] is mask:
+            return last[1]
+        run = None
+        if mask.shape[0] == 1:
+            where = mask[0].nonzero().flatten()
+            if len(where) and int(where[-1]) - int(where[0]) + 1 == len(where):
+                run = (int(where[0]), len(where))
+            elif not len(where):
+                run = (0, 0)
+        self._last = (mask, run)
+        return run
+
+    def run_of(self, mask: torch.Tensor) -> Optional[tuple[int, int]]:
+        """(start, length) of the one run of unmasked positions of a one-row mask, when `masked` takes a value
+        of batch axis 0 (or None) to `value[0].narrow(0, start, length)`; None otherwise."""
+        return self._run(mask) if not self.axis else None
+
+    def key(self, mask: Optional[torch.Tensor]) -> Any:
+        """What tells apart the rows whose values the store's summariser can plan alike: the count of unmasked
+        positions (`statistics.Summariser` keeps a plan per key)."""
+        return None if mask is None else int(mask.sum())

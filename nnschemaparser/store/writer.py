@@ -490,13 +490,34 @@ def _summarise_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: i
         tuple(1 if d == axis else n for d, n in enumerate(shape)) if p is not None else shape
         for shape, p in zip(shapes, parts)]
     written = 0
+    maskable: Optional[list] = None  # the values the mask applies to: alike in every row (their shapes are)
+    samples = []  # (row values, counted values, mask) of each row
     for r in range(rows):
         row = values if rows == 1 else [v if p is None else p[r] for v, p in zip(values, parts)]
         row_mask = mask if mask is None or axis is None else mask[r:r + 1]
-        counted = row if row_mask is None else [batching.masked(v, row_mask) if t != "input" else v
-                                                for v, t in zip(row, slot_types)]
-        written += _write_sample(unit, sample + r, meta, row_shapes, row, counted, names.summarise(counted), row_mask,
-                                 batching)
+        counted = row
+        if row_mask is not None:
+            if maskable is None:
+                maskable = [i for i, (v, t) in enumerate(zip(row, slot_types))
+                            if t != "input" and batching.masked(v, row_mask) is not v]
+            counted = list(row)
+            run = batching.run_of(row_mask)
+            if run is not None:  # right or left padding: each value's run of positions, a view (rows.py)
+                start, length = run
+                for i in maskable:
+                    counted[i] = row[i][0].narrow(0, start, length)
+            else:
+                for i in maskable:
+                    counted[i] = batching.masked(row[i], row_mask)
+        samples.append((row, counted, row_mask))
+    # every row's values summarised in one call (one plan, one pass of the kernel; a value's figures are its
+    # own whatever it is summarised with), then cut into rows
+    everything = [v for _, counted, _ in samples for v in counted]
+    figures = names.summarise(everything, tuple(batching.key(m) for _, _, m in samples))
+    size = len(values)
+    for r, (row, counted, row_mask) in enumerate(samples):
+        written += _write_sample(unit, sample + r, meta, row_shapes, row, counted, figures.part(r * size, size),
+                                 row_mask, batching)
     return written
 
 
