@@ -239,7 +239,7 @@ class TraceStore:
 
     @property
     def samples(self) -> list[int]:
-        """The sample ids of the complete inputs, in order."""
+        """The sample ids of the complete samples (inputs, or the rows of batched inputs), in order."""
         return sorted(self._by_sample)
 
     def __len__(self) -> int:

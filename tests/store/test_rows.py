@@ -198,3 +198,42 @@ def test_an_unbatched_input_read_as_rows_is_refused_when_no_output_bears_the_bat
         capture_dataset(schema, [{"image": torch.randn(3, 4, 4)}], tmp_path / "s", progress=False)
     store = capture_dataset(schema, [{"image": torch.randn(3, 4, 4)}], tmp_path / "s", progress=False, batch_axis=None)
     assert store.samples == [0]
+
+
+def test_llama_rows_left_padded_keep_the_hooked_rows_and_count_their_real_tokens(tmp_path):
+    """A tiny Llama (from its config) on left-padded batches: each row's kept layer output is the row a forward
+    hook sees, its statistics those of its real (unmasked) positions, which sit at the end of the row."""
+    import transformers
+
+    from nnschemaparser import NNParser
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2)
+    config._attn_implementation = "eager"
+    model = transformers.LlamaModel(config).eval()
+    generator = torch.Generator().manual_seed(4)
+    lengths = [6, 3, 6, 4, 5, 2]
+    batches = []
+    for start in (0, 3):
+        ids = torch.zeros(3, 6, dtype=torch.long)
+        mask = torch.zeros(3, 6, dtype=torch.long)
+        for r, n in enumerate(lengths[start:start + 3]):
+            ids[r, 6 - n:] = torch.randint(1, 64, (n,), generator=generator)
+            mask[r, 6 - n:] = 1
+        batches.append({"input_ids": ids, "attention_mask": mask, "use_cache": False})
+    schema = NNParser.parse_model(model=model, inputs_tensors_values=batches[0])
+    store = capture_dataset(schema, batches, tmp_path / "s", keep="call=layers.*", mask="attention_mask",
+                            progress=False)
+    assert store.samples == list(range(6))
+    steps = store.steps
+    for start, batch in zip((0, 3), batches):
+        seen = hooked_outputs(model.layers, lambda batch=batch: model(**batch))
+        for r in range(3):
+            sample, real = start + r, batch["attention_mask"][r:r + 1] != 0
+            for layer, out in enumerate(seen):
+                row = out[r:r + 1]
+                assert torch.equal(store.tensor(sample, f"layers.{layer}:output"), row)
+                found = steps[(steps["sample"] == sample) & (steps["name"] == f"layers.{layer}:output")].iloc[0]
+                assert [found[k] for k in STATISTICS] == summarise([row[real]])[0]
+                assert found["numel"] == lengths[sample] * 32

@@ -133,6 +133,9 @@ def test_tokens_give_every_unmasked_token_once_split_disjointly_over_ranks_and_f
     assert ordered == sorted(hooked)
     loaded = list(DataLoader(store.tokens("h.1:output", 16, seed=3), batch_size=None))  # a torch IterableDataset
     assert len(loaded) == len(batches) and all(torch.equal(a, b) for a, (b, _) in zip(loaded, batches))
+    workers = list(DataLoader(store.tokens("h.1:output", 16, seed=3), batch_size=None, num_workers=2))
+    assert sorted(map(tuple, torch.cat(workers).tolist())) == sorted(map(tuple, torch.cat(loaded).tolist()))
+    assert len(workers) == len(loaded)  # the batches split over the two workers, each once
     assert len(list(store.tokens("h.1:output", 16, drop_last=True))) == total // 16
     with pytest.raises(ValueError, match="rank 3 is not a rank of world 3"):
         store.tokens("h.1:output", 16, rank=3, world=3)
