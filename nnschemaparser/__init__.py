@@ -55,6 +55,7 @@ from .traces.recorder import ActivationRecorder
 from .traces.estimate import CaptureEstimate, CaptureTooLargeError, estimate_capture
 from .traces.dropped import CaptureLimitWarning
 from .traces.missed import KeepMissedWarning
+from .traces.wrapped import KeepWrappedError
 from .schema.model import (
     BlockInstruction,
     BlockRef,
@@ -93,6 +94,7 @@ from .store.guard import StoreBusyError, StoreLinkError
 from .store.manifest import StoreIncompleteError, StoreMismatchError
 from .store.reader import TraceStore
 from .store.reductions import Reduction
+from .store.stacked import TokenBatches
 from .distributed.collective import (CollectiveBreakpoint, CollectiveError, CollectiveRun, CollectiveTimeoutError,
                                      RankFailedError, RanksDivergedError, collective_step_run)
 from .distributed.pipeline import PlacedEdit, SchemaStage, StageCapture
@@ -129,6 +131,7 @@ __all__ = [
     "StoreIncompleteError", "StoreBusyError", "StoreLinkError",
     "capture_logical", "LogicalTrace", "LogicalCaptureError", "compare_logical",
     "estimate_capture", "CaptureEstimate", "CaptureTooLargeError", "CaptureLimitWarning", "KeepMissedWarning",
+    "KeepWrappedError", "TokenBatches",
 ]
 
 # torch.distributed: collective stepping across ranks, pipeline stages (nnschemaparser/distributed/)
