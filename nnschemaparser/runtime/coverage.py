@@ -30,6 +30,7 @@ from typing import Any, Iterable, Optional
 from torch import nn
 
 from ..schema.model import ModelBlockSchema
+from .caching import original_code_of
 from .functions import META_KEY, FunctionMeta, is_rebound
 from .reached import how_reached
 
@@ -50,8 +51,9 @@ class LiveCall:
     `kind`: "module" (a module's original forward ran), "callable" (non-module code a forward
     called reached interpreted modules: its own code ran as one call), "dispatch" (a decorator
     around an interpreted forward called something other than the schema), "replaced" (a forward
-    replaced on the instance after parsing ran), "cached" (a miss of a `functools.lru_cache` a
-    forward called: the cached body ran live; `via` names the cache). `module` is the module's path in the model ("" for
+    replaced on the instance after parsing ran), "cached" (a miss of a `functools.lru_cache` the
+    schema called in a form it does not interpret: the cached body ran live; `via` names the cache;
+    a cached method or global called by name runs its body interpreted, `runtime.caching`). `module` is the module's path in the model ("" for
     the root, None when the module is not part of the schema), `via` the non-module function that
     called it (e.g. `transformers.pytorch_utils.apply_chunking_to_forward`), `block` and `location`
     where the schema made the call that led there. `phase` is "forward", or "backward" for what
@@ -81,6 +83,8 @@ def original_code(function: Any) -> Optional[Any]:
         function = function.__dict__["__wrapped__"]
         seen += 1
     function = getattr(function, "__func__", function)
+    if isinstance(function, types.FunctionType):
+        return original_code_of(function)  # its own code, also while a schema call through its cache runs
     return getattr(function, "__code__", None)
 
 
@@ -339,8 +343,10 @@ class LiveCallDetector:
         self.found[key] = LiveCall(
             module=path, module_type=type(module).__qualname__ if module is not None else "", kind="cached",
             callee=callee, via=decorator, block=label, location=location, phase=self.phase, key=key,
-            reason=(f"{callee} is cached by {decorator}: the schema calls the cache as one call, and on a miss "
-                    "(counted in calls) its body runs live, not interpreted; a hit returns the kept value, as in eager"))
+            reason=(f"{callee} is cached by {decorator} and was called as one call, not in a form whose body the "
+                    "schema runs on a miss (a cached method called as self.<name>(...), a cached function called by "
+                    "its global name): on a miss (counted in calls) its body ran live, not interpreted; a hit "
+                    "returns the kept value, as in eager"))
 
     def _on_call(self, frame: Any) -> None:
         refs = self.wrappers.get(frame.f_code)
