@@ -212,8 +212,10 @@ class LiveCallDetector:
         self.codes.update(tree_codes)
         self.phase = phase
         self.found: dict[tuple, LiveCall] = {}
-        # decorated forwards whose decorator ran: {block id: (weak block, label, location, count)}
+        # decorated forwards whose decorator ran and called Python code: {block id: (weak block, label,
+        # location, count)}; a decorator's frame running now: [weak block, label, location, called]
         self.wrapped: dict[int, list] = {}
+        self.pending: dict[Any, list] = {}
         # generated frames now running a skipped block (`note_skipped`): what runs below is its region
         self.inside: list = []
         self._previous = None
@@ -300,19 +302,27 @@ class LiveCallDetector:
             sys.settrace(previous)
             _ACTIVE.detector = outer
 
+        pending = self.pending
+        called = self._called
+
         if previous is None:
-            def trace(frame: Any, event: str, arg: Any) -> None:
+            def trace(frame: Any, event: str, arg: Any) -> Any:
                 if halted[0]:
                     return off()
-                if frame.f_code in codes:
-                    on_call(frame)
+                if pending and frame.f_back in pending:
+                    called(frame)
+                if frame.f_code in codes and on_call(frame):
+                    return self._returns(None)  # a decorator's frame: watch it return
                 return None
         else:
             def trace(frame: Any, event: str, arg: Any) -> Any:
                 if halted[0]:
                     off()
-                elif event == "call" and frame.f_code in codes:
-                    on_call(frame)
+                elif event == "call":
+                    if pending and frame.f_back in pending:
+                        called(frame)
+                    if frame.f_code in codes and on_call(frame):
+                        return self._returns(previous(frame, event, arg))
                 return previous(frame, event, arg)
 
         sys.settrace(trace)
@@ -348,21 +358,48 @@ class LiveCallDetector:
                     "its global name): on a miss (counted in calls) its body ran live, not interpreted; a hit "
                     "returns the kept value, as in eager"))
 
-    def _on_call(self, frame: Any) -> None:
+    def _called(self, frame: Any) -> None:
+        """A decorator's frame (pending) called `frame`: anything but torch's plumbing is code run."""
+        if not _is_plumbing(frame.f_code):
+            self.pending[frame.f_back][3] = True
+
+    def _returns(self, outer: Any) -> Any:
+        """A local tracer for a decorator's frame, calling `outer` (a tracer set before) too."""
+        def local(frame: Any, event: str, arg: Any) -> Any:
+            nonlocal outer
+            if event == "return":
+                self._returned(frame)
+            if outer is not None:
+                outer = outer(frame, event, arg)
+            return local
+
+        return local
+
+    def _returned(self, frame: Any) -> None:
+        """A decorator's frame returned. One that called no Python code (vit-pytorch's `singleton`
+        returning the module it keeps on the instance, a cache hit) ran nothing of the method, as in
+        eager; one that did either entered the schema or dispatched elsewhere (`dispatched_calls`)."""
+        ref, label, location, called = self.pending.pop(frame, (None, "", "", False))
+        block = ref() if ref is not None else None
+        if block is None or not called:
+            return
+        entry = self.wrapped.get(id(block))
+        if entry is None:
+            self.wrapped[id(block)] = [ref, label, location, 1]
+        else:
+            entry[3] += 1
+
+    def _on_call(self, frame: Any) -> bool:
         refs = self.wrappers.get(frame.f_code)
         if isinstance(refs, str):  # the body of a cached function: a miss of its cache, run live
-            return self._cache_miss(frame, refs)
+            self._cache_miss(frame, refs)
+            return False
         if refs is not None:  # a decorator around an interpreted forward: did it call the schema?
             ref = _wrapped_block(frame, refs)
-            block = ref() if ref is not None else None
-            if block is not None:
-                entry = self.wrapped.get(id(block))
-                if entry is None:
-                    label, location = describe_generated(frame.f_back)
-                    self.wrapped[id(block)] = [ref, label, location, 1]
-                else:
-                    entry[3] += 1
-            return
+            if ref is None or ref() is None:
+                return False
+            self.pending[frame] = [ref, *describe_generated(frame.f_back), False]
+            return True  # counted when it returns, if it called Python code (`_returned`)
         # a module forward nested in a live one of the model is inside that region; one nested in a
         # live module that is no sub-module has a row of its own (no path covers it), via that one
         caller, between, nested = generated_caller(frame, self.stop_codes)
