@@ -20,6 +20,7 @@ import functools
 import threading
 import types
 import warnings
+import weakref
 from typing import Any, Callable, Optional
 
 __all__ = ["is_cache", "caches_inner", "CachedLevel", "original_code_of"]
@@ -30,6 +31,8 @@ _LOCK = threading.RLock()
 _LOCAL = threading.local()  # .armed: {id(function): what a miss runs now, on this thread}
 # id(function) -> [function, its own code, its clone, schema calls under way]
 _INSTALLED: dict[int, list] = {}
+# function -> (its own code, its trampoline, its clone), kept while the function lives
+_PREPARED: "weakref.WeakKeyDictionary[types.FunctionType, tuple]" = weakref.WeakKeyDictionary()
 
 
 def is_cache(value: Any) -> bool:
@@ -101,12 +104,17 @@ def _install(function: types.FunctionType) -> None:
             entry[3] += 1
             return
         code = function.__code__
-        clone = types.FunctionType(code, function.__globals__, function.__name__, function.__defaults__,
-                                   function.__closure__)
-        clone.__kwdefaults__ = function.__kwdefaults__
-        clone.__qualname__ = function.__qualname__
-        _INSTALLED[id(function)] = [function, code, clone, 1]
-        function.__code__ = _trampoline(code.co_freevars, _dispatcher(id(function), clone))
+        prepared = _PREPARED.get(function)
+        if prepared is None or prepared[0] is not code or prepared[2].__defaults__ is not function.__defaults__ \
+                or prepared[2].__kwdefaults__ is not function.__kwdefaults__:
+            clone = types.FunctionType(code, function.__globals__, function.__name__, function.__defaults__,
+                                       function.__closure__)
+            clone.__kwdefaults__ = function.__kwdefaults__
+            clone.__qualname__ = function.__qualname__
+            prepared = _PREPARED[function] = (code, _trampoline(code.co_freevars, _dispatcher(id(function), clone)),
+                                              clone)
+        _INSTALLED[id(function)] = [function, code, prepared[2], 1]
+        function.__code__ = prepared[1]
 
 
 def _uninstall(function: types.FunctionType) -> None:

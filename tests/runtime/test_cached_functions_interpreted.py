@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
+import threading
 
 import pytest
 import torch
@@ -128,6 +130,8 @@ def test_a_cached_function_runs_its_body_interpreted_with_eagers_hits_and_misses
     record = capture_run(schema, {"x": inputs[0]}, coverage=True)
     assert record.coverage().empty
     assert any(step.out_var == variable and step.frame_depth == 1 for step in record.trace.steps)
+    if schema.methods[key].read_from is not None:  # a global: the trace names it as one
+        assert any(step.description == f"Call to cached function {key}" for step in record.trace.steps)
     again = capture_run(schema, {"x": inputs[0]})
     assert not any(step.out_var == variable for step in again.trace.steps)
     assert torch.equal(again.outputs[0], expected[0])
@@ -254,3 +258,51 @@ def test_qwenimage_transformer_pos_embed_is_interpreted_with_nothing_skipped():
     assert all(torch.equal(a, b) for a, b in zip(got, expected))
     assert record.coverage().empty
     assert any(step.block_path == "pos_embed" and step.out_var == "freqs_height" for step in record.trace.steps)
+
+
+_IN_BODY = threading.Event()
+_RELEASE = threading.Event()
+_SEEN_CODES = []
+
+
+def _wait_for_the_other_thread():
+    _IN_BODY.set()
+    assert _RELEASE.wait(10)
+
+
+class WaitsInItsBody(nn.Module):
+    @functools.lru_cache(maxsize=None)
+    def table(self, n, wait=True):
+        _SEEN_CODES.append(sys._getframe().f_code)
+        if wait:
+            _wait_for_the_other_thread()
+        return torch.ones(n)
+
+    def forward(self, x):
+        return x + self.table(x.shape[-1])
+
+
+def test_another_thread_calling_the_function_during_a_schema_miss_runs_its_own_code():
+    model = WaitsInItsBody()
+    x = torch.randn(2, 3)
+    _RELEASE.set()
+    schema = NNParser.parse_model(model, inputs_tensors_values={"x": x})
+    function = WaitsInItsBody.table.__wrapped__
+    own_code = function.__code__
+    WaitsInItsBody.table.cache_clear()
+    _IN_BODY.clear(), _RELEASE.clear()
+    _SEEN_CODES.clear()
+    results = {}
+    runner = threading.Thread(target=lambda: results.setdefault(
+        "schema", SchemaInterpreter().run(block=schema, scope={"x": x})[0]))
+    runner.start()
+    assert _IN_BODY.wait(10)  # the schema's miss is inside the interpreted body, trampoline in place
+    assert function.__code__ is not own_code
+    results["other"] = function(model, 5, wait=False)  # another caller: the function's own code
+    _RELEASE.set()
+    runner.join(10)
+    # the schema's miss ran generated code (no frame of the original), the other caller its own code
+    assert len(_SEEN_CODES) == 2 and _SEEN_CODES[0] is not own_code and _SEEN_CODES[1] is own_code
+    assert torch.equal(results["other"], torch.ones(5))
+    assert torch.equal(results["schema"], model(x))
+    assert function.__code__ is own_code
