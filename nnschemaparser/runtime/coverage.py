@@ -39,6 +39,9 @@ __all__ = ["LiveCall", "LiveCallDetector", "active_detector", "dispatched_calls"
 
 from ..schema.model import COVERAGE_COLUMNS  # noqa: E402  (the columns of `coverage()`, in order)
 
+# What a decorator that returns a value it keeps may call: nn.Module's attribute access, and the
+# program's runners (which enter the schema, counted apart).
+_ACCESS_FILES = ("torch/nn/modules/module.py", "nnschemaparser/runtime/")
 # Frames of torch's own call machinery, never "the helper that made the call".
 _PLUMBING_FILES = ("torch/nn/modules/module.py", "torch/nn/utils/parametrize.py", "torch/_dynamo", "torch/_compile.py",
                    "torch/utils/_contextlib.py", "contextlib.py", "nnschemaparser/runtime/")
@@ -359,8 +362,10 @@ class LiveCallDetector:
                     "returns the kept value, as in eager"))
 
     def _called(self, frame: Any) -> None:
-        """A decorator's frame (pending) called `frame`: anything but torch's plumbing is code run."""
-        if not _is_plumbing(frame.f_code):
+        """A decorator's frame (pending) called `frame`: anything but a module's attribute access
+        (`getattr(self, key)` on an nn.Module) and this package's runners is code run."""
+        filename = frame.f_code.co_filename.replace("\\", "/")
+        if not any(part in filename for part in _ACCESS_FILES):
             self.pending[frame.f_back][3] = True
 
     def _returns(self, outer: Any) -> Any:
