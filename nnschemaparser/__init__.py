@@ -12,6 +12,7 @@ from .traces.sampling import CaptureLimits, TensorSnapshot
 from .inspection.card import format_card
 from .inspection.config_spec import ConfigFieldSpec, ModelStructureSpec, inspect_config
 from .traces.compare import TraceDiff, compare_traces, diff_summary, first_divergence
+from .traces.diverge import DivergeError, DivergeLine, DivergeReport, diverge
 from .schema.dump import dump_schema, format_schema
 from .schema.errors import (
     EditError,
@@ -47,6 +48,9 @@ from .inspection.metadata import ModelMetadata, ModuleMetadata, inspect_model
 from .parser.model_parser import NNParser
 from .traces.record import ExecutionRecord, capture_run
 from .traces.interventions import Intervention, InterventionError, InterventionRun, Site
+from .traces.patch_sites import PatchedRun
+from .traces.patching import PatchingReuseWarning, activation_patching
+from .traces.attribution import attribution_patching
 from .traces.recorder import ActivationRecorder
 from .traces.estimate import CaptureEstimate, CaptureTooLargeError, estimate_capture
 from .traces.dropped import CaptureLimitWarning
@@ -117,7 +121,9 @@ __all__ = [
     "FormatVersionError", "FileLimitError", "UnsafeReferenceError", "ModelMismatchError", "SourceMismatchError", "UnresolvedReference",
     "ActivationRecorder", "ActivationTrace", "GradientTrace", "TraceStep", "ExecutionRecord", "capture_run",
     "Intervention", "InterventionError", "InterventionRun", "Site",
+    "activation_patching", "attribution_patching", "PatchedRun", "PatchingReuseWarning",
     "TraceDiff", "compare_traces", "diff_summary", "first_divergence", "diffs_to_dataframe", "tensor_statistics",
+    "diverge", "DivergeReport", "DivergeLine", "DivergeError",
     "HistogramBins", "histogram_bins", "plot_histograms", "EditEvent",
     "capture_dataset", "TraceStore", "Reduction", "KeepSelector", "KeepTerm", "StoreMismatchError",
     "StoreIncompleteError", "StoreBusyError", "StoreLinkError",

@@ -53,18 +53,24 @@ def _contents(value: Any) -> Any:
     return None
 
 
+def _differs(value: Any, items: Any) -> bool:
+    """Whether a container's items are no longer the recorded ones (by identity, as `_put_back` compares)."""
+    if type(value) is dict:
+        return len(value) != len(items) or any(value.get(k, _MISSING) is not v for k, v in items.items())
+    if type(value) is set:
+        return len(value) != len(items) or not value.issuperset(items)
+    return len(value) != len(items) or any(a is not b for a, b in zip(value, items))
+
+
 def _put_back(value: Any, items: Any) -> None:
     """Give a container its recorded items again, when they changed (compared by identity: a value
     may be a tensor, whose `==` is elementwise)."""
-    if type(value) is dict:
-        if len(value) != len(items) or any(value.get(k, _MISSING) is not v for k, v in items.items()):
-            value.clear()
-            value.update(items)
-    elif type(value) is set:
-        if len(value) != len(items) or not value.issuperset(items):
-            value.clear()
-            value.update(items)
-    elif len(value) != len(items) or any(a is not b for a, b in zip(value, items)):
+    if not _differs(value, items):
+        return
+    if type(value) in (dict, set):
+        value.clear()
+        value.update(items)
+    else:
         value[:] = items
 
 
@@ -127,6 +133,25 @@ class PythonState:
             value = _cell_value(cell)
             self.cells.append((cell, value))
             self._function(value)  # a helper defined beside the class: its own cells and defaults
+
+    def changed(self) -> list[str]:
+        """What differs from the recorded state, one phrase each (nothing is put back)."""
+        out: list[str] = []
+        for space, before, held in self.namespaces:
+            where = space.get("__name__", "a module")
+            out += [f"global {key!r} of {where} added" for key in space if key not in before]
+            out += [f"global {key!r} of {where} rebound" for key, value in before.items()
+                    if space.get(key, _MISSING) is not value]
+            out += [f"the items of a {type(value).__name__} held by {where} changed" for value, items in held
+                    if _differs(value, items)]
+        for cls, attrs in self.classes:
+            now = {k: v for k, v in vars(cls).items() if not (k.startswith("__") and k.endswith("__"))}
+            out += [f"class attribute {cls.__name__}.{key} written" for key in now.keys() | attrs.keys()
+                    if now.get(key, _MISSING) is not attrs.get(key, _MISSING)]
+        out += [f"a mutable default ({type(value).__name__}) changed" for value, items in self.defaults
+                if _differs(value, items)]
+        out += ["a closure variable rebound" for cell, value in self.cells if _cell_value(cell) is not value]
+        return out
 
     def restore(self) -> None:
         """Put back every recorded name, class attribute, container's items and cell."""

@@ -1,6 +1,6 @@
 """Stage 3, runtime: executes a schema by re-dispatching every instruction to the real callables.
 
-The modules, each a noun:
+Thirteen modules, each a noun:
 
 - `codegen`: the code generator. Each function of a schema becomes one real Python function, with
   one `emit_<Instruction>` per instruction kind saying how it runs (plain and observed); the code
@@ -26,6 +26,8 @@ The modules, each a noun:
   events, and `TraceListener`.
 - `interventions`: what `interventions=` plugs into a run (the listener the traces stage builds from
   selectors, handed over once by `use_interventions`), so the runtime reads no selector.
+- `reuse`: a patched run's block calls answered from a recorded clean run's (`CallReuse`, the
+  programs that wrap their invokers, `run_reusing`), for activation patching.
 - `interpreter`: the public driver (`SchemaInterpreter.run / call / step_run`, `StepInfo`,
   `CallPause`, edits, `source_code`).
 

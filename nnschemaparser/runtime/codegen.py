@@ -29,6 +29,11 @@ reads are per code object and per globals dict) and its own globals (`env`: the 
 constants, weights' dicts and helpers the text names). An exception passing through a generated frame gets one note
 (`functions.failure`) naming the source text of the instruction that was running.
 
+A program made for `torch.compile` (`ctx.traceable`, `traces/compile_regions.TraceableProgram`) gets
+code dynamo traces without a graph break: no `try` wrapper (dynamo cannot resume inside one), a
+tensor's method called without asking whether it is a module, a value called as is while dynamo
+traces. Plain programs never set it and generate what they always did.
+
 Longer than 600 lines because it is one visitor class with its base: the emitters of calls (ops,
 method calls, block calls) and the observer's calls are here, kept together on purpose; those of
 the other statements (return, raise, yield, del, loop signals, closures, if / while / for / try /
@@ -48,6 +53,7 @@ import operator
 import types
 from typing import Any, Callable, Optional
 
+import torch.compiler
 from torch import Tensor, nn
 
 from ..schema.model import (Binding, BlockInstruction, Const, ControlInstruction, FunctionSchema, Instruction,
@@ -406,12 +412,16 @@ class CodeGenerator(StatementEmitters):
         self.indent = 0
         self.line(f"def {name}({params}):", None)
         self.indent = 1
-        self.line("try:", None)
+        # dynamo cannot resume after a graph break inside a `try`: a traceable program's code has none
+        traceable = getattr(self.ctx, "traceable", False)
+        self.line("if True:" if traceable else "try:", None)
         self.guard_lines()  # a part checks what it reads too: it runs when its statement runs
         if self.generator:
             refresh = self.helper("refresh", refresh_free_vars)
             self.line(f"    {refresh}(f, outer, {self.helper('free_vars', tuple(schema.free_vars))})", None)
         self.lines.extend(body)
+        if traceable:
+            return self.compile(name)
         failing = self.const(failure, "failure")
         base = self.helper("BaseException", BaseException)
         self.line(f"except {base} as {err}:", None)
@@ -543,9 +553,13 @@ class CodeGenerator(StatementEmitters):
             callee = self.temp("callee")
             call, lists = self.arguments(instr, callee)
             self.line(f"{callee} = {self.var(target.name)}")
-            self.line(f"{out} = {self.helper('call_value', self.ctx.call_value)}({callee}, {lists}) "
-                      f"if {self.helper('isinstance', isinstance)}({callee}, {self.helper('Module', _Module)}) "
-                      f"else {callee}({call})")
+            dispatch = (f"{self.helper('call_value', self.ctx.call_value)}({callee}, {lists}) "
+                        f"if {self.helper('isinstance', isinstance)}({callee}, {self.helper('Module', _Module)}) "
+                        f"else {callee}({call})")
+            if getattr(self.ctx, "traceable", False):  # under dynamo: called as is (see emit_method_call)
+                compiling = self.helper("is_compiling", torch.compiler.is_compiling)
+                dispatch = f"{callee}({call}) if {compiling}() else ({dispatch})"
+            self.line(f"{out} = {dispatch}")
             return
         simple = not instr.kwargs and not instr.star_args and instr.args_var is None and instr.kwargs_var is None
         binding = getattr(instr, "binding", None)
@@ -591,9 +605,15 @@ class CodeGenerator(StatementEmitters):
             self.line(f"{method} = {bind}{self.helper('getattr', getattr)}({receiver}, {quote(fetch.args[1])})", fetch)
         out = self.var(call.out_var) if call.out_var else self.temp("unused")
         args, lists = self.arguments(call, method)
-        self.line(f"{out} = {self.helper('call_value', self.ctx.call_value)}({method}, {lists}) "
-                  f"if {self.helper('isinstance', isinstance)}({method}, {self.helper('Module', _Module)}) "
-                  f"else {method}({args})", call)
+        dispatch = (f"{self.helper('call_value', self.ctx.call_value)}({method}, {lists}) "
+                    f"if {self.helper('isinstance', isinstance)}({method}, {self.helper('Module', _Module)}) "
+                    f"else {method}({args})")
+        if getattr(self.ctx, "traceable", False):
+            # A program made for torch.compile (`ctx.traceable`, traces/compile_regions.py): dynamo cannot
+            # tell the type of an intermediate tensor's bound method, so a tensor's method is called as is.
+            dispatch = f"{method}({args}) if {self.helper('isinstance', isinstance)}({receiver}, " \
+                       f"{self.helper('Tensor', Tensor)}) else ({dispatch})"
+        self.line(f"{out} = {dispatch}", call)
 
     def emit_BlockInstruction(self, instr: BlockInstruction) -> None:
         self.leaf(instr, lambda: self.write_block_call(instr))

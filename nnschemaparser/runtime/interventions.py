@@ -30,7 +30,8 @@ class InterventionListener(TraceListener):
     """What the runtime expects of the listener an `interventions=` argument becomes.
 
     `observe`: ids of the blocks it must observe (None: every block). `edit_listeners`: the run's
-    listeners to tell of each replacement (`on_edit`), set by the runtime before the run. `step_of`:
+    listeners to tell of each replacement (`on_edit`), `value_listeners` those to tell of values
+    reported at a site (`on_value`: an SAE's features), both set by the runtime before the run. `step_of`:
     None, or a function giving the number of the step being made (stepped runs). `finish()` runs
     after the run returned and raises when an intervention matched nothing.
     """
@@ -40,6 +41,7 @@ class InterventionListener(TraceListener):
 
     def __init__(self) -> None:
         self.edit_listeners: list[TraceListener] = []
+        self.value_listeners: list[TraceListener] = []
         self.step_of: Optional[Callable[[], int]] = None
 
     def finish(self) -> None:
@@ -63,4 +65,6 @@ def intervention_listener(root: ModelBlockSchema, interventions: Any,
     listener = _COMPILER[0](root, interventions)
     base = TraceListener.on_edit
     listener.edit_listeners = [l for l in listeners if getattr(type(l), "on_edit", base) is not base]
+    listener.value_listeners = [l for l in listeners if getattr(type(l), "on_value", TraceListener.on_value)
+                                is not TraceListener.on_value]
     return listener

@@ -182,6 +182,11 @@ class TraceListener:
     def on_edit(self, event: "EditEvent") -> None:
         """A stepped run's edit replaced a variable of a live frame (see SchemaInterpreter.step_run)."""
 
+    def on_value(self, path: str, depth: int, name: str, value: Any, description: str, op: str) -> None:
+        """A value computed beside the instructions, reported as a variable of the block at `path`
+        (frame `depth`) named `name`: an SAE's features at an intervention's site (`Site.record`).
+        It comes after the instruction (and the edit) of the site it was computed at."""
+
     def on_run_end(self, outputs: Any) -> None:
         """The run returned `outputs` (what forward returns)."""
 

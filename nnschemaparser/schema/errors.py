@@ -16,7 +16,8 @@ nothing of the package; tests/test_error_tree.py fails when one is missing here,
     │   │   ├── StaleSchemaError                              a forward replaced on its class, a decorator's choice changed
     │   │   ├── LogicalCaptureError (distributed.logical)     ranks that disagree, or a value that cannot be gathered
     │   │   ├── CaptureTooLargeError (traces.estimate)        a capture whose memory estimate does not fit, refused
-    │   │   └── InterventionError (traces.interventions)      an intervention that cannot apply or changed nothing
+    │   │   ├── InterventionError (traces.interventions)      an intervention that cannot apply or changed nothing
+    │   │   └── DivergeError (traces.diverge)                 diverge cannot compare the two configurations as given
     │   ├── EditError                                         a stepping edit: unknown variable, other shape/dtype
     │   ├── SchemaFormatError                                 a saved schema or trace file is malformed or unsafe
     │   │   ├── MalformedFileError (files.file_format)        not JSON, a field of the wrong type, truncated, ...
@@ -51,7 +52,8 @@ nothing of the package; tests/test_error_tree.py fails when one is missing here,
     ├── _Refused (widget.share_server)                        internal: a request the server refuses (HTTP status)
     ├── _Refused (widget.share_worker)                        internal: the same, raised in a worker process
     ├── Refusal (widget.share_queue)                          internal: a request the fair queue answers at once (503, 408, 413)
-    └── _WriteFailed (store.writer)                           internal: a store file could not be written (StoreIncompleteError)
+    ├── _WriteFailed (store.writer)                           internal: a store file could not be written (StoreIncompleteError)
+    └── RegionRefused (traces.compile_regions)                internal: the compiler refused a region (its enclosing one stands)
     RuntimeError
     ├── ModelExit (inspection.cli)                            the model's own code called sys.exit (CLI status 1)
     ├── ModelAbort (inspection.cli)                           the model's code raised GeneratorExit or its own BaseException (CLI status 1)
@@ -60,7 +62,8 @@ nothing of the package; tests/test_error_tree.py fails when one is missing here,
     UserWarning
     ├── GraphMismatchWarning (inspection.inspector)           graph mode: the exported result is not eager's
     ├── CaptureLimitWarning (traces.dropped)                  capture_run's CaptureLimits dropped values (trace.dropped)
-    └── KeepMissedWarning (traces.missed)                     a call= selector named a call an unobserved block made
+    ├── KeepMissedWarning (traces.missed)                     a call= selector named a call an unobserved block made
+    └── PatchingReuseWarning (traces.patching)                activation_patching reran every patched run from the start
     BaseException
     └── StepAbandoned (runtime.listeners)                      unwinds a paused stepped run; passes `except Exception:`
 """

@@ -41,6 +41,7 @@ from typing import Any, Iterable, Optional
 
 from ..files.file_format import FileLimits
 from ..schema.model import ModelBlockSchema
+from ..traces.interventions import interventions_of
 from ..traces.selection import keep_selector
 from .manifest import StoreIncompleteError, StoreOptions, read_commits
 from .guard import StoreLock
@@ -86,7 +87,8 @@ class _Progress:
 def capture_dataset(schema: ModelBlockSchema, inputs: Iterable[Any], store: str | os.PathLike, keep: Any = None, *,
                     world: Optional[int] = None, block_size: int = 64, shard_bytes: int = 256 * 1024 * 1024,
                     bins: int = 64, low: float = -8.0, high: float = 8.0, top_k: int = 16, progress: bool = True,
-                    limits: Optional[FileLimits] = None, liveness: Optional[float] = 60.0) -> TraceStore:
+                    limits: Optional[FileLimits] = None, liveness: Optional[float] = 60.0,
+                    interventions: Any = None) -> TraceStore:
     """Capture each input of `inputs` (scopes, tensors, tuples or DataLoader batches) into the store at `store`.
 
     Writes per-step statistics of every step (Parquet), the tensors `keep` names (a selector as for
@@ -99,12 +101,20 @@ def capture_dataset(schema: ModelBlockSchema, inputs: Iterable[Any], store: str 
     processes (module docstring); with it, a rank that sends no heartbeat for `liveness` seconds
     (stopped, or frozen holding the interpreter) ends the run with StoreIncompleteError naming it
     (None: wait for the group's own 30-minute timeout). Returns the TraceStore.
+
+    `interventions` ({selector: fn or tensor}, as for capture_run) is applied in every input's run:
+    the store holds the changed runs. The manifest records the interventions' selectors (their
+    functions cannot be written), so resuming the store with other interventions, or with none, is
+    refused (StoreMismatchError); resuming it with other functions at the same selectors is not
+    detected: keep them with the store's code.
     """
     if not isinstance(schema, ModelBlockSchema):
         raise TypeError(f"schema must be a ModelBlockSchema (NNParser.parse_model(...)), got {type(schema).__name__}")
     selector = keep_selector(keep)
+    texts = "; ".join(item.text() for item in interventions_of(interventions)) if interventions is not None else None
     options = StoreOptions(keep=selector.text() if selector is not None else None, block_size=block_size,
-                           shard_bytes=shard_bytes, bins=bins, low=float(low), high=float(high), top_k=top_k)
+                           shard_bytes=shard_bytes, bins=bins, low=float(low), high=float(high), top_k=top_k,
+                           interventions=texts)
     limits = limits or FileLimits()
     root = Path(store)
     launched = world is None and "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
@@ -115,7 +125,7 @@ def capture_dataset(schema: ModelBlockSchema, inputs: Iterable[Any], store: str 
         raise ValueError(f"liveness must be a positive number of seconds or None, got {liveness!r}")
     total = len(inputs) if hasattr(inputs, "__len__") else None  # type: ignore[arg-type]
     if launched:
-        return _as_launched_rank(root, schema, inputs, options, selector, limits, progress, total)
+        return _as_launched_rank(root, schema, inputs, options, selector, limits, progress, total, interventions)
     folder_existed, new = root.exists(), not (root / "manifest.json").exists()
     if new:
         refuse_foreign_folder(root)
@@ -126,11 +136,11 @@ def capture_dataset(schema: ModelBlockSchema, inputs: Iterable[Any], store: str 
             if world is None or world == 1:
                 bar = _Progress(progress, total)
                 try:
-                    write_rank(root, schema, inputs, options, selector, limits, progress=bar)
+                    write_rank(root, schema, inputs, options, selector, limits, progress=bar, interventions=interventions)
                 finally:
                     bar.close()
             else:
-                _run_forked(root, schema, inputs, options, selector, limits, world, liveness)
+                _run_forked(root, schema, inputs, options, selector, limits, world, liveness, interventions)
         except BaseException as exc:
             # a store this call created and that holds no input is refused whole: nothing is left behind
             if new and discard_new_store(root, folder_existed) and hasattr(exc, "add_note"):
@@ -141,7 +151,8 @@ def capture_dataset(schema: ModelBlockSchema, inputs: Iterable[Any], store: str 
 
 
 def _as_launched_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], options: StoreOptions,
-                      selector: Any, limits: FileLimits, progress: bool, total: Optional[int]) -> TraceStore:
+                      selector: Any, limits: FileLimits, progress: bool, total: Optional[int],
+                      interventions: Any = None) -> TraceStore:
     """One rank of a torchrun launch: rank 0 prepares the store, every rank writes its blocks."""
     import torch.distributed as dist
 
@@ -157,7 +168,7 @@ def _as_launched_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any
             identity = prepare_store(root, schema, options, limits)  # checks what rank 0 created
         bar = _Progress(progress and rank == 0, total)
         try:
-            summary = write_rank(root, schema, inputs, options, selector, limits, rank, world, bar)
+            summary = write_rank(root, schema, inputs, options, selector, limits, rank, world, bar, interventions)
         finally:
             bar.close()
         summaries: list = [None] * world
@@ -172,7 +183,7 @@ def _as_launched_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any
 
 
 def _rank_main(rank: int, world: int, port: int, root: str, schema: ModelBlockSchema, inputs: Iterable[Any],
-               options: StoreOptions, selector: Any, limits: FileLimits, beats: Any) -> None:
+               options: StoreOptions, selector: Any, limits: FileLimits, beats: Any, interventions: Any = None) -> None:
     import torch
     import torch.distributed as dist
 
@@ -183,7 +194,8 @@ def _rank_main(rank: int, world: int, port: int, root: str, schema: ModelBlockSc
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=_TIMEOUT)
     try:
-        summary = write_rank(Path(root), schema, inputs, options, selector, limits, rank, world)
+        summary = write_rank(Path(root), schema, inputs, options, selector, limits, rank, world,
+                             interventions=interventions)
         summaries: list = [None] * world
         dist.all_gather_object(summaries, summary)
         dist.barrier()  # no rank tears the group down while another still talks to it
@@ -231,7 +243,7 @@ def _committed(root: Path, limits: FileLimits, options: StoreOptions) -> int:
 
 
 def _run_forked(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], options: StoreOptions, selector: Any,
-                limits: FileLimits, world: int, liveness: Optional[float] = 60.0) -> None:
+                limits: FileLimits, world: int, liveness: Optional[float] = 60.0, interventions: Any = None) -> None:
     import multiprocessing.sharedctypes
 
     import torch.distributed as dist
@@ -240,7 +252,7 @@ def _run_forked(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], opt
     if not dist.is_available() or not dist.is_gloo_available():
         raise RuntimeError("capture_dataset(world=N) needs torch.distributed with the gloo backend; use world=1")
     beats = multiprocessing.sharedctypes.RawArray("d", [time.monotonic()] * world)
-    args = (world, _free_port(), str(root), schema, inputs, options, selector, limits, beats)
+    args = (world, _free_port(), str(root), schema, inputs, options, selector, limits, beats, interventions)
     context = mp.start_processes(_rank_main, args=args, nprocs=world, join=False, start_method="fork")
     silent = None
     try:

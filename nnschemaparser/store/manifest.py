@@ -181,7 +181,8 @@ class StoreOptions:
     per unit (the grain of commits, resumption and the split over ranks); `shard_bytes`: the most
     tensor bytes in one safetensors shard; `bins`, `low`, `high`: the fixed histogram of every kept
     variable (`bins` equal bins over [low, high), plus under, over and NaN counts); `top_k`: the
-    inputs kept per variable by the l2 norm of its tensor.
+    inputs kept per variable by the l2 norm of its tensor; `interventions`: the selectors of the
+    interventions every run was made with (`Intervention.text()`, joined by "; "), None without.
     """
 
     keep: Optional[str] = None
@@ -191,6 +192,7 @@ class StoreOptions:
     low: float = -8.0
     high: float = 8.0
     top_k: int = 16
+    interventions: Optional[str] = None
 
     def __post_init__(self) -> None:
         for name in ("block_size", "shard_bytes", "bins", "top_k"):
@@ -204,7 +206,8 @@ class StoreOptions:
 
     def to_json(self) -> dict:
         return {"keep": self.keep, "block_size": self.block_size, "shard_bytes": self.shard_bytes, "bins": self.bins,
-                "low": self.low.hex(), "high": self.high.hex(), "top_k": self.top_k}
+                "low": self.low.hex(), "high": self.high.hex(), "top_k": self.top_k,
+                **({"interventions": self.interventions} if self.interventions is not None else {})}
 
 
 def _float_hex(obj: dict, key: str, where: str) -> float:
@@ -216,12 +219,13 @@ def _float_hex(obj: dict, key: str, where: str) -> float:
 
 
 def _options(data: Any, where: str) -> StoreOptions:
-    record(data, where, ("keep", "block_size", "shard_bytes", "bins", "low", "high", "top_k"))
+    record(data, where, ("keep", "block_size", "shard_bytes", "bins", "low", "high", "top_k"), ("interventions",))
     try:
         return StoreOptions(keep=get_opt_str(data, "keep", where), block_size=get_int(data, "block_size", where),
                             shard_bytes=get_int(data, "shard_bytes", where), bins=get_int(data, "bins", where),
                             low=_float_hex(data, "low", where), high=_float_hex(data, "high", where),
-                            top_k=get_int(data, "top_k", where))
+                            top_k=get_int(data, "top_k", where),
+                            interventions=get_opt_str(data, "interventions", where) if "interventions" in data else None)
     except ValueError as exc:
         raise MalformedFileError(f"{where}: {exc}") from None
 

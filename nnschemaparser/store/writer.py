@@ -294,8 +294,9 @@ def _remove_orphans(root: Path, block: int, committed: set[str]) -> None:
 
 def write_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], options: StoreOptions,
                selector: Optional[KeepSelector], limits: FileLimits, rank: int = 0, world: int = 1,
-               progress: Optional[Callable[[int, int], None]] = None) -> RankSummary:
-    """Capture this rank's missing inputs into the store (see the module docstring)."""
+               progress: Optional[Callable[[int, int], None]] = None, interventions: Any = None) -> RankSummary:
+    """Capture this rank's missing inputs into the store (see the module docstring); each run is made
+    with `interventions` (capture_run's)."""
     started = time.perf_counter()
     commits = read_commits(root, limits, options.block_size)
     done = {s for c in commits for s in c.samples}
@@ -341,7 +342,7 @@ def write_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], opti
                     _remove_orphans(root, block, named)
                     cleaned.add(block)
                 unit = _Unit(root, block, sample, options, names.summarise.kernel)
-            written = _capture_one(unit, schema, as_scope(item, schema), sample, names)
+            written = _capture_one(unit, schema, as_scope(item, schema), sample, names, interventions)
             summary.captured += 1
             summary.samples.append(sample)
             if progress is not None:
@@ -439,13 +440,15 @@ class _Names:
         return named
 
 
-def _capture_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: int, names: _Names) -> int:
-    return _summarise_one(unit, schema, scope, sample, names)
+def _capture_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: int, names: _Names,
+                 interventions: Any = None) -> int:
+    return _summarise_one(unit, schema, scope, sample, names, interventions)
 
 
-def _summarise_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: int, names: _Names) -> int:
+def _summarise_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: int, names: _Names,
+                   interventions: Any = None) -> int:
     with torch.no_grad():
-        record = capture_run(schema, scope)
+        record = capture_run(schema, scope, interventions=interventions)
     numbers, descriptions, slot_types, out_vars, op_names, block_paths, values, depths, omitted, shapes, dtypes = \
         _step_fields(record.trace)
     (numbers, slot_types, block_paths, out_vars, op_names, descriptions, depths, shapes, dtypes, omitted), cids, named, \

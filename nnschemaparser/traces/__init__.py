@@ -6,7 +6,12 @@ pandas), `trace` (`ActivationTrace`, `GradientTrace`, `TraceStep`), `recorder` (
 values at capture time, gradient hooks), `record` (`capture_run`), `compare` (`compare_traces`),
 `frames` (diff DataFrames), `histograms` (bins and figures), `interventions` (`interventions=`:
 selectors and the listener that replaces values; imported here so the runtime can read them),
-`steering` (`steer`, `attach`: steering vectors and SAEs as interventions).
+`steering` (`steer`, `attach`: steering vectors and SAEs as interventions), `patch_sites` (the sites,
+parts and state checks patching shares), `patching` (`activation_patching`), `attribution`
+(`attribution_patching`), `diverge` (two configurations compared by source statement: `diverge_align`
+pairs statements, `diverge_runs` the runs and their listener, `diverge_bounds` the errors and what a
+dtype explains), `diverge_compile` (where a `torch.compile`d model parts from eager: regions of the
+generated code compiled with its backend, `compile_regions`, bounded by `compile_bound`).
 
 May import: `schema`, `runtime` (listener interface, interpreter), `parser`.
 """

@@ -44,6 +44,7 @@ from __future__ import annotations
 import ast
 import difflib
 import re
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
@@ -215,6 +216,11 @@ class Site:
     def name(self) -> str:
         return f"{self.path}:{self.var}"
 
+    def record(self, name: str, value: Any, description: str = "", op: str = "") -> None:
+        """Report `value` as a variable `name` of this site's block (a capture keeps it as a step of its
+        own, after the site's: an SAE's features); only tensors are reported."""
+        self.run.report(self, name, value, description or f"Value {name} computed at {self.name}", op)
+
 
 class InterventionRun(InterventionListener):
     """One run's interventions: the listener the runtime adds (runtime/interventions.py).
@@ -234,6 +240,7 @@ class InterventionRun(InterventionListener):
         self._applied = [0] * len(items)
         self._ops = any(t.op is not None for item in items for t in item.selector.terms)
         self._module_blocks: Optional[dict[int, ModelBlockSchema]] = None
+        self._pending: list[tuple] = []  # values reported at the site being changed (`report`)
         observe: Optional[frozenset] = frozenset()
         for item in items:
             blocks = item.selector.blocks_to_observe(root)
@@ -261,10 +268,16 @@ class InterventionRun(InterventionListener):
         op = callee if is_call else (op_name_of(instr, event.frame) if self._ops else "")
         for i in candidates:
             item = self.items[i]
-            if not any(t.matches(path, var, op or "", "activation", is_call)
-                       and (t.block is None or path_matches(path, t.block, inside=False))
-                       for t in item.selector.terms):
-                continue  # a block glob names its own blocks here, not the blocks inside them
+            key = (item.selector, path, var, op, is_call)
+            hit = _MATCHED.get(key)
+            if hit is None:  # a block glob names its own blocks here, not the blocks inside them
+                if len(_MATCHED) > 100_000:
+                    _MATCHED.clear()
+                hit = _MATCHED[key] = any(
+                    t.matches(path, var, op or "", "activation", is_call)
+                    and (t.block is None or path_matches(path, t.block, inside=False)) for t in item.selector.terms)
+            if not hit:
+                continue
             self._hits[i] += 1
             if item.occurrence is not None and item.occurrence != occurrence:
                 continue
@@ -279,15 +292,28 @@ class InterventionRun(InterventionListener):
             event.value = value = new  # the listeners after this one (the stepper) see the new value
             self._applied[i] += 1
             self.sites.append(site)
+            if self._pending:  # values the intervention reported, after the edit of the site's step
+                pending, self._pending = self._pending, []
+                for name, reported, description, op in pending:
+                    for listener in self.value_listeners:
+                        listener.on_value(path, event.depth, name, reported, description, op)
+
+    def report(self, site: Site, name: str, value: Any, description: str, op: str) -> None:
+        """A value an intervention computed at `site` (`Site.record`), told to the run's listeners
+        after the site's edit."""
+        if not isinstance(name, str) or not name:
+            raise InterventionError(f"a value recorded at {site.name} needs a name, got {name!r}")
+        if isinstance(value, torch.Tensor):
+            self._pending.append((name, value, description, op))
 
     def _callee(self, instr: BlockInstruction, event: InstructionEvent) -> str:
         """The path of the block a block call ran (resolved as the recorder resolves it)."""
         ref = instr.block_ref
         if instr.callee_var is not None:
             if self._module_blocks is None:
-                self._module_blocks = {id(b.module): b for b in reversed(list(self.schema.iter_blocks()))
-                                       if b.module is not None and b.method_name is None}
-            block = self._module_blocks.get(id(event.frame.get(instr.callee_var)))
+                self._module_blocks = _module_blocks(self.schema)
+            held = self._module_blocks.get(id(event.frame.get(instr.callee_var)))
+            block = held() if held is not None else None
             return block.path if block is not None else ref.path
         try:
             return event.block.find(ref.path).path
@@ -304,15 +330,19 @@ class InterventionRun(InterventionListener):
                                         f"index [{_index_text(item.index)}] does not apply to shape "
                                         f"{tuple(value.shape)}: {exc}") from exc
         new = item.fn(part, site) if not isinstance(item.fn, torch.Tensor) else item.fn
-        where = f"intervention {item.text()!r} at {site.name} (occurrence {site.occurrence})"
-        what = "the indexed part" if item.index is not None else "the value"
-        if not isinstance(new, torch.Tensor):
-            raise InterventionError(f"{where}: {what} is a tensor; the intervention gave {type(new).__name__} "
-                                    "(fn(value, site) must return the new value)")
-        for label, got, want in (("shape", tuple(new.shape), tuple(part.shape)), ("dtype", new.dtype, part.dtype),
-                                 ("device", new.device, part.device)):
-            if got != want:
-                raise InterventionError(f"{where}: {what} has {label} {want}; the intervention gave {got}")
+        if new is part:  # handed back as it was
+            return value
+        if not isinstance(new, torch.Tensor) or new.shape != part.shape or new.dtype != part.dtype \
+                or new.device != part.device:
+            where = f"intervention {item.text()!r} at {site.name} (occurrence {site.occurrence})"
+            what = "the indexed part" if item.index is not None else "the value"
+            if not isinstance(new, torch.Tensor):
+                raise InterventionError(f"{where}: {what} is a tensor; the intervention gave {type(new).__name__} "
+                                        "(fn(value, site) must return the new value)")
+            for label, got, want in (("shape", tuple(new.shape), tuple(part.shape)), ("dtype", new.dtype, part.dtype),
+                                     ("device", new.device, part.device)):
+                if got != want:
+                    raise InterventionError(f"{where}: {what} has {label} {want}; the intervention gave {got}")
         if item.index is None:
             return new
         whole = value.clone()
@@ -342,6 +372,20 @@ class InterventionRun(InterventionListener):
             seen = set(names)
             names += [name for name in _static_sites(self.schema) if name not in seen]
         return names
+
+
+_MATCHED: dict[tuple, bool] = {}  # (selector, path, var, op, is_call) -> whether an intervention's selector names it
+_MODULE_BLOCKS: "weakref.WeakKeyDictionary[ModelBlockSchema, dict]" = weakref.WeakKeyDictionary()
+
+
+def _module_blocks(root: ModelBlockSchema) -> dict:
+    """{id(module): weakref of its forward block} of a schema, worked out once per schema (a run's
+    callees by identity; weak, so the entry does not keep the schema it is keyed by alive)."""
+    found = _MODULE_BLOCKS.get(root)
+    if found is None:
+        found = _MODULE_BLOCKS[root] = {id(b.module): weakref.ref(b) for b in reversed(list(root.iter_blocks()))
+                                        if b.module is not None and b.method_name is None}
+    return found
 
 
 def _static_sites(root: ModelBlockSchema) -> list[str]:

@@ -41,15 +41,8 @@ from .missed import call_watch, empty_call_terms, missed_calls_warning
 from .selection import KeepSelector, is_block_call, keep_selector
 from .descriptions import callee_name, describe_block_call, describe_op, lower_first, op_name_of
 from ..runtime.listeners import EditEvent, InstructionEvent, TraceListener
-from ..schema.model import (
-    BlockInstruction,
-    Instruction,
-    ModelBlockSchema,
-    OpInstruction,
-    ReturnInstruction,
-    TensorContainer,
-    VarRef,
-)
+from ..schema.model import (BlockInstruction, Instruction, ModelBlockSchema, OpInstruction, ReturnInstruction,
+                            TensorContainer, VarRef)
 from .trace import ActivationTrace, GradientTrace, TraceStep
 from .tensor_walk import _shape, _storage_ptr, _version, mutated_tensors, tensors_in
 
@@ -250,6 +243,10 @@ class ActivationRecorder(TraceListener):
             else:
                 return
         self._add(value, "activation", described[0], instr.out_var, described[1], path, depth)
+
+    def on_value(self, path: str, depth: int, name: str, value: Any, description: str, op: str) -> None:
+        if isinstance(value, _Tensor):  # reported at an intervention's site (an SAE's features): a step of its own
+            self._add(value, "activation", description, name, op, path, depth)
 
     def on_before_mutation(self, instruction: Instruction, frame: dict) -> None:
         targets = mutated_tensors(instruction, frame)

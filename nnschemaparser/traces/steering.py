@@ -8,7 +8,9 @@ after layer 2, exactly as a forward hook on that layer adding `v` would.
 `attach(sae, keep_error=True)` runs a sparse autoencoder or transcoder at the site: `sae` is a module
 (or any object) with `encode` and `decode`, or a callable returning `(features, reconstruction)`.
 Its features of each site are kept in `.features` (`{"path:var": [tensor per occurrence]}`, those
-of the last run). Without `keep_error` the value is replaced by the reconstruction. With
+of the last run), and are a captured variable of the site's block, `<var>.features` (`Site.record`):
+`capture_run` keeps them as a step right after the site's (`keep="model:hidden_states.features"`),
+`capture_dataset` writes them like any variable. Without `keep_error` the value is replaced by the reconstruction. With
 `keep_error=True` the run's outputs stay `torch.equal` to the model's without the SAE: the value is
 `x.detach() + (reconstruction - reconstruction.detach())`, which is `x` bit for bit (adding an
 exact zero), while autograd sees reconstruction + a constant error term, the usual error node: a
@@ -67,6 +69,8 @@ class SAEAttachment:
         else:
             features, reconstruction = self.sae(value)
         self.features.setdefault(site.name, []).append(features)
+        site.record(f"{site.var}.features", features, f"Features of the SAE attached at {site.name}",
+                    f"{type(self.sae).__name__}.encode")
         if not isinstance(reconstruction, torch.Tensor) or reconstruction.shape != value.shape:
             raise InterventionError(f"the SAE at {site.name} reconstructs shape "
                                     f"{tuple(getattr(reconstruction, 'shape', ()))}; the value has {tuple(value.shape)}")

@@ -84,3 +84,30 @@ def test_an_sae_kept_with_its_error_leaves_the_outputs_equal_and_its_features_ge
         replaced = _logits(SchemaInterpreter().run(schema, dict(inputs), interventions={
             "call=model.layers.1": attach(sae, keep_error=False)}))
     assert not torch.equal(replaced, plain)
+
+
+def test_an_sae_s_features_are_captured_variables_and_the_outputs_stay_equal(llama, tmp_path):
+    from nnschemaparser import capture_dataset, capture_run
+
+    model, schema, inputs = llama
+    sae = _SAE()
+    at = attach(sae, keep_error=True)
+    with torch.no_grad():
+        plain = model(**inputs).logits
+        record = capture_run(schema, dict(inputs), interventions={"call=model.layers.1": at})
+        kept = capture_run(schema, dict(inputs), keep="model:hidden_states.features",
+                           interventions={"call=model.layers.1": at})
+    assert torch.equal(_logits(record.outputs), plain)
+    steps = list(record.trace)
+    (feature,) = [i for i, s in enumerate(steps) if s.out_var == "hidden_states.features"]
+    site = steps[feature - 1]  # the features come right after the site they were computed at
+    assert (site.block_path, site.out_var, site.edited) == ("model", "hidden_states", True)
+    assert steps[feature].block_path == "model" and torch.equal(steps[feature].value, at.features["model:hidden_states"][0])
+    assert steps[feature].value.shape == (2, 8, 96)
+    (only,) = list(kept.trace)
+    assert only.container_id == steps[feature].container_id and torch.equal(only.value, steps[feature].value)
+    store = capture_dataset(schema, [dict(inputs)], tmp_path / "s", keep="model:hidden_states.features",
+                            progress=False, interventions={"call=model.layers.1": at})
+    rows = store.steps
+    (row,) = rows[rows["out_var"] == "hidden_states.features"].itertuples()
+    assert row.kept and torch.equal(store.tensor(0, row.container_id), steps[feature].value)

@@ -1,0 +1,137 @@
+"""Exact activation patching: the metric with one site patched from the corrupted run, for every site.
+
+    table = activation_patching(schema, clean, corrupted, metric, at="call=transformer.h.*", per="position")
+
+`clean` and `corrupted` are scopes (what `SchemaInterpreter.run` takes), `metric(outputs)` gives a
+scalar tensor from what the model returns. `at` is a selector (`keep=` grammar, `occurrence=`
+allowed; traces/interventions.py): every tensor it names in the clean run is a site. For each site,
+and each position or head when `per` asks (traces/patch_sites.py), the clean run is run again with
+that part replaced by the corrupted run's value, an `Intervention` at `path:var occurrence=N`; the
+row's `effect` is that metric minus the clean one, computed in the metric's dtype.
+
+The table: `site` (`transformer.h.3:output` for what a call returns, `path:var#n` for the n-th
+binding of a variable), `layer`, `position` / `head` when asked, `effect`, `metric` (the patched
+metric) and `run`, a `PatchedRun` (the inputs and the one intervention: `run.outputs()` reproduces
+the row, a view opens it as a fork). `table.attrs` holds `clean_metric`, `corrupted_metric`,
+`reuse` ("on", or why it was off) and the numbers of block calls `reused` and `ran` over the sweep.
+
+The clean prefix is not run again (runtime/reuse.py): the clean run records the block calls the
+blocks holding sites make; in a patched run, until the patch is applied, a call of the same block
+with bit-identical arguments returns the recorded result. Reuse is turned off, with a warning
+naming why, when the clean run wrote state a skipped call would not write again (parameters,
+buffers, module attributes, module globals and class attributes of the model's code) or drew random
+numbers (dropout in training mode). Every run starts from the random state the call found, which
+is put back at the end. Runs are made under `torch.no_grad()`.
+
+Depends on runtime.reuse, traces.interventions and traces.patch_sites; pandas.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Optional
+
+import torch
+
+from ..runtime.reuse import give_back_reuse, reuse_programs, run_reusing
+from ..schema.errors import SchemaRunError
+from ..schema.model import ModelBlockSchema
+from .interventions import Intervention, InterventionRun
+from .patch_sites import (PatchedRun, SiteValue, StateWatch, check_per, check_same_sites, look_at, metric_value,
+                          parts_of, rng_state, selector_of, set_rng_state)
+
+__all__ = ["activation_patching", "PatchingReuseWarning"]
+
+
+class PatchingReuseWarning(UserWarning):
+    """Activation patching could not reuse the clean run's prefix (the reason is in the message)."""
+
+
+def _check(schema: Any, clean: Any, corrupted: Any, metric: Any, function: str) -> None:
+    if not isinstance(schema, ModelBlockSchema):
+        raise SchemaRunError(f"{function} takes a ModelBlockSchema (from NNParser.parse_model), got {type(schema).__name__}")
+    for name, scope in (("clean", clean), ("corrupted", corrupted)):
+        if not isinstance(scope, dict):
+            raise SchemaRunError(f"{function}: {name} must be a scope, a dict of input name -> value (as run takes), "
+                                 f"got {type(scope).__name__}")
+    if not callable(metric):
+        raise SchemaRunError(f"{function}: metric must be a function of the model's outputs returning a scalar tensor")
+
+
+def activation_patching(schema: ModelBlockSchema, clean: dict, corrupted: dict, metric: Callable[[Any], Any],
+                        at: Any = None, per: Optional[str] = None, heads: Optional[int] = None, reuse: bool = True):
+    """A DataFrame of the metric's change when each site `at` names is patched from `corrupted`.
+
+    `per`: None (the whole value), "position" (axis 1) or "head" (`heads=` or read off the model;
+    traces/patch_sites.py). `reuse=False` runs every patched run from the start (the same numbers).
+    See the module docstring for the columns.
+    """
+    import pandas as pd
+
+    _check(schema, clean, corrupted, metric, "activation_patching")
+    check_per(per, heads)
+    item = selector_of(at, "activation_patching")
+    observe = InterventionRun(schema, [item]).observe
+    pair = reuse_programs(schema, observe)
+    state = rng_state()
+    rows: list[dict] = []
+    try:
+        with torch.no_grad():
+            watch = StateWatch(schema.module) if reuse else None
+            pair.reuse.start("record" if reuse else "off")
+            clean_sites: list[SiteValue] = []
+            clean_metric = metric_value(metric, run_reusing(pair, schema, clean, look_at(item, clean_sites)))
+            why = watch.changes() if watch is not None else ["reuse=False"]
+            if why and reuse:
+                warnings.warn(PatchingReuseWarning(
+                    "activation_patching reruns every patched run from the start: " + "; ".join(why[:3])), stacklevel=2)
+            set_rng_state(state)
+            pair.reuse.start("off")
+            sites: list[SiteValue] = []
+            corrupted_metric = metric_value(metric, run_reusing(pair, schema, corrupted, look_at(item, sites, copy=True)))
+            check_same_sites(clean_sites, sites)
+            reused = ran = 0
+            for site in sites:
+                for number, index in parts_of(schema, site, per, heads):
+                    part = site.bound if index is None else site.bound[index]
+                    set_rng_state(state)
+                    pair.reuse.start("off" if why else "replay", _holding(site))
+                    patched = metric_value(metric, run_reusing(pair, schema, clean, [_patch(pair.reuse, site, part, index)]))
+                    reused, ran = reused + pair.reuse.reused, ran + pair.reuse.ran
+                    row = {"site": site.label, "layer": site.layer}
+                    if per is not None:
+                        row[per] = number
+                    row["effect"] = (patched - clean_metric).item()
+                    row["metric"] = patched.item()
+                    row["run"] = PatchedRun(schema, clean, [Intervention(site.selector, part, index=index,
+                                                                         occurrence=site.occurrence)], site.label)
+                    rows.append(row)
+    finally:
+        give_back_reuse(pair)
+        set_rng_state(state)
+    table = pd.DataFrame(rows, columns=["site", "layer", *([per] if per else []), "effect", "metric", "run"])
+    table["layer"] = table["layer"].astype("Int64")  # None where the site's path has no layer number
+    table.attrs.update(clean_metric=clean_metric.item(), corrupted_metric=corrupted_metric.item(),
+                       reuse="on" if not why else "off: " + "; ".join(why), reused=reused, ran=ran)
+    return table
+
+
+def _holding(site: SiteValue) -> Callable[[ModelBlockSchema], bool]:
+    """Whether a block holds the site (a call of it must run for the patch to be applied)."""
+    path = site.path
+
+    def holds(block: ModelBlockSchema) -> bool:
+        own = block.path
+        return not own or path == own or path.startswith(own + ".")
+
+    return holds
+
+
+def _patch(reuse: Any, site: SiteValue, part: torch.Tensor, index: Any) -> Intervention:
+    """The site's intervention, telling `reuse` the patch is applied (from then on every call runs)."""
+    def put(value: torch.Tensor, where: Any) -> torch.Tensor:
+        reuse.fired = True
+        return part
+
+    return Intervention(site.selector, put, index=index, occurrence=site.occurrence)
+
