@@ -42,7 +42,7 @@ from .inspection.inspector import (GraphMismatchWarning, InputEdge, ModelInspect
 from .inspection.export_flow import GraphExportError
 from .inspection.op_filter import PALETTIZABLE_OP_TYPES, QUANTIZABLE_OP_TYPES
 from .runtime.interpreter import CallPause, SchemaInterpreter, StepInfo
-from .runtime.program import source_code
+from .runtime.interpreter import source_code
 from .runtime.listeners import BlockEvent, CallEvent, EditEvent, InstructionEvent, TraceListener
 from .inspection.metadata import ModelMetadata, ModuleMetadata, inspect_model
 from .parser.model_parser import NNParser
