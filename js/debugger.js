@@ -58,6 +58,8 @@ export class NavigatorPanel {
     this.onBreakpoints = onBreakpoints || (() => undefined);
     /** @type {SearchResult[]} */
     this.results = [];
+    /** whether some run has finished (then a row not run "never ran"; before, it is "not run yet") */
+    this.finished = false;
     this.selected = -1;
     this.query = "";
     this.input = h("input", { class: "nnsp-input nnsp-search", type: "search", "aria-label": "Search the schema",
@@ -131,7 +133,8 @@ export class NavigatorPanel {
   async search(query) {
     this.query = query;
     try {
-      const data = await this.channel.request("search", { query });
+      const data = await this.channel.request("search", { query, lowered: this.isLowered() });
+      this.finished = Boolean(data.finished);
       if (query === this.query) this.show(data.results, query);
     } catch (err) {
       this.show([], query);
@@ -149,11 +152,12 @@ export class NavigatorPanel {
     const focused = this.list.contains(home.activeElement || document.activeElement);
     let data;
     try {
-      data = await this.channel.request("search", { query });
+      data = await this.channel.request("search", { query, lowered: this.isLowered() });
     } catch (err) {
       return;
     }
     if (query !== this.query) return;
+    this.finished = Boolean(data.finished);
     this.show(data.results, query);
     if (selected >= 0 && selected < this.results.length) {
       if (focused) this.focusResult(selected);
@@ -167,13 +171,16 @@ export class NavigatorPanel {
     this.selected = results.length ? 0 : -1;
     clear(this.list);
     const never = results.filter((r) => r.ran === false).length;
+    // "never ran" only once a run has finished without running it; before that, "not run yet"
+    const notRun = this.finished ? "never ran" : "not run yet";
     this.count.textContent = query ? `${results.length}${results.length >= 200 ? "+" : ""} match${results.length === 1 ? "" : "es"}` +
-      (never ? ` · ${never} never ran` : "") : "";
+      (never ? ` · ${never} ${notRun}` : "") : "";
     results.forEach((result, index) => {
       const where = result.path || result.block || "root";
       // The source view shows a row's source text; the lowered view its instruction.
       const text = (!this.isLowered() && result.source) || result.text;
-      const ran = result.ran === false ? h("span", { class: "nnsp-flag nnsp-flag-never", title: "no run so far ran this row" }, "never ran") : null;
+      const ran = result.ran === false ? h("span", { class: "nnsp-flag nnsp-flag-never",
+        title: this.finished ? "no run so far ran this row" : "the run has not reached this row yet" }, notRun) : null;
       // One tab stop per result (the row's button); ● and ▶ are for the mouse, b and h their keys.
       const item = h("li", { class: `nnsp-result${result.ran === false ? " nnsp-result-never" : ""}`, "data-selected": String(index === 0),
         "data-node": result.node, "data-ran": String(result.ran !== false) },
@@ -213,6 +220,11 @@ export class NavigatorPanel {
     } catch (err) {
       this.reason.textContent = explainError(err).text;
     }
+  }
+
+  clearReason() {
+    this.reason.textContent = "";
+    this.reason.dataset.kind = "";
   }
 
   async refresh() {

@@ -3,7 +3,7 @@
 // run, each with the value's norm, mean and std and a bar of its norm; a cell opens that value in
 // the tensor view. The kernel finds the row's counterpart in each layer (same_statement).
 
-import { h, clear, fmt } from "./dom.js";
+import { h, clear, fmt, shownVar } from "./dom.js";
 
 export class LayersView {
   /**
@@ -58,9 +58,9 @@ export class LayersView {
         const stats = cell.stats;
         const share = stats && top ? Math.max(2, Math.round((100 * stats.norm) / top)) : 0;
         return h("td", {}, h("button", { class: "nnsp-layer-cell", type: "button", "data-layer": String(data.layers[i]),
-          "aria-label": `${run.run}, layer ${data.layers[i]}: ${cell.var}${stats ? ` norm ${fmt(stats.norm)}` : ""}, open in the tensor view`,
+          "aria-label": `${run.run}, layer ${data.layers[i]}: ${shownVar(cell.var, "value")}${stats ? ` norm ${fmt(stats.norm)}` : ""}, open in the tensor view`,
           onclick: () => this.onSelect && this.onSelect({ run: run.run, trace_step: cell.trace_step }) },
-          h("span", { class: "nnsp-var" }, cell.var),
+          h("span", { class: "nnsp-var" }, shownVar(cell.var, "value")),
           cell.shape ? h("span", { class: "nnsp-shape" }, ` [${cell.shape.join(", ")}]`) : null,
           stats ? h("span", { class: "nnsp-layer-bar", style: `width: ${share}%` }) : null,
           stats ? h("span", { class: "nnsp-num" }, `‖·‖ ${fmt(stats.norm)} μ ${fmt(stats.mean)} σ ${fmt(stats.std)}`) : null));

@@ -251,5 +251,5 @@ class TensorRequests:
                                      "norm": float(torch.linalg.vector_norm(data))}
                 cells.append(cell)
             out_runs.append({"run": record.name, "finished": record.finished, "cells": cells})
-        return {"node": node, "text": tree.source_text(node) or own.text, "prefix": prefix, "layers": layers,
+        return {"node": node, "text": tree.source_words(node), "prefix": prefix, "layers": layers,
                 "nodes": nodes, "runs": out_runs, "var": var}
