@@ -204,7 +204,8 @@ class Breakpoints:
             if node == bp.node and not self.tree.nodes[bp.node].children:
                 return f"reached {bp.label}"
             came_from_inside = prev_node >= 0 and self._inside(prev_node, bp.node)
-            return "" if came_from_inside else f"entered {bp.label}"
+            verb = "reached" if self.tree.nodes[bp.node].kind == "s" else "entered"  # a statement is reached
+            return "" if came_from_inside else f"{verb} {bp.label}"
         if kind == "line":
             loc = step.location
             if loc is None or loc.lineno != bp.line or (bp.file and loc.filename != bp.file):

@@ -90,7 +90,7 @@ def test_source_view_by_default_lowered_view_by_toggle_and_steps_highlight_state
     page.keyboard.type("h.0.attn")
     page.keyboard.press("Enter")
     block = tree.locator(f"[role='treeitem'][data-node='{attn}']")
-    expect(block.locator(":scope > .nnsp-row")).to_have_class(re.compile("nnsp-current"), timeout=30_000)
+    expect(block.locator(":scope > .nnsp-row")).to_have_class(re.compile("nnsp-looking"), timeout=30_000)
     block.locator(":scope > .nnsp-row .nnsp-toggle").click()
     expect(block).to_have_attribute("aria-expanded", "true")
     lines = [line.strip() for line in open(state["file"], encoding="utf-8")]
