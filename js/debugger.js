@@ -45,9 +45,12 @@ export class NavigatorPanel {
    * @param {HTMLElement} container
    * @param {import("./types").Channel} channel
    * @param {{ jump: (result: SearchResult) => unknown, send: (command: string, args?: Record<string, unknown>) => Promise<unknown>,
-   *   onBreakpoints?: (view: BreakpointView) => void, isStatic: boolean, lowered?: () => boolean, onEscape?: () => void }} options
+   *   onBreakpoints?: (view: BreakpointView) => void, isStatic: boolean, lowered?: () => boolean, onEscape?: () => void,
+   *   onBlockView?: (result: SearchResult, view: string) => unknown }} options
    */
-  constructor(container, channel, { jump, send, onBreakpoints, isStatic, lowered, onEscape }) {
+  constructor(container, channel, { jump, send, onBreakpoints, isStatic, lowered, onEscape, onBlockView }) {
+    /** a block result's views: "output" (the tensor it returns), "heads", "layers" (every layer) */
+    this.onBlockView = onBlockView;
     this.channel = channel;
     /** where Escape sends the focus (the tree) */
     this.onEscape = onEscape || (() => undefined);
@@ -193,6 +196,7 @@ export class NavigatorPanel {
           onclick: (/** @type {Event} */ e) => { e.stopPropagation(); this.request("break_at", { node: result.node }); } }, "●"),
         h("button", { class: "nnsp-icon", type: "button", tabindex: "-1", title: "run to here (h)", "aria-label": `Run to ${text}`,
           onclick: (/** @type {Event} */ e) => { e.stopPropagation(); this.send("run_to_here", { node: result.node }); } }, "▶"));
+      if (result.kind === "block" && this.onBlockView) item.append(blockViews(result, this.onBlockView));
       this.list.append(item);
     });
   }
@@ -254,6 +258,21 @@ export class NavigatorPanel {
     }
     this.onBreakpoints(view);
   }
+}
+
+// A block result's views one click away: its output (run to the tensor it returns), its attention
+// heads (an attention block), the same output in every layer (a block inside a layer of a ModuleList).
+/** @param {SearchResult} result @param {(result: SearchResult, view: string) => unknown} act */
+function blockViews(result, act) {
+  const path = result.path || result.block || "";
+  /** @param {string} label @param {string} view @param {string} title */
+  const button = (label, view, title) => h("button", { class: "nnsp-button nnsp-button-small nnsp-block-view", type: "button",
+    tabindex: "-1", title, "aria-label": `${label} of ${path}`, "data-view": view,
+    onclick: (/** @type {Event} */ e) => { e.stopPropagation(); act(result, view); } }, label);
+  return h("span", { class: "nnsp-block-views" },
+    button("output", "output", "run to the tensor this block returns and show it"),
+    /attn|attention/i.test(`${path} ${result.text}`) ? button("heads", "heads", "run to this block's output and show its attention heads") : null,
+    /\.\d+(\.|$)/.test(path) ? button("every layer", "layers", "this block's output in every layer (the Layers tab)") : null);
 }
 
 export class CallStackPanel {

@@ -41,7 +41,7 @@ function render({ model, el }) {
   let viewUpdated = Promise.resolve();
 
   const STEPPING = new Set(["step", "step_over", "continue", "run_to", "reset"]);
-  STEPPING.add("step_into").add("step_out").add("run_to_here").add("run_to_trace");
+  STEPPING.add("step_into").add("step_out").add("run_to_here").add("run_to_trace").add("run_to_output");
   let stepping = 0;
   /**
    * @param {string} command
@@ -83,6 +83,7 @@ function render({ model, el }) {
     root.dataset.phasesMs = [replied - started, drawn - replied, performance.now() - drawn].map((t) => t.toFixed(1)).join(" ");
     root.dataset.roundTripMs = timings[timings.length - 1].toFixed(1);
     root.dataset.commands = String(timings.length);
+    return reply;
   }
   /** @type {HTMLElement & { nnspTimings?: number[] }} */ (root).nnspTimings = timings;
 
@@ -333,9 +334,29 @@ function render({ model, el }) {
   const nav = new NavigatorPanel(navBox, channel, {
     isStatic, send, lowered: () => tree.lowered, onEscape: () => focusTree(),
     jump: (result) => lookAt({ ...result, label: (!tree.lowered && result.source) || result.text }, true),
+    onBlockView: (result, view) => blockView(result.node, view),
     onBreakpoints: (view) => source.setBreakpoints(view.items),
   });
   navigator = nav;
+  // "output", "heads", "every layer" of a block: one action, the run goes to the block's return
+  /** @param {number} node @param {string} view */
+  async function blockView(node, view) {
+    const reply = await send("run_to_output", { node });
+    const out = reply && reply.output;
+    if (!out || !out.trace_step) return;
+    const query = { run: out.run, trace_step: out.trace_step };
+    pinned = query;
+    hists.show(query);
+    tensorView.show(query);
+    if (view === "heads") {
+      await attention.show({ block: out.block });
+      attentionBox.scrollIntoView({ block: "nearest" });
+    } else if (view === "layers") {
+      showTab("Layers");
+      const layers = await lazyView("Layers");
+      if (layers) await layers.show(out.statement, out.var);
+    }
+  }
   const callStack = new CallStackPanel(stackBox, channel, {
     // a frame of the run's stack: its block as "looking at" (the current frame: back to the run)
     showFrame: (frame) => (frame.current ? backToRun() : lookAt({ node: frame.node, source_block: frame.node, line: frame.line || 0, label: frame.block || "(root)" }, false)),

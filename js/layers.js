@@ -16,6 +16,7 @@ export class LayersView {
     this.onSelect = onSelect;
     this.currentNode = currentNode;
     this.node = -1;
+    this.variable = "";
     this.message = h("div", { class: "nnsp-note", role: "status" }, "the statement of the current step, in every layer: press the button");
     this.body = h("div", { class: "nnsp-layers-body" });
     container.append(
@@ -25,22 +26,23 @@ export class LayersView {
       this.message, this.body);
   }
 
-  /** @param {number} node */
-  async show(node) {
+  /** @param {number} node @param {string} [variable] the variable of the statement to show (default: its first) */
+  async show(node, variable) {
     if (node === undefined || node < 0) {
       this.message.textContent = "step into a layer first: the current step has no tree row";
       return;
     }
     this.node = node;
+    this.variable = variable || "";
     try {
-      this.render(await this.channel.request("same_statement", { node }));
+      this.render(await this.channel.request("same_statement", variable ? { node, var: variable } : { node }));
     } catch (err) {
       clear(this.body);
       this.message.textContent = /** @type {Error} */ (err).message;
     }
   }
 
-  refresh() { if (this.node >= 0) this.show(this.node); }
+  refresh() { if (this.node >= 0) this.show(this.node, this.variable); }
 
   /** @param {Record<string, any>} data */
   render(data) {

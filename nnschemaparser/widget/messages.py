@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..schema.errors import NNSchemaError
+from .block_actions import run_to_output
 from .logical_view import logical_module, logical_reply
 from .routing_view import routing_view
 from .runs import TRACE_COLUMNS
@@ -270,7 +271,7 @@ class _Handlers:
         query = _text(message, "query")
         results = state.search(query, _int(message, "limit", 200), lowered=bool(message.get("lowered", True)))
         # "never ran" only once a run has finished; before that a row not run is "not run yet"
-        return {"query": query, "results": results, "finished": state.view_blocks()["known"]}
+        return {"query": query, "results": results, "finished": state.any_finished()}
 
     @staticmethod
     def on_break_at(state: InspectorState, message: dict) -> Any:
@@ -322,6 +323,11 @@ class _Handlers:
     def on_run_to_trace(state: InspectorState, message: dict) -> Any:
         state.run_to_trace_step(message.get("run") or None, _int(message, "trace_step", 0))
         return _after_command(state, message)
+
+    @staticmethod
+    def on_run_to_output(state: InspectorState, message: dict) -> Any:
+        output = run_to_output(state, _int(message, "node", -1))
+        return {**(_after_command(state, message) or {}), "output": output}
 
     @staticmethod
     def on_locate(state: InspectorState, message: dict) -> Any:

@@ -51,6 +51,11 @@ class RunTargets:
                 "line": row["line"], "step_index": index,
                 "label": f"{tree.source_words(node)} · {record.name} step {index}"}
 
+    def any_finished(self) -> bool:
+        """Whether some run has finished (one kept, or one dropped since): only then may a row that no
+        run ran be said to have "never run"; before, it is "not run yet"."""
+        return any(run.finished for run in self.runs) or bool(self._dropped_entered or self._dropped_executed)
+
     def ran_nodes(self) -> tuple[set[int], set[int]]:
         """(blocks entered, instruction rows executed) by any run so far, finished or not."""
         entered, executed = set(self._dropped_entered), set(self._dropped_executed)

@@ -143,6 +143,66 @@ def assert_view_follows_run(root, expect, state: dict) -> None:
     expect(root.locator(".nnsp-tree .nnsp-row.nnsp-current")).to_have_count(1)
 
 
+def quickstart_expected() -> dict:
+    """The step card the quick start's widget must show after its cells ran (the same run, here)."""
+    import torch
+
+    from nnschemaparser.examples.mlp import MLP
+    from nnschemaparser.parser.model_parser import NNParser
+    from nnschemaparser.widget import InspectorState
+
+    torch.manual_seed(0)
+    model = MLP().eval()
+    x = torch.randn(2, 784)
+    state = InspectorState(NNParser.parse_model(model=model, inputs_tensors_values={"x": x}), {"x": x})
+    for _ in range(4):
+        state.step()
+    state.continue_()
+    want = state.view_step()
+    state.close()
+    return want
+
+
+def assert_quickstart_not_stale(page, root, expect, want: dict) -> None:
+    """Step card, Source (file, current line) and Tensor (trace step) are the run's last step, and stay so."""
+    expect(root.locator(".nnsp-status")).to_contain_text(f"finished · step {want['index']}", timeout=LONG)
+    expect(root.locator(".nnsp-stepinfo .nnsp-step-index")).to_have_text(f"step {want['index']}")
+    header = root.locator(".nnsp-source-file")
+    expect(header).to_contain_text(Path(want["file"]).name, timeout=30_000)
+    expect(root.locator(".nnsp-line-current")).to_have_attribute("data-line", str(want["line"]))
+    caption = root.locator(".nnsp-tensor-caption")
+    expect(caption).to_contain_text(f"(trace #{want['trace_step']})", timeout=30_000)
+    page.wait_for_timeout(2000)  # nothing answered late draws over it
+    expect(header).to_contain_text(Path(want["file"]).name)
+    expect(root.locator(".nnsp-line-current")).to_have_attribute("data-line", str(want["line"]))
+    expect(caption).to_contain_text(f"(trace #{want['trace_step']})")
+
+
+def look_and_come_back(page, root, expect) -> None:
+    """Paused: a search jump marks its row "looking at" and leaves the run's row, line and card;
+    Escape in the search box brings the view back to the run."""
+    current = root.locator(".nnsp-tree .nnsp-row.nnsp-current")
+    expect(current).to_have_count(1, timeout=30_000)
+    run_row = current.get_attribute("data-node")
+    step = root.locator(".nnsp-stepinfo .nnsp-step-index").inner_text()
+    line = root.locator(".nnsp-line-current").get_attribute("data-line")
+    _search(page, root, "h.0.attn")
+    result = root.locator(".nnsp-result", has_text="transformer.h.0.attn").first
+    expect(result).to_be_visible(timeout=30_000)
+    looking = root.locator(".nnsp-tree .nnsp-row.nnsp-looking")
+    expect(looking).to_have_attribute("data-node", result.get_attribute("data-node"), timeout=30_000)
+    expect(current).to_have_attribute("data-node", run_row)
+    expect(root.locator(".nnsp-stepinfo .nnsp-step-index")).to_have_text(step)
+    chip = root.locator(".nnsp-look")
+    expect(chip).to_contain_text(f"the run is at {step}")
+    root.get_by_label("Search the schema").focus()
+    page.keyboard.press("Escape")
+    expect(chip).to_be_hidden()
+    expect(looking).to_have_count(0)
+    expect(current).to_have_attribute("data-node", run_row)
+    expect(root.locator(".nnsp-line-current")).to_have_attribute("data-line", line)
+
+
 def test_the_view_moves_apart_from_the_run_and_escape_comes_back(round4_lab, browser, artifacts):
     from playwright.sync_api import expect
 
@@ -228,35 +288,12 @@ def test_the_quick_start_run_all_opens_at_the_runs_true_step(round4_lab, browser
     run; Source and Tensor must show the run's last step, not an early one answered late."""
     from playwright.sync_api import expect
 
-    from nnschemaparser.examples.mlp import MLP
-    from nnschemaparser.widget import InspectorState
-    from nnschemaparser.parser.model_parser import NNParser
-    import torch
-
-    torch.manual_seed(0)
-    model = MLP().eval()
-    x = torch.randn(2, 784)
-    expected = InspectorState(NNParser.parse_model(model=model, inputs_tensors_values={"x": x}), {"x": x})
-    for _ in range(4):
-        expected.step()
-    expected.continue_()
-    want = expected.view_step()
-    expected.close()
-
+    want = quickstart_expected()
     page, errors = _open(browser, round4_lab, "quickstart.ipynb")
     _menu(page, "Run", "Run All Cells")
     root = page.locator(".nnsp-root").first
-    expect(root.locator(".nnsp-status")).to_contain_text(f"finished · step {want['index']}", timeout=LONG)
     page.get_by_text(re.compile(r"\| Idle")).first.wait_for(timeout=LONG)
-    expect(root.locator(".nnsp-stepinfo .nnsp-step-index")).to_have_text(f"step {want['index']}")
-    header = root.locator(".nnsp-source-file")
-    expect(header).to_contain_text(Path(want["file"]).name, timeout=30_000)
-    expect(root.locator(".nnsp-line-current")).to_have_attribute("data-line", str(want["line"]))
-    caption = root.locator(".nnsp-tensor-caption")
-    expect(caption).to_contain_text(f"(trace #{want['trace_step']})", timeout=30_000)
-    page.wait_for_timeout(2000)  # nothing late draws over it
-    expect(header).to_contain_text(Path(want["file"]).name)
-    expect(caption).to_contain_text(f"(trace #{want['trace_step']})")
+    assert_quickstart_not_stale(page, root, expect, want)
     root.screenshot(path=str(artifacts / "round4-quickstart-1280-light.png"))
     assert not errors, errors
     page.close()
