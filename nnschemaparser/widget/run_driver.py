@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 
 from ..runtime.interpreter import CallPause, SchemaInterpreter, StepInfo
 from ..schema.model import ModelBlockSchema
 from .runs import RunRecord, StepLog
-
-if TYPE_CHECKING:
-    from .state import InspectorState
 
 __all__ = ["_RunThread", "_Buffers", "_RunDriver", "_clone_scope"]
 
@@ -88,7 +85,7 @@ class _Buffers:
 class _RunDriver:
     """One live stepped run: the generator, its recorder and its own random generator state."""
 
-    def __init__(self, state: "InspectorState", record: RunRecord):
+    def __init__(self, state: Any, record: RunRecord):
         self.record = record
         self.thread = state.run_thread
         self.log = log = StepLog(record, state.tree, keep_live=state.options.gradients)

@@ -187,8 +187,9 @@ def look_and_come_back(page, root, expect) -> None:
     step = root.locator(".nnsp-stepinfo .nnsp-step-index").inner_text()
     line = root.locator(".nnsp-line-current").get_attribute("data-line")
     _search(page, root, "h.0.attn")
-    result = root.locator(".nnsp-result", has_text="transformer.h.0.attn").first
-    expect(result).to_be_visible(timeout=30_000)
+    result = root.locator(".nnsp-result").first  # the block itself comes first (not a stale result of an older search)
+    expect(result).to_contain_text("attn · GPT2Attention", timeout=30_000)
+    expect(result).to_contain_text("transformer.h.0.attn")
     looking = root.locator(".nnsp-tree .nnsp-row.nnsp-looking")
     expect(looking).to_have_attribute("data-node", result.get_attribute("data-node"), timeout=30_000)
     expect(current).to_have_attribute("data-node", run_row)
@@ -201,6 +202,29 @@ def look_and_come_back(page, root, expect) -> None:
     expect(looking).to_have_count(0)
     expect(current).to_have_attribute("data-node", run_row)
     expect(root.locator(".nnsp-line-current")).to_have_attribute("data-line", line)
+
+
+def three_actions_to_heads(root, expect) -> int:
+    """From a fresh widget: layer 1's attention output and its heads. Returns the actions it took:
+    the search (its text and Enter), "output" on the block's result, "heads" on it."""
+    actions = 0
+    box = root.get_by_label("Search the schema")
+    box.fill("h.1.attn")
+    box.press("Enter")
+    actions += 1
+    result = root.locator(".nnsp-result", has_text="transformer.h.1.attn").first
+    result.get_by_role("button", name="output of transformer.h.1.attn").click()
+    actions += 1
+    caption = root.locator(".nnsp-tensor-caption")
+    expect(caption).to_contain_text("attn_output [1, 8, 32]", timeout=60_000)
+    expect(root.locator(".nnsp-stop-reason")).to_have_text("stopped: returned from transformer.h.1.attn")
+    result.get_by_role("button", name="heads of transformer.h.1.attn").click()
+    actions += 1
+    grid = root.locator(".nnsp-attention")
+    expect(grid).to_contain_text("transformer.h.1.attn · 4 heads", timeout=60_000)
+    expect(grid.get_by_label("Attention heads").locator(":scope > *")).to_have_count(4)
+    expect(caption).to_contain_text("attn_output [1, 8, 32]")
+    return actions
 
 
 def test_the_view_moves_apart_from_the_run_and_escape_comes_back(round4_lab, browser, artifacts):
@@ -352,5 +376,28 @@ def test_a_new_run_shows_no_hit_of_another_run_and_user_text_has_source_words_on
     assert "entered transformer.h.3.attn" in text and "attn_output" in text
     assert not INTERNAL.findall(text), INTERNAL.findall(text)[:10]
     screens(page, root, "runs", artifacts)
+    assert not errors, errors
+    page.close()
+
+
+def test_layer_1_attention_output_and_heads_in_three_actions(round4_lab, browser, artifacts):
+    from playwright.sync_api import expect
+
+    page, errors = _open(browser, round4_lab, NOTEBOOK)
+    run_cell(page, 0, "")  # a fresh widget
+    root = page.locator(".nnsp-root").first
+    root.wait_for(timeout=LONG)
+    assert three_actions_to_heads(root, expect) <= 3
+    state = kernel_state(page)
+    assert state["block"] == "transformer.h.1.attn" and state["stop_reason"] == "returned from transformer.h.1.attn"
+    # "every layer": the statement that bound the output, in each layer, per run
+    root.locator(".nnsp-result", has_text="transformer.h.1.attn").first.get_by_role(
+        "button", name="every layer of transformer.h.1.attn").click()
+    layers = root.locator(".nnsp-layers-table")
+    expect(layers).to_be_visible(timeout=60_000)
+    expect(root.locator(".nnsp-tabpanel:not([hidden]) .nnsp-note").first).to_contain_text(
+        "attn_output = self.resid_dropout(attn_output) · in each layer of transformer.h")
+    expect(layers.locator(".nnsp-layer-cell")).to_have_count(2)  # layers 0 and 1 have returned
+    screens(page, root, "heads", artifacts)
     assert not errors, errors
     page.close()

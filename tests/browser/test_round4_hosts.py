@@ -33,7 +33,7 @@ LONG = 180_000
 sys.path.insert(0, str(HERE))
 from lab_server import LabServer, free_port  # noqa: E402
 from test_round4_e2e import (INTERNAL, assert_quickstart_not_stale, look_and_come_back,  # noqa: E402
-                             quickstart_expected, run_cell, user_text)
+                             quickstart_expected, run_cell, three_actions_to_heads, user_text)
 
 
 def _env(**extra: str) -> dict:
@@ -88,6 +88,7 @@ def test_round4_in_jupyter_notebook_7(browser, artifacts, tmp_path, monkeypatch)
         run_cell(page, 0, "")
         root = page.locator(".nnsp-root").first
         root.wait_for(timeout=LONG)
+        assert three_actions_to_heads(root, expect) <= 3  # from the fresh widget
         reason = root.locator(".nnsp-stop-reason")
         root.get_by_role("button", name="Continue").click()
         expect(root.locator(".nnsp-status")).to_contain_text("finished", timeout=LONG)
@@ -224,6 +225,11 @@ def test_round4_in_marimo(browser, artifacts, tmp_path):
         expect(root.locator(".nnsp-bp", has_text="entry of transformer.h.1.attn")).not_to_contain_text("2 hits")
         assert not INTERNAL.findall(user_text(root))
         root.screenshot(path=str(artifacts / "round4-marimo-1280-light.png"))
+        # without breakpoints, from a new run: layer 1's attention output and heads in three actions
+        root.get_by_role("button", name="Clear breakpoints").click()
+        root.get_by_role("button", name="Reset").click()
+        expect(status).to_contain_text("ready", timeout=30_000)
+        assert three_actions_to_heads(root, expect) <= 3
         assert not errors, errors
         page.close()
     finally:
