@@ -31,8 +31,14 @@ def _check_block(state: Any, node: int) -> str:
 
 
 def run_to_output(state: Any, node: int) -> dict:
-    """Run the active run to the return of block `node` and describe its output (`block_output`)."""
+    """Run the active run to the return of block `node` and describe its output (`block_output`); a run
+    paused there already stays (so "heads" after "output" runs nothing). The target is no breakpoint:
+    it leaves no hit."""
     path = _check_block(state, node)
+    step = state.current
+    if state.status == "paused" and state.pause is None and step is not None and step.block_path == path and \
+            isinstance(step.instruction, ReturnInstruction):
+        return block_output(state, node)  # there already ("heads" after "output"): nothing to run
     state._new_action()
     record = state.active
     passed = any(row["block"] == path and row["kind"] == "return" for row in record.steps)
@@ -43,7 +49,7 @@ def run_to_output(state: Any, node: int) -> dict:
         return step.block_path == path and isinstance(step.instruction, ReturnInstruction)
 
     bps = state.breakpoints
-    version = bps.version
+    version, hits = bps.version, len(bps.hits)
     target = Breakpoint("when", when=returns, label=f"the output of {path}")
     bps.items.append(target)
     try:
@@ -52,6 +58,8 @@ def run_to_output(state: Any, node: int) -> dict:
     finally:
         bps.items.remove(target)
         bps.version = version + 1
+        if len(bps.hits) > hits and bps.hits[-1]["label"] == target.label:
+            bps.hits.pop()  # where the run was sent is no breakpoint hit
     if state.status == "finished":
         state.stop_reason = f"target not reached: {path} did not return in this run (the run finished)"
         return {"block": path, "trace_step": None}

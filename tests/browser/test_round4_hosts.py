@@ -33,7 +33,7 @@ LONG = 180_000
 sys.path.insert(0, str(HERE))
 from lab_server import LabServer, free_port  # noqa: E402
 from test_round4_e2e import (INTERNAL, assert_quickstart_not_stale, look_and_come_back,  # noqa: E402
-                             quickstart_expected, run_cell, three_actions_to_heads, user_text)
+                             quickstart_expected, run_all, run_cell, three_actions_to_heads, user_text)
 
 
 def _env(**extra: str) -> dict:
@@ -67,16 +67,8 @@ def test_round4_in_jupyter_notebook_7(browser, artifacts, tmp_path, monkeypatch)
         page.goto(server.url("quickstart.ipynb"))
         page.locator(".jp-Notebook .jp-CodeCell").first.wait_for(timeout=LONG)
         page.wait_for_timeout(2000)
-        from test_inspector_e2e import _menu
-
+        run_all(page, "mlp_inspector.html True")  # given again if the kernel was not ready
         root = page.locator(".nnsp-root").first
-        for _ in range(3):  # Run All given before the kernel is ready is dropped: give it again
-            _menu(page, "Run", "Run All Cells")
-            try:
-                root.wait_for(timeout=60_000)
-                break
-            except Exception:
-                continue
         assert_quickstart_not_stale(page, root, expect, want)
         page.close()
 

@@ -48,9 +48,12 @@ def test_output_of_an_attention_block_is_its_returned_tensor_and_its_heads_follo
     assert heads["block"] == "h.1.attn" and heads["heads"] == model.config.n_head
     layers = state.same_statement(out["statement"], var=out["var"])
     assert [run["cells"][1]["trace_step"] for run in layers["runs"]] == [out["trace_step"]]
-    # again from here: the block has returned already, so the run starts over and stops there again
+    assert state.breakpoints.hits == []  # where the run was sent is no breakpoint hit
+    # again from there: nothing runs; from a later step, the run starts over and stops there again
+    assert run_to_output(state, node) == out and state.step_index == out["step_index"] + 1
+    state.step()
     again = run_to_output(state, node)
-    assert again["trace_step"] == out["trace_step"] and state.active.name == "base"
+    assert again["trace_step"] == out["trace_step"] and state.active.name == "base" and state.active.id == 2
     with pytest.raises(InspectorError, match="'output' needs a block row"):
         run_to_output(state, out["statement"])
     state.close()
