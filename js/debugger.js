@@ -271,7 +271,7 @@ function blockViews(result, act) {
     onclick: (/** @type {Event} */ e) => { e.stopPropagation(); act(result, view); } }, label);
   return h("span", { class: "nnsp-block-views" },
     button("output", "output", "run to the tensor this block returns and show it"),
-    /attn|attention/i.test(`${path} ${result.text}`) ? button("heads", "heads", "run to this block's output and show its attention heads") : null,
+    /attention/i.test(result.text) ? button("heads", "heads", "run to this block's output and show its attention heads") : null,
     /\.\d+(\.|$)/.test(path) ? button("every layer", "layers", "this block's output in every layer (the Layers tab)") : null);
 }
 

@@ -318,9 +318,9 @@ function render({ model, el }) {
   };
   // A pane that changes size (the window, a side panel, a wrapped line) keeps the current tree row
   // and source line in view, not left half cut at its edge.
-  const keepCurrent = new ResizeObserver(() => {
-    scrollWithin(treeBox, treeBox.querySelector(".nnsp-row.nnsp-current"));
-    scrollWithin(sourceBox, sourceBox.querySelector(".nnsp-line-current"));
+  const keepCurrent = new ResizeObserver(() => {  // the row looked at, when there is one
+    scrollWithin(treeBox, treeBox.querySelector(".nnsp-row.nnsp-looking") || treeBox.querySelector(".nnsp-row.nnsp-current"));
+    scrollWithin(sourceBox, sourceBox.querySelector(".nnsp-line-looking") || sourceBox.querySelector(".nnsp-line-current"));
   });
   keepCurrent.observe(treeBox);
   keepCurrent.observe(sourceBox);
