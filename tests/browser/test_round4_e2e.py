@@ -92,6 +92,19 @@ def user_text(root) -> str:
     }""")
 
 
+def assert_row_actions_in_view(root) -> None:
+    """No tree row's ●▶ lies right of the tree's visible box (the row's text and shapes give way)."""
+    outside = root.evaluate("""(root) => {
+      const tree = root.querySelector(".nnsp-tree");
+      const right = tree.getBoundingClientRect().left + tree.clientLeft + tree.clientWidth;
+      return [...tree.querySelectorAll(".nnsp-row-actions")].filter((el) => {
+        const r = el.getBoundingClientRect();
+        return r.width && r.right > right + 1;
+      }).map((el) => el.closest(".nnsp-row").textContent.slice(0, 60));
+    }""")
+    assert not outside, f"{len(outside)} rows with their buttons cut off: {outside[:5]}"
+
+
 def screens(page, root, stem: str, artifacts) -> None:
     for scheme in ("light", "dark"):
         if scheme == "dark":
@@ -103,6 +116,7 @@ def screens(page, root, stem: str, artifacts) -> None:
             root.screenshot(path=str(artifacts / f"round4-{stem}-{width}-{scheme}.png"))
             if width == 900:
                 assert_inside(root, NARROW)
+                assert_row_actions_in_view(root)
     _menu(page, "Settings", "Theme", "JupyterLab Light")
     page.locator("body[data-jp-theme-light='true']").wait_for(state="attached", timeout=30_000)
     page.set_viewport_size({"width": 1280, "height": 1400})
