@@ -225,6 +225,18 @@ export class TensorView {
     if (runs.some((r) => r.name === keep)) this.against.value = keep;
   }
 
+  /** Nothing shown (a new run has no step yet): the value of a run gone is not left on screen. */
+  clearView() {
+    this.serial += 1;
+    this.view = null;
+    this.panel.classList.add("nnsp-tensor-empty");
+    this.note.textContent = "";
+    clear(this.legendBox);
+    this.canvas.width = 0;
+    this.canvas.style.width = "0px";
+    this.canvas.style.height = "0px";
+  }
+
   // query: {run, trace_step} or {step_index}; the dims and indices are kept while the shape is the same.
   /** @param {Record<string, unknown>} query */
   async show(query) {

@@ -394,6 +394,10 @@ function render({ model, el }) {
       renderLook();
     }
     root.dataset.runStep = String(info.index || 0);
+    if (!info.index && !info.pause && !pinned && !isStatic) {  // a new run: no value of an older run stays shown
+      tensorView.clearView();
+      attention.show({});
+    }
     renderStepInfo(stepBox, info, isStatic ? "static" : model.get("status"), tree.lowered);
     toolbar.setStatus(model.get("status"), model.get("step_index"), info.run, info.pause ? info.callee : "");
     editPanel.update(info, model.get("edit_list"));

@@ -56,7 +56,9 @@ export class LayersView {
     const rows = data.runs.map((/** @type {any} */ run) => h("tr", {}, h("th", { scope: "row" }, run.run + (run.finished ? "" : " (paused)")),
       ...run.cells.map((/** @type {any} */ cell, /** @type {number} */ i) => {
         if (data.nodes[i] < 0) return h("td", { class: "nnsp-note" }, "another forward");
-        if (!cell) return h("td", { class: "nnsp-note" }, "not run yet");
+        // a row no run reached: "not run yet" while the run is paused, "never ran" once it finished
+        if (!cell) return h("td", { class: "nnsp-note" }, run.finished ? "never ran" : "not run yet");
+        if (cell.note) return h("td", { class: "nnsp-note" }, cell.note);
         const stats = cell.stats;
         const share = stats && top ? Math.max(2, Math.round((100 * stats.norm) / top)) : 0;
         return h("td", {}, h("button", { class: "nnsp-layer-cell", type: "button", "data-layer": String(data.layers[i]),

@@ -88,7 +88,13 @@ def test_round4_in_jupyter_notebook_7(browser, artifacts, tmp_path, monkeypatch)
         root.get_by_label("Search the schema").fill("attention_interface(self")
         root.get_by_label("Search the schema").press("Enter")
         target = root.locator(".nnsp-result", has_text="transformer.h.1.attn").filter(has_text="attention_interface(self").first
-        expect(target).to_be_visible(timeout=30_000)
+        try:
+            expect(target).to_be_visible(timeout=30_000)
+        except AssertionError:
+            root.screenshot(path=str(artifacts / "round4-notebook7-failed.png"))
+            raise AssertionError(f"no result: {root.locator('.nnsp-search-count').inner_text()!r}, box "
+                                 f"{root.get_by_label('Search the schema').input_value()!r}, "
+                                 f"results {root.locator('.nnsp-results').inner_text()[:300]!r}") from None
         target.get_by_role("button", name=re.compile("^Run to")).click()
         expect(reason).to_contain_text("stopped: reached attn_output, attn_weights = attention_interface(", timeout=60_000)
         first = _kernel_state(page)
