@@ -26,7 +26,7 @@ __all__ = ["build", "stale", "ensure_deps", "JS_DIR", "STATIC_DIR", "OUTPUTS", "
 
 JS_DIR = Path(__file__).resolve().parents[2] / "js"
 STATIC_DIR = Path(__file__).resolve().parent / "static"
-OUTPUTS = ("widget.js", "widget.css", "logical.js")
+OUTPUTS = ("widget.js", "widget.css", "logical.js", "views.js", "static.js")
 _FIX = "install Node.js 18+ and npm (Debian: apt-get install nodejs npm, or run `make js-deps`)"
 
 
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"stale in {STATIC_DIR}: {', '.join(old)}\nrun: python -m nnschemaparser.widget.build",
                       file=sys.stderr)
                 return 1
-            print("static/widget.js, widget.css and logical.js are up to date")
+            print(f"static/{', '.join(OUTPUTS)} are up to date")
             return 0
         for path in build():
             print(f"wrote {path}")

@@ -13,9 +13,11 @@ Depends on the widget's state; knows nothing about traitlets or the browser.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Callable
 
 from ..schema.errors import NNSchemaError
+from .block_actions import run_to_output
 from .logical_view import logical_module, logical_reply
 from .routing_view import routing_view
 from .runs import TRACE_COLUMNS
@@ -25,6 +27,8 @@ from .tensor_views import MAX_SIDE
 __all__ = ["handle_message", "json_safe", "table_page", "MAX_PAGE_SIZE"]
 
 MAX_PAGE_SIZE = 500
+_STATIC = Path(__file__).resolve().parent / "static"
+_MODULES = {"views": "views.js"}  # the bundles the browser may ask for by name
 # The comparison table: the traces' diff columns plus the StepInfo index of each side.
 COMPARE_COLUMNS = ["container_id", "status", "changed", "max_abs_diff", "mean_abs_diff", "step_a", "step_b",
                    "step_index_a", "step_index_b", "description", "out_var", "op_name", "block_path",
@@ -265,7 +269,9 @@ class _Handlers:
     @staticmethod
     def on_search(state: InspectorState, message: dict) -> Any:
         query = _text(message, "query")
-        return {"query": query, "results": state.search(query, _int(message, "limit", 200))}
+        results = state.search(query, _int(message, "limit", 200), lowered=bool(message.get("lowered", True)))
+        # "never ran" only once a run has finished; before that a row not run is "not run yet"
+        return {"query": query, "results": results, "finished": state.any_finished()}
 
     @staticmethod
     def on_break_at(state: InspectorState, message: dict) -> Any:
@@ -317,6 +323,15 @@ class _Handlers:
     def on_run_to_trace(state: InspectorState, message: dict) -> Any:
         state.run_to_trace_step(message.get("run") or None, _int(message, "trace_step", 0))
         return _after_command(state, message)
+
+    @staticmethod
+    def on_run_to_output(state: InspectorState, message: dict) -> Any:
+        output = run_to_output(state, _int(message, "node", -1))
+        return {**(_after_command(state, message) or {}), "output": output}
+
+    @staticmethod
+    def on_locate(state: InspectorState, message: dict) -> Any:
+        return state.locate(message.get("run") or None, _int(message, "trace_step", 0))
 
     @staticmethod
     def on_call_stack(state: InspectorState, message: dict) -> Any:
@@ -380,6 +395,15 @@ class _Handlers:
     @staticmethod
     def on_logical_module(state: InspectorState, message: dict) -> Any:
         return logical_module()
+
+    @staticmethod
+    def on_module(state: InspectorState, message: dict) -> Any:
+        """The code of a bundle loaded on demand (static/views.js: the Compare, Trends, Layers and
+        Routing tabs), so that the initial widget state stays small."""
+        name = _text(message, "name")
+        if name not in _MODULES:
+            raise InspectorError(f"there is no browser module {name!r}; the modules are {', '.join(sorted(_MODULES))}")
+        return {"name": name, "code": (_STATIC / _MODULES[name]).read_text(encoding="utf-8")}
 
     @staticmethod
     def on_same_statement(state: InspectorState, message: dict) -> Any:
