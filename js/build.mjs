@@ -33,6 +33,24 @@ await esbuild.build({
   banner: { js: `// ${header}\nconst __nnsp = {};` },
   sourcemap: dev ? "linked" : false,
 });
+// The views a first paint does not need (views.js: Compare, Trends, Layers, Routing) apart: the kernel
+// sends them when one of their tabs first opens. The static page's bundle has them built in (static.js).
+await esbuild.build({
+  ...common,
+  entryPoints: ["views.js"],
+  outfile: path.join(outdir, "views.js"),
+  format: "esm",
+  target: "es2020",
+  banner: { js: `// ${header}` },
+});
+await esbuild.build({
+  ...common,
+  entryPoints: ["static_entry.js"],
+  outfile: path.join(outdir, "static.js"),
+  format: "esm",
+  target: "es2020",
+  banner: { js: `// ${header}\nconst __nnsp = {};` },
+});
 // The Logical view (logical.js, with its styles) apart: the kernel sends it when its tab first opens.
 await esbuild.build({
   ...common,

@@ -45,9 +45,12 @@ export class NavigatorPanel {
    * @param {HTMLElement} container
    * @param {import("./types").Channel} channel
    * @param {{ jump: (result: SearchResult) => unknown, send: (command: string, args?: Record<string, unknown>) => Promise<unknown>,
-   *   onBreakpoints?: (view: BreakpointView) => void, isStatic: boolean, lowered?: () => boolean, onEscape?: () => void }} options
+   *   onBreakpoints?: (view: BreakpointView) => void, isStatic: boolean, lowered?: () => boolean, onEscape?: () => void,
+   *   onBlockView?: (result: SearchResult, view: string) => unknown }} options
    */
-  constructor(container, channel, { jump, send, onBreakpoints, isStatic, lowered, onEscape }) {
+  constructor(container, channel, { jump, send, onBreakpoints, isStatic, lowered, onEscape, onBlockView }) {
+    /** a block result's views: "output" (the tensor it returns), "heads", "layers" (every layer) */
+    this.onBlockView = onBlockView;
     this.channel = channel;
     /** where Escape sends the focus (the tree) */
     this.onEscape = onEscape || (() => undefined);
@@ -58,6 +61,8 @@ export class NavigatorPanel {
     this.onBreakpoints = onBreakpoints || (() => undefined);
     /** @type {SearchResult[]} */
     this.results = [];
+    /** whether some run has finished (then a row not run "never ran"; before, it is "not run yet") */
+    this.finished = false;
     this.selected = -1;
     this.query = "";
     this.input = h("input", { class: "nnsp-input nnsp-search", type: "search", "aria-label": "Search the schema",
@@ -131,7 +136,8 @@ export class NavigatorPanel {
   async search(query) {
     this.query = query;
     try {
-      const data = await this.channel.request("search", { query });
+      const data = await this.channel.request("search", { query, lowered: this.isLowered() });
+      this.finished = Boolean(data.finished);
       if (query === this.query) this.show(data.results, query);
     } catch (err) {
       this.show([], query);
@@ -149,11 +155,12 @@ export class NavigatorPanel {
     const focused = this.list.contains(home.activeElement || document.activeElement);
     let data;
     try {
-      data = await this.channel.request("search", { query });
+      data = await this.channel.request("search", { query, lowered: this.isLowered() });
     } catch (err) {
       return;
     }
     if (query !== this.query) return;
+    this.finished = Boolean(data.finished);
     this.show(data.results, query);
     if (selected >= 0 && selected < this.results.length) {
       if (focused) this.focusResult(selected);
@@ -167,13 +174,16 @@ export class NavigatorPanel {
     this.selected = results.length ? 0 : -1;
     clear(this.list);
     const never = results.filter((r) => r.ran === false).length;
+    // "never ran" only once a run has finished without running it; before that, "not run yet"
+    const notRun = this.finished ? "never ran" : "not run yet";
     this.count.textContent = query ? `${results.length}${results.length >= 200 ? "+" : ""} match${results.length === 1 ? "" : "es"}` +
-      (never ? ` · ${never} never ran` : "") : "";
+      (never ? ` · ${never} ${notRun}` : "") : "";
     results.forEach((result, index) => {
       const where = result.path || result.block || "root";
       // The source view shows a row's source text; the lowered view its instruction.
       const text = (!this.isLowered() && result.source) || result.text;
-      const ran = result.ran === false ? h("span", { class: "nnsp-flag nnsp-flag-never", title: "no run so far ran this row" }, "never ran") : null;
+      const ran = result.ran === false ? h("span", { class: "nnsp-flag nnsp-flag-never",
+        title: this.finished ? "no run so far ran this row" : "the run has not reached this row yet" }, notRun) : null;
       // One tab stop per result (the row's button); ● and ▶ are for the mouse, b and h their keys.
       const item = h("li", { class: `nnsp-result${result.ran === false ? " nnsp-result-never" : ""}`, "data-selected": String(index === 0),
         "data-node": result.node, "data-ran": String(result.ran !== false) },
@@ -186,6 +196,7 @@ export class NavigatorPanel {
           onclick: (/** @type {Event} */ e) => { e.stopPropagation(); this.request("break_at", { node: result.node }); } }, "●"),
         h("button", { class: "nnsp-icon", type: "button", tabindex: "-1", title: "run to here (h)", "aria-label": `Run to ${text}`,
           onclick: (/** @type {Event} */ e) => { e.stopPropagation(); this.send("run_to_here", { node: result.node }); } }, "▶"));
+      if (result.kind === "block" && this.onBlockView) item.append(blockViews(result, this.onBlockView));
       this.list.append(item);
     });
   }
@@ -215,6 +226,11 @@ export class NavigatorPanel {
     }
   }
 
+  clearReason() {
+    this.reason.textContent = "";
+    this.reason.dataset.kind = "";
+  }
+
   async refresh() {
     try {
       this.update(await this.channel.request("breakpoints"));
@@ -242,6 +258,21 @@ export class NavigatorPanel {
     }
     this.onBreakpoints(view);
   }
+}
+
+// A block result's views one click away: its output (run to the tensor it returns), its attention
+// heads (an attention block), the same output in every layer (a block inside a layer of a ModuleList).
+/** @param {SearchResult} result @param {(result: SearchResult, view: string) => unknown} act */
+function blockViews(result, act) {
+  const path = result.path || result.block || "";
+  /** @param {string} label @param {string} view @param {string} title */
+  const button = (label, view, title) => h("button", { class: "nnsp-button nnsp-button-small nnsp-block-view", type: "button",
+    tabindex: "-1", title, "aria-label": `${label} of ${path}`, "data-view": view,
+    onclick: (/** @type {Event} */ e) => { e.stopPropagation(); act(result, view); } }, label);
+  return h("span", { class: "nnsp-block-views" },
+    button("output", "output", "run to the tensor this block returns and show it"),
+    /attention/i.test(result.text) ? button("heads", "heads", "run to this block's output and show its attention heads") : null,
+    /\.\d+(\.|$)/.test(path) ? button("every layer", "layers", "this block's output in every layer (the Layers tab)") : null);
 }
 
 export class CallStackPanel {

@@ -28,6 +28,15 @@ export function h(tag, attrs = {}, ...children) {
 }
 
 /**
+ * A variable as user text: the lowering's temporaries ($t12) are no source words, so they read as
+ * `fallback` instead.
+ * @param {string | null | undefined} name @param {string} fallback
+ */
+export function shownVar(name, fallback) {
+  return name && !/^\$t\d+$/.test(name) ? name : fallback;
+}
+
+/**
  * @template {Element} E
  * @param {E} el
  * @returns {E}

@@ -2,7 +2,7 @@
 // kernel checks the edit; a bad one shows its error here and changes nothing. Queued edits are
 // listed (they are replayed at their step by the next run) and can be removed.
 
-import { h, clear } from "./dom.js";
+import { h, clear, shownVar } from "./dom.js";
 
 /** @type {Record<string, string>} */
 const PLACEHOLDER = { zero: "", scale: "factor, e.g. 0.5", noise: "standard deviation, e.g. 0.1", expression: "Python, e.g. value.clamp(min=0)" };
@@ -71,7 +71,7 @@ export class EditPanel {
       this.target.textContent = `paused before the call of ${info.callee}: nothing to edit here (Step into it, or edit the step that bound an argument)`;
     } else if (info && info.index) {
       const shape = info.shape ? `${info.dtype}[${info.shape.join(", ")}]` : info.type;
-      this.target.textContent = `edit step ${info.index}: ${info.var || "(binds nothing)"} · ${shape}`;
+      this.target.textContent = `edit step ${info.index}: ${shownVar(info.var, info.var ? "a value of the statement" : "(binds nothing)")} · ${shape}`;
     } else this.target.textContent = "no step to edit yet";
     clear(this.list);
     (edits || []).forEach((edit, index) => this.list.append(h("li", {},

@@ -3,7 +3,7 @@
 // for index and value, and the difference of two runs at the step on a diverging scale. Drawn on a
 // canvas, one rectangle per cell.
 
-import { h, clear, fmt } from "./dom.js";
+import { h, clear, fmt, shownVar } from "./dom.js";
 
 // Sequential: viridis stops; diverging: blue, white, red (negative, zero, positive).
 /** @type {[number, number, number][]} */
@@ -225,6 +225,18 @@ export class TensorView {
     if (runs.some((r) => r.name === keep)) this.against.value = keep;
   }
 
+  /** Nothing shown (a new run has no step yet): the value of a run gone is not left on screen. */
+  clearView() {
+    this.serial += 1;
+    this.view = null;
+    this.panel.classList.add("nnsp-tensor-empty");
+    this.note.textContent = "";
+    clear(this.legendBox);
+    this.canvas.width = 0;
+    this.canvas.style.width = "0px";
+    this.canvas.style.height = "0px";
+  }
+
   // query: {run, trace_step} or {step_index}; the dims and indices are kept while the shape is the same.
   /** @param {Record<string, unknown>} query */
   async show(query) {
@@ -287,7 +299,7 @@ export class TensorView {
     this.panel.classList.remove("nnsp-tensor-empty");
     this.lastShape = JSON.stringify(view.shape);
     const where = view.step_index ? `step ${view.step_index}` : "input";
-    this.caption.textContent = `${view.run} · ${where} (trace #${view.trace_step}) · ${view.var || "(no variable)"} ` +
+    this.caption.textContent = `${view.run} · ${where} (trace #${view.trace_step}) · ${shownVar(view.var, "(a value of the statement)")} ` +
       `[${view.shape.join(", ")}]${view.against ? ` − ${view.against}` : ""}`;
     const ndim = view.shape.length;
     /** @param {HTMLSelectElement} select @param {number} chosen @param {boolean} allowNone */
@@ -316,7 +328,7 @@ export class TensorView {
     // a signed slice is coloured on a diverging scale over [-m, m]: white is 0, whatever the ends
     const [lo, hi] = Array.isArray(view.range) ? view.range : [view.min, view.max];
     drawCells(this.canvas, view.values, rows, cols, size, lo, hi, view.scale, cellHeight(rows, size, 160));
-    this.canvas.setAttribute("aria-label", `Heatmap of ${view.var || "the value"}: ${rows} x ${cols} cells from ${fmt(view.min)} to ${fmt(view.max)}`);
+    this.canvas.setAttribute("aria-label", `Heatmap of ${shownVar(view.var, "the value")}: ${rows} x ${cols} cells from ${fmt(view.min)} to ${fmt(view.max)}`);
     clear(this.legendBox).append(legend(lo, hi, view.scale));
     if (view.scale === "diverging" && (view.min !== lo || view.max !== hi)) {
       this.legendBox.append(h("span", { class: "nnsp-note" }, ` values from ${fmt(view.min)} to ${fmt(view.max)}`));

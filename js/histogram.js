@@ -1,7 +1,7 @@
 // Histograms of a step's activation and gradient, drawn as SVG bars from the bins the kernel
 // computed with the traces' histogram_bins ({edges, counts, n_nan, n_inf} or {note}).
 
-import { h, clear, fmt } from "./dom.js";
+import { h, clear, fmt, shownVar } from "./dom.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 
@@ -114,7 +114,7 @@ export class HistogramPair {
     ++this.serial;
     const where = data.step_index ? `step ${data.step_index}` : "input";
     this.caption.textContent = `${data.run} · ${where}${data.trace_step ? ` (trace #${data.trace_step})` : ""} · ` +
-      `${data.var || "(no variable)"} in ${data.block || "—"}`;
+      `${shownVar(data.var, "(a value of the statement)")} in ${data.block || "—"}`;
     drawHistogram(this.activation, data.activation, "activation");
     drawHistogram(this.gradient, data.gradient, "gradient");
     if (data.activation && data.activation.changed_later) {

@@ -1,23 +1,20 @@
 // The inspector's layout and wiring: header, stepper toolbar, block tree | current step, source
 // and histograms, then the Edit / Trace / Compare tabs. The entry point anywidget calls.
 
-import { h, scrollWithin } from "./dom.js";
+import { h, clear, scrollWithin } from "./dom.js";
 import { createChannel, createStaticModel } from "./protocol.js";
 import { TreeView } from "./tree.js";
 import { SourceView } from "./source.js";
 import { createToolbar, renderStepInfo, SHORTCUTS } from "./stepper.js";
 import { TraceTable } from "./table.js";
 import { HistogramPair } from "./histogram.js";
-import { CompareView } from "./compare.js";
 import { EditPanel } from "./edit.js";
 import { NavigatorPanel, CallStackPanel, explainError } from "./debugger.js";
 import { TensorView } from "./heatmap.js";
 import { AttentionGrid } from "./attention.js";
-import { TrendsView } from "./trends.js";
 import { attachTreeKeys } from "./treekeys.js";
 import { TreeColours } from "./treecolour.js";
-import { LayersView } from "./layers.js";
-import { RoutingView } from "./routing.js";
+import { loadViews } from "./lazy.js";
 import { lazyTabs } from "./lazytab.js";
 
 const nextFrame = () => new Promise((/** @type {(value?: unknown) => void} */ resolve) => requestAnimationFrame(() => resolve()));
@@ -45,7 +42,7 @@ function render({ model, el }) {
   let viewUpdated = Promise.resolve();
 
   const STEPPING = new Set(["step", "step_over", "continue", "run_to", "reset"]);
-  STEPPING.add("step_into").add("step_out").add("run_to_here").add("run_to_trace");
+  STEPPING.add("step_into").add("step_out").add("run_to_here").add("run_to_trace").add("run_to_output");
   let stepping = 0;
   /**
    * @param {string} command
@@ -56,7 +53,11 @@ function render({ model, el }) {
     const isStep = STEPPING.has(command);
     /** @type {Record<string, any> | null} */
     let reply = null;
-    if (isStep) { pinned = null; stepping += 1; }
+    if (isStep) {
+      pinned = null;
+      stepping += 1;
+      if (navigator) navigator.clearReason();  // the last stop reason belongs to the last command
+    }
     try {
       // one round trip: the reply brings the histograms, the breakpoint view and the call stack
       const data = await channel.request(command, isStep ? { ...args, with_hist: true, with_debug: true } : args);
@@ -83,11 +84,13 @@ function render({ model, el }) {
     root.dataset.phasesMs = [replied - started, drawn - replied, performance.now() - drawn].map((t) => t.toFixed(1)).join(" ");
     root.dataset.roundTripMs = timings[timings.length - 1].toFixed(1);
     root.dataset.commands = String(timings.length);
+    return reply;
   }
   /** @type {HTMLElement & { nnspTimings?: number[] }} */ (root).nnspTimings = timings;
 
   // Escape in a text box gives the focus back to the tree: the current row, else its focusable item.
   const focusTree = () => {
+    backToRun();
     const current = treeBox.querySelector(".nnsp-row.nnsp-current")?.closest("[role='treeitem']");
     const item = /** @type {HTMLElement | null} */ (current || treeBox.querySelector("[role='treeitem'][tabindex='0']"));
     if (item) item.focus();
@@ -99,7 +102,10 @@ function render({ model, el }) {
   const sourceBox = h("div", { class: "nnsp-source" });
   const histBox = h("div", { class: "nnsp-hists" });
   const tree = new TreeView(treeBox, channel, {
-    onSelectBlock: (block) => source.show(block, 0),
+    // a click on a row moves the view there (the run's current row stays); on the current row, back to the run
+    onLook: (node) => (node.id === tree.currentRow ? backToRun()
+      : lookAt({ node: node.id, source_block: node.kind === "B" ? node.id : tree.blockOf(node.id), line: node.kind === "B" ? 0 : node.line,
+        label: tree.displayText(node) }, false)),
     onRowAction: isStatic ? undefined : (node, action) => (action === "break" ? navigator?.request("break_at", { node }) : send("run_to_here", { node })),
   });
   /** @type {import("./debugger.js").NavigatorPanel | null} */
@@ -118,6 +124,7 @@ function render({ model, el }) {
   /** @param {boolean} lowered @param {boolean} [save] */
   function setLowered(lowered, save = false) {
     tree.setLowered(lowered);
+    renderStepInfo(stepBox, model.get("step_info") || {}, isStatic ? "static" : model.get("status"), tree.lowered);
     viewToggle.setAttribute("aria-pressed", String(tree.lowered));
     if (save && Boolean(model.get("show_lowered")) !== tree.lowered) {
       model.set("show_lowered", tree.lowered);
@@ -139,12 +146,54 @@ function render({ model, el }) {
     hists.show(query);
     runHere.hidden = isStatic || query.trace_step === undefined;
     tensorView.show(query);
+    // the tree and the source go to the row that bound it, as "looking at" (the run stays where it is)
+    if (!isStatic && query.trace_step !== undefined) {
+      channel.request("locate", { run: query.run, trace_step: query.trace_step })
+        .then((/** @type {any} */ at) => { if (pinned === query && at && at.node >= 0) lookAt(at, true); }).catch(() => undefined);
+    }
   };
   // Run to here from a trace or compare row: the active run goes to the matching step ("h").
   const runHere = h("button", { class: "nnsp-button nnsp-button-small nnsp-run-here", type: "button", hidden: true,
     "aria-label": "Run to this step", title: "run the active run to the step of the selected row (h)",
     onclick: () => { if (pinned && pinned.trace_step !== undefined) send("run_to_trace", pinned); } }, "Run to this step");
   histBox.append(runHere);
+
+  // "Where the run is" and "where I am looking" are two things: the run's step keeps the tree's
+  // current row, the source's current line and the step card; a search jump, a row click, a frame,
+  // a trace or compare row move only the view ("looking at"), and Escape or the chip come back.
+  /** @type {{ node: number, ancestors?: number[] | null, source_block: number, line: number, label?: string } | null} */
+  let looking = null;
+  const lookChip = h("div", { class: "nnsp-look", role: "status", hidden: true });
+  /** @param {{ node: number, ancestors?: number[] | null, source_block: number, line: number, label?: string }} target @param {boolean} into */
+  function lookAt(target, into) {
+    looking = target;
+    root.dataset.looking = "true";
+    renderLook();
+    return Promise.all([
+      target.node >= 0 ? tree.reveal(target.node, target.ancestors || null, { into, look: true }) : null,
+      source.showLook(target.source_block, target.line || 0),
+    ]);
+  }
+  function backToRun() {
+    if (!looking) return;
+    looking = null;
+    root.dataset.looking = "false";
+    tree.clearLook();
+    renderLook();
+    const info = model.get("step_info") || {};
+    if (info.index || info.pause) source.show(info.source_block, info.line, info);
+  }
+  function renderLook() {
+    clear(lookChip);
+    lookChip.hidden = !looking;
+    if (!looking) return;
+    const info = model.get("step_info") || {};
+    const where = info.pause ? `the call of ${info.callee}` : info.index ? `step ${info.index}` : "the start";
+    lookChip.append(h("span", { class: "nnsp-look-key" }, "looking at "), h("code", { class: "nnsp-look-text" }, looking.label || ""),
+      h("span", { class: "nnsp-note" }, ` · the run is at ${where}`), " ",
+      h("button", { class: "nnsp-button nnsp-button-small nnsp-back", type: "button", title: "show where the run is (Escape)",
+        onclick: () => focusTree() }, `back to ${where} (Esc)`));
+  }
 
   /** @type {Record<string, { body: HTMLElement, button: HTMLElement }>} */
   const tabs = {};
@@ -161,15 +210,45 @@ function render({ model, el }) {
   };
   const editPanel = new EditPanel(addTab("Edit"), channel, { isStatic });
   const table = new TraceTable(addTab("Trace"), channel, { onSelect: select });
-  const compare = new CompareView(addTab("Compare"), channel, { onSelect: select, isStatic, offlinePairs: model.get("compare_pairs") || [] });
-  const trends = new TrendsView(addTab("Trends"), channel, { onSelect: select });
-  const layersView = isStatic ? null : new LayersView(addTab("Layers"), channel, { onSelect: select,
-    currentNode: () => Number((model.get("step_info") || {}).node ?? -1) });
-  // MoE models only: the router's choice of experts per token and layer.
-  const routingView = !isStatic && model.get("moe") ? new RoutingView(addTab("Routing"), channel) : null;
+  // The Compare, Trends, Layers and Routing tabs: their code (static/views.js) comes from the kernel
+  // when one of them first opens (lazy.js); the static page has it built in.
+  /** @type {Record<string, (views: import("./lazy.js").Views, body: HTMLElement) => any>} */
+  const makeView = {
+    Compare: (v, body) => new v.CompareView(body, channel, { onSelect: select, isStatic, offlinePairs: model.get("compare_pairs") || [] }),
+    Trends: (v, body) => {
+      const view = new v.TrendsView(body, channel, { onSelect: select });
+      view.onColourBy = (/** @type {any} */ query) => treeColours.colourBy(query);
+      return view;
+    },
+    Layers: (v, body) => new v.LayersView(body, channel, { onSelect: select,
+      currentNode: () => Number((model.get("step_info") || {}).node ?? -1) }),
+    Routing: (v, body) => new v.RoutingView(body, channel),
+  };
+  /** @type {Record<string, any>} the lazy views made so far */
+  const lazyViews = {};
+  /** @param {string} name */
+  async function lazyView(name) {
+    if (!lazyViews[name]) {
+      const body = tabs[name].body;
+      try {
+        const views = await loadViews(channel);
+        if (!lazyViews[name]) {
+          lazyViews[name] = makeView[name](views, body);
+          if (lazyViews[name].setRuns) lazyViews[name].setRuns(model.get("runs") || []);
+        }
+      } catch (err) {
+        body.textContent = `the ${name} view could not load: ${/** @type {Error} */ (err).message}`;
+        return null;
+      }
+    }
+    return lazyViews[name];
+  }
+  addTab("Compare");
+  addTab("Trends");
+  if (!isStatic) addTab("Layers");
+  if (!isStatic && model.get("moe")) addTab("Routing");  // MoE models only: the router's choice of experts per token and layer
   table.isStatic = isStatic;
   const treeColours = new TreeColours(treeBox, channel);
-  trends.onColourBy = (query) => treeColours.colourBy(query);
   // Enter on a trace row of the active run runs to it (an earlier step replays the run from the start).
   table.onRun = (stepIndex, run) => {
     const active = (model.get("step_info") || {}).run;
@@ -178,7 +257,7 @@ function render({ model, el }) {
   let activeTab = "";
   // The tabs of the `views` trait (Logical, Patch, Diverge: show_logical, show_patching, report.show()):
   // their code comes from the kernel when each first opens (lazytab.js); `host` is what their views may use.
-  const lazy = isStatic ? null : lazyTabs(model, channel, addTab, { active: () => activeTab, compare, showTab });
+  const lazy = isStatic ? null : lazyTabs(model, channel, addTab, { active: () => activeTab, compare: () => lazyView("Compare"), showTab });
   /** @param {string} name */
   function showTab(name) {
     activeTab = name;
@@ -187,9 +266,7 @@ function render({ model, el }) {
       tab.button.setAttribute("aria-selected", String(key === name));
     }
     if (name === "Trace") table.refresh();
-    if (name === "Trends") trends.refresh();
-    if (name === "Layers" && layersView) layersView.refresh();
-    if (name === "Routing" && routingView) routingView.refresh();
+    if (makeView[name] && tabs[name]) return lazyView(name).then((view) => (view && name !== "Compare" ? view.refresh() : undefined));
     lazy?.open(name);
   }
 
@@ -199,7 +276,7 @@ function render({ model, el }) {
     toolbar.el, errorBar,
     h("div", { class: "nnsp-main" },
       panel("Block tree", treeBox, { class: "nnsp-panel nnsp-panel-tree" }),
-      h("div", { class: "nnsp-side" }, panel("Current step", stepBox), panel("Source", sourceBox), panel("Histograms", histBox))),
+      h("div", { class: "nnsp-side" }, panel("Current step", h("div", {}, stepBox, lookChip)), panel("Source", sourceBox), panel("Histograms", histBox))),
     panel("Tensor", h("div", { class: "nnsp-tensor-panel" }, tensorBox, attentionBox), { class: "nnsp-panel nnsp-panel-tensor" }),
     tabBar, tabBody);
   el.append(root);
@@ -213,9 +290,9 @@ function render({ model, el }) {
   };
   // A pane that changes size (the window, a side panel, a wrapped line) keeps the current tree row
   // and source line in view, not left half cut at its edge.
-  const keepCurrent = new ResizeObserver(() => {
-    scrollWithin(treeBox, treeBox.querySelector(".nnsp-row.nnsp-current"));
-    scrollWithin(sourceBox, sourceBox.querySelector(".nnsp-line-current"));
+  const keepCurrent = new ResizeObserver(() => {  // the row looked at, when there is one
+    scrollWithin(treeBox, treeBox.querySelector(".nnsp-row.nnsp-looking") || treeBox.querySelector(".nnsp-row.nnsp-current"));
+    scrollWithin(sourceBox, sourceBox.querySelector(".nnsp-line-looking") || sourceBox.querySelector(".nnsp-line-current"));
   });
   keepCurrent.observe(treeBox);
   keepCurrent.observe(sourceBox);
@@ -228,12 +305,33 @@ function render({ model, el }) {
   const stackBox = h("div", { class: "nnsp-stack" });
   const nav = new NavigatorPanel(navBox, channel, {
     isStatic, send, lowered: () => tree.lowered, onEscape: () => focusTree(),
-    jump: (result) => Promise.all([tree.reveal(result.node, result.ancestors, { into: true }), source.show(result.source_block, result.line)]),
+    jump: (result) => lookAt({ ...result, label: (!tree.lowered && result.source) || result.text }, true),
+    onBlockView: (result, view) => blockView(result.node, view),
     onBreakpoints: (view) => source.setBreakpoints(view.items),
   });
   navigator = nav;
+  // "output", "heads", "every layer" of a block: one action, the run goes to the block's return
+  /** @param {number} node @param {string} view */
+  async function blockView(node, view) {
+    const reply = await send("run_to_output", { node });
+    const out = reply && reply.output;
+    if (!out || !out.trace_step) return;
+    const query = { run: out.run, trace_step: out.trace_step };
+    pinned = query;
+    hists.show(query);
+    tensorView.show(query);
+    if (view === "heads") {
+      await attention.show({ block: out.block });
+      attentionBox.scrollIntoView({ block: "nearest" });
+    } else if (view === "layers") {
+      showTab("Layers");
+      const layers = await lazyView("Layers");
+      if (layers) await layers.show(out.statement, out.var);
+    }
+  }
   const callStack = new CallStackPanel(stackBox, channel, {
-    showFrame: (frame) => Promise.all([tree.reveal(frame.node), source.show(frame.node, 0)]),
+    // a frame of the run's stack: its block as "looking at" (the current frame: back to the run)
+    showFrame: (frame) => (frame.current ? backToRun() : lookAt({ node: frame.node, source_block: frame.node, line: frame.line || 0, label: frame.block || "(root)" }, false)),
   });
   const treePanel = /** @type {HTMLElement} */ (root.querySelector(".nnsp-panel-tree"));
   const leftColumn = h("div", { class: "nnsp-left" });
@@ -242,17 +340,37 @@ function render({ model, el }) {
   treePanel.querySelector(".nnsp-panel-title")?.append(viewToggle);
   const sourcePanel = /** @type {HTMLElement} */ (sourceBox.parentElement);
   sourcePanel.after(panel("Call stack", stackBox, { class: "nnsp-panel nnsp-panel-stack" }));
+  // one breakpoint request for the trait changes of one kernel command (step_info and the list's version)
+  let navPending = false;
+  const navRefreshSoon = () => {
+    if (navPending) return;
+    navPending = true;
+    setTimeout(() => { navPending = false; nav.refresh(); }, 0);
+  };
   const onDebugStep = () => {
     if (isStatic) return;
     if (!pinned) runHere.hidden = true;
     if (stepping) return;  // the stepping command's reply brings the breakpoint view and the call stack
-    nav.refresh();
+    navRefreshSoon();
     callStack.refresh();
   };
 
+  let stepSerial = 0;
   function onStep() {
     const info = model.get("step_info") || {};
-    renderStepInfo(stepBox, info, isStatic ? "static" : model.get("status"));
+    const serial = ++stepSerial;
+    if (looking) {  // the run moved: the view comes back to it
+      looking = null;
+      root.dataset.looking = "false";
+      tree.clearLook();
+      renderLook();
+    }
+    root.dataset.runStep = String(info.index || 0);
+    if (!info.index && !info.pause && !pinned && !isStatic) {  // a new run: no value of an older run stays shown
+      tensorView.clearView();
+      attention.show({});
+    }
+    renderStepInfo(stepBox, info, isStatic ? "static" : model.get("status"), tree.lowered);
     toolbar.setStatus(model.get("status"), model.get("step_index"), info.run, info.pause ? info.callee : "");
     editPanel.update(info, model.get("edit_list"));
     stepBox.parentElement?.classList.toggle("nnsp-paused-call", info.pause === "call");
@@ -269,16 +387,16 @@ function render({ model, el }) {
     // the tensor view after the step card, tree, source and histograms (its heatmap is the largest reply)
     if ((info.index || info.pause) && !pinned && info.trace_step) {
       const query = { trace_step: info.trace_step };
-      viewUpdated.then(() => { if (!pinned) tensorView.show(query); });
+      // only the latest step's: a burst of steps (cells run right after the widget is made) answers out of order
+      viewUpdated.then(() => { if (!pinned && serial === stepSerial) tensorView.show(query); });
     }
   }
   function onRuns() {
     const runs = model.get("runs") || [];
     const info = model.get("step_info") || {};
     table.setRuns(runs, info.run);
-    compare.setRuns(runs);
     tensorView.setRuns(runs);
-    trends.setRuns(runs);
+    for (const view of Object.values(lazyViews)) if (view.setRuns) view.setRuns(runs);
   }
   const onError = () => { if (!root.dataset.kernel) errorBar.textContent = model.get("error") || ""; };
   const onEdits = () => editPanel.update(model.get("step_info"), model.get("edit_list"));
@@ -292,6 +410,12 @@ function render({ model, el }) {
   root.addEventListener("keydown", (event) => {
     if (event.ctrlKey || event.metaKey || event.altKey) return;
     if (/** @type {Element} */ (event.target).closest("input, textarea, select")) return;
+    if (event.key === "Escape" && looking) {  // the view back to where the run is
+      event.preventDefault();
+      event.stopPropagation();
+      focusTree();
+      return;
+    }
     if (event.key === "l") {  // the lowered view, also on the static page
       event.preventDefault();
       setLowered(!tree.lowered, true);
@@ -337,11 +461,15 @@ function render({ model, el }) {
     "change:views": () => lazy?.sync() };
   for (const [event, handler] of Object.entries(handlers)) model.on(event, handler);
   model.on("change:step_info", onDebugStep);
+  // a breakpoint set or removed from Python: listed at once (a stepping command's reply brings its own)
+  const onBreakpointsChanged = () => { if (!isStatic && !stepping) navRefreshSoon(); };
+  model.on("change:breakpoints_version", onBreakpointsChanged);
   onDebugStep();
   // Hosts that deliver each trait change apart (marimo) may send step_index after step_info and status.
   model.on("change:step_index", onStatus);
   return () => {
     model.off("change:step_info", onDebugStep);
+    model.off("change:breakpoints_version", onBreakpointsChanged);
     for (const [event, handler] of Object.entries(handlers)) model.off(event, handler);
     model.off("change:step_index", onStatus);
     channel.dispose();

@@ -3,7 +3,7 @@
 // run, each with the value's norm, mean and std and a bar of its norm; a cell opens that value in
 // the tensor view. The kernel finds the row's counterpart in each layer (same_statement).
 
-import { h, clear, fmt } from "./dom.js";
+import { h, clear, fmt, shownVar } from "./dom.js";
 
 export class LayersView {
   /**
@@ -16,6 +16,7 @@ export class LayersView {
     this.onSelect = onSelect;
     this.currentNode = currentNode;
     this.node = -1;
+    this.variable = "";
     this.message = h("div", { class: "nnsp-note", role: "status" }, "the statement of the current step, in every layer: press the button");
     this.body = h("div", { class: "nnsp-layers-body" });
     container.append(
@@ -25,22 +26,23 @@ export class LayersView {
       this.message, this.body);
   }
 
-  /** @param {number} node */
-  async show(node) {
+  /** @param {number} node @param {string} [variable] the variable of the statement to show (default: its first) */
+  async show(node, variable) {
     if (node === undefined || node < 0) {
       this.message.textContent = "step into a layer first: the current step has no tree row";
       return;
     }
     this.node = node;
+    this.variable = variable || "";
     try {
-      this.render(await this.channel.request("same_statement", { node }));
+      this.render(await this.channel.request("same_statement", variable ? { node, var: variable } : { node }));
     } catch (err) {
       clear(this.body);
       this.message.textContent = /** @type {Error} */ (err).message;
     }
   }
 
-  refresh() { if (this.node >= 0) this.show(this.node); }
+  refresh() { if (this.node >= 0) this.show(this.node, this.variable); }
 
   /** @param {Record<string, any>} data */
   render(data) {
@@ -54,13 +56,15 @@ export class LayersView {
     const rows = data.runs.map((/** @type {any} */ run) => h("tr", {}, h("th", { scope: "row" }, run.run + (run.finished ? "" : " (paused)")),
       ...run.cells.map((/** @type {any} */ cell, /** @type {number} */ i) => {
         if (data.nodes[i] < 0) return h("td", { class: "nnsp-note" }, "another forward");
-        if (!cell) return h("td", { class: "nnsp-note" }, "not run yet");
+        // a row no run reached: "not run yet" while the run is paused, "never ran" once it finished
+        if (!cell) return h("td", { class: "nnsp-note" }, run.finished ? "never ran" : "not run yet");
+        if (cell.note) return h("td", { class: "nnsp-note" }, cell.note);
         const stats = cell.stats;
         const share = stats && top ? Math.max(2, Math.round((100 * stats.norm) / top)) : 0;
         return h("td", {}, h("button", { class: "nnsp-layer-cell", type: "button", "data-layer": String(data.layers[i]),
-          "aria-label": `${run.run}, layer ${data.layers[i]}: ${cell.var}${stats ? ` norm ${fmt(stats.norm)}` : ""}, open in the tensor view`,
+          "aria-label": `${run.run}, layer ${data.layers[i]}: ${shownVar(cell.var, "value")}${stats ? ` norm ${fmt(stats.norm)}` : ""}, open in the tensor view`,
           onclick: () => this.onSelect && this.onSelect({ run: run.run, trace_step: cell.trace_step }) },
-          h("span", { class: "nnsp-var" }, cell.var),
+          h("span", { class: "nnsp-var" }, shownVar(cell.var, "value")),
           cell.shape ? h("span", { class: "nnsp-shape" }, ` [${cell.shape.join(", ")}]`) : null,
           stats ? h("span", { class: "nnsp-layer-bar", style: `width: ${share}%` }) : null,
           stats ? h("span", { class: "nnsp-num" }, `‖·‖ ${fmt(stats.norm)} μ ${fmt(stats.mean)} σ ${fmt(stats.std)}`) : null));

@@ -217,11 +217,13 @@ export class PatchView {
  * @param {HTMLElement} body @param {import("./types").Channel} channel @param {Record<string, any>} host
  */
 export function mount(body, channel, host) {
-  const view = new PatchView(body, channel, { onOpened: (reply) => {
-    host.compare.selectA.value = reply.clean;
-    host.compare.selectB.value = reply.fork;
-    host.showTab("Compare");
-    host.compare.run(true);
+  const view = new PatchView(body, channel, { onOpened: async (reply) => {
+    await host.showTab("Compare");
+    const compare = await host.compare();  // the Compare tab's view (loaded on demand)
+    if (!compare) return;
+    compare.selectA.value = reply.clean;
+    compare.selectB.value = reply.fork;
+    compare.run(true);
   } });
   let seen = -1;
   return { refresh: (/** @type {number} */ shown) => {

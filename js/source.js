@@ -24,6 +24,11 @@ export class SourceView {
     /** @type {number | null} */
     this.block = null;
     this.line = 0;
+    this.showSerial = 0;
+    /** @type {{ block: number, line: number, col?: number, end_col?: number, end_line?: number } | null} where the run is */
+    this.run = null;
+    /** @type {{ block: number, line: number } | null} where the user is looking, when elsewhere */
+    this.look = null;
     this.header = h("div", { class: "nnsp-source-file" }, "no step yet");
     this.body = h("pre", { class: "nnsp-source-code" });
     container.append(this.header, this.body);
@@ -36,25 +41,66 @@ export class SourceView {
   }
 
   /**
+   * Show where the run is: the block of the paused step with its line (and the instruction's
+   * column range) highlighted as the current line; any "looking at" line goes.
    * @param {number | null | undefined} block
    * @param {number} line
    * @param {{ col?: number, end_col?: number, end_line?: number }} [range] the instruction's columns
    */
   async show(block, line, range = {}) {
     if (block === null || block === undefined || block < 0) return;
+    this.run = { block, line, col: range.col, end_col: range.end_col, end_line: range.end_line };
+    this.look = null;
+    await this.display(block);
+  }
+
+  /**
+   * Show a place the user is looking at (a search result, a tree row, a frame, a trace row): its
+   * block with `line` marked "looking at"; the run's current line keeps its own mark when it is in
+   * the same block.
+   * @param {number | null | undefined} block @param {number} line
+   */
+  async showLook(block, line) {
+    if (block === null || block === undefined || block < 0) return;
+    this.look = { block, line };
+    await this.display(block);
+  }
+
+  /** @param {number} block */
+  async display(block) {
+    // latest wins: an older request answered later (a source not cached yet) must not draw over a newer one
+    const serial = ++this.showSerial;
     if (block !== this.block) {
       let source;
       try {
         source = await this.source(block);
       } catch (err) {
+        if (serial !== this.showSerial) return;
         this.cache.delete(block);
         clear(this.body).append(h("span", { class: "nnsp-error" }, /** @type {Error} */ (err).message));
+        this.block = null;
         return;
       }
+      if (serial !== this.showSerial) return;
       this.block = block;
       this.render(source);
     }
-    this.mark(line, range.col, range.end_col, range.end_line);
+    const run = this.run;
+    if (run && run.block === this.block) this.mark(run.line, run.col, run.end_col, run.end_line, !this.look);
+    else this.mark(0);
+    const look = this.look;
+    this.container.dataset.looking = look ? "true" : "false";
+    this.markLook(look && look.block === this.block ? look.line : 0);
+  }
+
+  /** @param {number} line the "looking at" line (0: none) */
+  markLook(line) {
+    for (const old of this.body.querySelectorAll(".nnsp-line-looking")) old.classList.remove("nnsp-line-looking");
+    const el = line ? this.body.querySelector(`.nnsp-line[data-line="${line}"]`) : null;
+    if (el) {
+      el.classList.add("nnsp-line-looking");
+      scrollWithin(this.container, el);
+    }
   }
 
   /** @param {{ file?: string, first: number, text?: string, note?: string }} source */
@@ -76,8 +122,8 @@ export class SourceView {
     this.line = 0;
   }
 
-  /** @param {number} line @param {number} [col] @param {number} [endCol] @param {number} [endLine] */
-  mark(line, col, endCol, endLine) {
+  /** @param {number} line @param {number} [col] @param {number} [endCol] @param {number} [endLine] @param {boolean} [scroll] */
+  mark(line, col, endCol, endLine, scroll = true) {
     const old = this.body.querySelector(".nnsp-line-current");
     if (old) {
       old.classList.remove("nnsp-line-current");
@@ -94,8 +140,8 @@ export class SourceView {
       // a statement over several lines (a call with its arguments below it): show its next lines too,
       // as far as the pane allows with its first line still in view
       const last = endLine && endLine > line ? this.body.querySelector(`.nnsp-line[data-line="${Math.min(endLine, line + 6)}"]`) : null;
-      if (last) scrollWithin(this.container, last);
-      scrollWithin(this.container, el);
+      if (last && scroll) scrollWithin(this.container, last);
+      if (scroll) scrollWithin(this.container, el);
     }
   }
 

@@ -3,7 +3,7 @@
 // sub-block call ("about to call transformer.h.1.attn(hidden_states, …)") where Step (into) and
 // Step over are a choice.
 
-import { h, clear, fmt } from "./dom.js";
+import { h, clear, fmt, shownVar } from "./dom.js";
 
 /** @type {Record<string, string>} */
 export const SHORTCUTS = { s: "step", i: "step_into", o: "step_over", u: "step_out", c: "continue", r: "reset" };
@@ -72,8 +72,9 @@ function field(name, value, cls = "") {
  * @param {HTMLElement} container
  * @param {Record<string, any> | null | undefined} info the StepInfo
  * @param {string} status
+ * @param {boolean} [lowered] the tree shows the lowered instructions: the card shows the step's too
  */
-export function renderStepInfo(container, info, status) {
+export function renderStepInfo(container, info, status, lowered = false) {
   clear(container);
   if (info && info.pause === "call") {
     renderCallPause(container, info);
@@ -87,14 +88,15 @@ export function renderStepInfo(container, info, status) {
   const shape = info.shape ? `${info.dtype}[${info.shape.join(", ")}]` : info.value !== undefined ? `${info.type} ${info.value}` : info.type;
   container.append(
     h("div", { class: "nnsp-step-title" },
+      h("span", { class: "nnsp-run-here", title: "where the run is paused" }, "run is here: "),
       h("span", { class: "nnsp-step-index" }, `step ${info.index}`),
       h("span", { class: `nnsp-badge nnsp-badge-${info.kind}` }, info.kind),
       h("code", { class: "nnsp-step-text" }, info.text || ""),
       info.edited ? h("span", { class: "nnsp-flag nnsp-flag-edited" }, "edited") : null),
-    h("div", { class: "nnsp-step-statement", hidden: !info.statement || info.statement === info.text },
-      h("span", { class: "nnsp-key" }, "statement "), h("code", { class: "nnsp-step-text" }, info.statement || "")),
+    h("div", { class: "nnsp-step-statement", hidden: !lowered || !info.instruction || info.instruction === info.text },
+      h("span", { class: "nnsp-key" }, "instruction "), h("code", { class: "nnsp-step-text" }, lowered ? info.instruction || "" : "")),
     h("div", { class: "nnsp-fields" },
-      field("var", info.var || "—"),
+      field("var", shownVar(info.var, "—")),
       field("block", info.block || "—"),
       field("frame", String(info.depth)),
       field("value", shape, "nnsp-field-wide"),

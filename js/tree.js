@@ -12,17 +12,22 @@ export class TreeView extends TreeModel {
   /**
    * @param {HTMLElement} container
    * @param {import("./types").Channel} channel
-   * @param {{ onSelectBlock?: (block: number) => void, onRowAction?: (node: number, action: string) => void }} [options]
+   * @param {{ onLook?: (node: TreeNode) => void, onRowAction?: (node: number, action: string) => void }} [options]
    */
-  constructor(container, channel, { onSelectBlock, onRowAction } = {}) {
+  constructor(container, channel, { onLook, onRowAction } = {}) {
     super();
     this.container = container;
     this.channel = channel;
-    this.onSelectBlock = onSelectBlock;
+    /** a click on a row: the view goes there (the run's current row stays) */
+    this.onLook = onLook;
     this.onRowAction = onRowAction;
     this.current = -1;
     /** the row highlighted for `current`: it, or the folded statement holding it */
     this.currentRow = -1;
+    /** the row the user is looking at (a search result, a clicked row), apart from the run's: -1 when none */
+    this.looking = -1;
+    this.revealSerial = 0;
+    this.lookSerial = 0;
     /** @type {{ never: number[], live: number[], untaken?: number[], known?: boolean }} */
     this.blocks = { never: [], live: [], untaken: [], known: false };
   }
@@ -118,16 +123,19 @@ export class TreeView extends TreeModel {
     node.open = isOpen;
     row.addEventListener("click", (event) => {
       event.stopPropagation();
-      if (node.kind === "B" && this.onSelectBlock) this.onSelectBlock(node.id);
       if (node.extra.to !== undefined && /** @type {Element} */ (event.target).classList.contains("nnsp-text")) {
-        this.reveal(node.extra.to);
+        const target = this.nodes.get(node.extra.to) || /** @type {TreeNode} */ ({ id: node.extra.to, parent: -1, kind: "B", text: node.text,
+          shape: "", line: 0, count: 0, op: "", extra: {}, children: [], el: null });
+        if (this.onLook) this.onLook(target);
         return;
       }
+      if (this.onLook && !/** @type {Element} */ (event.target).closest(".nnsp-toggle")) this.onLook(node);
       if (hasChildren) this.toggle(node);
     });
     if (isOpen) this.fillChildren(node);
     this.markRun(node);
     if (node.id === this.currentRow) row.classList.add("nnsp-current");
+    if (node.id === this.looking) row.classList.add("nnsp-looking");
     return el;
   }
 
@@ -166,25 +174,37 @@ export class TreeView extends TreeModel {
     if (this.current >= 0 && this.rowOf(this.current) !== this.currentRow) this.highlight(this.current, false);
   }
 
+  /** The block row holding node `id` (itself for a block), -1 when its chain is not loaded.
+   * @param {number} id */
+  blockOf(id) {
+    let node = this.nodes.get(id);
+    while (node && node.kind !== "B") node = this.nodes.get(node.parent);
+    return node ? node.id : -1;
+  }
+
   /** @param {TreeNode} node */
   toggle(node) {
     this.setOpen(node, !node.open);
   }
 
   // Expand the ancestors of `id` (fetching what is missing), then highlight and show it: a step
-  // (the default) stops at a folded statement and highlights that; a search result (`into`) opens
-  // the statement too and highlights its own row.
+  // (the default) stops at a folded statement and highlights that as the run's current row; a
+  // search result (`into`) opens the statement too; `look` marks the row "looking at" and leaves
+  // the run's current row where it is.
   /**
    * @param {number} id
    * @param {number[] | null} [ancestors]
-   * @param {{ into?: boolean }} [options]
+   * @param {{ into?: boolean, look?: boolean }} [options]
    */
-  async reveal(id, ancestors = null, { into = false } = {}) {
+  async reveal(id, ancestors = null, { into = false, look = false } = {}) {
+    // latest wins: a reveal whose children came late must not draw over a newer one
+    const serial = look ? ++this.lookSerial : ++this.revealSerial;
+    if (look) this.looking = id; else this.current = id;
     const chain = ancestors || this.ancestors(id);
     const wanted = this.unfetched(chain);
     if (wanted.length) this.load((await this.channel.request("children", { nodes: wanted })).rows);
+    if (serial !== (look ? this.lookSerial : this.revealSerial)) return;
     const plan = this.revealPlan(id, chain, into);
-    this.current = id;  // so that opening the ancestors draws the right row highlighted
     for (const ancestor of plan.open) {
       const node = this.nodes.get(ancestor);
       if (node && !node.open) {
@@ -192,7 +212,32 @@ export class TreeView extends TreeModel {
         else this.markOpen(node.id, true);
       }
     }
-    this.highlight(id);
+    if (look) this.highlightLook(id);
+    else this.highlight(id, this.looking < 0);
+  }
+
+  /**
+   * Mark the row of node `id` "looking at" (-1: none), apart from the run's current row.
+   * @param {number} id
+   */
+  highlightLook(id) {
+    for (const old of this.container.querySelectorAll(".nnsp-row.nnsp-looking")) old.classList.remove("nnsp-looking");
+    this.looking = id;
+    if (id < 0) return;
+    const node = this.nodes.get(id);
+    const row = node && node.el ? /** @type {HTMLElement | null} */ (node.el.querySelector(":scope > .nnsp-row")) : null;
+    if (!row) return;
+    row.classList.add("nnsp-looking");
+    scrollWithin(this.container, row);
+  }
+
+  /** Back to where the run is: no "looking at" row, the current row in view. */
+  clearLook() {
+    this.lookSerial += 1;
+    this.highlightLook(-1);
+    const node = this.nodes.get(this.currentRow);
+    const row = node && node.el ? node.el.querySelector(":scope > .nnsp-row") : null;
+    if (row) scrollWithin(this.container, /** @type {HTMLElement} */ (row));
   }
 
   /**

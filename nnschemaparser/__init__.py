@@ -42,7 +42,7 @@ from .inspection.inspector import (GraphMismatchWarning, InputEdge, ModelInspect
 from .inspection.export_flow import GraphExportError
 from .inspection.op_filter import PALETTIZABLE_OP_TYPES, QUANTIZABLE_OP_TYPES
 from .runtime.interpreter import CallPause, SchemaInterpreter, StepInfo
-from .runtime.program import source_code
+from .runtime.interpreter import source_code
 from .runtime.listeners import BlockEvent, CallEvent, EditEvent, InstructionEvent, TraceListener
 from .inspection.metadata import ModelMetadata, ModuleMetadata, inspect_model
 from .parser.model_parser import NNParser
@@ -55,6 +55,7 @@ from .traces.recorder import ActivationRecorder
 from .traces.estimate import CaptureEstimate, CaptureTooLargeError, estimate_capture
 from .traces.dropped import CaptureLimitWarning
 from .traces.missed import KeepMissedWarning
+from .traces.wrapped import KeepWrappedError
 from .schema.model import (
     BlockInstruction,
     BlockRef,
@@ -93,10 +94,12 @@ from .store.guard import StoreBusyError, StoreLinkError
 from .store.manifest import StoreIncompleteError, StoreMismatchError
 from .store.reader import TraceStore
 from .store.reductions import Reduction
+from .store.stacked import TokenBatches
 from .distributed.collective import (CollectiveBreakpoint, CollectiveError, CollectiveRun, CollectiveTimeoutError,
                                      RankFailedError, RanksDivergedError, collective_step_run)
 from .distributed.pipeline import PlacedEdit, SchemaStage, StageCapture
 from .distributed.compare import compare_logical
+from .distributed.diverge import diverge_logical
 from .distributed.logical import LogicalCaptureError, LogicalTrace, capture_logical
 
 __version__ = "0.1.0"
@@ -127,8 +130,9 @@ __all__ = [
     "HistogramBins", "histogram_bins", "plot_histograms", "EditEvent",
     "capture_dataset", "TraceStore", "Reduction", "KeepSelector", "KeepTerm", "StoreMismatchError",
     "StoreIncompleteError", "StoreBusyError", "StoreLinkError",
-    "capture_logical", "LogicalTrace", "LogicalCaptureError", "compare_logical",
+    "capture_logical", "LogicalTrace", "LogicalCaptureError", "compare_logical", "diverge_logical",
     "estimate_capture", "CaptureEstimate", "CaptureTooLargeError", "CaptureLimitWarning", "KeepMissedWarning",
+    "KeepWrappedError", "TokenBatches",
 ]
 
 # torch.distributed: collective stepping across ranks, pipeline stages (nnschemaparser/distributed/)

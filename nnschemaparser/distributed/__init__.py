@@ -3,7 +3,9 @@
 `placement` (a value's `Layout` on the device mesh: shard, replicate, partial sum, per mesh dim;
 read off DTensors, tensor-parallel styles and FSDP2), `recorder` (`LogicalRecorder`: a capture that
 derives each value's layout), `logical` (`capture_logical`, `LogicalTrace.logical`: gathering whole
-values, a collective), `compare` (`compare_logical`: gathered values against one process);
+values, a collective), `compare` (`compare_logical`: gathered values against one process); `diverge` and `diverge_shards`
+(`diverge_logical`: one process against the sharded run by source statement, `nnschemaparser.diverge`'s
+report with each row's carried and local error, a's values cut to each rank's part by placement);
 `collective` (stepping, breakpoints and edits across ranks: `collective_step_run` gives every rank a
 `CollectiveRun` whose every command is agreed by all ranks, a NaN on one rank stops them all, an
 edit given in logical coordinates is sliced per rank, and a rank that raises ends the others with
@@ -15,12 +17,13 @@ May import: `schema`, `runtime`, `parser`, `traces`.
 """
 
 from .compare import compare_logical
+from .diverge import diverge_logical
 from .logical import LogicalCaptureError, LogicalTrace, capture_logical
 from .placement import DimPlacement, Layout
 from .collective import (CollectiveBreakpoint, CollectiveError, CollectiveRun, CollectiveTimeoutError,
                          RankFailedError, RanksDivergedError, collective_step_run)
 from .pipeline import PlacedEdit, SchemaStage, StageCapture
 
-__all__ = ["capture_logical", "LogicalTrace", "LogicalCaptureError", "compare_logical", "Layout", "DimPlacement",
+__all__ = ["capture_logical", "LogicalTrace", "LogicalCaptureError", "compare_logical", "diverge_logical", "Layout", "DimPlacement",
            "collective_step_run", "CollectiveRun", "CollectiveBreakpoint", "CollectiveError", "RankFailedError",
            "RanksDivergedError", "CollectiveTimeoutError", "SchemaStage", "StageCapture", "PlacedEdit"]

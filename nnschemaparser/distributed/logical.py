@@ -218,15 +218,16 @@ def consolidate(recorder: LogicalRecorder, trace: LogicalTrace) -> None:
     trace.operand_failures = {recorder.operand_names[k]: reasons[k] for k in failed if isinstance(k, str)}
 
 
-def _run(block: ModelBlockSchema, scope: dict, recorder: LogicalRecorder) -> list:
+def _run(block: ModelBlockSchema, scope: dict, recorder: LogicalRecorder, listeners: tuple = ()) -> list:
     """The run: the runtime's entry for the root runs the root module's forward hooks around its
     schema, once, as `model(x)` would (FSDP2's root pre-forward hook unshards the root's own
-    parameters; a tensor-parallel style on the root converts its inputs)."""
+    parameters; a tensor-parallel style on the root converts its inputs). `listeners` hear each
+    instruction after the recorder (distributed/diverge.py keys its rows to the recorder's steps)."""
     model = block.module
     if model is not None and (model._backward_hooks or model._backward_pre_hooks):
         raise LogicalCaptureError(f"{block.name} has module backward hooks, which need the real module call; "
                                   "capture_logical runs the schema and cannot run them around it")
-    return SchemaInterpreter(listeners=[recorder]).run(block=block, scope=scope)
+    return SchemaInterpreter(listeners=[recorder, *listeners]).run(block=block, scope=scope)
 
 
 def capture_logical(block: ModelBlockSchema, scope: dict, mesh: Any = None, input_placements: Optional[dict] = None,
@@ -240,6 +241,14 @@ def capture_logical(block: ModelBlockSchema, scope: dict, mesh: Any = None, inpu
     batch shards (`Shard(0)`) over its data-parallel dims and any other input is checked to be
     replicated. Returns an `ExecutionRecord` whose `trace` is a `LogicalTrace`.
     """
+    return logical_capture(block, scope, mesh, input_placements, keep=keep, limits=limits)
+
+
+def logical_capture(block: ModelBlockSchema, scope: dict, mesh: Any, input_placements: Optional[dict], *,
+                    keep: Any = None, limits: Any = None, recorder_class: type = LogicalRecorder,
+                    listeners: tuple = ()) -> ExecutionRecord:
+    """`capture_logical` with a recorder class of the caller's (a `LogicalRecorder` subclass) and
+    more `listeners` heard after the recorder in the same run."""
     if not dist.is_available() or not dist.is_initialized():
         raise LogicalCaptureError("capture_logical needs an initialised process group (torch.distributed."
                                   "init_process_group, or torchrun); in one process, use capture_run")
@@ -256,12 +265,12 @@ def capture_logical(block: ModelBlockSchema, scope: dict, mesh: Any = None, inpu
         raise LogicalCaptureError("a mesh of more than one dimension needs mesh_dim_names "
                                   "(init_device_mesh('cpu', (2, 2), mesh_dim_names=('dp', 'tp')))")
     batch_dims = tuple(fsdp_mesh_dims(mesh, model)) if model is not None else ()
-    recorder = LogicalRecorder(mesh, input_placements, batch_dims, keep=keep, limits=limits)
+    recorder = recorder_class(mesh, input_placements, batch_dims, keep=keep, limits=limits)
     collecting = gc.isenabled()
     if collecting:
         gc.disable()
     try:
-        outputs = _run(block, scope, recorder)
+        outputs = _run(block, scope, recorder, tuple(listeners))
     finally:
         if collecting:
             gc.enable()

@@ -2,8 +2,8 @@
 
 A call of a child module (`self.child(x)`, a loop variable over a module container, `self.layers[0]`,
 `self.layers[i]`) or of a Python method of the module's class (`self.helper(x)`, `super().forward(x)`,
-a plain object's `__call__`) becomes a BlockInstruction naming the block, or the method schema it
-requests (a MethodRequest); a zero-argument `super()` becomes `super(Owner, self)`; any other call
+a plain object's `__call__`, a cached function called by its global name) becomes a BlockInstruction
+naming the block, or the method schema it requests (a MethodRequest); a zero-argument `super()` becomes `super(Owner, self)`; any other call
 becomes an OpInstruction, a method call in two steps (fetch the bound method, then call it). The
 arguments are lowered in CPython's order.
 
@@ -13,6 +13,7 @@ Depends on schema, intrinsics, context and ops.
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import operator
 import sys
@@ -185,6 +186,8 @@ class CallLowering:
             found = self.constant_entry(func)
             if found is not None:
                 return found
+        if isinstance(func, ast.Name) and module is not None:
+            return self.cached_global(func)
         if not isinstance(func, ast.Attribute) or module is None:
             return None
         # super().method(...) / super(Cls, self).method(...)
@@ -204,7 +207,7 @@ class CallLowering:
             fn = inspect.getattr_static(child, func.attr, None)
             # A container without a forward (ModuleList, ModuleDict) is no block: call its method live.
             has_block = getattr(type(child).forward, "__name__", "") != "_forward_unimplemented"
-            if isinstance(fn, types.FunctionType) and has_block:
+            if (isinstance(fn, types.FunctionType) or _is_cache(fn)) and has_block:
                 owner = self._defining_class(type(child), func.attr)
                 if self._framework_method(owner):
                     return None
@@ -218,13 +221,26 @@ class CallLowering:
             if func.attr in getattr(module, "__dict__", {}):
                 return self.object_call(func.attr)  # an instance attribute shadows the method
             fn = inspect.getattr_static(module, func.attr, None)
-            if isinstance(fn, types.FunctionType) and func.attr not in ("__call__", "_call_impl"):
+            if (isinstance(fn, types.FunctionType) or _is_cache(fn)) and func.attr not in ("__call__", "_call_impl"):
                 owner = self._defining_class(type(module), func.attr)
                 if self._framework_method(owner):
                     return None
                 self.ctx.requests.append(_request("", func.attr, fn, owner))
                 return BlockRef(path="", method=func.attr), None
         return None
+
+    def cached_global(self, func: ast.Name) -> Optional[tuple[BlockRef, Optional[str]]]:
+        """`name(...)` where the global or closure `name` is a cached function (`functools.cache`, or a
+        decorator holding a `functools.lru_cache` of the function it wraps): a schema of its body,
+        which runs on each miss of the real cache while `name` holds that function."""
+        found, value = self.static_value(func)
+        if not found or not caching_function(value) or hasattr(type(self.ctx.module), func.id):
+            return None
+        binding = self.ctx.binding_of(func.id, value)
+        if binding is None:
+            return None
+        self.ctx.requests.append(MethodRequest(path="", key=func.id, function=value, owner=None, binding=binding))
+        return BlockRef(path="", method=func.id), None
 
     def object_call(self, attr: str) -> Optional[tuple[BlockRef, Optional[str]]]:
         """`self.processor(...)` where the attribute holds a plain object with a Python `__call__`
@@ -300,6 +316,29 @@ class CallLowering:
                 self.ctx.requests.append(_request("", key, fn, klass))
                 return BlockRef(path="", method=key), None
         return None
+
+
+def _is_cache(value: Any) -> bool:
+    return isinstance(value, functools._lru_cache_wrapper) and isinstance(getattr(value, "__wrapped__", None),
+                                                                          types.FunctionType)
+
+
+def caching_function(value: Any) -> bool:
+    """True for a `functools.lru_cache` of a Python function, or a decorator (diffusers'
+    `lru_cache_unless_export`) closing over such a cache of the function it wraps."""
+    if _is_cache(value):
+        return True
+    inner = getattr(value, "__wrapped__", None) if isinstance(value, types.FunctionType) else None
+    if inner is None:
+        return False
+    for cell in value.__closure__ or ():
+        try:
+            contents = cell.cell_contents
+        except ValueError:
+            continue
+        if _is_cache(contents) and contents.__wrapped__ is inner:
+            return True
+    return caching_function(inner)
 
 
 def _request(path: str, key: str, fn: Any, owner: Optional[type]) -> MethodRequest:

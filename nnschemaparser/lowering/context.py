@@ -29,6 +29,9 @@ class MethodRequest:
     # Set for the `__call__` of a plain object the module holds (`self.processor(self, x)`, a
     # diffusers attention processor): the method's `self` is that attribute of the module.
     self_attr: Optional[str] = None
+    # Set for a cached function the code calls by a global or closure name (`_freqs(n)` under
+    # `functools.cache`): where the name is read at each call; the schema has no `self` for it.
+    binding: Optional[Binding] = None
 
 
 @dataclass

@@ -180,7 +180,7 @@ class _BlockBuilder:
                                             module=target.module, method_name=request.key,
                                             sub_blocks=target.sub_blocks, methods=target.methods,
                                             function=request.function, reached_live=request.as_value,
-                                            self_attr=request.self_attr)
+                                            self_attr=request.self_attr, read_from=request.binding)
             target.methods[request.key] = method_block  # placeholder first: recursion finds it
             fn = unwrap_function(request.function)
             if fn is not request.function:
@@ -193,6 +193,8 @@ class _BlockBuilder:
             more: list[MethodRequest] = []
             try:
                 owner_object = target.module if request.self_attr is None else getattr(target.module, request.self_attr)
+                if request.binding is not None:  # a cached function called by name: no `self`
+                    owner_object = None
                 signature = lower_function(fn, module=owner_object, owner=request.owner, requests=more)
             except (UnsupportedSyntaxError, SourceUnavailableError) as exc:
                 # The method runs as the real Python method; its block stays listed as skipped.

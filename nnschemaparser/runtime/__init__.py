@@ -1,6 +1,6 @@
 """Stage 3, runtime: executes a schema by re-dispatching every instruction to the real callables.
 
-Twelve modules, each a noun:
+Thirteen modules, each a noun:
 
 - `codegen`: the code generator. Each function of a schema becomes one real Python function, with
   one `emit_<Instruction>` per instruction kind saying how it runs (plain and observed); the code
@@ -10,6 +10,8 @@ Twelve modules, each a noun:
 - `functions`: interpreted closures (`InterpretedFunction`), decorators re-applied around a schema,
   and what happens when a generated function fails (the note naming the source text; CPython's
   errors for unbound reads).
+- `caching`: caching decorators around a schema: the user's `functools.lru_cache` decides hits and
+  keeps results, and a miss runs the schema (a trampoline `__code__` for the length of the call).
 - `program`: `Program`, the cache of compiled functions of one schema and mode, the invokers that
   run a block as `module(*args, **kwargs)` would, and dispatch of module values. Generated code
   reads each global and closure name where the source reads it (`codegen.CodeGenerator.bound_const`)
@@ -27,7 +29,7 @@ Twelve modules, each a noun:
 - `reuse`: a patched run's block calls answered from a recorded clean run's (`CallReuse`, the
   programs that wrap their invokers, `run_reusing`), for activation patching.
 - `interpreter`: the public driver (`SchemaInterpreter.run / call / step_run`, `StepInfo`,
-  `CallPause`, edits).
+  `CallPause`, edits, `source_code`).
 
 May import: `schema` only. It never imports the lowering: a schema runs without its source.
 """

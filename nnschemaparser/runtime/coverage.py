@@ -30,6 +30,7 @@ from typing import Any, Iterable, Optional
 from torch import nn
 
 from ..schema.model import ModelBlockSchema
+from .caching import original_code_of
 from .functions import META_KEY, FunctionMeta, is_rebound
 from .reached import how_reached
 
@@ -38,6 +39,9 @@ __all__ = ["LiveCall", "LiveCallDetector", "active_detector", "dispatched_calls"
 
 from ..schema.model import COVERAGE_COLUMNS  # noqa: E402  (the columns of `coverage()`, in order)
 
+# What a decorator that returns a value it keeps may call: nn.Module's attribute access, and the
+# program's runners (which enter the schema, counted apart).
+_ACCESS_FILES = ("torch/nn/modules/module.py", "nnschemaparser/runtime/")
 # Frames of torch's own call machinery, never "the helper that made the call".
 _PLUMBING_FILES = ("torch/nn/modules/module.py", "torch/nn/utils/parametrize.py", "torch/_dynamo", "torch/_compile.py",
                    "torch/utils/_contextlib.py", "contextlib.py", "nnschemaparser/runtime/")
@@ -50,8 +54,9 @@ class LiveCall:
     `kind`: "module" (a module's original forward ran), "callable" (non-module code a forward
     called reached interpreted modules: its own code ran as one call), "dispatch" (a decorator
     around an interpreted forward called something other than the schema), "replaced" (a forward
-    replaced on the instance after parsing ran), "cached" (a miss of a `functools.lru_cache` a
-    forward called: the cached body ran live; `via` names the cache). `module` is the module's path in the model ("" for
+    replaced on the instance after parsing ran), "cached" (a miss of a `functools.lru_cache` the
+    schema called in a form it does not interpret: the cached body ran live; `via` names the cache;
+    a cached method or global called by name runs its body interpreted, `runtime.caching`). `module` is the module's path in the model ("" for
     the root, None when the module is not part of the schema), `via` the non-module function that
     called it (e.g. `transformers.pytorch_utils.apply_chunking_to_forward`), `block` and `location`
     where the schema made the call that led there. `phase` is "forward", or "backward" for what
@@ -81,6 +86,8 @@ def original_code(function: Any) -> Optional[Any]:
         function = function.__dict__["__wrapped__"]
         seen += 1
     function = getattr(function, "__func__", function)
+    if isinstance(function, types.FunctionType):
+        return original_code_of(function)  # its own code, also while a schema call through its cache runs
     return getattr(function, "__code__", None)
 
 
@@ -208,8 +215,10 @@ class LiveCallDetector:
         self.codes.update(tree_codes)
         self.phase = phase
         self.found: dict[tuple, LiveCall] = {}
-        # decorated forwards whose decorator ran: {block id: (weak block, label, location, count)}
+        # decorated forwards whose decorator ran and called Python code: {block id: (weak block, label,
+        # location, count)}; a decorator's frame running now: [weak block, label, location, called]
         self.wrapped: dict[int, list] = {}
+        self.pending: dict[Any, list] = {}
         # generated frames now running a skipped block (`note_skipped`): what runs below is its region
         self.inside: list = []
         self._previous = None
@@ -296,19 +305,27 @@ class LiveCallDetector:
             sys.settrace(previous)
             _ACTIVE.detector = outer
 
+        pending = self.pending
+        called = self._called
+
         if previous is None:
-            def trace(frame: Any, event: str, arg: Any) -> None:
+            def trace(frame: Any, event: str, arg: Any) -> Any:
                 if halted[0]:
                     return off()
-                if frame.f_code in codes:
-                    on_call(frame)
+                if pending and frame.f_back in pending:
+                    called(frame)
+                if frame.f_code in codes and on_call(frame):
+                    return self._returns(None)  # a decorator's frame: watch it return
                 return None
         else:
             def trace(frame: Any, event: str, arg: Any) -> Any:
                 if halted[0]:
                     off()
-                elif event == "call" and frame.f_code in codes:
-                    on_call(frame)
+                elif event == "call":
+                    if pending and frame.f_back in pending:
+                        called(frame)
+                    if frame.f_code in codes and on_call(frame):
+                        return self._returns(previous(frame, event, arg))
                 return previous(frame, event, arg)
 
         sys.settrace(trace)
@@ -339,24 +356,55 @@ class LiveCallDetector:
         self.found[key] = LiveCall(
             module=path, module_type=type(module).__qualname__ if module is not None else "", kind="cached",
             callee=callee, via=decorator, block=label, location=location, phase=self.phase, key=key,
-            reason=(f"{callee} is cached by {decorator}: the schema calls the cache as one call, and on a miss "
-                    "(counted in calls) its body runs live, not interpreted; a hit returns the kept value, as in eager"))
+            reason=(f"{callee} is cached by {decorator} and was called as one call, not in a form whose body the "
+                    "schema runs on a miss (a cached method called as self.<name>(...), a cached function called by "
+                    "its global name): on a miss (counted in calls) its body ran live, not interpreted; a hit "
+                    "returns the kept value, as in eager"))
 
-    def _on_call(self, frame: Any) -> None:
+    def _called(self, frame: Any) -> None:
+        """A decorator's frame (pending) called `frame`: anything but a module's attribute access
+        (`getattr(self, key)` on an nn.Module) and this package's runners is code run."""
+        filename = frame.f_code.co_filename.replace("\\", "/")
+        if not any(part in filename for part in _ACCESS_FILES):
+            self.pending[frame.f_back][3] = True
+
+    def _returns(self, outer: Any) -> Any:
+        """A local tracer for a decorator's frame, calling `outer` (a tracer set before) too."""
+        def local(frame: Any, event: str, arg: Any) -> Any:
+            nonlocal outer
+            if event == "return":
+                self._returned(frame)
+            if outer is not None:
+                outer = outer(frame, event, arg)
+            return local
+
+        return local
+
+    def _returned(self, frame: Any) -> None:
+        """A decorator's frame returned. One that called no Python code (vit-pytorch's `singleton`
+        returning the module it keeps on the instance, a cache hit) ran nothing of the method, as in
+        eager; one that did either entered the schema or dispatched elsewhere (`dispatched_calls`)."""
+        ref, label, location, called = self.pending.pop(frame, (None, "", "", False))
+        block = ref() if ref is not None else None
+        if block is None or not called:
+            return
+        entry = self.wrapped.get(id(block))
+        if entry is None:
+            self.wrapped[id(block)] = [ref, label, location, 1]
+        else:
+            entry[3] += 1
+
+    def _on_call(self, frame: Any) -> bool:
         refs = self.wrappers.get(frame.f_code)
         if isinstance(refs, str):  # the body of a cached function: a miss of its cache, run live
-            return self._cache_miss(frame, refs)
+            self._cache_miss(frame, refs)
+            return False
         if refs is not None:  # a decorator around an interpreted forward: did it call the schema?
             ref = _wrapped_block(frame, refs)
-            block = ref() if ref is not None else None
-            if block is not None:
-                entry = self.wrapped.get(id(block))
-                if entry is None:
-                    label, location = describe_generated(frame.f_back)
-                    self.wrapped[id(block)] = [ref, label, location, 1]
-                else:
-                    entry[3] += 1
-            return
+            if ref is None or ref() is None:
+                return False
+            self.pending[frame] = [ref, *describe_generated(frame.f_back), False]
+            return True  # counted when it returns, if it called Python code (`_returned`)
         # a module forward nested in a live one of the model is inside that region; one nested in a
         # live module that is no sub-module has a row of its own (no path covers it), via that one
         caller, between, nested = generated_caller(frame, self.stop_codes)

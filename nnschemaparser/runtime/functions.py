@@ -9,7 +9,7 @@ generator set to the instruction's position in the user's file) and, in a frame-
 turns a read of an unbound variable (a KeyError of the dict) into the UnboundLocalError or
 NameError CPython raises. `failing_block` finds the innermost interpreted block of a traceback.
 
-Depends on the schema, `binding` and `listeners`.
+Depends on the schema, `binding`, `caching` and `listeners`.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from typing import Any, Callable, Optional
 from ..schema.errors import StaleSchemaError
 from ..schema.model import Const, Instruction, SliceOf, VarRef
 from .binding import INLINED_COMPREHENSIONS
+from .caching import CachedLevel, caches_inner, is_cache
 from .listeners import StepAbandoned
 
-__all__ = ["MISSING", "GUARD_ERRORS", "guard_failed", "read_global", "read_cell", "bindings_read", "stale_method", "stale_dispatch", "InterpretedFunction", "rebind_wrapper", "rebindable", "is_rebound", "FunctionMeta", "META_KEY", "failure",
+__all__ = ["MISSING", "GUARD_ERRORS", "guard_failed", "read_global", "read_cell", "name_reader", "bindings_read", "stale_method", "stale_dispatch", "InterpretedFunction", "rebind_wrapper", "rebindable", "is_rebound", "FunctionMeta", "META_KEY", "failure",
            "unbound_here", "failing_block", "names_read", "source_text", "weight_attribute", "call_live",
            "delete_names", "refresh_free_vars", "write_back", "unbound_for_handlers", "register_lines"]
 
@@ -53,6 +54,23 @@ def read_cell(cell: Any, name: str) -> Any:
         return cell.cell_contents
     except ValueError:
         raise _free_variable_error(name) from None
+
+
+def name_reader(binding: Any) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """(what the global or closure name of `binding` holds now, MISSING when unbound; the name read
+    as CPython reads it, its NameError included)."""
+    namespace, key = binding.namespace, binding.key
+    if binding.kind == "closure":
+        return (lambda: namespace.cell_contents if _filled(namespace) else MISSING), lambda: read_cell(namespace, key)
+    return (lambda: namespace.get(key, MISSING)), lambda: read_global(namespace, key)
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
 
 
 def _builtin(namespace: dict, key: str) -> Any:
@@ -364,14 +382,20 @@ def rebind_wrapper(fn: Callable, replacement: Callable) -> Optional[Callable]:
     """Rebuild decorator wrappers around `replacement` instead of the innermost function.
 
     Each `functools.wraps` level closes over the function it wraps; a copy of the wrapper whose cell
-    holds `replacement` keeps the decorator's own behaviour. Returns None when a level does not
-    close over the function it wraps.
+    holds `replacement` keeps the decorator's own behaviour. A `functools.lru_cache` level (or a
+    cell holding a cache of the wrapped function) becomes a `caching.CachedLevel`: the real cache,
+    whose misses run the level inside. Returns None when a level does not close over the function
+    it wraps.
     """
     inner = getattr(fn, "__wrapped__", None)
     if inner is None:
         _remember(replacement)
         return replacement
     new_inner = rebind_wrapper(inner, replacement)
+    if new_inner is not None and is_cache(fn):  # the real cache, whose misses run `new_inner`
+        level = CachedLevel(fn, new_inner)
+        _remember(level)
+        return level
     if new_inner is None or not isinstance(fn, types.FunctionType) or not fn.__closure__:
         return None
     cells = list(fn.__closure__)
@@ -384,6 +408,10 @@ def rebind_wrapper(fn: Callable, replacement: Callable) -> Optional[Callable]:
         if contents is inner:
             cells[i] = types.CellType(new_inner)
             hit = True
+        elif caches_inner(contents, inner):  # a cache of the same function (`lru_cache_unless_export`)
+            level = CachedLevel(contents, new_inner)
+            _remember(level)
+            cells[i] = types.CellType(level)
     if not hit:
         return None
     rebuilt = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, tuple(cells))

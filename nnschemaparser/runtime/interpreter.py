@@ -34,11 +34,11 @@ from .partial import give_back_partial, partial_programs
 from .program import Program, programs_for
 from ..schema.errors import EditError, SchemaRunError
 from .listeners import (RETURN_SLOT, CallEvent, EditEvent, EventObserver, InstructionEvent, StepAbandoned,
-                        TraceListener, instruction_kind)
+                        Observer, TraceListener, instruction_kind)
 from ..schema.model import Instruction, ModelBlockSchema, ReturnInstruction, SourceLocation
 from ..schema.notation import operand_text
 
-__all__ = ["SchemaInterpreter", "StepInfo", "CallPause", "outputs_list"]
+__all__ = ["SchemaInterpreter", "StepInfo", "CallPause", "outputs_list", "source_code"]
 
 def _programs(block: ModelBlockSchema) -> dict:
     """The compiled programs of the schema `block` (they live and die with it: `programs_for`)."""
@@ -533,3 +533,18 @@ def _give_back(block: ModelBlockSchema, program: Program, observer: EventObserve
     idle = _programs(block).setdefault(_idle_key(calls, program.tensor_results), [])
     if len(idle) < 4:
         idle.append((program, observer))
+
+
+def source_code(block: ModelBlockSchema, observed: bool = False) -> str:
+    """The Python source the runtime generated for `block`'s forward (or method): what a plain run
+    executes (`observed=True`: what a capture or stepped run executes, over the frame dict `f`).
+
+    Names are the source's; temporaries `$t3` are `_t3`; calls of children are written as calls
+    of their invokers (`_fc1((x,), {})`), registered weights read live (`weight = _params[...]`)."""
+    if not isinstance(block, ModelBlockSchema):
+        raise SchemaRunError(f"source_code takes a ModelBlockSchema, got {type(block).__name__}")
+    if block.signature is None or block.skip_reason is not None:
+        raise SchemaRunError(f"block {block.path or block.name!r} is not interpreted "
+                             f"({block.skip_reason or 'no lowered forward'}): it has no generated code")
+    program = Program(block, Observer() if observed else None)
+    return program.unit(block).source

@@ -18,6 +18,7 @@ Depends on the schema, `codegen`, `functions`, `binding`, `hooks` and `listeners
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 import weakref
@@ -33,12 +34,12 @@ from .codegen import CodeGenerator
 from .coverage import active_detector
 from .lending import lending, lent_values
 from .instructions import operand_reader, uses_frame
-from .functions import InterpretedFunction, rebind_wrapper, rebindable
+from .functions import InterpretedFunction, name_reader, rebind_wrapper, rebindable
 from .hooks import GLOBAL_HOOK_DICTS, call_with_hooks, global_hooks_active
 from .listeners import Observer, observed_run as _observed_run
 
 __all__ = ["Program", "CompiledFunction", "programs_for", "callee_label", "entry_signature", "Observer",
-           "InterpretedFunction", "rebindable", "source_code"]
+           "InterpretedFunction", "rebindable"]
 
 _Module = nn.Module
 
@@ -325,6 +326,8 @@ class Program:
             return lambda args, kwargs: target(first, *args, **kwargs)
         if block.wrapper is not None:
             runner = self._wrapped_runner(block, unit)
+            if block.read_from is not None:  # a cached function called by name: no module
+                return lambda args, kwargs: runner(*args, **kwargs)
             module = block.module
             return lambda args, kwargs: runner(module, *args, **kwargs)
         fn, self_name, self_value = unit.function, unit.self_name, unit.self_value
@@ -356,12 +359,14 @@ class Program:
             block_ref = weakref.ref(block)
 
             if unit.frame:
-                def inner(module: Any, *args: Any, **kwargs: Any) -> Any:
-                    frame = unit.bind(args, kwargs)
+                skip = 0 if block.read_from is not None else 1  # a cached function called by name: no module
+
+                def inner(*args: Any, **kwargs: Any) -> Any:
+                    frame = unit.bind(args[skip:], kwargs)
                     if observer is None:
                         return fn(frame)
                     return _observed_run(observer, block_ref(), fn, frame)
-            elif unit.self_name is not None and unit.self_value is block.module:
+            elif block.read_from is not None or unit.self_name is not None and unit.self_value is block.module:
                 inner = fn  # the generated forward takes `self` as the original does
             else:
                 self_value = unit.self_value
@@ -371,6 +376,9 @@ class Program:
                         return fn(*args, **kwargs)
                     return fn(self_value, *args, **kwargs)
 
+            if inner is not fn:  # a decorator may read its function's name (`deprecate_kwarg`'s warning)
+                functools.update_wrapper(inner, inspect.unwrap(block.wrapper), updated=())
+                del inner.__wrapped__
             runner = rebind_wrapper(block.wrapper, inner)
             if runner is None:
                 raise SchemaRunError(f"the decorator of {block.name}.forward cannot be re-applied around the schema")
@@ -443,6 +451,10 @@ class Program:
         call = _StaticCall()
         call.live = live_target
         if block is None:
+            return call
+        if block.read_from is not None:  # a cached function called by name: its block while the name holds it
+            call.invoke, call.expected, call.callee = block, block.function, lambda f=block.function: f
+            call.test, call.live = name_reader(block.read_from)
             return call
         expected, child_method = block.module, ref.method
         call.callee = lambda: eager_callee(expected, child_method)
@@ -584,17 +596,3 @@ def programs_for(root: ModelBlockSchema) -> dict:
         cache = _PROGRAMS[root] = {"plain": None}
     return cache
 
-
-def source_code(block: ModelBlockSchema, observed: bool = False) -> str:
-    """The Python source the runtime generated for `block`'s forward (or method): what a plain run
-    executes (`observed=True`: what a capture or stepped run executes, over the frame dict `f`).
-
-    Names are the source's; temporaries `$t3` are `_t3`; calls of children are written as calls
-    of their invokers (`_fc1((x,), {})`), registered weights read live (`weight = _params[...]`)."""
-    if not isinstance(block, ModelBlockSchema):
-        raise SchemaRunError(f"source_code takes a ModelBlockSchema, got {type(block).__name__}")
-    if block.signature is None or block.skip_reason is not None:
-        raise SchemaRunError(f"block {block.path or block.name!r} is not interpreted "
-                             f"({block.skip_reason or 'no lowered forward'}): it has no generated code")
-    program = Program(block, Observer() if observed else None)
-    return program.unit(block).source

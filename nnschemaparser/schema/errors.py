@@ -18,6 +18,7 @@ nothing of the package; tests/test_error_tree.py fails when one is missing here,
     │   │   ├── CaptureTooLargeError (traces.estimate)        a capture whose memory estimate does not fit, refused
     │   │   ├── InterventionError (traces.interventions)      an intervention that cannot apply or changed nothing
     │   │   └── DivergeError (traces.diverge)                 diverge cannot compare the two configurations as given
+    │   ├── KeepWrappedError (traces.wrapped)                 a keep= of a wrapped model's paths, given its wrapper's schema
     │   ├── EditError                                         a stepping edit: unknown variable, other shape/dtype
     │   ├── SchemaFormatError                                 a saved schema or trace file is malformed or unsafe
     │   │   ├── MalformedFileError (files.file_format)        not JSON, a field of the wrong type, truncated, ...

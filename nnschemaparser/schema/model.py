@@ -475,6 +475,10 @@ class ModelBlockSchema:
     # For the method schema of a plain object's `__call__` (`self.processor(...)`): the module
     # attribute holding the object, which is the method's `self` at each call.
     self_attr: Optional[str] = None
+    # For the body of a cached function the code calls by a global or closure name (`_freqs(n)`
+    # under `functools.cache`): the Binding the name is read through. A call runs this block (on a
+    # miss of the real cache) while the name holds `function`, else the value it holds now.
+    read_from: Any = None
     # The root's report of what ran outside the schema on the example run (rows of `coverage()`).
     live_calls: list = field(default_factory=list)
 

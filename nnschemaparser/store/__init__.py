@@ -6,9 +6,11 @@
 a unit's Arrow table), `shards` (safetensors files,
 checked and memory-mapped), `reductions` (mergeable per-variable mean, variance, histograms and
 top-k), `writer` (what one process writes: blocks of inputs, committed one by one, resumable),
-`guard` (no symbolic links inside a store, files created without following one, one writer at a time),
+`rows` (a batched input split into rows, each a sample; the padding mask), `guard` (no symbolic links
+inside a store, files created without following one, one writer at a time),
 `dataset` (`capture_dataset`: one process, N forked processes in a gloo group, or a torchrun
-launch), `reader` (`TraceStore`: DataFrames, DuckDB SQL, lazy tensors, traces, reductions).
+launch), `reader` (`TraceStore`: DataFrames, DuckDB SQL, lazy tensors, traces, reductions), `stacked`
+(`stack`: one value over many samples as one tensor; `TokenBatches`: its token rows in shuffled batches).
 The keep selector itself is `traces.selection` (capture_run takes it too).
 
 May import: `schema`, `runtime`, `parser`, `traces`, `files`.
@@ -19,8 +21,9 @@ from .guard import StoreBusyError, StoreLinkError
 from .manifest import SchemaIdentity, StoreIncompleteError, StoreMismatchError, StoreOptions, schema_identity
 from .reader import TraceStore
 from .reductions import Reduction
+from .stacked import TokenBatches
 from ..traces.selection import KeepSelector, KeepTerm, keep_selector
 
-__all__ = ["capture_dataset", "TraceStore", "Reduction", "StoreMismatchError", "StoreIncompleteError", "StoreBusyError",
+__all__ = ["capture_dataset", "TraceStore", "Reduction", "TokenBatches", "StoreMismatchError", "StoreIncompleteError", "StoreBusyError",
            "StoreLinkError",
            "SchemaIdentity", "StoreOptions", "schema_identity", "KeepSelector", "KeepTerm", "keep_selector"]

@@ -43,9 +43,11 @@ from ..files.file_format import FileLimits
 from ..schema.model import ModelBlockSchema
 from ..traces.interventions import interventions_of
 from ..traces.selection import keep_selector
+from ..traces.wrapped import check_keep_reaches
 from .manifest import StoreIncompleteError, StoreOptions, read_commits
 from .guard import StoreLock
 from .reader import TraceStore
+from .rows import Batching, mask_text
 from .writer import RankSummary, discard_new_store, finalize_store, prepare_store, refuse_foreign_folder, write_rank
 
 __all__ = ["capture_dataset"]
@@ -88,15 +90,23 @@ def capture_dataset(schema: ModelBlockSchema, inputs: Iterable[Any], store: str 
                     world: Optional[int] = None, block_size: int = 64, shard_bytes: int = 256 * 1024 * 1024,
                     bins: int = 64, low: float = -8.0, high: float = 8.0, top_k: int = 16, progress: bool = True,
                     limits: Optional[FileLimits] = None, liveness: Optional[float] = 60.0,
-                    interventions: Any = None) -> TraceStore:
+                    interventions: Any = None, batch_axis: Optional[int] = 0, mask: Any = None) -> TraceStore:
     """Capture each input of `inputs` (scopes, tensors, tuples or DataLoader batches) into the store at `store`.
+
+    Each row of a batched input is a sample (`batch_axis=0`, the default: the inputs' first axis; see
+    store/rows.py), with its own statistics, kept tensors, reductions and top-k; sample ids count rows
+    over the inputs in order. `batch_axis=None` keeps each input whole, one sample, its id its position
+    in `inputs`. `mask`: the name of an input whose zeros are padding (`"attention_mask"`), or a
+    callable of the input's scope giving a [batch, positions] mask: masked positions are left out of
+    the statistics, reductions and top-k of the values laid out [batch, positions, ...].
 
     Writes per-step statistics of every step (Parquet), the tensors `keep` names (a selector as for
     capture_run, e.g. `"transformer.h.*.attn:attn_output"`; the root's inputs are always kept) in
     safetensors shards of at most `shard_bytes`, and reductions per kept variable (mean and variance
-    per element and per channel, a `bins`-bin histogram over [low, high), the `top_k` inputs by l2).
-    Sample ids are positions in `inputs`. A store that exists is resumed: inputs already committed
-    are skipped (iterate the same inputs, or more of them, to complete or extend it); one written for
+    per element and per channel, a `bins`-bin histogram over [low, high), the `top_k` samples by l2).
+    `block_size` inputs make a unit (the grain of commits and of the split over processes). A store
+    that exists is resumed: inputs already committed are skipped (iterate the same inputs, or more of
+    them, to complete or extend it); one written for
     another schema or with other options raises StoreMismatchError. `world=N` spreads the work over N
     processes (module docstring); with it, a rank that sends no heartbeat for `liveness` seconds
     (stopped, or frozen holding the interpreter) ends the run with StoreIncompleteError naming it
@@ -111,10 +121,12 @@ def capture_dataset(schema: ModelBlockSchema, inputs: Iterable[Any], store: str 
     if not isinstance(schema, ModelBlockSchema):
         raise TypeError(f"schema must be a ModelBlockSchema (NNParser.parse_model(...)), got {type(schema).__name__}")
     selector = keep_selector(keep)
+    check_keep_reaches(schema, selector)  # before a store is made: a keep of a wrapped model's paths is refused
+    batching = Batching(batch_axis, mask)
     texts = "; ".join(item.text() for item in interventions_of(interventions)) if interventions is not None else None
     options = StoreOptions(keep=selector.text() if selector is not None else None, block_size=block_size,
                            shard_bytes=shard_bytes, bins=bins, low=float(low), high=float(high), top_k=top_k,
-                           interventions=texts)
+                           interventions=texts, batch_axis=batch_axis, mask=mask_text(mask))
     limits = limits or FileLimits()
     root = Path(store)
     launched = world is None and "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
@@ -125,7 +137,8 @@ def capture_dataset(schema: ModelBlockSchema, inputs: Iterable[Any], store: str 
         raise ValueError(f"liveness must be a positive number of seconds or None, got {liveness!r}")
     total = len(inputs) if hasattr(inputs, "__len__") else None  # type: ignore[arg-type]
     if launched:
-        return _as_launched_rank(root, schema, inputs, options, selector, limits, progress, total, interventions)
+        return _as_launched_rank(root, schema, inputs, options, selector, limits, progress, total, batching,
+                                 interventions)
     folder_existed, new = root.exists(), not (root / "manifest.json").exists()
     if new:
         refuse_foreign_folder(root)
@@ -136,11 +149,12 @@ def capture_dataset(schema: ModelBlockSchema, inputs: Iterable[Any], store: str 
             if world is None or world == 1:
                 bar = _Progress(progress, total)
                 try:
-                    write_rank(root, schema, inputs, options, selector, limits, progress=bar, interventions=interventions)
+                    write_rank(root, schema, inputs, options, selector, limits, progress=bar, batching=batching,
+                               interventions=interventions)
                 finally:
                     bar.close()
             else:
-                _run_forked(root, schema, inputs, options, selector, limits, world, liveness, interventions)
+                _run_forked(root, schema, inputs, options, selector, limits, world, liveness, batching, interventions)
         except BaseException as exc:
             # a store this call created and that holds no input is refused whole: nothing is left behind
             if new and discard_new_store(root, folder_existed) and hasattr(exc, "add_note"):
@@ -152,7 +166,7 @@ def capture_dataset(schema: ModelBlockSchema, inputs: Iterable[Any], store: str 
 
 def _as_launched_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], options: StoreOptions,
                       selector: Any, limits: FileLimits, progress: bool, total: Optional[int],
-                      interventions: Any = None) -> TraceStore:
+                      batching: Batching, interventions: Any = None) -> TraceStore:
     """One rank of a torchrun launch: rank 0 prepares the store, every rank writes its blocks."""
     import torch.distributed as dist
 
@@ -168,7 +182,8 @@ def _as_launched_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any
             identity = prepare_store(root, schema, options, limits)  # checks what rank 0 created
         bar = _Progress(progress and rank == 0, total)
         try:
-            summary = write_rank(root, schema, inputs, options, selector, limits, rank, world, bar, interventions)
+            summary = write_rank(root, schema, inputs, options, selector, limits, rank, world, bar, batching,
+                                 interventions)
         finally:
             bar.close()
         summaries: list = [None] * world
@@ -183,7 +198,8 @@ def _as_launched_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any
 
 
 def _rank_main(rank: int, world: int, port: int, root: str, schema: ModelBlockSchema, inputs: Iterable[Any],
-               options: StoreOptions, selector: Any, limits: FileLimits, beats: Any, interventions: Any = None) -> None:
+               options: StoreOptions, selector: Any, limits: FileLimits, beats: Any, batching: Batching,
+               interventions: Any = None) -> None:
     import torch
     import torch.distributed as dist
 
@@ -194,7 +210,7 @@ def _rank_main(rank: int, world: int, port: int, root: str, schema: ModelBlockSc
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=_TIMEOUT)
     try:
-        summary = write_rank(Path(root), schema, inputs, options, selector, limits, rank, world,
+        summary = write_rank(Path(root), schema, inputs, options, selector, limits, rank, world, batching=batching,
                              interventions=interventions)
         summaries: list = [None] * world
         dist.all_gather_object(summaries, summary)
@@ -239,11 +255,12 @@ def _silent_rank(context: Any, beats: Any, liveness: float) -> Optional[tuple[in
 
 
 def _committed(root: Path, limits: FileLimits, options: StoreOptions) -> int:
-    return len({s for c in read_commits(root, limits, options.block_size) for s in c.samples})
+    return len({s for c in read_commits(root, limits, options.block_size, options.rows) for s in c.samples})
 
 
 def _run_forked(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], options: StoreOptions, selector: Any,
-                limits: FileLimits, world: int, liveness: Optional[float] = 60.0, interventions: Any = None) -> None:
+                limits: FileLimits, world: int, liveness: Optional[float] = 60.0,
+                batching: Optional[Batching] = None, interventions: Any = None) -> None:
     import multiprocessing.sharedctypes
 
     import torch.distributed as dist
@@ -252,7 +269,8 @@ def _run_forked(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], opt
     if not dist.is_available() or not dist.is_gloo_available():
         raise RuntimeError("capture_dataset(world=N) needs torch.distributed with the gloo backend; use world=1")
     beats = multiprocessing.sharedctypes.RawArray("d", [time.monotonic()] * world)
-    args = (world, _free_port(), str(root), schema, inputs, options, selector, limits, beats, interventions)
+    args = (world, _free_port(), str(root), schema, inputs, options, selector, limits, beats,
+            batching or Batching(None), interventions)
     context = mp.start_processes(_rank_main, args=args, nprocs=world, join=False, start_method="fork")
     silent = None
     try:

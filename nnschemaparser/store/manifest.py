@@ -182,7 +182,12 @@ class StoreOptions:
     tensor bytes in one safetensors shard; `bins`, `low`, `high`: the fixed histogram of every kept
     variable (`bins` equal bins over [low, high), plus under, over and NaN counts); `top_k`: the
     inputs kept per variable by the l2 norm of its tensor; `interventions`: the selectors of the
-    interventions every run was made with (`Intervention.text()`, joined by "; "), None without.
+    interventions every run was made with (`Intervention.text()`, joined by "; "), None without;
+    `batch_axis`: the axis a batched input's rows
+    lie along (None: an input is one sample, its sample id its position among the inputs; an int: each row
+    is a sample, numbered by a running count of rows over the inputs in order, store/rows.py), and `mask`: the
+    text of the padding mask (an input's name, or `callable <qualname>`; None: no mask). A store written
+    before rows has neither in its manifest: read as `None`, the inputs-as-samples it holds.
     """
 
     keep: Optional[str] = None
@@ -193,6 +198,8 @@ class StoreOptions:
     high: float = 8.0
     top_k: int = 16
     interventions: Optional[str] = None
+    batch_axis: Optional[int] = None
+    mask: Optional[str] = None
 
     def __post_init__(self) -> None:
         for name in ("block_size", "shard_bytes", "bins", "top_k"):
@@ -203,11 +210,24 @@ class StoreOptions:
             raise ValueError("block_size is at most 999999 and bins at most 1000000")
         if not (isinstance(self.low, float) and isinstance(self.high, float) and self.low < self.high):
             raise ValueError(f"the histogram range needs floats low < high, got {self.low!r}, {self.high!r}")
+        if self.batch_axis is not None and (type(self.batch_axis) is not int or not 0 <= self.batch_axis < 64):
+            raise ValueError(f"batch_axis must be None or an axis (an int from 0), got {self.batch_axis!r}")
+        if self.mask is not None and (type(self.mask) is not str or not self.mask):
+            raise ValueError(f"mask must be None or the text of a mask, got {self.mask!r}")
+
+    @property
+    def rows(self) -> bool:
+        """Whether a sample is a row of a batched input (sample ids: a running count of rows)."""
+        return self.batch_axis is not None
 
     def to_json(self) -> dict:
-        return {"keep": self.keep, "block_size": self.block_size, "shard_bytes": self.shard_bytes, "bins": self.bins,
-                "low": self.low.hex(), "high": self.high.hex(), "top_k": self.top_k,
-                **({"interventions": self.interventions} if self.interventions is not None else {})}
+        document = {"keep": self.keep, "block_size": self.block_size, "shard_bytes": self.shard_bytes,
+                    "bins": self.bins, "low": self.low.hex(), "high": self.high.hex(), "top_k": self.top_k,
+                    **({"interventions": self.interventions} if self.interventions is not None else {})}
+        if self.rows or self.mask is not None:  # a store of whole inputs, unmasked, is written as before rows
+            document.update(batch_axis=self.batch_axis, mask=self.mask,
+                            sample_ids="running row count" if self.rows else "input index")
+        return document
 
 
 def _float_hex(obj: dict, key: str, where: str) -> float:
@@ -219,12 +239,22 @@ def _float_hex(obj: dict, key: str, where: str) -> float:
 
 
 def _options(data: Any, where: str) -> StoreOptions:
-    record(data, where, ("keep", "block_size", "shard_bytes", "bins", "low", "high", "top_k"), ("interventions",))
+    record(data, where, ("keep", "block_size", "shard_bytes", "bins", "low", "high", "top_k"),
+           optional=("interventions", "batch_axis", "sample_ids", "mask"))
+    rows = ("batch_axis", "sample_ids", "mask")
+    if any(key in data for key in rows) and not all(key in data for key in rows):
+        raise MalformedFileError(f"{where}: a store of rows gives batch_axis, sample_ids and mask together")
+    batch_axis = get_int(data, "batch_axis", where, high=63) if data.get("batch_axis") is not None else None
+    if "sample_ids" in data and data["sample_ids"] != ("running row count" if batch_axis is not None else
+                                                       "input index"):
+        raise MalformedFileError(f"{where}.sample_ids: {data['sample_ids']!r} with batch_axis {batch_axis!r}; "
+                                 "rows (an axis) are numbered by a 'running row count', inputs by 'input index'")
     try:
         return StoreOptions(keep=get_opt_str(data, "keep", where), block_size=get_int(data, "block_size", where),
                             shard_bytes=get_int(data, "shard_bytes", where), bins=get_int(data, "bins", where),
                             low=_float_hex(data, "low", where), high=_float_hex(data, "high", where),
-                            top_k=get_int(data, "top_k", where),
+                            top_k=get_int(data, "top_k", where), batch_axis=batch_axis,
+                            mask=get_opt_str(data, "mask", where) if "mask" in data else None,
                             interventions=get_opt_str(data, "interventions", where) if "interventions" in data else None)
     except ValueError as exc:
         raise MalformedFileError(f"{where}: {exc}") from None
@@ -318,12 +348,47 @@ class Commit:
     reductions_file: str
     sizes: tuple[tuple[str, int], ...]  # every file named, with its size in bytes
     statistics: str = "torch"  # the engine of the unit's figures (store/native.py); absent in older commits
+    ranged: bool = False  # written as `sample_ranges` ([first, last] pairs: a store of rows), not `samples`
 
     def to_json(self) -> dict:
-        return {"format": COMMIT_FORMAT, "version": FORMAT_VERSION, "block": self.block, "rank": self.rank,
-                "samples": list(self.samples), "steps_file": self.steps_file, "rows": self.rows,
-                "shards": [list(s) for s in self.shards], "reductions_file": self.reductions_file,
-                "sizes": [list(s) for s in self.sizes], "statistics": self.statistics}
+        document = {"format": COMMIT_FORMAT, "version": FORMAT_VERSION, "block": self.block, "rank": self.rank}
+        if self.ranged:
+            document["sample_ranges"] = _ranges(self.samples)
+        else:
+            document["samples"] = list(self.samples)
+        document.update({"steps_file": self.steps_file, "rows": self.rows, "shards": [list(s) for s in self.shards],
+                         "reductions_file": self.reductions_file, "sizes": [list(s) for s in self.sizes],
+                         "statistics": self.statistics})
+        return document
+
+
+def _ranges(samples: Any) -> list[list[int]]:
+    """Increasing ids as [first, last] pairs of consecutive runs."""
+    ranges: list[list[int]] = []
+    for s in samples:
+        if ranges and ranges[-1][1] == s - 1:
+            ranges[-1][1] = s
+        else:
+            ranges.append([s, s])
+    return ranges
+
+
+def _expand_ranges(document: dict, limits: FileLimits, source: str) -> list:
+    """The sample ids of a commit's `sample_ranges`, checked before a list is made: pairs of ints, increasing and
+    apart, at most as many ids as the commit has statistics rows and `limits.max_tensors`."""
+    pairs = get_list(document, "sample_ranges", source)
+    total, last = 0, -2
+    for index, pair in enumerate(pairs):
+        if (not is_array(pair) or len(pair) != 2 or any(type(v) is not int for v in pair)
+                or not last + 1 < pair[0] <= pair[1]):
+            raise MalformedFileError(f"{source}.sample_ranges[{index}]: expected [first, last] ids, increasing, each "
+                                     "range after the one before")
+        total, last = total + pair[1] - pair[0] + 1, pair[1]
+    rows = document.get("rows")
+    if total > limits.max_tensors or type(rows) is int and total > rows:
+        raise MalformedFileError(f"{source}.sample_ranges: {total} samples, more than the commit's rows ({rows}) or "
+                                 f"FileLimits.max_tensors ({limits.max_tensors})")
+    return [s for first, end in pairs for s in range(first, end + 1)]
 
 
 def write_commit(root: Path, commit: Commit) -> None:
@@ -337,7 +402,7 @@ def _file_name(value: Any, kind: str, unit: str, where: str) -> str:
     return value
 
 
-def _read_commit(root: Path, path: Path, limits: FileLimits, block_size: int) -> Commit:
+def _read_commit(root: Path, path: Path, limits: FileLimits, block_size: int, rows: bool = False) -> Commit:
     source = str(path)
     unit = path.stem
     found = _UNIT.match(unit)
@@ -345,8 +410,14 @@ def _read_commit(root: Path, path: Path, limits: FileLimits, block_size: int) ->
         raise MalformedFileError(f"{source}: a commit is named unit-BBBBBB-SSSSSSSSS.json")
     document = parse_json(read_bounded(path, limits, "store commit"), limits, source)
     check_header(document, COMMIT_FORMAT, FORMAT_VERSION, source)
-    record(document, source, ("format", "version", "block", "rank", "samples", "steps_file", "rows", "shards",
-                              "reductions_file", "sizes"), optional=("statistics",))
+    record(document, source, ("format", "version", "block", "rank", "steps_file", "rows", "shards",
+                              "reductions_file", "sizes"), optional=("statistics", "samples", "sample_ranges"))
+    if ("samples" in document) == ("sample_ranges" in document):
+        raise MalformedFileError(f"{source}: a commit gives its samples as `samples` or (rows) `sample_ranges`, "
+                                 "one of them")
+    if ("sample_ranges" in document) != rows:
+        raise MalformedFileError(f"{source}: a store of {'rows' if rows else 'inputs'} gives its samples as "
+                                 f"{'sample_ranges' if rows else 'samples'}")
     statistics = document.get("statistics", "torch")
     if statistics not in STATISTICS_ENGINES:
         raise MalformedFileError(f"{source}.statistics: {statistics!r} is not an engine of the store's statistics "
@@ -354,10 +425,12 @@ def _read_commit(root: Path, path: Path, limits: FileLimits, block_size: int) ->
     block, first = int(found.group(1)), int(found.group(2))
     if get_int(document, "block", source) != block:
         raise MalformedFileError(f"{source}.block: does not match the commit's name")
-    samples = get_list(document, "samples", source)
-    if (not samples or len(samples) > block_size or any(type(s) is not int for s in samples)
+    samples = _expand_ranges(document, limits, source) if rows else get_list(document, "samples", source)
+    # a block holds `block_size` inputs: as many samples, numbered by input, or (rows) their rows, numbered
+    # by a running count (so a block's ids are not known from its number: read_commits checks they are disjoint)
+    if (not samples or any(type(s) is not int or s < 0 for s in samples)
             or list(samples) != sorted(set(samples)) or samples[0] != first
-            or any(s // block_size != block for s in samples)):
+            or not rows and (len(samples) > block_size or any(s // block_size != block for s in samples))):
         raise MalformedFileError(f"{source}.samples: expected increasing sample ids of block {block} "
                                  f"(block size {block_size}), the first {first}")
     steps_file = _file_name(document["steps_file"], "steps", unit, f"{source}.steps_file")
@@ -384,18 +457,25 @@ def _read_commit(root: Path, path: Path, limits: FileLimits, block_size: int) ->
             raise MalformedFileError(f"{source}: {name} is {actual} bytes, the commit says {size} (changed or "
                                      "truncated after the commit)")
     return Commit(unit, block, get_int(document, "rank", source, high=1 << 20), tuple(samples), steps_file,
-                  get_int(document, "rows", source), tuple(shards), reductions_file, tuple(sizes), statistics)
+                  get_int(document, "rows", source), tuple(shards), reductions_file, tuple(sizes), statistics, rows)
 
 
-def read_commits(root: Path, limits: FileLimits, block_size: int) -> list[Commit]:
-    """The store's commits in unit order; a sample committed twice is refused."""
+def read_commits(root: Path, limits: FileLimits, block_size: int, rows: bool = False) -> list[Commit]:
+    """The store's commits in unit order; a sample committed twice is refused. `rows`: the store's samples are
+    rows (StoreOptions.rows), numbered by a running count."""
     folder = root / "commits"
     if not folder.is_dir():
         return []
     paths = sorted(p for p in folder.iterdir() if p.suffix == ".json" and not p.name.startswith("."))
     if len(paths) > limits.max_tensors:
         raise MalformedFileError(f"{folder}: {len(paths)} commits, over the limit of {limits.max_tensors}")
-    commits = [_read_commit(root, path, limits, block_size) for path in paths]
+    commits = [_read_commit(root, path, limits, block_size, rows) for path in paths]
+    if rows:  # a running count: each block's ids come after the ids of the blocks before it
+        for before, after in zip(commits, commits[1:]):
+            if before.samples[-1] >= after.samples[0]:
+                raise MalformedFileError(f"{folder}: {after.name} starts at sample {after.samples[0]}, but "
+                                         f"{before.name}, an earlier block, holds sample {before.samples[-1]}: the "
+                                         "samples of a store of rows increase block by block")
     seen: dict[int, str] = {}
     for commit in commits:
         for sample in commit.samples:

@@ -28,6 +28,7 @@ from ..traces.trace import ActivationTrace, TraceStep
 from .guard import check_no_links
 from .manifest import Commit, read_commits, read_manifest
 from .reductions import Reduction, ReductionState, decode_states
+from .rows import MASK_KEY
 from .shards import ShardFile
 from .step_table import arrow_schema
 
@@ -67,7 +68,8 @@ class TraceStore:
 
     `samples` lists the complete inputs; `steps` is one row per input and step (DataFrame);
     `query(sql)` runs DuckDB SQL over the table `steps`; `tensor(sample, container_id)` is a kept
-    tensor, memory-mapped; `trace(sample)` an ActivationTrace of one input (kept tensors as values,
+    tensor, memory-mapped; `stack(name)` one value over many samples as one tensor; `tokens(name,
+    batch_size)` its token rows in shuffled batches; `trace(sample)` an ActivationTrace of one input (kept tensors as values,
     the others None with `omitted` saying so); `scope(sample)` its tensor inputs; `reduction(name)`
     the merged reductions of a kept variable (`variables` lists them).
     """
@@ -81,7 +83,7 @@ class TraceStore:
         self.limits = limits or FileLimits()
         check_no_links(self.path, every_entry=False)  # each file a commit names is checked by read_commits
         self.identity, self.options, _, _ = read_manifest(self.path, self.limits)
-        self.commits: list[Commit] = read_commits(self.path, self.limits, self.options.block_size)
+        self.commits: list[Commit] = read_commits(self.path, self.limits, self.options.block_size, self.options.rows)
         self._by_sample: dict[int, Commit] = {s: c for c in self.commits for s in c.samples}
         self._decoded_ok: set[Path] = set()  # statistics files read within their bound (`_read_file`)
         self._check_parquet()
@@ -237,7 +239,7 @@ class TraceStore:
 
     @property
     def samples(self) -> list[int]:
-        """The sample ids of the complete inputs, in order."""
+        """The sample ids of the complete samples (inputs, or the rows of batched inputs), in order."""
         return sorted(self._by_sample)
 
     def __len__(self) -> int:
@@ -319,9 +321,53 @@ class TraceStore:
                            f"{', ids ' + str(self.samples[0]) + '..' + str(self.samples[-1]) if self._by_sample else ''})")
         return commit
 
+    def _place(self, sample: int, container_id: str) -> tuple[ShardFile, str]:
+        """(shard, key) of a kept tensor, its commit's shards checked first."""
+        self._open_shards(self._commit_of(sample))
+        key = f"{int(sample)}/{container_id}"
+        return self._opened[self._index[key]], key
+
+    def _mask(self, sample: int) -> Optional[torch.Tensor]:
+        """The mask kept beside `sample` (bool, store/rows.py), or None."""
+        self._open_shards(self._commit_of(sample))
+        key = f"{int(sample)}/{MASK_KEY}"
+        name = self._index.get(key)
+        return self._opened[name].tensor(key) if name is not None else None
+
+    @property
+    def batch_axis(self) -> Optional[int]:
+        """The axis the store split its inputs' rows along (None: each input is one sample; store/rows.py)."""
+        return self.options.batch_axis
+
+    def mask(self, sample: int) -> Optional[torch.Tensor]:
+        """The padding mask of `sample` (bool, True where a position counts; [1, positions] for a row), or None
+        when the store was written without `mask=`."""
+        return self._mask(sample)
+
+    def stack(self, name: str, samples: Any = None, positions: Any = None) -> torch.Tensor:
+        """The kept value `name` (`"h.3:output"`, or a container id) of `samples` (None: every sample keeping it;
+        an iterable of ids, in its order) as one tensor, samples on dim 0: a store of rows gives [n, T, d] for
+        GPT-2's layer output. A strided view of a mapping of its own when the samples lie evenly spaced in one
+        shard, a copy otherwise; `positions` (an int, a slice or a list) indexes the positions axis. See
+        store/stacked.py."""
+        from .stacked import stack
+
+        return stack(self, name, samples, positions)
+
+    def tokens(self, name: str, batch_size: int, shuffle: bool = True, seed: int = 0, *, rank: int = 0,
+               world: int = 1, drop_last: bool = False, index: bool = False) -> Any:
+        """Batches [n, d] of the token rows of the kept value `name` over every sample and position (padding the
+        store's mask marks left out), for SAE and probe training: shuffled by `seed`, process `rank` of `world`
+        taking a disjoint part; `index=True` yields (batch, [n, 2] of (sample, position)). A torch
+        IterableDataset (`DataLoader(..., batch_size=None)`); see store/stacked.py."""
+        from .stacked import TokenBatches
+
+        return TokenBatches(self, name, batch_size, shuffle, seed, rank, world, drop_last, index)
+
     def tensor(self, sample: int, container_id: str) -> torch.Tensor:
         """The kept tensor of step `container_id` (or of the step named so: `"h.3:output"`, see `steps`) of input
-        `sample`: a view of the mapped shard, no copy.
+        `sample`. It shares no memory with another read: a view of a copy-on-write mapping of its own (a
+        tensor of 64 KiB or more; written into, it changes, the store and later reads do not), or a copy.
 
         The view lies where safetensors puts it, aligned to its element size only: a matrix product run on it
         may round the last bits otherwise than on an aligned copy (BLAS picks its kernels by alignment), so

@@ -6,9 +6,10 @@ storage through a reused staging buffer, with O_DIRECT where the file system tak
 it reads the 8-byte length and the JSON header only (bounded by FileLimits and decoded with the
 strict bounded decoder), checks every entry as trace files' entries are checked
 (`files.trace_file.safetensors_layout`: known dtype, shape within bounds whose strides fit 64 bits, byte
-range inside the file and matching the shape, ranges tiling the data exactly), then maps the file (copy-on-write, so
-the pages are shared with the page cache and nothing is read until touched). `tensor(key)` is a
-view of the mapping: no copy, unless its offset is not a multiple of its element size.
+range inside the file and matching the shape, ranges tiling the data exactly). `tensor(key)` of at
+least `MAPPED` bytes is a view of a copy-on-write mapping of its own (the pages shared with the page
+cache, nothing read until touched, and a write into it changes that tensor only); a smaller one is
+a copy. So no two reads share memory a write could reach.
 
 Depends on files (limits, JSON, the safetensors dtype table); never on the runtime or views.
 """
@@ -33,11 +34,14 @@ from .guard import create
 
 _CODES = {dtype: code for code, (dtype, _) in SAFETENSORS_DTYPES.items()}
 
-__all__ = ["encode_shard", "write_shard", "write_bytes", "direct_writes", "ShardFile"]
+__all__ = ["encode_shard", "write_shard", "write_bytes", "direct_writes", "ShardFile", "MAPPED"]
 
 _ALIGN = 4096  # O_DIRECT wants offsets, lengths and buffer addresses aligned to the device's block: 4 KiB covers it
 _STAGE = 8 * 2 ** 20  # bytes: a shard's bytes are gathered in a buffer of this size and written a buffer at a time
 _staging = threading.local()  # each thread's staging buffer (page-aligned anonymous memory), kept for the next shard
+# bytes: a tensor read of at least this many is a view of a mapping of its own; a smaller one is copied (a mapping
+# per small tensor would spend the process's mappings, 65530 on Linux, on a list of reads)
+MAPPED = 64 * 1024
 
 
 def encode_shard(tensors: dict[str, torch.Tensor], metadata: Optional[dict[str, str]] = None) -> bytes:
@@ -220,28 +224,46 @@ class ShardFile:
     def keys(self) -> list[str]:
         return list(self.layout)
 
+    def _open(self) -> Any:
+        handle = open(os.open(self.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)), "rb")
+        if os.fstat(handle.fileno()).st_size != self.size:
+            handle.close()
+            raise MalformedFileError(f"{self.path}: the file changed size since the store was opened")
+        return handle
+
     def mapping(self) -> mmap.mmap:
+        """The whole file, mapped once (copy-on-write) for the store's own reads, which copy out of it (never
+        handed to a caller: a write into a view of it would change every later read)."""
         if self._map is None:
-            with open(os.open(self.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)),
-                      "rb") as handle:
-                if os.fstat(handle.fileno()).st_size != self.size:
-                    raise MalformedFileError(f"{self.path}: the file changed size since the store was opened")
+            with self._open() as handle:
                 self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
         return self._map
 
+    def region(self, offset: int, nbytes: int) -> tuple[mmap.mmap, int]:
+        """A mapping of its own of the bytes [offset, offset + nbytes) (copy-on-write: pages shared with the page
+        cache until written, a write changing that mapping only), and where `offset` lies in it."""
+        start = offset - offset % mmap.ALLOCATIONGRANULARITY
+        with self._open() as handle:
+            mapped = mmap.mmap(handle.fileno(), offset + nbytes - start, access=mmap.ACCESS_COPY, offset=start)
+        if hasattr(mapped, "madvise") and hasattr(mmap, "MADV_WILLNEED"):
+            # a hint that the tensor's pages will be read: the kernel reads them ahead in large requests
+            # instead of one page fault at a time (a 4 MiB tensor off the disk: a third faster here)
+            mapped.madvise(mmap.MADV_WILLNEED)
+        return mapped, offset - start
+
     def tensor(self, key: str) -> torch.Tensor:
-        """The tensor `key`: a view of the mapped file (pages read when touched), not a copy."""
+        """The tensor `key`, which shares no memory a write could reach with any other read: at least `MAPPED`
+        bytes, a view of a copy-on-write mapping of its own (pages read when touched); under, a copy."""
         dtype, shape, offset = self.layout[key]
         count = math.prod(shape)
         if count == 0:
             return torch.empty(shape, dtype=dtype)
-        mapped = self.mapping()
-        if hasattr(mapped, "madvise") and hasattr(mmap, "MADV_WILLNEED"):
-            # a hint that the tensor's pages will be read: the kernel reads them ahead in large requests
-            # instead of one page fault at a time (a 4 MiB tensor off the disk: a third faster here)
-            start = offset - offset % mmap.PAGESIZE
-            mapped.madvise(mmap.MADV_WILLNEED, start, min(offset + count * dtype.itemsize, len(mapped)) - start)
-        tensor = torch.frombuffer(mapped, dtype=dtype, count=count, offset=offset).reshape(shape)
+        nbytes = count * dtype.itemsize
+        if nbytes < MAPPED:
+            tensor = torch.frombuffer(self.mapping(), dtype=dtype, count=count, offset=offset).reshape(shape)
+            return tensor.clone() if sys.byteorder == "little" else _swapped(tensor)
+        mapped, at = self.region(offset, nbytes)
+        tensor = torch.frombuffer(mapped, dtype=dtype, count=count, offset=at).reshape(shape)
         if offset % dtype.itemsize or sys.byteorder == "big":
             tensor = tensor.clone() if sys.byteorder == "little" else _swapped(tensor)
         return tensor

@@ -68,6 +68,7 @@ __all__ = ["SMALL", "summarise", "Summariser", "Figures"]
 _NAN = float("nan")
 SMALL = 16384  # elements: tensors below this are stacked with those of their dtype and shape
 GROUP = 10000000  # elements: the most stacked at once (256 KiB of float32)
+_KEYS = 64  # kinds of input (`Summariser.__call__`'s key) whose last plans a summariser keeps
 _F64 = torch.float64
 _NATIVE = (torch.float32, torch.float64)
 
@@ -501,6 +502,11 @@ class Figures:
     def l2(self, i: int) -> float:
         return float(self.table[i, 5])
 
+    def part(self, start: int, count: int) -> "Figures":
+        """The figures of values start..start + count (a row's, of a batch summarised at once)."""
+        end = start + count
+        return Figures(self.table[start:end], self.counted[start:end], self.numels[start:end])
+
     def rows(self) -> list[list]:
         """One list `[mean, std, min, max, abs_sum, l2, n_nan, n_inf, frac_zero]` per value (counts as ints or None)."""
         out = self.table.tolist()
@@ -529,17 +535,28 @@ class Summariser:
                                "engine='torch' or None, or install a C compiler")
         self.engine = ENGINE if self.kernel is not None else "torch"
         self.plan: Optional[_Plan] = None
+        self.plans: dict[Any, _Plan] = {}  # by key (`__call__`), oldest first
 
     def _figures(self, plan: _Plan, values: Sequence[Any]) -> Optional[Figures]:
         return plan.kernel_figures(values, self.kernel) if self.kernel is not None else plan.figures(values)
 
-    def __call__(self, values: Sequence[Any]) -> Figures:
-        plan = self.plan
+    def __call__(self, values: Sequence[Any], key: Any = None) -> Figures:
+        """The figures of `values`. `key` (hashable) names a kind of input whose plan is kept apart: the rows of
+        a padded batch (store/rows.py) have as many kinds as lengths, each planned once; the last plan of each
+        of `_KEYS` keys is kept. The figures do not depend on the key: a plan is used only where it matches."""
+        plan = self.plan if key is None else self.plans.get(key)
         if plan is not None and plan.matches(values):
             figures = self._figures(plan, values)
             if figures is not None:
                 return figures
-        plan = self.plan = _Plan(values)
+        plan = _Plan(values)
+        if key is None:
+            self.plan = plan
+        else:
+            self.plans.pop(key, None)
+            self.plans[key] = plan
+            while len(self.plans) > _KEYS:
+                self.plans.pop(next(iter(self.plans)))
         figures = self._figures(plan, values)
         if figures is None:  # pragma: no cover - a plan fits the values it was made from
             raise RuntimeError("store statistics: a fresh plan does not fit its own values (a bug: please report it)")

@@ -40,6 +40,7 @@ from .manifest import (Commit, SchemaIdentity, StoreIncompleteError, StoreMismat
                        read_manifest, schema_identity, sync_write, unit_name, weights_difference, write_commit,
                        write_manifest)
 from .reductions import ReductionState, encode_states, fold_together
+from .rows import MASK_KEY, Batching
 from .shards import write_shard
 from .statistics import Summariser
 from .step_table import StepColumns
@@ -246,7 +247,8 @@ class _Unit:
                                {"reductions": dump_json(described["items"]).decode("ascii")})
             sizes = [(steps_file, len(buffer.getvalue())), (reductions_file, size)] + list(self.shards)
             commit = Commit(self.name, self.block, rank, tuple(self.samples), steps_file, len(self.rows),
-                            tuple(self.shards), reductions_file, tuple(sorted(sizes)), statistics)
+                            tuple(self.shards), reductions_file, tuple(sorted(sizes)), statistics,
+                            self.options.rows)
             writing = f"commits/{self.name}.json"
             write_commit(self.root, commit)
         except OSError as exc:
@@ -294,11 +296,14 @@ def _remove_orphans(root: Path, block: int, committed: set[str]) -> None:
 
 def write_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], options: StoreOptions,
                selector: Optional[KeepSelector], limits: FileLimits, rank: int = 0, world: int = 1,
-               progress: Optional[Callable[[int, int], None]] = None, interventions: Any = None) -> RankSummary:
-    """Capture this rank's missing inputs into the store (see the module docstring); each run is made
-    with `interventions` (capture_run's)."""
+               progress: Optional[Callable[[int, int], None]] = None,
+               batching: Optional[Batching] = None, interventions: Any = None) -> RankSummary:
+    """Capture this rank's missing inputs into the store (see the module docstring). `batching`: how inputs are
+    split into rows (store/rows.py; None: each input one sample); each run is made with `interventions`
+    (capture_run's)."""
     started = time.perf_counter()
-    commits = read_commits(root, limits, options.block_size)
+    batching = batching or Batching(None)
+    commits = read_commits(root, limits, options.block_size, options.rows)
     done = {s for c in commits for s in c.samples}
     named = {name for c in commits for name, _ in c.sizes}
     summary = RankSummary(rank)
@@ -325,24 +330,33 @@ def write_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], opti
     collecting = gc.isenabled()
     if collecting:
         gc.disable()
+    offset = 0  # the first sample id of the next input: its position, or (rows) the rows before it
     try:
-        for sample, item in enumerate(inputs):
-            block = sample // size
+        for position, item in enumerate(inputs):
+            block = position // size
+            if unit is not None and unit.block != block:  # the unit is done before the next input is read
+                close()
+                if collecting:
+                    gc.collect()
+            scope = None
+            sample = offset
+            if batching.axis is not None:  # every rank counts every input's rows, so the ids agree
+                scope = as_scope(item, schema)
+                offset += batching.rows(scope)
+            else:
+                offset += 1
             if block % world != rank:
                 continue
             if sample in done:
                 summary.skipped += 1
                 continue
-            if unit is not None and unit.block != block:
-                close()
-                if collecting:
-                    gc.collect()
             if unit is None:
                 if block not in cleaned:
                     _remove_orphans(root, block, named)
                     cleaned.add(block)
                 unit = _Unit(root, block, sample, options, names.summarise.kernel)
-            written = _capture_one(unit, schema, as_scope(item, schema), sample, names, interventions)
+            written = _capture_one(unit, schema, scope if scope is not None else as_scope(item, schema), sample, names,
+                                   batching, interventions)
             summary.captured += 1
             summary.samples.append(sample)
             if progress is not None:
@@ -441,14 +455,19 @@ class _Names:
 
 
 def _capture_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: int, names: _Names,
-                 interventions: Any = None) -> int:
-    return _summarise_one(unit, schema, scope, sample, names, interventions)
+                 batching: Optional[Batching] = None, interventions: Any = None) -> int:
+    return _summarise_one(unit, schema, scope, sample, names, batching or Batching(None), interventions)
 
 
 def _summarise_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: int, names: _Names,
-                   interventions: Any = None) -> int:
+                   batching: Batching, interventions: Any = None) -> int:
+    """Run one input and write its samples: itself, or (batching.axis) each of its rows (store/rows.py)."""
+    rows = batching.rows(scope)
+    mask = batching.mask_of(scope, rows)
     with torch.no_grad():
         record = capture_run(schema, scope, interventions=interventions)
+    if rows > 1:
+        batching.check_outputs(record.outputs, rows, scope)
     numbers, descriptions, slot_types, out_vars, op_names, block_paths, values, depths, omitted, shapes, dtypes = \
         _step_fields(record.trace)
     (numbers, slot_types, block_paths, out_vars, op_names, descriptions, depths, shapes, dtypes, omitted), cids, named, \
@@ -462,19 +481,69 @@ def _summarise_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: i
         names.warned = True  # once per capture_dataset: every later input is likely the same
         warnings.warn(KeepMissedWarning(kept_nothing_message(names.selector, f"input {sample}") +
                                         "; the store holds its statistics only"), stacklevel=4)
-    figures = names.summarise(values)
+    meta = (numbers, cids, slot_types, block_paths, out_vars, op_names, descriptions, depths, dtypes, omitted, named,
+            keepable)
+    if rows == 1 and mask is None:  # an input that is one sample, as it is
+        return _write_sample(unit, sample, meta, shapes, values, values, names.summarise(values), None, batching)
+    parts = batching.split(values, rows) if rows > 1 else [None] * len(values)
+    axis = batching.axis
+    row_shapes = shapes if rows == 1 else [
+        tuple(1 if d == axis else n for d, n in enumerate(shape)) if p is not None else shape
+        for shape, p in zip(shapes, parts)]
+    written = 0
+    maskable: Optional[list] = None  # the values the mask applies to: alike in every row (their shapes are)
+    samples = []  # (row values, counted values, mask) of each row
+    for r in range(rows):
+        row = values if rows == 1 else [v if p is None else p[r] for v, p in zip(values, parts)]
+        row_mask = mask if mask is None or axis is None else mask[r:r + 1]
+        counted = row
+        if row_mask is not None:
+            if maskable is None:
+                maskable = [i for i, (v, t) in enumerate(zip(row, slot_types))
+                            if t != "input" and batching.masked(v, row_mask) is not v]
+            counted = list(row)
+            run = batching.run_of(row_mask)
+            if run is not None:  # right or left padding: each value's run of positions, a view (rows.py)
+                start, length = run
+                for i in maskable:
+                    counted[i] = row[i][0].narrow(0, start, length)
+            else:
+                for i in maskable:
+                    counted[i] = batching.masked(row[i], row_mask)
+        samples.append((row, counted, row_mask))
+    # every row's values summarised in one call (one plan, one pass of the kernel; a value's figures are its
+    # own whatever it is summarised with), then cut into rows
+    everything = [v for _, counted, _ in samples for v in counted]
+    figures = names.summarise(everything, tuple(batching.key(m) for _, _, m in samples))
+    size = len(values)
+    for r, (row, counted, row_mask) in enumerate(samples):
+        written += _write_sample(unit, sample + r, meta, row_shapes, row, counted, figures.part(r * size, size),
+                                 row_mask, batching)
+    return written
+
+
+def _write_sample(unit: _Unit, sample: int, meta: tuple, shapes: list, values: list, counted: list, figures: Any,
+                  mask: Optional[torch.Tensor], batching: Batching) -> int:
+    """One sample's rows of statistics, kept tensors and reductions: `values` as it holds them, `counted` as
+    its figures count them (its unmasked positions), `figures` theirs; `mask` its mask, kept beside it."""
+    numbers, cids, slot_types, block_paths, out_vars, op_names, descriptions, depths, dtypes, omitted, named, \
+        keepable = meta
     kept = figures.counted & keepable  # a strided tensor, named or a root input
     unit.rows.add(sample, numbers, cids, slot_types, block_paths, out_vars, op_names, descriptions, depths, shapes,
                   dtypes, values, kept, omitted, figures)
     written = 0
-    seen: dict[str, int] = {}  # bindings of each variable so far in this input
+    seen: dict[str, int] = {}  # bindings of each variable so far in this sample
     for i in np.flatnonzero(kept).tolist():
         value = unit.keep(f"{sample}/{cids[i]}", values[i])
         written += value.numel() * value.element_size()
         if named[i]:
             variable = f"{block_paths[i]}:{out_vars[i]}"
             count = seen[variable] = seen.get(variable, 0) + 1
-            unit.reduce(variable if count == 1 else f"{variable}#{count}", value, sample, numbers[i], figures.l2(i))
+            occurrence = value if counted[i] is values[i] else batching.masked(value, mask)
+            unit.reduce(variable if count == 1 else f"{variable}#{count}", occurrence, sample, numbers[i],
+                        figures.l2(i))
+    if mask is not None:
+        written += unit.keep(f"{sample}/{MASK_KEY}", mask).numel()
     unit.input_done()
     unit.samples.append(sample)
     return written
@@ -491,7 +560,7 @@ def finalize_store(root: Path, identity: SchemaIdentity, options: StoreOptions, 
 
 
 def _finalize(root: Path, identity: SchemaIdentity, options: StoreOptions, limits: FileLimits) -> None:
-    commits = read_commits(root, limits, options.block_size)
+    commits = read_commits(root, limits, options.block_size, options.rows)
     samples = sorted(s for c in commits for s in c.samples)
     ranges: list[list[int]] = []
     for s in samples:

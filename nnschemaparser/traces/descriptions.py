@@ -155,8 +155,12 @@ def describe_op(name: str) -> str:
 
 
 def describe_block_call(path: str, block: Optional[ModelBlockSchema], method: Optional[str] = None) -> str:
-    """`Call to sub-block fc1 (Linear)`, `Call to method encode of encoder (Encoder)`, `Call to self`."""
+    """`Call to sub-block fc1 (Linear)`, `Call to method encode of encoder (Encoder)`, `Call to self`,
+    `Call to cached function freqs` (a cached global)."""
     kind = f" ({block.name})" if block is not None and block.name else ""
+    body = block.methods.get(method) if block is not None and method else None
+    if body is not None and body.read_from is not None:  # a cached global called by its name
+        return f"Call to cached function {method}"
     if method:
         where = f" of {path}" if path else " of self"
         return f"Call to method {method}{where}{kind}"

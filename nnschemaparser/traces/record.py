@@ -17,6 +17,7 @@ from .sampling import CaptureLimits
 from ..runtime.listeners import RETURN_SLOT
 from ..schema.errors import SchemaRunError
 from ..runtime.interpreter import SchemaInterpreter
+from .wrapped import check_keep_reaches
 from .recorder import ActivationRecorder
 from ..runtime.coverage import LiveCallDetector
 from ..runtime.backward_watch import watch_backward
@@ -106,6 +107,8 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
     recorder = ActivationRecorder(capture_grads=capture_grads, limits=limits, keep=keep,
                                   limit_policy="earliest" if limit_policy == "refuse" else limit_policy)
     recorder.defer_warnings = True  # said after the run, pointing at the caller
+    if isinstance(block, ModelBlockSchema):
+        check_keep_reaches(block, recorder.keep)  # a keep of a wrapped model's paths, given its wrapper's schema
     if isinstance(block, ModelBlockSchema) and isinstance(scope, dict):
         if limits is not None and limit_policy == "refuse":
             check_fits(block, scope, recorder.keep, limits.max_bytes, f"CaptureLimits(max_bytes={limits.max_bytes})",

@@ -1,5 +1,6 @@
-"""Builds the inspector's browser files, `static/widget.js`, `static/widget.css`, `static/logical.js`
-(the Logical tab, sent on request), `static/patch.js` and `static/diverge.js` (the Patch and Diverge tabs, the same), from js/ with esbuild.
+"""Builds the inspector's browser files, `static/widget.js`, `static/widget.css`, `static/views.js` and
+`static/static.js` (see js/build.mjs), and `static/logical.js`, `static/patch.js` and `static/diverge.js`
+(the Logical, Patch and Diverge tabs, sent on request), from js/ with esbuild.
 
 The browser code lives in js/ as ES modules (an npm package with pinned devDependencies: esbuild,
 typescript). `js/build.mjs` bundles `js/index.js` into one minified ESM file and minifies
@@ -26,7 +27,7 @@ __all__ = ["build", "stale", "ensure_deps", "JS_DIR", "STATIC_DIR", "OUTPUTS", "
 
 JS_DIR = Path(__file__).resolve().parents[2] / "js"
 STATIC_DIR = Path(__file__).resolve().parent / "static"
-OUTPUTS = ("widget.js", "widget.css", "logical.js", "patch.js", "diverge.js")
+OUTPUTS = ("widget.js", "widget.css", "logical.js", "views.js", "static.js", "patch.js", "diverge.js")
 _FIX = "install Node.js 18+ and npm (Debian: apt-get install nodejs npm, or run `make js-deps`)"
 
 
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"stale in {STATIC_DIR}: {', '.join(old)}\nrun: python -m nnschemaparser.widget.build",
                       file=sys.stderr)
                 return 1
-            print("static/widget.js, widget.css, logical.js, patch.js and diverge.js are up to date")
+            print(f"static/{', '.join(OUTPUTS)} are up to date")
             return 0
         for path in build():
             print(f"wrote {path}")

@@ -26,6 +26,8 @@ Depends on the interpreter's StepInfo, the traces' statistics and the widget's t
 
 from __future__ import annotations
 
+import ast
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
@@ -60,6 +62,42 @@ def search(tree: BlockTree, query: str, limit: int = SEARCH_LIMIT) -> list[dict]
     return [tree.describe(index) for index in found]
 
 
+def predicate_text(fn: Callable) -> str:
+    """How a `when=` predicate reads in the breakpoint list: a lambda's own source text (from
+    `inspect.getsource`, which gives its whole line(s): the longest expression from `lambda` on that
+    parses, with the function's parameters), a function's name otherwise."""
+    name = getattr(fn, "__name__", "") or type(fn).__name__
+    code = getattr(fn, "__code__", None)
+    if name != "<lambda>" or code is None:
+        return name
+    try:
+        source = inspect.getsource(fn)[:4000]
+    except (OSError, TypeError):
+        return "a lambda (its source is not available)"
+    params = list(code.co_varnames[:code.co_argcount])
+    start = source.find("lambda")
+    while start >= 0:
+        text = source[start:]
+        for end in range(len(text), 6, -1):
+            try:
+                node = ast.parse(text[:end].strip(), mode="eval").body
+            except SyntaxError:
+                continue
+            if isinstance(node, ast.Lambda) and [a.arg for a in node.args.args] == params:
+                return " ".join(text[:end].split())
+            break
+        start = source.find("lambda", start + 6)
+    return "a lambda"
+
+
+def _words(tree: BlockTree, node: int, line: int = 0) -> str:
+    """A tree row as a stop reason names it: its source words (no `$t` temporaries, no row numbers)
+    and its line."""
+    text = tree.source_words(node)
+    text = text if len(text) <= 60 else text[:59] + "…"
+    return f"{text} (line {line})" if line else text
+
+
 #: The most breakpoints one inspector keeps (identical ones count once).
 MAX_BREAKPOINTS = 500
 
@@ -77,10 +115,14 @@ class Breakpoint:
     label: str = ""
     hits: int = 0
     enabled: bool = True
+    run_hits: dict = field(default_factory=dict)  # run id -> the stops it caused in that run
 
-    def to_dict(self) -> dict:
+    def to_dict(self, run_id: Optional[int] = None) -> dict:
+        """The breakpoint as the browser lists it; `hits`: its stops in run `run_id` (all runs: None),
+        `total_hits`: in every run."""
+        hits = self.hits if run_id is None else self.run_hits.get(run_id, 0)
         return {"kind": self.kind, "node": self.node, "file": self.file, "line": self.line, "block": self.block,
-                "label": self.label, "hits": self.hits, "enabled": self.enabled}
+                "label": self.label, "hits": hits, "total_hits": self.hits, "enabled": self.enabled}
 
 
 def _nonfinite(value: Any) -> bool:
@@ -99,7 +141,7 @@ class Breakpoints:
     items: list[Breakpoint] = field(default_factory=list)
     hits: list[dict] = field(default_factory=list)
 
-    version: int = 0  # counts the changes of `items`: a reply for `since=version` leaves the list out
+    version: int = 0  # counts the changes of `items`, their hits and the active run: a reply for `since=version` leaves the list out
 
     def __bool__(self) -> bool:
         return any(b.enabled for b in self.items)
@@ -130,10 +172,11 @@ class Breakpoints:
     def _inside(self, node: int, container: int) -> bool:
         return node == container or container in self.tree.ancestor_set(node)
 
-    def check(self, step: StepInfo, previous: Optional[StepInfo], entry: bool = False) -> Optional[tuple[int, str]]:
+    def check(self, step: StepInfo, previous: Optional[StepInfo], entry: bool = False,
+              run_id: int = 0) -> Optional[tuple[int, str]]:
         """(index, reason) of the first enabled breakpoint that `step` hits, or None. `entry`: the step
         is the first own step of a call of its block (known from the run's block events: it may come
-        after calls of the block's sub-blocks)."""
+        after calls of the block's sub-blocks). The hit is noted as one of run `run_id`."""
         node = self.tree.node_of_instruction(step.instruction)
         prev_node = self.tree.node_of_instruction(previous.instruction) if previous is not None else -1
         for index, bp in enumerate(self.items):
@@ -142,8 +185,11 @@ class Breakpoints:
             reason = self._hit(bp, step, previous, node, prev_node, entry)
             if reason:
                 bp.hits += 1
+                bp.run_hits[run_id] = bp.run_hits.get(run_id, 0) + 1
+                self.version += 1  # the counts listed changed
                 loc = step.location
-                self.hits.append({"breakpoint": index, "label": bp.label, "reason": reason, "step": step.step_index,
+                self.hits.append({"breakpoint": index, "label": bp.label, "reason": reason, "run_id": run_id,
+                                  "step": step.step_index,
                                   "block": step.block_path, "var": step.out_var,
                                   "line": loc.lineno if loc is not None else 0})
                 return index, reason
@@ -158,7 +204,8 @@ class Breakpoints:
             if node == bp.node and not self.tree.nodes[bp.node].children:
                 return f"reached {bp.label}"
             came_from_inside = prev_node >= 0 and self._inside(prev_node, bp.node)
-            return "" if came_from_inside else f"entered {bp.label}"
+            verb = "reached" if self.tree.nodes[bp.node].kind == "s" else "entered"  # a statement is reached
+            return "" if came_from_inside else f"{verb} {bp.label}"
         if kind == "line":
             loc = step.location
             if loc is None or loc.lineno != bp.line or (bp.file and loc.filename != bp.file):
@@ -172,7 +219,11 @@ class Breakpoints:
                 return ""
             return f"entered {bp.block}" if entry else ""  # the first own step of each call of the block
         if kind == "nonfinite":
-            return f"{step.out_var or 'the value'} has a NaN or an Inf" if _nonfinite(step.value) else ""
+            if not _nonfinite(step.value):
+                return ""
+            var = step.out_var if step.out_var and not step.out_var.startswith("$") else ""
+            what = var or (self.tree.source_words(node) if node >= 0 else "the value")
+            return f"{what} has a NaN or an Inf"
         if kind == "when":
             try:
                 result = bp.when(step)
@@ -199,11 +250,10 @@ class Navigation:
         if not self._advance():
             return False
         if self.breakpoints:
-            hit = self.breakpoints.check(self.current, previous, self.current.step_index in self.active.entry_steps)
+            hit = self.breakpoints.check(self.current, previous, self.current.step_index in self.active.entry_steps,
+                                         run_id=self.active.id)  # a hit belongs to the run it stopped, by id
             if hit is not None:
                 self.stop_reason = hit[1]
-                if self.breakpoints.hits:  # a hit belongs to the run it stopped
-                    self.breakpoints.hits[-1]["run"] = self.active.name
                 return False
         return True
 
@@ -240,7 +290,7 @@ class Navigation:
                 path = self.tree.block_path(where)
                 bp = Breakpoint("block", node=where, block=path, label=f"entry of {path or 'the root'}")
             else:
-                bp = Breakpoint("node", node=where, label=f"row {where}: {(self.tree.source_text(where) or self.tree.nodes[where].text)[:60]}")
+                bp = Breakpoint("node", node=where, label=_words(self.tree, where, self.tree.nodes[where].line))
         elif isinstance(where, str) and where.strip():
             try:
                 node = self.tree.find_block(where.strip())
@@ -251,7 +301,7 @@ class Navigation:
         elif when is not None:
             if not callable(when):
                 raise self.navigation_error(f"when= must be a function of the step, got {type(when).__name__}")
-            bp = Breakpoint("when", when=when, label=getattr(when, "__name__", "condition"))
+            bp = Breakpoint("when", when=when, label=predicate_text(when))
         else:
             raise self.navigation_error("break_at needs a tree node id, a block path (e.g. 'h.1.attn'), line=N or "
                                  "when=lambda step: ...")
@@ -301,7 +351,7 @@ class Navigation:
         if bp.kind == "line":
             return f"line {bp.line}"
         node = bp.node
-        text = (self.tree.source_text(node) or self.tree.nodes[node].text).strip()
+        text = self.tree.source_words(node).strip()
         label = f"`{text[:60]}{'…' if len(text) > 60 else ''}`"
         untaken = set(getattr(self, "_untaken", ()))
         chain = set(self.tree.ancestor_set(node)) | {node}
@@ -370,24 +420,39 @@ class Navigation:
         `version`; `since`: the version the caller holds; when the list has not changed since,
         `items` is left out (the reply says `"unchanged": true`)."""
         bps = self.breakpoints
-        run = self.active.name
-        hits = [hit for hit in bps.hits if hit.get("run") == run]  # the active run's own
-        view = {"version": bps.version, "hits": hits[-50:], "reason": self.stop_reason, "run": run}
+        run = self.active
+        # the active run's own hits and counts, by its id (a later run may have the same name)
+        hits = [dict(hit, run=run.name) for hit in bps.hits if hit.get("run_id") == run.id]
+        view = {"version": bps.version, "hits": hits[-50:], "reason": self.stop_reason, "run": run.name,
+                "run_id": run.id, "hits_total": len(hits)}
         if since is not None and since == bps.version:
             view["unchanged"] = True
         else:
-            view["items"] = [bp.to_dict() for bp in bps.items]
+            view["items"] = [bp.to_dict(run.id) for bp in bps.items]
         return view
 
-    def search(self, query: str, limit: int = 200) -> list[dict]:
+    def hits_view(self) -> list[dict]:
+        """Every breakpoint hit of the runs kept, each with its run's id (`run_id`) and current name (`run`)."""
+        names = {run.id: run.name for run in self.runs}
+        return [dict(hit, run=names.get(hit.get("run_id"), "")) for hit in self.breakpoints.hits]
+
+    def search(self, query: str, limit: int = 200, lowered: bool = True) -> list[dict]:
         """Tree nodes matching `query`: block paths, variables, instruction text, ops (see debugger.search);
         each with `ran`: whether any run so far ran it (a block: entered; a statement or branch: some
         instruction inside it ran), and `where`: the full path of the row (its block path, then the
-        row's own text for a row that is not a block)."""
+        row's own text for a row that is not a block). `lowered=False` (the tree's source view): a
+        lowered instruction is listed as the statement row that shows it, once."""
         try:
             results = search(self.tree, query, limit)
         except ValueError as exc:
             raise self.navigation_error(str(exc)) from None
+        if not lowered:
+            rows: list[int] = []
+            for result in results:
+                row = self.tree.shown_row(result["node"])
+                if row not in rows:
+                    rows.append(row)
+            results = [self.tree.describe(row) for row in rows]
         ran = self._ran_set()
         for result in results:
             result["ran"] = result["node"] in ran

@@ -85,6 +85,8 @@ class InspectorWidget(anywidget.AnyWidget):
     #: The tabs whose code comes on request ({"Logical" / "Patch" / "Diverge": times shown}): the
     #: browser adds each once it is here, and fetches its view again when its count changes.
     views = traitlets.Dict().tag(sync=True)
+    #: The breakpoint list's version: a breakpoint set from Python (break_at) is listed at once.
+    breakpoints_version = traitlets.Int(0).tag(sync=True)
 
     def __init__(self, schema: ModelBlockSchema, scope: Mapping[str, Any], *, gradients: bool = True,
                  loss_fn: Optional[Callable[[list], Any]] = None, namespace: Optional[Mapping[str, Any]] = None,
@@ -112,6 +114,7 @@ class InspectorWidget(anywidget.AnyWidget):
             self.runs = state.view_runs()
             self.edit_list = state.view_edits()
             self.blocks = state.view_blocks()
+            self.breakpoints_version = state.breakpoints.version
 
     def _do(self, method: Callable, *args: Any, **kwargs: Any) -> Any:
         """Run one state operation under the lock, then sync the traits (also when it raised)."""
@@ -229,8 +232,10 @@ class InspectorWidget(anywidget.AnyWidget):
     @property
     def breakpoint_hits(self) -> list[dict]:
         """Every breakpoint stop of the runs kept: breakpoint index, reason, step, block, variable,
-        line and `run` (the name of the run it stopped; an abandoned run's hits go with it)."""
-        return [dict(hit) for hit in self._state.breakpoints.hits]
+        line, `run_id` (the id of the run it stopped, never given to another run) and `run` (that
+        run's name now; names may be given again). An abandoned run's hits go with it."""
+        with self._lock:
+            return self._state.hits_view()
 
     @property
     def stop_reason(self) -> str:

@@ -13,12 +13,14 @@ Depends on the widget's state; knows nothing about traitlets or the browser.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Callable
 
 from ..schema.errors import NNSchemaError
+from .block_actions import run_to_output
 from .logical_view import logical_module, logical_reply
-from .patch_view import close_patched, open_patched, patch_module, patch_reply
-from .diverge_view import diverge_module, diverge_reply, diverge_step
+from .patch_view import close_patched, open_patched, patch_reply
+from .diverge_view import diverge_reply, diverge_step
 from .routing_view import routing_view
 from .runs import TRACE_COLUMNS
 from .state import InspectorError, InspectorState
@@ -27,6 +29,9 @@ from .tensor_views import MAX_SIDE
 __all__ = ["handle_message", "json_safe", "table_page", "MAX_PAGE_SIZE"]
 
 MAX_PAGE_SIZE = 500
+_STATIC = Path(__file__).resolve().parent / "static"
+# the bundles the browser may ask for by name: the views bundle, and the tabs of the `views` trait (lazytab.js)
+_MODULES = {"views": "views.js", "Logical": "logical.js", "Patch": "patch.js", "Diverge": "diverge.js"}
 # The comparison table: the traces' diff columns plus the StepInfo index of each side.
 COMPARE_COLUMNS = ["container_id", "status", "changed", "max_abs_diff", "mean_abs_diff", "step_a", "step_b",
                    "step_index_a", "step_index_b", "description", "out_var", "op_name", "block_path",
@@ -267,7 +272,9 @@ class _Handlers:
     @staticmethod
     def on_search(state: InspectorState, message: dict) -> Any:
         query = _text(message, "query")
-        return {"query": query, "results": state.search(query, _int(message, "limit", 200))}
+        results = state.search(query, _int(message, "limit", 200), lowered=bool(message.get("lowered", True)))
+        # "never ran" only once a run has finished; before that a row not run is "not run yet"
+        return {"query": query, "results": results, "finished": state.any_finished()}
 
     @staticmethod
     def on_break_at(state: InspectorState, message: dict) -> Any:
@@ -319,6 +326,15 @@ class _Handlers:
     def on_run_to_trace(state: InspectorState, message: dict) -> Any:
         state.run_to_trace_step(message.get("run") or None, _int(message, "trace_step", 0))
         return _after_command(state, message)
+
+    @staticmethod
+    def on_run_to_output(state: InspectorState, message: dict) -> Any:
+        output = run_to_output(state, _int(message, "node", -1))
+        return {**(_after_command(state, message) or {}), "output": output}
+
+    @staticmethod
+    def on_locate(state: InspectorState, message: dict) -> Any:
+        return state.locate(message.get("run") or None, _int(message, "trace_step", 0))
 
     @staticmethod
     def on_call_stack(state: InspectorState, message: dict) -> Any:
@@ -383,20 +399,22 @@ class _Handlers:
     def on_logical_module(state: InspectorState, message: dict) -> Any:
         return logical_module()
 
-    # the Patch and Diverge views (patch_view.py, diverge_view.py); `module`: a lazily loaded tab's code
-    @staticmethod
-    def on_module(state: InspectorState, message: dict) -> Any:
-        modules = {"Logical": logical_module, "Patch": patch_module, "Diverge": diverge_module}
-        name = message.get("name")
-        if name not in modules:
-            raise InspectorError(f"no view module {name!r}; the views are {', '.join(modules)}")
-        return modules[name]()
-
+    # the Patch and Diverge views (patch_view.py, diverge_view.py)
     on_patch = staticmethod(lambda state, message: patch_reply(state))
     on_patch_open = staticmethod(lambda state, message: open_patched(state, _int(message, "row", -1)))
     on_patch_close = staticmethod(lambda state, message: close_patched(state))
     on_diverge = staticmethod(lambda state, message: diverge_reply(state))
     on_diverge_step = staticmethod(lambda state, message: diverge_step(state, _int(message, "row", -1)))
+
+    @staticmethod
+    def on_module(state: InspectorState, message: dict) -> Any:
+        """The code of a bundle loaded on demand (static/views.js: the Compare, Trends, Layers and
+        Routing tabs; logical.js, patch.js, diverge.js: the Logical, Patch and Diverge tabs), so that
+        the initial widget state stays small."""
+        name = _text(message, "name")
+        if name not in _MODULES:
+            raise InspectorError(f"there is no browser module {name!r}; the modules are {', '.join(sorted(_MODULES))}")
+        return {"name": name, "code": (_STATIC / _MODULES[name]).read_text(encoding="utf-8")}
 
     @staticmethod
     def on_same_statement(state: InspectorState, message: dict) -> Any:

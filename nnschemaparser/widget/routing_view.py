@@ -78,7 +78,8 @@ def _labels(tokens: Optional[list], rows: int) -> list[str]:
 
 def routing_view(state: Any, run: Optional[str] = None, max_tokens: int = MAX_ROUTING_TOKENS) -> dict:
     """The reply to a `routing` message: {"run", "note", "summary", "layers": [{"block", "layer",
-    "call", "tokens" (labels `position:id`), "n_tokens" (all of them), "experts" (indices), "weights"
+    "call", "tokens" (labels `position:id`), "n_tokens" (all of them), "experts" (indices), "counts"
+    (tokens routed to each expert), "weights"
     (token x expert), "top_k", "name", "caption", "label" (the map's accessible name), "routes" (each
     token's routing as text, read out on Enter)}]}; at most `max_tokens` rows per matrix (the note
     says when cut). The texts are made here, so the browser bundle stays small."""
@@ -100,7 +101,10 @@ def routing_view(state: Any, run: Optional[str] = None, max_tokens: int = MAX_RO
         labels = [f"{r}:{t}" for r, t in enumerate(_labels(tokens, n_tokens)[:shown])]
         name = block if layer is None else f"layer {layer}"
         top_k = int(group["rank"].max()) + 1
-        layers.append({"block": block, "layer": layer, "call": int(call), "tokens": labels, "n_tokens": n_tokens,
+        counts = [0] * n_experts  # tokens routed to each expert (all tokens of the call, not only those shown)
+        for expert in group["expert"]:
+            counts[int(expert)] += 1
+        layers.append({"counts": counts,"block": block, "layer": layer, "call": int(call), "tokens": labels, "n_tokens": n_tokens,
                        "experts": list(range(n_experts)), "weights": weights, "top_k": top_k, "name": name,
                        "caption": f"{name} · {block}" + (f" · first {shown} of {n_tokens} tokens" if cut else ""),
                        "label": f"{name} routing: {shown} tokens x {n_experts} experts, top {top_k}; "
@@ -108,8 +112,9 @@ def routing_view(state: Any, run: Optional[str] = None, max_tokens: int = MAX_RO
                        "routes": [f"token {labels[r]}: {token_route(weights[r])}" for r in range(shown)]})
     if cut:
         notes.append(f"first {max_tokens} tokens of each call")
-    summary = (f"{len(layers)} experts calls · tokens down, experts across · colour: the router's weight "
-               f"(0: not routed)" + "".join(f" · {n}" for n in notes))
+    summary = (f"{len(layers)} experts calls · tokens down, experts across · colour: the router's weight over "
+               f"the chosen experts (grey: not routed) · under each map, the tokens per expert"
+               + "".join(f" · {n}" for n in notes))
     return {"run": frame.attrs["run"], "note": "; ".join(notes), "summary": summary, "layers": layers}
 
 

@@ -65,10 +65,13 @@ def default_loss(outputs: list) -> torch.Tensor:
 
 @dataclass
 class RunRecord:
-    """A run: its name, the edits it replays, its trace, its StepInfo rows and (after the end) gradients."""
+    """A run: its id, its name, the edits it replays, its trace, its StepInfo rows and (after the end)
+    gradients. `id` is the run's identity, never given to another run of the inspector; `name` is for
+    display ("base", "fork 1") and may be given again to a later run once this one is gone or renamed."""
 
     name: str
     recorder: ActivationRecorder
+    id: int = 0
     edits: list[EditSpec] = field(default_factory=list)
     steps: list[dict] = field(default_factory=list)
     trace_index: dict[int, int] = field(default_factory=dict)  # trace step -> StepInfo index
@@ -98,12 +101,12 @@ class RunRecord:
         return bool(self.edits)
 
     def summary(self) -> dict:
-        return {"name": self.name, "steps": len(self.steps), "trace_steps": len(self.trace.steps),
+        return {"id": self.id, "name": self.name, "steps": len(self.steps), "trace_steps": len(self.trace.steps),
                 "edits": len(self.edits), "finished": self.finished, "error": self.error, "fork": self.is_fork}
 
     def step_row(self, step_index: int) -> dict:
         if not 1 <= step_index <= len(self.steps):
-            raise KeyError(f"run {self.name!r} has steps 1..{len(self.steps)}, not {step_index}")
+            raise KeyError(f"run {self.name!r} (#{self.id}) has steps 1..{len(self.steps)}, not {step_index}")
         return self.steps[step_index - 1]
 
     def trace_rows(self) -> list[dict]:
@@ -263,6 +266,7 @@ class StepLog(TraceListener):
         self._map_new_trace_steps(len(self.record.steps))
 
 
-def new_record(name: str, edits: list[EditSpec], gradients: bool, limits: Optional[CaptureLimits]) -> RunRecord:
+def new_record(name: str, edits: list[EditSpec], gradients: bool, limits: Optional[CaptureLimits],
+               run_id: int = 0) -> RunRecord:
     return RunRecord(name=name, recorder=ActivationRecorder(capture_grads=gradients, limits=limits),
-                     edits=list(edits))
+                     edits=list(edits), id=run_id)

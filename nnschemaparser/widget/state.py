@@ -6,15 +6,16 @@ that into and over are a choice there), applies and queues edits (a run with edi
 keeps every finished run as a `RunRecord` (with its ActivationTrace and GradientTrace), compares two
 runs with `compare_traces` and bins a step's activation and gradient with `histogram_bins`. Its
 `view_*` methods give the small JSON dicts the widget syncs as traits; the browser's requests are
-answered by `messages.handle_message`. Nothing here imports traitlets or anywidget: it is testable without a kernel.
+answered by `messages.handle_message`. Nothing here imports traitlets or anywidget, so
+the whole state machine is testable without a kernel.
 
-Each run draws from its own copy of the CPU random generator, seeded from the state at construction
-(dropout replays the same masks; the notebook's generator is left untouched).
+Each run draws from its own copy of the CPU random generator, seeded from the state at construction,
+so runs with dropout replay the same masks and the notebook's own generator is left untouched.
 
 A paused run lives in a greenlet, and a greenlet can only be resumed from the thread that made it,
 while a kernel may deliver the widget's messages on different threads. So every run is driven on
-one worker thread owned by the state (`_RunThread`); callers on any thread wait for it, and the
-caller's grad mode is carried over to each call.
+one worker thread owned by the state (`_RunThread`, in run_driver.py with the run driver); callers
+on any thread wait for it, and the caller's grad mode is carried over to each call.
 
 The tensor views (heatmap slices, differences of two runs, attention heads, trends, per-layer series,
 tree colours) are the methods of `TensorRequests` (tensor_requests.py), which InspectorState inherits;
@@ -26,8 +27,6 @@ tree/runs/edits/tensor_requests modules.
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
@@ -38,14 +37,15 @@ from ..traces.compare import TraceDiff, compare_traces, diff_summary
 from ..schema.errors import EditError, NNSchemaError
 from ..traces.frames import diffs_to_dataframe, tensor_statistics
 from ..traces.histograms import histogram_bins
-from ..runtime.interpreter import CallPause, SchemaInterpreter, StepInfo
+from ..runtime.interpreter import CallPause, StepInfo
 from ..schema.model import ModelBlockSchema
 from .edits import EditSpec, apply_edit_spec, parse_edit
-from .runs import RunRecord, StepLog, default_loss, new_record
+from .runs import RunRecord, default_loss, new_record
 from .tree import INITIAL_TREE_BYTES, BlockTree
 from .debugger import Breakpoints, Navigation
 from .tensor_requests import TensorRequests
 from .run_targets import RunTargets
+from .run_driver import _Buffers, _RunDriver, _RunThread
 
 __all__ = ["InspectorState", "InspectorOptions", "InspectorError"]
 
@@ -72,133 +72,6 @@ class InspectorOptions:
     bins: int = 40
 
 
-def _clone_scope(scope: Mapping[str, Any]) -> dict:
-    out = {}
-    for key, value in scope.items():
-        if isinstance(value, torch.Tensor):
-            out[key] = value.detach().clone().requires_grad_(value.requires_grad)
-        else:
-            out[key] = value
-    return out
-
-
-class _RunThread:
-    """The one thread on which an inspector's runs are stepped (see the module docstring)."""
-
-    def __init__(self) -> None:
-        self._pool: Optional[ThreadPoolExecutor] = None
-        self._ident: Optional[int] = None
-
-    def call(self, fn: Callable[[], Any]) -> Any:
-        if threading.get_ident() == self._ident:  # already on the run thread (a finalizer, a nested call)
-            return fn()
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nnsp-inspector-run")
-        grad = torch.is_grad_enabled()
-
-        def job() -> Any:
-            self._ident = threading.get_ident()
-            with torch.set_grad_enabled(grad):
-                return fn()
-
-        return self._pool.submit(job).result()
-
-    def post(self, fn: Callable[[], Any]) -> None:
-        """Run `fn` on the run thread without waiting for it (for finalizers, which must never block)."""
-        if threading.get_ident() == self._ident:
-            fn()
-        elif self._pool is not None:
-            self._pool.submit(fn)
-
-    def shutdown(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
-
-
-class _Buffers:
-    """The model's buffers as they were when the inspector was made, put back around every run."""
-
-    def __init__(self, schema: ModelBlockSchema):
-        module = schema.module
-        self.saved = [] if module is None else [(b, b.detach().clone()) for _, b in module.named_buffers()]
-
-    def restore(self) -> None:
-        with torch.no_grad():
-            for buffer, copy in self.saved:
-                if buffer.shape == copy.shape and not buffer.is_inference():
-                    buffer.copy_(copy)
-
-
-class _RunDriver:
-    """One live stepped run: the generator, its recorder and its own random generator state."""
-
-    def __init__(self, state: "InspectorState", record: RunRecord):
-        self.record = record
-        self.thread = state.run_thread
-        self.log = log = StepLog(record, state.tree, keep_live=state.options.gradients)
-        self.interpreter = SchemaInterpreter(listeners=[record.recorder, log])
-        self.generator = self.interpreter.step_run(state.schema, _clone_scope(state.scope), pause_before_calls=True,
-                                                   interventions=state.interventions)  # a patch (patch_view.py)
-        self.rng = state.rng_state.clone()
-        self.buffers = state.buffers
-        self.started = False
-        self.done = False
-
-    def advance(self) -> "Optional[StepInfo | CallPause]":
-        """The next StepInfo (or CallPause, before a sub-block call), or None when the run has returned
-        (its outputs are then in the record)."""
-        return self.thread.call(self._advance)
-
-    def _advance(self) -> "Optional[StepInfo | CallPause]":
-        if not self.started:
-            self.buffers.restore()  # every run starts from the model's state at construction
-            self.started = True
-        user_rng = torch.get_rng_state()
-        torch.set_rng_state(self.rng)
-        try:
-            return next(self.generator)
-        except StopIteration:
-            self.done = True
-            self.record.outputs = self.interpreter.step_outputs
-            self.record.finished = True
-            return None
-        except BaseException:
-            self.done = True
-            raise
-        finally:
-            self.rng = torch.get_rng_state()
-            torch.set_rng_state(user_rng)
-            if self.done:
-                self.buffers.restore()  # and leaves it as it was (BatchNorm statistics, caches)
-
-    def close(self) -> None:
-        if not self.done:
-            self.thread.call(self.generator.close)
-            self.done = True
-            if self.started:
-                self.buffers.restore()
-
-    def __del__(self) -> None:
-        # A paused generator left to the garbage collector would be closed on whatever thread
-        # collects it, and its greenlet cannot be switched to from there: it is closed on the run
-        # thread. The collector may run anywhere (inside another run, holding locks), so this posts
-        # the close and never waits for it (waiting deadlocked a later run in the same process).
-        if self.done:
-            return
-        generator, buffers, started = self.generator, self.buffers, self.started
-
-        def close() -> None:
-            generator.close()
-            if started:
-                buffers.restore()
-
-        try:
-            self.thread.post(close)
-        except Exception:  # interpreter shutdown: the run thread is gone; nothing left to unwind
-            pass
-
-
 class InspectorState(RunTargets, Navigation, TensorRequests):
     """Stepping, edits, runs and comparisons of one schema on one input scope (search, breakpoints,
     step out and the call stack come from `debugger.Navigation`; tensor views from
@@ -220,6 +93,7 @@ class InspectorState(RunTargets, Navigation, TensorRequests):
         self.rng_state = torch.get_rng_state()
         self.buffers = _Buffers(schema)
         self.runs: list[RunRecord] = []
+        self._last_run_id = 0  # run ids count up and are never given twice
         self.edits: list[EditSpec] = []
         self.current: Optional[StepInfo] = None
         self.pause: Optional[CallPause] = None  # paused before a sub-block call (after `current`)
@@ -257,10 +131,16 @@ class InspectorState(RunTargets, Navigation, TensorRequests):
             k += 1
         return f"{stem} {k}"
 
-    def run(self, name: Optional[str] = None) -> RunRecord:
-        """The run called `name` (default: the active one)."""
+    def run(self, name: "Optional[str | int]" = None) -> RunRecord:
+        """The run called `name`, or whose id is `name` (an int; default: the active run)."""
         if name is None or name == "":
             return self.active
+        if isinstance(name, int) and not isinstance(name, bool):
+            for run in self.runs:
+                if run.id == name:
+                    return run
+            known = ", ".join(f"#{r.id} {r.name!r}" for r in self.runs) or "(none)"
+            raise InspectorError(f"no run has id {name}; the runs kept are {known}")
         for run in self.runs:
             if run.name == name:
                 return run
@@ -279,6 +159,7 @@ class InspectorState(RunTargets, Navigation, TensorRequests):
                 self._forget_run(self.active)
         record = self._new_record(fork=bool(self.edits or self.interventions), edits=self.edits)
         self.runs.append(record)
+        self.breakpoints.version += 1  # the hit counts listed are the new run's
         self._driver = _RunDriver(self, record)
         self.current = None
         self.pause = None
@@ -296,7 +177,8 @@ class InspectorState(RunTargets, Navigation, TensorRequests):
         self.run_thread.shutdown()
 
     def _new_record(self, fork: bool, edits: list[EditSpec]) -> RunRecord:
-        return new_record(self._name(fork), edits, self.options.gradients, self.options.limits)
+        self._last_run_id += 1
+        return new_record(self._name(fork), edits, self.options.gradients, self.options.limits, self._last_run_id)
 
     def _advance(self, stop_at_calls: bool = False) -> bool:
         """One step (with `stop_at_calls`, or the pause before a sub-block call that comes first);
@@ -549,10 +431,13 @@ class InspectorState(RunTargets, Navigation, TensorRequests):
                 "file": step.location.filename if step.location is not None else "",
                 "type": type(value).__name__}
         row = self.active.step_row(step.step_index)
-        view.update(text=row["text"], edited=row["edited"], trace_step=row["trace_step"])
-        if node >= 0:  # the source statement this instruction belongs to, as the source view shows it
+        # `text`: source words (the statement the instruction belongs to, as the source view shows it);
+        # `instruction`: the lowered instruction ($t temporaries, intrinsics), for the lowered view only
+        view.update(text=row["text"], instruction=row["text"], edited=row["edited"], trace_step=row["trace_step"])
+        if node >= 0:
             holder = self.tree.statement_nodes.get(node, node)
             view["statement"] = self.tree.source_text(holder)
+            view["text"] = self.tree.source_words(node)
         loc = step.location
         if loc is not None and loc.end_lineno:  # the column range of the instruction's source
             view.update(col=loc.col, end_line=loc.end_lineno, end_col=loc.end_col)

@@ -1,6 +1,7 @@
 """The inspector without a kernel: one self-contained HTML page with every run, as the notebook showed it.
 
-The page embeds the same browser code as the widget (static/widget.js and widget.css) and a JSON
+The page embeds the same browser code as the widget (static/static.js: widget.js with the views of
+views.js built in, and widget.css) and a JSON
 payload: every tree row, the source of every block, and for *every* run its trace rows, the
 histogram bins of its steps (all of them up to MAX_HISTOGRAM_STEPS per run), its trends and, for
 the steps the user looked at in the tensor view (`state.viewed`) plus a bounded sample of others,
@@ -206,10 +207,10 @@ _BOOT = ('const __data = JSON.parse(document.getElementById("nnsp-data").textCon
 def static_page(state: InspectorState, title: str = "", preface: str = "") -> str:
     """The HTML text of the static page; `preface` (plain text, e.g. a plan card) is shown above the
     inspector, escaped."""
-    bundle = (_STATIC / "widget.js").read_text()
+    bundle = (_STATIC / "static.js").read_text()  # the widget with the lazily loaded views built in
     css = (_STATIC / "widget.css").read_text()
     if "</script" in bundle.lower():
-        raise ValueError("static/widget.js contains '</script', which cannot be inlined; rebuild it")
+        raise ValueError("static/static.js contains '</script', which cannot be inlined; rebuild it")
     data = _script_safe(json.dumps(static_payload(state, title), separators=(",", ":"), default=str))
     name = html.escape(title or state.schema.name)
     top = (f"<pre class=\"nnsp-preface\" aria-label=\"Plan card\">{html.escape(preface)}</pre>\n"

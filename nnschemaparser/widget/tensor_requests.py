@@ -222,12 +222,16 @@ class TensorRequests:
         out_runs = []
         for record in records:
             bound: dict[int, dict[str, int]] = {}  # layer position -> var -> its last trace step in this run
+            ran: set[int] = set()  # layer positions whose row ran in this run (a tensor bound or not)
             for row in record.steps:
                 at, trace_step = row["node"], row["trace_step"]
-                if trace_step is None or at is None or at < 0:
+                if at is None or at < 0:
                     continue
                 position = wanted.get(at, wanted.get(holders.get(at, -1)))
-                if position is not None:
+                if position is None:
+                    continue
+                ran.add(position)
+                if trace_step is not None:
                     bound.setdefault(position, {})[row["var"] or ""] = trace_step
             cells = []
             for position in range(len(layers)):
@@ -237,8 +241,8 @@ class TensorRequests:
                 else:
                     named = [n for n in names if n and not n.startswith("$")]
                     trace_step = names[named[0]] if named else (max(names.values()) if names else None)
-                if trace_step is None:
-                    cells.append(None)
+                if trace_step is None:  # a row that ran but bound no tensor says so (not "not run yet")
+                    cells.append({"ran": True, "note": "no tensor"} if position in ran else None)
                     continue
                 traced = record.trace.steps[trace_step - 1]
                 value = traced.tensor.value
@@ -251,5 +255,5 @@ class TensorRequests:
                                      "norm": float(torch.linalg.vector_norm(data))}
                 cells.append(cell)
             out_runs.append({"run": record.name, "finished": record.finished, "cells": cells})
-        return {"node": node, "text": tree.source_text(node) or own.text, "prefix": prefix, "layers": layers,
+        return {"node": node, "text": tree.source_words(node), "prefix": prefix, "layers": layers,
                 "nodes": nodes, "runs": out_runs, "var": var}

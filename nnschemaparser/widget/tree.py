@@ -29,6 +29,7 @@ about widgets.
 from __future__ import annotations
 
 import json
+import re
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
@@ -59,6 +60,7 @@ KINDS = {
     "s": "statement",
 }
 _CONTROL_KINDS = {"if": "i", "for": "f", "while": "w"}
+_TEMP = re.compile(r"\$t\d+")  # the lowering's temporaries, never shown in user text
 
 # The initial tree stays under this many bytes of JSON (as Jupyter's json.dumps writes it: default
 # separators); the rest is fetched on expansion, and revealing a step fetches its ancestors' rows in
@@ -382,6 +384,39 @@ class BlockTree:
         if node.kind == "s":
             return node.text
         return (node.extra or {}).get("src", "")
+
+    def source_words(self, index: int) -> str:
+        """What a user reads for node `index`: a block's path, else the source text of the statement
+        (or compound row) holding it, never a lowered instruction's `$t` temporaries or intrinsics
+        (a row with no source text anywhere above it falls back to its text, temporaries elided)."""
+        node = self.nodes[index]
+        if node.kind == "B":
+            return (node.extra or {}).get("path", "") or "the root"
+        at = self.statement_nodes.get(index, index)
+        while at >= 0:
+            text = self.source_text(at)
+            if text:
+                return text
+            if self.nodes[at].kind == "B":
+                break
+            at = self.nodes[at].parent
+        return _TEMP.sub("…", node.text)
+
+    def shown_row(self, index: int) -> int:
+        """The row that shows node `index` in the source view: the statement (or compound row) holding
+        a lowered instruction, else the node itself."""
+        node = self.nodes[index]
+        if node.kind == "B" or self.source_text(index):
+            return index
+        at = self.statement_nodes.get(index, -1)
+        if at >= 0:
+            return at
+        at = node.parent
+        while at >= 0 and self.nodes[at].kind != "B":
+            if self.source_text(at):
+                return at
+            at = self.nodes[at].parent
+        return index
 
     def find_block(self, path: str) -> int:
         """The node of the block at `path`, or of the one block whose path ends with `.path`."""

@@ -70,7 +70,8 @@ def test_search_break_continue_step_out_nan_and_fork_gradients_on_gpt2(debugger_
     page.keyboard.press("Enter")
     first = root.locator(".nnsp-result").first
     expect(first).to_contain_text("attn · GPT2Attention", timeout=30_000)
-    expect(root.locator(".nnsp-row.nnsp-current")).to_contain_text("attn · GPT2Attention")  # ancestors expanded
+    # ancestors expanded; the row is marked "looking at" (the run's current row is the run's, issue 42)
+    expect(root.locator(".nnsp-row.nnsp-looking")).to_contain_text("attn · GPT2Attention")
 
     # a breakpoint on it, Continue: paused in that block, at the line the kernel says, shown as in the file
     first.get_by_role("button", name=re.compile("^Break at")).click()

@@ -62,6 +62,15 @@ def test_routing_heatmaps_of_a_mixtral_in_jupyterlab(routing_lab, browser, artif
     expect(first.locator(".nnsp-attn-queries .nnsp-attn-tick")).to_have_text(["0:3", "1:14", "2:15", "3:9", "4:2", "5:6"])
     expect(first.locator(".nnsp-rt-x .nnsp-attn-tick")).to_have_text(["0", "1", "2", "3"])
     expect(panel.locator(".nnsp-legend")).to_be_visible()
+    # issue 42: the scale spans the chosen weights (unrouted cells grey), and tokens per expert per layer
+    chosen = [w for layer in probe["weights"].values() for row in layer for w in row if w]
+    expect(panel.locator(".nnsp-rt-legend")).to_contain_text("grey: not routed")
+    low = float(panel.locator(".nnsp-legend-end").first.inner_text())  # shown with 4 significant digits
+    assert low > 0 and abs(low - min(chosen)) <= 1e-3 * min(chosen)
+    for layer in (0, 1):
+        counts = [sum(1 for row in probe["weights"][str(layer)] if row[e]) for e in range(4)]
+        expect(panel.locator("figure.nnsp-attn-head").nth(layer).locator(".nnsp-rt-counts .nnsp-attn-tick")).to_have_text(
+            [str(c) for c in counts])
 
     # the drawn cells: a hovered cell's weight is the router's, 0 where the token did not go
     readout = panel.locator(".nnsp-readout")

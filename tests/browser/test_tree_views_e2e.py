@@ -90,7 +90,7 @@ def test_source_view_by_default_lowered_view_by_toggle_and_steps_highlight_state
     page.keyboard.type("h.0.attn")
     page.keyboard.press("Enter")
     block = tree.locator(f"[role='treeitem'][data-node='{attn}']")
-    expect(block.locator(":scope > .nnsp-row")).to_have_class(re.compile("nnsp-current"), timeout=30_000)
+    expect(block.locator(":scope > .nnsp-row")).to_have_class(re.compile("nnsp-looking"), timeout=30_000)
     block.locator(":scope > .nnsp-row .nnsp-toggle").click()
     expect(block).to_have_attribute("aria-expanded", "true")
     lines = [line.strip() for line in open(state["file"], encoding="utf-8")]
@@ -153,7 +153,7 @@ def test_source_view_by_default_lowered_view_by_toggle_and_steps_highlight_state
     assert _kernel_state(page)["show_lowered"] is True
     _screens(page, root, folder, "tree-lowered")
 
-    # back in the source view, a search result inside a folded statement opens it and is highlighted
+    # back in the source view, a search for a lowered instruction finds the statement holding it
     root.locator(".nnsp-title").click()
     page.keyboard.press("l")
     expect(tree).to_have_attribute("data-view", "source")
@@ -163,13 +163,15 @@ def test_source_view_by_default_lowered_view_by_toggle_and_steps_highlight_state
     page.keyboard.press("Control+a")
     page.keyboard.type("getattr(self, 'split_size')")
     page.keyboard.press("Enter")
-    current = tree.locator(".nnsp-row.nnsp-current")
-    expect(current).to_have_count(1)
-    expect(current.locator(".nnsp-text")).to_have_text(re.compile(r"^\$t\d+ = getattr\(self, 'split_size'\)$"))
-    expect(current).to_be_visible()
-    holder = current.locator("xpath=../../..")  # the statement's treeitem, opened
-    expect(holder).to_have_class(re.compile("nnsp-kind-s"))
-    expect(holder).to_have_attribute("aria-expanded", "true")
+    # the source view lists (and marks "looking at") the statement holding the lowered instruction:
+    # no $t row in its results (issue 42); the run's current row stays where it was
+    looking = tree.locator(".nnsp-row.nnsp-looking")
+    expect(looking).to_have_count(1)
+    expect(looking.locator(".nnsp-text")).to_contain_text("self.split_size")
+    expect(looking).not_to_contain_text("$t")
+    expect(looking).to_be_visible()
+    expect(looking.locator("xpath=..")).to_have_class(re.compile("nnsp-kind-s"))
+    expect(statement_row).to_have_class(re.compile("nnsp-current"))
     (folder / "rows.json").write_text(json.dumps({
         "block": "transformer.h.0.attn", "model": "GPT2LMHeadModel, 2 layers, n_embd 32, eager attention",
         "source_view_rows": len(source_rows), "lowered_view_rows": len(lowered_rows),

@@ -1,15 +1,13 @@
-"""Decorators whose one wrapper code serves many functions, and caching decorators.
+"""Decorators whose one wrapper code serves many functions.
 
 `contextlib.contextmanager`'s `helper` is one code object for every function it decorates (the
 package's own `lending` included): a call of another context manager is not a call of a decorated
 method the schema has a block for, so it must not be reported as that method's decorator
-dispatching elsewhere. A `functools.lru_cache` / `functools.cache` a forward calls runs its body
-live on a miss: that is reported, naming the cached function."""
+dispatching elsewhere. Caching decorators: tests/runtime/test_cached_functions_interpreted.py."""
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 
 import pytest
@@ -76,41 +74,3 @@ def test_peft_prompt_learning_roots_run_interpreted_and_report_nothing_live():
             got = SchemaInterpreter().run(block=schema, scope=dict(values))[0].logits
         assert torch.equal(got, expected)
 
-
-class CachedTable(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(4, 4)
-
-    @functools.lru_cache(maxsize=4)
-    def table(self, n):
-        return torch.arange(n, dtype=torch.float32) * 0.5
-
-    def forward(self, x):
-        return self.fc(x) + self.table(4)
-
-
-@functools.cache
-def _freqs(n):
-    return torch.ones(n) * 3
-
-
-class CachedGlobal(nn.Module):
-    def forward(self, x):
-        return x * _freqs(4)
-
-
-@pytest.mark.parametrize("cls, callee", [(CachedTable, "CachedTable.table"), (CachedGlobal, "_freqs")])
-def test_a_cached_function_a_forward_calls_is_reported_as_running_live_on_a_miss(cls, callee):
-    torch.manual_seed(0)
-    model = cls().eval()
-    x = torch.randn(2, 4)
-    schema = NNParser.parse_model(model, inputs_tensors_values={"x": x})
-    frame = schema.coverage()
-    rows = frame[frame["kind"] == "cached"]
-    assert len(rows) == 1, frame
-    row = rows.iloc[0]
-    assert row["callee"].endswith(callee) and row["via"] == "functools.lru_cache"
-    assert "on a miss" in row["reason"] and "runs live" in row["reason"]
-    assert "<root>" in schema.skipped and callee in schema.skipped["<root>"]
-    assert torch.equal(SchemaInterpreter().run(block=schema, scope={"x": x})[0], model(x))

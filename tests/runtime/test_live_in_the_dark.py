@@ -426,46 +426,5 @@ def test_a_dispatching_decorator_is_seen_on_each_instance_that_shares_its_wrappe
     assert torch.equal(SchemaInterpreter().run(block=schema, scope={"x": x})[0], model(x))
 
 
-def _kept(name):
-    """`@singleton(name)` in short: the method's result is kept on the instance, later calls return it."""
-    import functools
 
-    def decorate(method):
-        @functools.wraps(method)
-        def wrapper(self, *args, **kwargs):
-            kept = self.__dict__.get(name)
-            if kept is not None:
-                return kept
-            value = method(self, *args, **kwargs)
-            self.__dict__[name] = value
-            return value
-
-        return wrapper
-
-    return decorate
-
-
-class KeepsProjection(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(4, 4)
-        self.__dict__["scale"] = torch.tensor(2.0)  # kept already: every call returns it
-
-    @_kept("scale")
-    def get_scale(self, x):
-        return x.abs().mean()
-
-    def forward(self, x):
-        return self.fc(x) * self.get_scale(x)
-
-
-def test_a_decorator_on_a_method_that_never_calls_it_is_reported_under_the_methods_name():
-    torch.manual_seed(0)
-    model = KeepsProjection().eval()
-    x = torch.randn(2, 4)
-    schema = NNParser.parse_model(model, inputs_tensors_values={"x": x})
-    frame = schema.coverage()
-    row = frame[frame["kind"] == "dispatch"].iloc[0]
-    assert "the decorator of KeepsProjection.get_scale (" in row["reason"] and "forward" not in row["reason"]
-    assert "as a cache does" in row["reason"]
-    assert torch.equal(SchemaInterpreter().run(block=schema, scope={"x": x})[0], model(x))
+# A decorator returning a value it keeps (vit-pytorch's `singleton`): tests/runtime/test_kept_value_decorators.py

@@ -108,3 +108,25 @@ def test_the_same_script_under_torchrun_writes_the_same_store(tmp_path):
     launched = TraceStore(tmp_path / "t")
     assert {c.rank for c in launched.commits} == {0, 1}
     _assert_same(launched, _write(tmp_path / "w1", 1))
+
+
+def test_rows_of_batches_of_several_sizes_are_numbered_alike_by_one_and_two_processes(tmp_path):
+    """Each rank counts the rows of every input, its own or not, so the running sample ids agree."""
+    _, schema = blocks()
+    generator = torch.Generator().manual_seed(2)
+    sizes = [3, 1, 2, 4, 3, 2, 1, 4, 2, 3, 2]
+    data = [{"x": torch.randn(n, 8, generator=generator)} for n in sizes]
+    one = capture_dataset(schema, data, tmp_path / "r1", keep="layers.*", block_size=2, progress=False)
+    two = capture_dataset(schema, data, tmp_path / "r2", keep="layers.*", block_size=2, world=2, progress=False)
+    assert {c.rank for c in two.commits} == {0, 1}
+    assert one.samples == two.samples == list(range(sum(sizes)))
+    assert one.steps.equals(two.steps)
+    assert sorted(one._where) == sorted(two._where)
+    for key in one._where:
+        sample, cid = key.split("/", 1)
+        assert _bits(one.tensor(int(sample), cid), two.tensor(int(sample), cid)), key
+    for name in one.variables:
+        x, y = one.reduction(name), two.reduction(name)
+        assert x.top == y.top and _bits(x.channel_mean, y.channel_mean) and _bits(x.histogram, y.histogram)
+    first = sum(sizes[:4])  # input 4 (block 2) starts after the 10 rows of inputs 0..3
+    assert torch.equal(two.scope(first)["x"], data[4]["x"][:1])

@@ -17,7 +17,7 @@ from tests.support.store_models import blocks, inputs
 def pristine(tmp_path_factory):
     _, schema = blocks()
     path = tmp_path_factory.mktemp("hostile") / "s"
-    capture_dataset(schema, inputs(6), path, keep="layers.*", block_size=4, progress=False)
+    capture_dataset(schema, inputs(6), path, keep="layers.*", block_size=4, progress=False, batch_axis=None)
     return path
 
 
@@ -233,3 +233,59 @@ def test_a_statistics_file_corrupted_past_its_footer_is_refused_by_the_query(sto
         opened.query("select sum(l2) from steps")
     with pytest.raises(MalformedFileError, match="statistics file"):
         opened.steps
+
+
+@pytest.fixture(scope="module")
+def pristine_rows(tmp_path_factory):
+    """A store of rows: batches of 3 rows, 2 inputs a unit, so its commits give `sample_ranges`."""
+    import torch
+
+    _, schema = blocks()
+    generator = torch.Generator().manual_seed(3)
+    data = [{"x": torch.randn(3, 8, generator=generator)} for _ in range(4)]
+    path = tmp_path_factory.mktemp("hostile_rows") / "s"
+    capture_dataset(schema, data, path, keep="layers.*", block_size=2, progress=False)
+    return path
+
+
+@pytest.fixture
+def rows_store(pristine_rows, tmp_path):
+    copy = tmp_path / "r"
+    shutil.copytree(pristine_rows, copy)
+    return copy
+
+
+def test_a_store_of_rows_commits_sample_ranges_and_reads_back(rows_store):
+    commit = json.loads(sorted((rows_store / "commits").iterdir())[1].read_text())
+    assert commit["sample_ranges"] == [[6, 11]] and "samples" not in commit
+    assert TraceStore(rows_store).samples == list(range(12))
+
+
+@pytest.mark.parametrize("ranges, match", [
+    ([[0, 3], [2, 5]], "increasing"),  # overlapping
+    ([[5, 0]], "increasing"),  # backwards
+    ([[0, 10 ** 12]], "more than the commit's rows"),  # a range that would expand to a bomb
+    ([[0, 5], "x"], "expected \\[first, last\\]"),
+])
+def test_a_commit_of_rows_with_bad_sample_ranges_is_refused_before_it_is_expanded(rows_store, ranges, match):
+    _edit_commit(rows_store, lambda d: d.update(sample_ranges=ranges))
+    with pytest.raises(MalformedFileError, match=match):
+        TraceStore(rows_store)
+
+
+def test_a_commit_of_rows_whose_ids_go_back_below_an_earlier_block_is_refused(rows_store):
+    path = sorted((rows_store / "commits").iterdir())[0]
+    document = json.loads(path.read_text())
+    document["sample_ranges"] = [[0, 7]]  # block 0 reaching into block 1's ids, from 6
+    path.write_text(json.dumps(document))
+    with pytest.raises(MalformedFileError, match="increase block by block"):
+        TraceStore(rows_store)
+
+
+def test_a_commit_giving_samples_both_ways_or_the_wrong_way_is_refused(rows_store, store):
+    _edit_commit(rows_store, lambda d: d.update(samples=[0, 1, 2]))
+    with pytest.raises(MalformedFileError, match="one of them"):
+        TraceStore(rows_store)
+    _edit_commit(store, lambda d: (d.pop("samples"), d.update(sample_ranges=[[0, 3]])))
+    with pytest.raises(MalformedFileError, match="store of inputs gives its samples as samples"):
+        TraceStore(store)

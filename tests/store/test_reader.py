@@ -38,14 +38,18 @@ def test_queries_answer_which_inputs_make_nans_and_the_top_inputs_by_norm(tmp_pa
     assert list(top["sample"]) == list(expected["sample"]) and list(top["l2"]) == list(expected["l2"])
 
 
-def test_a_tensor_is_a_view_of_the_mapped_shard_not_a_copy(gpt2_store):
+def test_a_small_tensor_is_a_copy_never_a_view_of_the_stores_own_mapping(gpt2_store):
+    """A tensor under 64 KiB is copied out of the shard (a view of a mapping of its own per small tensor would
+    spend the process's mappings); a larger one is a view of a mapping of its own (tests/store/test_stacked.py)."""
     _, _, _, store = gpt2_store
     row = store.steps[store.steps["kept"] & (store.steps["out_var"] == "attn_output")].iloc[0]
     tensor = store.tensor(int(row["sample"]), row["container_id"])
     shard = store._shards[store._where[f"{row['sample']}/{row['container_id']}"]]
     mapping = shard.mapping()
     start = ctypes.addressof(ctypes.c_char.from_buffer(mapping))
-    assert start <= tensor.data_ptr() < start + len(mapping)
+    assert not start <= tensor.data_ptr() < start + len(mapping)
+    dtype, shape, offset = shard.layout[f"{row['sample']}/{row['container_id']}"]
+    assert torch.equal(tensor, torch.frombuffer(mapping, dtype=dtype, count=tensor.numel(), offset=offset).reshape(shape))
     assert list(tensor.shape) == list(row["shape"]) and str(tensor.dtype) == row["dtype"]
 
 

@@ -78,3 +78,33 @@ def test_kept_values_have_layer_names_and_the_callers_ordinal_stays_an_alias(gpt
     assert list(steps["name"]) == list(store.query("select name from steps order by sample, step")["name"])
     with pytest.raises(KeyError, match="h.3:output"):
         store.reduction("h.3:outptu")
+
+
+def test_the_readme_rows_block_runs_as_written_and_answers_what_hooks_see(tmp_path):
+    """Each text a sample, padding left out of its statistics and tokens; the stacked rows are what a forward
+    hook on layer 3 sees for those rows of the batched run."""
+    text = README.read_text()
+    found = re.search(r"<!-- store-rows -->\n```python\n(.*?)```", text, re.S)
+    assert found, "README.md lost its store-rows block"
+    model, schema = tiny_gpt2(4)
+    names = {"capture_dataset": capture_dataset, "gpt2_schema": schema, "torch": torch}
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        exec(compile(found.group(1), "README.md (store-rows)", "exec"), names)
+    finally:
+        os.chdir(cwd)
+    texts, rows = names["texts"], names["rows"]
+    lengths = [len(t) for t in texts]
+    assert rows.samples == list(range(6)) and list(names["per_text"]["numel"]) == [n * 32 for n in lengths]
+    hooked = []
+    for start in (0, 3):
+        batch = names["pad"](texts[start:start + 3])
+        out = hooked_outputs([model.h[3]], lambda batch=batch: model(**batch))[0]
+        hooked += [out[r:r + 1] for r in range(3)]
+    assert torch.equal(names["layer3"], torch.cat(hooked[2:5]))
+    assert torch.equal(names["first_token"], torch.cat(hooked)[:, 0])
+    batches = names["batches"]
+    assert sum(len(b) for b in batches) == sum(lengths) == 37 and batches[0].shape == (16, 32)
+    every = torch.cat([h[0, :n] for h, n in zip(hooked, lengths)])
+    assert sorted(map(tuple, torch.cat(batches).tolist())) == sorted(map(tuple, every.tolist()))

@@ -144,7 +144,7 @@ generator = torch.Generator().manual_seed(0)
 def scopes():
     for _ in range({n}):
         yield {{"x": torch.randn(256, 8, generator=generator)}}
-capture_dataset(schema, scopes(), {store!r}, keep="layers.*", block_size=16, progress=False)
+capture_dataset(schema, scopes(), {store!r}, keep="layers.*", block_size=16, progress=False, batch_axis=None)
 written = sum(p.stat().st_size for p in __import__("pathlib").Path({store!r}, "tensors").iterdir())
 print(written, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
@@ -236,13 +236,16 @@ def test_shards_written_by_the_store_are_safetensors_files(tmp_path):
         assert ours.layout[key][2] % value.element_size() == 0  # aligned: read as a view, not a copy
 
 
-def test_dataloader_batches_are_inputs_by_position(tmp_path):
+def test_dataloader_batches_are_rows_by_default_and_inputs_by_position_with_batch_axis_none(tmp_path):
     from torch.utils.data import DataLoader, TensorDataset
 
     _, schema = blocks()
-    x = torch.randn(8, 8, generator=torch.Generator().manual_seed(5))
-    loader = DataLoader(TensorDataset(x), batch_size=2)  # each batch is [tensor of (2, 8)]: one input each
-    store = capture_dataset(schema, loader, tmp_path / "s", keep="head", progress=False)
+    x = torch.randn(7, 8, generator=torch.Generator().manual_seed(5))
+    loader = DataLoader(TensorDataset(x), batch_size=2)  # each batch is [tensor of (2, 8)], the last (1, 8)
+    rows = capture_dataset(schema, loader, tmp_path / "r", keep="head", progress=False)
+    assert rows.samples == list(range(7))
+    assert all(torch.equal(rows.scope(i)["x"], x[i:i + 1]) for i in range(7))
+    store = capture_dataset(schema, loader, tmp_path / "s", keep="head", progress=False, batch_axis=None)
     assert store.samples == [0, 1, 2, 3]
     assert torch.equal(store.scope(2)["x"], x[4:6])
     with pytest.raises(TypeError, match="an input must be a dict"):
@@ -260,7 +263,8 @@ def test_step_columns_of_inputs_run_alike_or_not_are_each_inputs_own_rows(tmp_pa
     _, schema = blocks()
     generator = torch.Generator().manual_seed(7)
     data = [{"x": torch.randn(rows, 8, generator=generator)} for rows in (2, 2, 3, 3, 2, 1, 2)]
-    store = capture_dataset(schema, data, tmp_path / "s", keep="layers.*:hidden", block_size=4, progress=False)
+    store = capture_dataset(schema, data, tmp_path / "s", keep="layers.*:hidden", block_size=4, progress=False,
+                            batch_axis=None)  # each input whole, one sample, as capture_run sees it
     names = [name for name, _ in COLUMNS]
     steps = store.steps
     for sample, scope in enumerate(data):

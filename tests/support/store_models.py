@@ -84,12 +84,12 @@ def blocks(depth: int = 2):
 
 
 def inputs(n: int, nan_at: tuple = (), die_at: tuple = (), stop_at: tuple = ()) -> list[dict]:
-    """n scopes {x: (2, 8)}; sample i in `nan_at` makes a NaN in head, in `die_at` kills its process, in
+    """n scopes {x: (1, 8)}, one row each; sample i in `nan_at` makes a NaN in head, in `die_at` kills its process, in
     `stop_at` stops it with SIGSTOP (each while its flag file exists)."""
     generator = torch.Generator().manual_seed(123)
     scopes = []
     for i in range(n):
-        x = torch.randn(2, 8, generator=generator)
+        x = torch.randn(1, 8, generator=generator)
         if i in nan_at:
             x[0, 0] = 7.0
         if i in die_at:

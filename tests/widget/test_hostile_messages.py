@@ -124,7 +124,8 @@ def test_identical_breakpoints_are_kept_once_and_a_reply_leaves_out_an_unchanged
     assert len(first["items"]) == 1
     for _ in range(3000):
         again = reply(state, type="break_at", node=1, since=first["version"])["data"]
-    assert again == {"version": first["version"], "hits": [], "reason": "", "run": "base", "unchanged": True}
+    assert again == {"version": first["version"], "hits": [], "reason": "", "run": "base", "run_id": 1, "hits_total": 0,
+                     "unchanged": True}
     assert len(state.breakpoints.items) == 1
     added = reply(state, type="break_at", line=2, since=first["version"])["data"]
     assert added["version"] == first["version"] + 1 and len(added["items"]) == 2  # changed: the list is sent

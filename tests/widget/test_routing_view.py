@@ -61,6 +61,8 @@ def test_routing_reply_matrices_equal_the_routers_top_k(mixtral_widget):
         want = torch.zeros(index.shape[0], 4, dtype=weights.dtype).scatter(1, index, weights)
         assert torch.equal(matrix, want)
         assert int((matrix != 0).sum()) == index.numel()  # exactly top_k experts per token
+        # tokens per expert (issue 42): how many tokens the router sent to each expert in this layer
+        assert layer["counts"] == torch.bincount(index.flatten(), minlength=4).tolist()
 
 
 def test_moe_routing_frame_equals_the_routers_top_k(mixtral_widget):

@@ -372,7 +372,7 @@ def test_views_are_small_and_json_ready(mlp):
     assert view["index"] == 3 and view["var"] == "hidden" and view["shape"] == [2, 256]
     assert view["node"] >= 0 and view["ancestors"] == [0] and view["line"] == 14
     assert len(json.dumps(view)) < 1000
-    assert state.view_runs() == [{"name": "base", "steps": 3, "trace_steps": 3, "edits": 0, "finished": False,
+    assert state.view_runs() == [{"id": 1, "name": "base", "steps": 3, "trace_steps": 3, "edits": 0, "finished": False,
                                   "error": "", "fork": False}]
 
 
@@ -440,7 +440,7 @@ def test_a_paused_run_collected_by_the_garbage_collector_never_blocks_the_collec
     import gc
     import threading as _threading
 
-    from nnschemaparser.widget.state import _RunThread
+    from nnschemaparser.widget.run_driver import _RunThread
 
     worker = _RunThread()
     release = _threading.Event()

@@ -38,7 +38,7 @@ def test_a_cleared_predicate_leaves_no_reason_after_reset_and_a_finished_run(gpt
     state = _fresh(gpt2)
     state.break_at(when=lambda step: step.step_index == 5)
     state.continue_()
-    assert state.step_index == 5 and state.stop_reason == "<lambda> is true"
+    assert state.step_index == 5 and state.stop_reason == "lambda step: step.step_index == 5 is true"
     state.clear_breakpoints()
     state.reset()
     state.continue_()

@@ -301,7 +301,8 @@ def test_search_results_and_breakpoint_labels_carry_the_source_text_the_row_show
     assert found and found[0]["source"] == "h = self.fc(x)"
     assert "CALL" in found[0]["text"]  # the lowered text stays for the lowered view
     state.break_at(found[0]["node"])
-    assert state.view_breakpoints()["items"][0]["label"].endswith("h = self.fc(x)")
+    label = state.view_breakpoints()["items"][0]["label"]  # source words and the line, no row number
+    assert label == f"h = self.fc(x) (line {found[0]['line']})"
     statement = state.search("shift(h) + self.scaled")[0]
     assert statement["kind"] == "statement" and statement["source"] == statement["text"]
 
@@ -316,7 +317,8 @@ def test_the_current_step_names_the_source_statement_it_belongs_to(case):
         if view.get("pause"):
             continue
         assert view["statement"] == state.tree.source_text(state.tree.statement_nodes.get(view["node"], view["node"]))
-        if view["text"].startswith("$t"):  # a temporary: its statement's own source text
-            assert view["statement"] and not view["statement"].startswith("$t")
+        assert "$t" not in view["text"] and "intrinsics." not in view["text"]  # the card's text: source words
+        if view["instruction"].startswith("$t"):  # a temporary: the card reads its statement's own source text
+            assert view["statement"] and view["text"] == view["statement"]
             seen.add(view["statement"])
     assert seen

@@ -1,0 +1,86 @@
+"""Source words only (issue 42, points 4 to 6): no `$tN` temporaries, row numbers or intrinsic names
+in the text a user reads (stop reasons, breakpoint labels, step cards, the Layers header, search
+results of the source view), "not run yet" until a run has finished, and a predicate breakpoint
+listed with its own source text. On a 4-layer transformers GPT-2."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from nnschemaparser.widget import InspectorState
+from nnschemaparser.widget.debugger import predicate_text
+from nnschemaparser.widget.messages import handle_message
+from tests.support.store_models import tiny_gpt2
+
+INTERNAL = re.compile(r"\$t\d+|intrinsics\.|\brow \d+")
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    model, schema = tiny_gpt2(4)
+    ids = torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(0))
+    return model, {"input_ids": ids}, schema
+
+
+def _lowered_unpack(state: InspectorState) -> int:
+    """The lowered row `attn_output = $t79[0]` of h.1.attn (the issue's stop reason came from it)."""
+    for row in state.search("attn_output", lowered=True):
+        if row["block"].endswith("h.1.attn") and re.search(r"attn_output = \$t\d+\[0\]", row["text"]) and \
+                "attention_interface(" in state.tree.source_words(row["node"]):
+            return row["node"]
+    raise AssertionError("no lowered unpack of attn_output in h.1.attn")
+
+
+def test_stop_reasons_labels_and_step_cards_read_source_words(gpt2):
+    _, inputs, schema = gpt2
+    state = InspectorState(schema, inputs, None)
+    node = _lowered_unpack(state)
+    state.break_at(node)
+    label = state.view_breakpoints()["items"][0]["label"]
+    assert not INTERNAL.search(label) and label.startswith("attn_output, attn_weights = attention_interface(")
+    assert label.endswith(f"(line {state.tree.nodes[node].line})")
+    for _ in range(40):  # the step card of each step on the way
+        state.step()
+        card = state.view_step()
+        assert not INTERNAL.search(card["text"]), card["text"]
+    state.continue_()
+    assert state.stop_reason == f"reached {label}"
+    card = state.view_step()
+    assert not INTERNAL.search(card["text"]) and INTERNAL.search(card["instruction"])  # lowered text kept apart
+    layers = state.same_statement(card["node"])
+    assert layers["text"] == card["text"] and not INTERNAL.search(layers["text"])
+    state.close()
+
+
+def test_search_of_the_source_view_lists_statements_not_lowered_rows(gpt2):
+    _, inputs, schema = gpt2
+    state = InspectorState(schema, inputs, None)
+    lowered = state.search("attn_output", lowered=True)
+    source = state.search("attn_output", lowered=False)
+    assert any(INTERNAL.search(r["text"]) for r in lowered)  # the lowered view lists the instructions
+    shown = [r["source"] or r["text"] for r in source]
+    assert shown and not [t for t in shown if INTERNAL.search(t)]
+    assert len({r["node"] for r in source}) == len(source)  # a statement once, however many rows matched
+
+
+def test_not_run_yet_until_a_run_finished_and_predicates_listed_with_their_text(gpt2):
+    _, inputs, schema = gpt2
+    state = InspectorState(schema, inputs, None)
+    reply = handle_message(state, {"type": "search", "id": 1, "query": "h.3.mlp", "lowered": False})["data"]
+    assert reply["finished"] is False and reply["results"][0]["ran"] is False  # not run yet
+    state.continue_()
+    reply = handle_message(state, {"type": "search", "id": 2, "query": "h.3.mlp", "lowered": False})["data"]
+    assert reply["finished"] is True and reply["results"][0]["ran"] is True
+
+    def big(step):
+        return isinstance(step.value, torch.Tensor) and step.value.abs().max() > 1e3
+
+    state.break_at(when=lambda step: step.step_index == 7)
+    state.break_at(when=big)
+    labels = [item["label"] for item in state.view_breakpoints()["items"]]
+    assert labels == ["lambda step: step.step_index == 7", "big"]
+    assert predicate_text(lambda s, t=1: s) == "lambda s, t=1: s"
+    state.close()
