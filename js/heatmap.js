@@ -249,6 +249,34 @@ export class TensorView {
     await this.fetch(args, true);
   }
 
+  /** What a stepping command sends so that its reply brings the new step's heatmap (`with_tensor`). */
+  keepArgs() {
+    const keep = this.view && this.view.shape ? this.view : null;
+    /** @type {Record<string, unknown>} */
+    const args = {};
+    if (this.against.value) args.against = this.against.value;
+    if (keep) { args.dims = keep.dims; args.index = keep.index; }
+    return args;
+  }
+
+  /**
+   * The heatmap a stepping command's reply brought: drawn as a `show` answer would be (an older
+   * request answered later does not draw over it).
+   * @param {{ query: Record<string, unknown>, view?: Record<string, any>, error?: string }} reply
+   */
+  apply(reply) {
+    this.serial += 1;
+    this.query = { ...reply.query };
+    if (reply.view) { this.render(reply.view); return; }
+    this.view = null;
+    this.panel.classList.add("nnsp-tensor-empty");
+    this.note.textContent = reply.error || "";
+    clear(this.legendBox);
+    this.canvas.width = 0;
+    this.canvas.style.width = "0px";
+    this.canvas.style.height = "0px";
+  }
+
   reslice() {
     if (!this.view) return;
     const dims = [Number(this.rowSelect.value), Number(this.colSelect.value)].filter((d) => d >= 0);

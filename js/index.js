@@ -59,9 +59,12 @@ function render({ model, el }) {
     }
     try {
       // one round trip: the reply brings the histograms, the breakpoint view and the call stack
-      const data = await channel.request(command, isStep ? { ...args, with_hist: true, with_debug: true } : args);
+      // ... and the new step's heatmap (with the dims the tensor view keeps), unless a value is pinned
+      const extra = isStep ? { with_hist: true, with_debug: true, ...(pinned ? {} : { with_tensor: tensorView.keepArgs() }) } : {};
+      const data = await channel.request(command, { ...args, ...extra });
       reply = data;
       if (isStep && data && data.hist && !pinned) hists.render(data.hist);
+      if (isStep && data && data.tensor && !pinned) tensorView.apply(data.tensor);
       if (isStep && data && data.breakpoints && navigator) navigator.update(data.breakpoints);
       if (isStep && data && data.call_stack) callStack.show(data.call_stack);
     } catch (err) {
@@ -413,7 +416,7 @@ function render({ model, el }) {
     }
     if (activeTab === "Trace") table.refreshSoon();
     // the tensor view after the step card, tree, source and histograms (its heatmap is the largest reply)
-    if ((info.index || info.pause) && !pinned && info.trace_step) {
+    if ((info.index || info.pause) && !pinned && !stepping && info.trace_step) {
       const query = { trace_step: info.trace_step };
       // only the latest step's: a burst of steps (cells run right after the widget is made) answers out of order
       viewUpdated.then(() => { if (!pinned && serial === stepSerial) tensorView.show(query); });
