@@ -108,7 +108,8 @@ function render({ model, el }) {
     onLook: (node) => (node.id === tree.currentRow ? backToRun()
       : lookAt({ node: node.id, source_block: node.kind === "B" ? node.id : tree.blockOf(node.id), line: node.kind === "B" ? 0 : node.line,
         label: tree.displayText(node) }, false)),
-    onRowAction: isStatic ? undefined : (node, action) => (action === "break" ? navigator?.request("break_at", { node }) : send("run_to_here", { node })),
+    onRowAction: isStatic ? undefined : (node, action) => (action === "break" ? navigator?.request("break_at", { node })
+      : action === "run_to_here" ? send("run_to_here", { node }) : blockView(node, action)),
   });
   /** @type {import("./debugger.js").NavigatorPanel | null} */
   let navigator = null;
@@ -438,6 +439,15 @@ function render({ model, el }) {
     toolbar.setStatus(model.get("status"), model.get("step_index"), info.run, info.pause ? info.callee : "");
   };
 
+  // The host's command shortcuts (Lumino's registry: b inserts a cell, c copies one in Notebook 7,
+  // which listens at the document in the capture phase, before this widget) skip an event whose
+  // target, or an element above it below the match, has data-lm-suppress-shortcuts. A notebook's
+  // `.jp-mod-commandMode :focus` selector matches the focused element itself, before the walk up
+  // reaches the root's attribute: so each element of the widget gets it as it takes the focus.
+  root.addEventListener("focusin", (event) => {
+    const target = /** @type {Element} */ (event.target);
+    if (target instanceof Element && !target.hasAttribute("data-lm-suppress-shortcuts")) target.setAttribute("data-lm-suppress-shortcuts", "true");
+  });
   root.addEventListener("keydown", (event) => {
     if (event.ctrlKey || event.metaKey || event.altKey) return;
     if (/** @type {Element} */ (event.target).closest("input, textarea, select")) return;

@@ -143,6 +143,8 @@ def _after_command(state: InspectorState, message: dict) -> Any:
     """With `with_hist`, a stepping command's reply carries the new step's histograms, and with
     `with_debug` the breakpoint view (the stop reason, the run's hits), the call stack and the inline
     values of the step's source, so the browser updates its whole view after one round trip, not four."""
+    if state.moved_hook is not None:
+        state.moved_hook()
     out: dict = {}
     if message.get("with_debug"):
         out.update(breakpoints=state.view_breakpoints(), call_stack=state.call_stack())
@@ -185,6 +187,10 @@ def _var_words(state: InspectorState, page: dict, runs: dict) -> None:
     statement that computed it (found through the row's StepInfo index in the run it names)."""
     columns = page["columns"]
     at = columns.index("out_var")
+    op = columns.index("op_name")
+    for row in page["rows"]:  # an intrinsic's op by its own name: `unpack`, not `intrinsics.unpack`
+        if isinstance(row[op], str) and row[op].startswith("intrinsics."):
+            row[op] = row[op][len("intrinsics."):]
     for row in page["rows"]:
         for column, record in runs.items():
             index = row[columns.index(column)]

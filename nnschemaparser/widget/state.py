@@ -90,6 +90,9 @@ class InspectorState(RunTargets, Navigation, TensorRequests):
         self.scope = dict(scope)
         self.options = options or InspectorOptions()
         self.tree = BlockTree(schema)
+        # called once a stepping command has moved the run, before its reply's extras (histograms,
+        # heatmap, call stack) are computed: the widget syncs its traits, so the step card paints first
+        self.moved_hook: Optional[Callable[[], None]] = None
         self.rng_state = torch.get_rng_state()
         self.buffers = _Buffers(schema)
         self.runs: list[RunRecord] = []
