@@ -189,8 +189,8 @@ def _var_words(state: InspectorState, page: dict, runs: dict) -> None:
     at = columns.index("out_var")
     op = columns.index("op_name")
     for row in page["rows"]:  # an intrinsic's op by its own name: `unpack`, not `intrinsics.unpack`
-        if isinstance(row[op], str) and row[op].startswith("intrinsics."):
-            row[op] = row[op][len("intrinsics."):]
+        if isinstance(row[op], str) and "intrinsics." in row[op]:
+            row[op] = row[op].rsplit("intrinsics.", 1)[1]
     for row in page["rows"]:
         for column, record in runs.items():
             index = row[columns.index(column)]

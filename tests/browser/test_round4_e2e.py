@@ -404,10 +404,12 @@ def test_a_new_run_shows_no_hit_of_another_run_and_user_text_has_source_words_on
     # the data tables too: a temporary's variable cell is the statement that computed it
     for tab, table in (("Trace", ".nnsp-tabpanel:not([hidden]) table"), ("Compare", ".nnsp-tabpanel:not([hidden]) table")):
         root.get_by_role("tab", name=tab).click()
+        if tab == "Compare":
+            root.get_by_role("button", name="Compare runs").click()
         expect(root.locator(f"{table} tbody tr").first).to_be_visible(timeout=60_000)
         cells = root.locator(table).inner_text()
         assert not INTERNAL.findall(cells), (tab, INTERNAL.findall(cells)[:10])
-    assert "attn_output, attn_weights = attention_interface(" in cells  # a temporary of h.*.attn, in words
+    assert "key_states = key_states.view(shape_kv).transpose(1, 2)" in cells  # a temporary of h.0.attn, in words
     root.get_by_role("tab", name="Layers").click()
     screens(page, root, "runs", artifacts)
     assert not errors, errors
@@ -447,8 +449,11 @@ def test_a_block_row_offers_output_heads_and_every_layer(round4_lab, browser, ar
     root = page.locator(".nnsp-root").first
     root.wait_for(timeout=LONG)
     _search(page, root, "h.1.attn")  # the block's row comes into view, "looking at"
+    result = root.locator(".nnsp-result", has_text="transformer.h.1.attn").first
+    expect(result).to_be_visible(timeout=30_000)
     row = root.locator(".nnsp-tree .nnsp-row.nnsp-looking")
-    expect(row).to_contain_text("transformer.h.1.attn", timeout=30_000)
+    expect(row).to_have_attribute("data-node", result.get_attribute("data-node"), timeout=30_000)
+    expect(row).to_contain_text("attn · GPT2Attention")
     item = row.locator("xpath=..")
     item.focus()
     views = row.locator(".nnsp-row-view")
@@ -468,15 +473,16 @@ def test_a_block_row_offers_output_heads_and_every_layer(round4_lab, browser, ar
     state = kernel_state(page)
     assert state["block"] == "transformer.h.1.attn" and state["stop_reason"] == "returned from transformer.h.1.attn"
     _search(page, root, "h.0.mlp")
+    result = root.locator(".nnsp-result", has_text="transformer.h.0.mlp").first
+    expect(result).to_be_visible(timeout=30_000)
     row = root.locator(".nnsp-tree .nnsp-row.nnsp-looking")
-    expect(row).to_contain_text("transformer.h.0.mlp", timeout=30_000)
+    expect(row).to_have_attribute("data-node", result.get_attribute("data-node"), timeout=30_000)
     expect(row.locator(".nnsp-row-view")).to_have_count(2)  # no heads on an MLP
     row.locator("xpath=..").focus()
     page.keyboard.press("Shift+L")  # every layer
     layers = root.locator(".nnsp-layers-table")
     expect(layers).to_be_visible(timeout=60_000)
-    row = root.locator(".nnsp-tree .nnsp-row.nnsp-current")
-    expect(row).to_contain_text("transformer.h.0.mlp", timeout=30_000)  # the run is at its output now
+    expect(root.locator(".nnsp-stop-reason")).to_have_text("stopped: returned from transformer.h.0.mlp", timeout=30_000)
     screens(page, root, "block-row", artifacts)
     assert not errors, errors
     page.close()

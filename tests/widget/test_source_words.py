@@ -98,6 +98,8 @@ def test_trace_and_compare_tables_and_edit_errors_read_source_words(gpt2):
     raw = [row["out_var"] for row in state.active.trace_rows()[:200]]
     assert any(INTERNAL.search(v) for v in raw)  # the traces keep the lowering's names...
     assert not [v for v in shown if INTERNAL.search(v or "")]  # ...the table shows source words
+    ops = [row[trace["columns"].index("op_name")] for row in trace["rows"]]
+    assert "assign" in ops and not [o for o in ops if INTERNAL.search(o or "")]  # an intrinsic by its own name
     for value, cell in zip(raw, shown):
         if not INTERNAL.search(value):
             assert cell == value  # a real variable keeps its name
@@ -110,6 +112,8 @@ def test_trace_and_compare_tables_and_edit_errors_read_source_words(gpt2):
     compare = handle_message(state, {"type": "compare", "id": 2, "size": 200})["data"]
     at = compare["columns"].index("out_var")
     assert compare["rows"] and not [r[at] for r in compare["rows"] if INTERNAL.search(r[at] or "")]
+    op = compare["columns"].index("op_name")
+    assert not [r[op] for r in compare["rows"] if INTERNAL.search(r[op] or "")]
     # an edit of a temporary that is no tensor: the error names its statement
     state.reset()
     while True:
