@@ -229,6 +229,7 @@ export class TensorView {
   clearView() {
     this.serial += 1;
     this.view = null;
+    this.caption.textContent = "the value of the selected step";  // not the caption of a value gone
     this.panel.classList.add("nnsp-tensor-empty");
     this.note.textContent = "";
     clear(this.legendBox);

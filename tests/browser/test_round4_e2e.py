@@ -409,6 +409,8 @@ def test_a_new_run_shows_no_hit_of_another_run_and_user_text_has_source_words_on
         expect(root.locator(f"{table} tbody tr").first).to_be_visible(timeout=60_000)
         cells = root.locator(table).inner_text()
         assert not INTERNAL.findall(cells), (tab, INTERNAL.findall(cells)[:10])
+        if tab == "Trace":
+            screens(page, root, "trace-words", artifacts)
     assert "key_states = key_states.view(shape_kv).transpose(1, 2)" in cells  # a temporary of h.0.attn, in words
     root.get_by_role("tab", name="Layers").click()
     screens(page, root, "runs", artifacts)
