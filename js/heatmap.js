@@ -229,6 +229,7 @@ export class TensorView {
   clearView() {
     this.serial += 1;
     this.view = null;
+    this.caption.textContent = "the value of the selected step";  // not the caption of a value gone
     this.panel.classList.add("nnsp-tensor-empty");
     this.note.textContent = "";
     clear(this.legendBox);
@@ -247,6 +248,34 @@ export class TensorView {
     if (this.against.value) args.against = this.against.value;
     if (keep && this.lastShape === JSON.stringify(keep.shape)) { args.dims = keep.dims; args.index = keep.index; }
     await this.fetch(args, true);
+  }
+
+  /** What a stepping command sends so that its reply brings the new step's heatmap (`with_tensor`). */
+  keepArgs() {
+    const keep = this.view && this.view.shape ? this.view : null;
+    /** @type {Record<string, unknown>} */
+    const args = {};
+    if (this.against.value) args.against = this.against.value;
+    if (keep) { args.dims = keep.dims; args.index = keep.index; }
+    return args;
+  }
+
+  /**
+   * The heatmap a stepping command's reply brought: drawn as a `show` answer would be (an older
+   * request answered later does not draw over it).
+   * @param {{ query: Record<string, unknown>, view?: Record<string, any>, error?: string }} reply
+   */
+  apply(reply) {
+    this.serial += 1;
+    this.query = { ...reply.query };
+    if (reply.view) { this.render(reply.view); return; }
+    this.view = null;
+    this.panel.classList.add("nnsp-tensor-empty");
+    this.note.textContent = reply.error || "";
+    clear(this.legendBox);
+    this.canvas.width = 0;
+    this.canvas.style.width = "0px";
+    this.canvas.style.height = "0px";
   }
 
   reslice() {

@@ -60,9 +60,12 @@ function render({ model, el }) {
     }
     try {
       // one round trip: the reply brings the histograms, the breakpoint view and the call stack
-      const data = await channel.request(command, isStep ? { ...args, with_hist: true, with_debug: true } : args);
+      // ... and the new step's heatmap (with the dims the tensor view keeps), unless a value is pinned
+      const extra = isStep ? { with_hist: true, with_debug: true, ...(pinned ? {} : { with_tensor: tensorView.keepArgs() }) } : {};
+      const data = await channel.request(command, { ...args, ...extra });
       reply = data;
       if (isStep && data && data.hist && !pinned) hists.render(data.hist);
+      if (isStep && data && data.tensor && !pinned) tensorView.apply(data.tensor);
       if (isStep && data && data.breakpoints && navigator) navigator.update(data.breakpoints);
       if (isStep && data && data.call_stack) callStack.show(data.call_stack);
     } catch (err) {
@@ -106,7 +109,8 @@ function render({ model, el }) {
     onLook: (node) => (node.id === tree.currentRow ? backToRun()
       : lookAt({ node: node.id, source_block: node.kind === "B" ? node.id : tree.blockOf(node.id), line: node.kind === "B" ? 0 : node.line,
         label: tree.displayText(node) }, false)),
-    onRowAction: isStatic ? undefined : (node, action) => (action === "break" ? navigator?.request("break_at", { node }) : send("run_to_here", { node })),
+    onRowAction: isStatic ? undefined : (node, action) => (action === "break" ? navigator?.request("break_at", { node })
+      : action === "run_to_here" ? send("run_to_here", { node }) : blockView(node, action)),
   });
   /** @type {import("./debugger.js").NavigatorPanel | null} */
   let navigator = null;
@@ -385,7 +389,7 @@ function render({ model, el }) {
     }
     if (activeTab === "Trace") table.refreshSoon();
     // the tensor view after the step card, tree, source and histograms (its heatmap is the largest reply)
-    if ((info.index || info.pause) && !pinned && info.trace_step) {
+    if ((info.index || info.pause) && !pinned && !stepping && info.trace_step) {
       const query = { trace_step: info.trace_step };
       // only the latest step's: a burst of steps (cells run right after the widget is made) answers out of order
       viewUpdated.then(() => { if (!pinned && serial === stepSerial) tensorView.show(query); });
@@ -407,6 +411,15 @@ function render({ model, el }) {
     toolbar.setStatus(model.get("status"), model.get("step_index"), info.run, info.pause ? info.callee : "");
   };
 
+  // The host's command shortcuts (Lumino's registry: b inserts a cell, c copies one in Notebook 7,
+  // which listens at the document in the capture phase, before this widget) skip an event whose
+  // target, or an element above it below the match, has data-lm-suppress-shortcuts. A notebook's
+  // `.jp-mod-commandMode :focus` selector matches the focused element itself, before the walk up
+  // reaches the root's attribute: so each element of the widget gets it as it takes the focus.
+  root.addEventListener("focusin", (event) => {
+    const target = /** @type {Element} */ (event.target);
+    if (target instanceof Element && !target.hasAttribute("data-lm-suppress-shortcuts")) target.setAttribute("data-lm-suppress-shortcuts", "true");
+  });
   root.addEventListener("keydown", (event) => {
     if (event.ctrlKey || event.metaKey || event.altKey) return;
     if (/** @type {Element} */ (event.target).closest("input, textarea, select")) return;

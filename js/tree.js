@@ -112,7 +112,7 @@ export class TreeView extends TreeModel {
       node.extra.skip ? h("span", { class: "nnsp-flag nnsp-flag-skip", title: node.extra.skip }, "skipped") : null,
       node.extra.skip ? h("span", { class: "nnsp-reason" }, node.extra.skip) : null,
       h("span", { class: "nnsp-flag nnsp-flag-run", hidden: true }),
-      this.onRowAction && node.kind !== "b" ? rowActions(node.id, shown, this.onRowAction) : null,
+      this.onRowAction && node.kind !== "b" ? rowActions(node, shown, this.onRowAction) : null,
     );
     const children = h("div", { class: "nnsp-children", role: "group" });
     const el = h("div", {
@@ -279,12 +279,21 @@ export class TreeView extends TreeModel {
   }
 }
 
-// A row's debugger actions: a breakpoint (on entry for a block) and run to here.
-/** @param {number} id @param {string} text @param {(node: number, action: string) => void} act */
-function rowActions(id, text, act) {
-  /** @param {string} symbol @param {string} action @param {string} label */
-  const button = (symbol, action, label) => h("button", { class: "nnsp-icon nnsp-row-action", type: "button", tabindex: "-1",
-    title: label, "aria-label": `${label}: ${text}`,
-    onclick: (/** @type {Event} */ event) => { event.stopPropagation(); act(id, action); } }, symbol);
-  return h("span", { class: "nnsp-row-actions" }, button("●", "break", "Breakpoint"), button("▶", "run_to_here", "Run to here"));
+// A row's debugger actions: a breakpoint (on entry for a block) and run to here. A block row also
+// has its views, shown on the hovered, focused or current row only (the other rows keep their
+// width for their text): "out" (run to the tensor it returns, Shift+O), "heads" (an attention
+// block, Shift+H) and "layers" (the same output in every layer of its ModuleList, Shift+L).
+/** @param {TreeNode} node @param {string} text @param {(node: number, action: string) => void} act */
+function rowActions(node, text, act) {
+  /** @param {string} symbol @param {string} action @param {string} label @param {string} [cls] */
+  const button = (symbol, action, label, cls = "nnsp-icon nnsp-row-action") => h("button", { class: cls, type: "button", tabindex: "-1",
+    title: label, "aria-label": `${label}: ${text}`, "data-view": action,
+    onclick: (/** @type {Event} */ event) => { event.stopPropagation(); act(node.id, action); } }, symbol);
+  const path = node.kind === "B" ? String(node.extra.path || "") : "";
+  const view = "nnsp-button nnsp-button-small nnsp-block-view nnsp-row-view";
+  const views = node.kind === "B" && path ? h("span", { class: "nnsp-row-views" },
+    button("out", "output", "Output: run to the tensor this block returns and show it (Shift+O)", view),
+    /attention|attn/i.test(`${path} ${text}`) ? button("heads", "heads", "Heads: run to this block's output and show its attention heads (Shift+H)", view) : null,
+    /\.\d+(\.|$)/.test(path) ? button("layers", "layers", "Every layer: this block's output in every layer, the Layers tab (Shift+L)", view) : null) : null;
+  return h("span", { class: "nnsp-row-actions" }, views, button("●", "break", "Breakpoint"), button("▶", "run_to_here", "Run to here"));
 }

@@ -2,7 +2,8 @@
 // (roving tabindex), ArrowDown / ArrowUp to the next / previous visible item, ArrowRight opens a
 // closed item or goes to its first child, ArrowLeft closes an open item or goes to its parent,
 // Home / End to the first / last visible item, Enter activates the item (as a click on its row),
-// `*` opens every sibling of the focused item. Kept apart from tree.js: it reads the TreeView's
+// `*` opens every sibling of the focused item, Shift+O / Shift+H / Shift+L a block row's output,
+// heads and every-layer views. Kept apart from tree.js: it reads the TreeView's
 // nodes and calls its setOpen, nothing else.
 
 /**
@@ -19,6 +20,9 @@ export function moveFocus(key, at, count) {
   if (target === undefined || target < 0 || target >= count) return null;
   return target;
 }
+
+/** @type {Record<string, string>} the keys of a focused block row's views */
+export const BLOCK_VIEW_KEYS = { O: "output", H: "heads", L: "layers" };
 
 /**
  * @param {HTMLElement} container the element with role="tree"
@@ -83,6 +87,11 @@ export function attachTreeKeys(container, tree) {
       const row = rowOf(item);
       const text = row ? row.querySelector(".nnsp-text") : null;
       (text instanceof HTMLElement ? text : row)?.click();
+    } else if (BLOCK_VIEW_KEYS[event.key] && node && node.kind === "B") {
+      // a block row's views: Shift+O its output, Shift+H its heads, Shift+L every layer (as the row's buttons)
+      const button = rowOf(item)?.querySelector(`.nnsp-row-view[data-view="${BLOCK_VIEW_KEYS[event.key]}"]`);
+      if (button instanceof HTMLElement) button.click();
+      else handled = false;
     } else if (event.key === "*") {
       const group = item.parentElement;
       for (const sibling of group ? group.children : []) {

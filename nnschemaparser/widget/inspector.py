@@ -100,6 +100,7 @@ class InspectorWidget(anywidget.AnyWidget):
         super().__init__(title=title or schema.name, tree=self._state.tree.initial(options.tree_bytes),
                          moe=has_experts(schema))
         self.on_msg(self._on_message)
+        self._state.moved_hook = self._sync  # the new step's traits go out before the reply is built
         self._sync()
 
     # -- plumbing ------------------------------------------------------------------------------

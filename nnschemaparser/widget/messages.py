@@ -146,6 +146,8 @@ def _after_command(state: InspectorState, message: dict) -> Any:
     """With `with_hist`, a stepping command's reply carries the new step's histograms, and with
     `with_debug` the breakpoint view (the stop reason, the run's hits), the call stack and the inline
     values of the step's source, so the browser updates its whole view after one round trip, not four."""
+    if state.moved_hook is not None:
+        state.moved_hook()
     out: dict = {}
     if message.get("with_debug"):
         out.update(breakpoints=state.view_breakpoints(), call_stack=state.call_stack())
@@ -155,7 +157,51 @@ def _after_command(state: InspectorState, message: dict) -> Any:
             out["inline"] = state.inline_values(state.tree.block_of(node))
     if message.get("with_hist") and state.position is not None:
         out["hist"] = state.histograms()
+    keep = message.get("with_tensor")
+    if isinstance(keep, dict) and state.position is not None:
+        tensor = _step_tensor(state, keep)
+        if tensor is not None:
+            out["tensor"] = tensor
     return out or None
+
+
+def _step_tensor(state: InspectorState, keep: dict) -> dict | None:
+    """The new step's heatmap for the reply of a stepping command (one round trip less per step),
+    with the dims and indices the view keeps when they fit the new value; `{"error": ...}` when it
+    cannot be shown, None when the step binds no tensor (the view keeps what it shows)."""
+    trace_step = state.view_step().get("trace_step")
+    if not trace_step:
+        return None
+    query = {"type": "tensor", "trace_step": trace_step, "against": keep.get("against") or None}
+    try:
+        if keep.get("dims") is not None:
+            try:
+                return {"query": {"trace_step": trace_step},
+                        "view": _Handlers.on_tensor(state, {**query, "dims": keep.get("dims"), "index": keep.get("index")})}
+            except NNSchemaError:
+                pass  # the kept dims do not fit this value: its defaults
+        return {"query": {"trace_step": trace_step}, "view": _Handlers.on_tensor(state, query)}
+    except NNSchemaError as exc:
+        return {"query": {"trace_step": trace_step}, "error": str(exc)}
+
+
+def _var_words(state: InspectorState, page: dict, runs: dict) -> None:
+    """A table page's `out_var` cells in source words: a temporary `$tN` becomes the text of the
+    statement that computed it (found through the row's StepInfo index in the run it names)."""
+    columns = page["columns"]
+    at = columns.index("out_var")
+    op = columns.index("op_name")
+    for row in page["rows"]:  # an intrinsic's op by its own name: `unpack`, not `intrinsics.unpack`
+        if isinstance(row[op], str) and "intrinsics." in row[op]:
+            row[op] = row[op].rsplit("intrinsics.", 1)[1]
+    for row in page["rows"]:
+        for column, record in runs.items():
+            index = row[columns.index(column)]
+            if isinstance(index, int) and 1 <= index <= len(record.steps):
+                row[at] = state.tree.var_words(record.step_row(index)["node"], row[at] or "")
+                break
+        else:
+            row[at] = state.tree.var_words(-1, row[at] or "")
 
 
 class _Handlers:
@@ -237,6 +283,7 @@ class _Handlers:
         page = table_page(run.trace_rows(), TRACE_COLUMNS, _int(message, "page", 0), _int(message, "size", 50),
                           str(message.get("sort") or ""), bool(message.get("desc")), filters)
         page["run"] = run.name
+        _var_words(state, page, {"step_index": run})
         return page
 
     @staticmethod
@@ -252,7 +299,14 @@ class _Handlers:
         if message.get("jump") and first_index is not None:
             page = first_index // size
         out = table_page(rows, COMPARE_COLUMNS, page, size)
+        a = state.run(message["a"]) if message.get("a") else state.ensure_base()  # as state.compare picks them
+        b = state.run(message["b"]) if message.get("b") else state.active
+        _var_words(state, out, {"step_index_a": a, "step_index_b": b})
         out.update({k: result[k] for k in ("a", "b", "summary", "first", "pairs")})
+        if out["first"]:
+            first = {"columns": COMPARE_COLUMNS, "rows": [[out["first"].get(c) for c in COMPARE_COLUMNS]]}
+            _var_words(state, first, {"step_index_a": a, "step_index_b": b})
+            out["first"] = {**out["first"], "out_var": first["rows"][0][COMPARE_COLUMNS.index("out_var")]}
         out["first_index"] = first_index
         return out
 

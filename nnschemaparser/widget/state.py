@@ -90,6 +90,9 @@ class InspectorState(RunTargets, Navigation, TensorRequests):
         self.scope = dict(scope)
         self.options = options or InspectorOptions()
         self.tree = BlockTree(schema)
+        # called once a stepping command has moved the run, before its reply's extras (histograms,
+        # heatmap, call stack) are computed: the widget syncs its traits, so the step card paints first
+        self.moved_hook: Optional[Callable[[], None]] = None
         self.rng_state = torch.get_rng_state()
         self.buffers = _Buffers(schema)
         self.runs: list[RunRecord] = []
@@ -296,8 +299,11 @@ class InspectorState(RunTargets, Navigation, TensorRequests):
         try:
             spec = parse_edit(self.current, action, argument, seed=len(self.edits) + 1000 * self.current.step_index)
             apply_edit_spec(self.current, spec, self._namespace())
-        except EditError as exc:
-            self.error = str(exc)  # shown until the next command
+        except EditError as exc:  # in source words: "'$t74' is a float" names the statement instead
+            message = self.tree.in_source_words(self.tree.node_of_instruction(self.current.instruction), str(exc))
+            self.error = message  # shown until the next command
+            if message != str(exc):
+                raise EditError(message) from None
             raise
         record = self.active
         record.edits.append(spec)

@@ -61,6 +61,7 @@ KINDS = {
 }
 _CONTROL_KINDS = {"if": "i", "for": "f", "while": "w"}
 _TEMP = re.compile(r"\$t\d+")  # the lowering's temporaries, never shown in user text
+_QUOTED_TEMP = re.compile(r"'\$t\d+'")
 
 # The initial tree stays under this many bytes of JSON (as Jupyter's json.dumps writes it: default
 # separators); the rest is fetched on expansion, and revealing a step fetches its ancestors' rows in
@@ -401,6 +402,25 @@ class BlockTree:
                 break
             at = self.nodes[at].parent
         return _TEMP.sub("…", node.text)
+
+    def in_source_words(self, index: int, text: str) -> str:
+        """`text` (an error message, a table cell) with the lowering's temporaries replaced: a quoted
+        `'$tN'` becomes "the value of `<source words of node index>`", a bare one "…"."""
+        if not _TEMP.search(text):
+            return text
+        words = self.source_words(index) if 0 <= index < len(self.nodes) else ""
+        named = f"the value of `{words}`" if words else "this value"
+        text = _QUOTED_TEMP.sub(lambda _: named, text)
+        return _TEMP.sub("…", text)
+
+    def var_words(self, index: int, var: str) -> str:
+        """A table's variable cell: a temporary `$tN` is shown as the source words of node `index`
+        (the statement that computes it), any other name as it is."""
+        if not _TEMP.search(var or ""):
+            return var
+        if _TEMP.fullmatch(var) and 0 <= index < len(self.nodes):
+            return self.source_words(index)
+        return _TEMP.sub("…", var)
 
     def shown_row(self, index: int) -> int:
         """The row that shows node `index` in the source view: the statement (or compound row) holding

@@ -40,9 +40,9 @@ def _env(**extra: str) -> dict:
 
 
 def _break_and_continue(page, root, expect, keyboard: bool = True) -> None:
-    """Search, break at the first result, Continue to it. `keyboard=False` for Notebook 7, whose own
-    command-mode shortcuts (b: insert a cell below, c: copy the cell) fire on letter keys pressed in
-    the widget, data-lm-suppress-shortcuts or not (a window-level listener of the host, noticed here)."""
+    """Search, break at the first result, Continue to it. `keyboard=False` clicks the buttons instead
+    (Notebook 7 here; its letter keys are tested in test_round4_hosts.py, where the widget's `b` no
+    longer reaches the notebook's command shortcuts)."""
     root.locator(".nnsp-title").click()
     page.keyboard.press("/")
     page.keyboard.type("layers.1.self_attn")

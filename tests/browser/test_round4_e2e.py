@@ -401,6 +401,18 @@ def test_a_new_run_shows_no_hit_of_another_run_and_user_text_has_source_words_on
     text = user_text(root)
     assert "entered transformer.h.3.attn" in text and "attn_output" in text
     assert not INTERNAL.findall(text), INTERNAL.findall(text)[:10]
+    # the data tables too: a temporary's variable cell is the statement that computed it
+    for tab, table in (("Trace", ".nnsp-tabpanel:not([hidden]) table"), ("Compare", ".nnsp-tabpanel:not([hidden]) table")):
+        root.get_by_role("tab", name=tab).click()
+        if tab == "Compare":
+            root.get_by_role("button", name="Compare runs").click()
+        expect(root.locator(f"{table} tbody tr").first).to_be_visible(timeout=60_000)
+        cells = root.locator(table).inner_text()
+        assert not INTERNAL.findall(cells), (tab, INTERNAL.findall(cells)[:10])
+        if tab == "Trace":
+            screens(page, root, "trace-words", artifacts)
+    assert "key_states = key_states.view(shape_kv).transpose(1, 2)" in cells  # a temporary of h.0.attn, in words
+    root.get_by_role("tab", name="Layers").click()
     screens(page, root, "runs", artifacts)
     assert not errors, errors
     page.close()
@@ -425,5 +437,54 @@ def test_layer_1_attention_output_and_heads_in_three_actions(round4_lab, browser
         "attn_output = self.resid_dropout(attn_output) · in each layer of transformer.h")
     expect(layers.locator(".nnsp-layer-cell")).to_have_count(2)  # layers 0 and 1 have returned
     screens(page, root, "heads", artifacts)
+    assert not errors, errors
+    page.close()
+
+
+def test_a_block_row_offers_output_heads_and_every_layer(round4_lab, browser, artifacts):
+    """Point 3 on the tree: a block row's views (out, heads, layers) on the focused row, each one
+    action (a click or Shift+O / Shift+H / Shift+L), none of the row cut off at 900 px."""
+    from playwright.sync_api import expect
+
+    page, errors = _open(browser, round4_lab, NOTEBOOK)
+    run_cell(page, 0, "")  # a fresh widget
+    root = page.locator(".nnsp-root").first
+    root.wait_for(timeout=LONG)
+    _search(page, root, "h.1.attn")  # the block's row comes into view, "looking at"
+    result = root.locator(".nnsp-result", has_text="transformer.h.1.attn").first
+    expect(result).to_be_visible(timeout=30_000)
+    row = root.locator(".nnsp-tree .nnsp-row.nnsp-looking")
+    expect(row).to_have_attribute("data-node", result.get_attribute("data-node"), timeout=30_000)
+    expect(row).to_contain_text("attn · GPT2Attention")
+    item = row.locator("xpath=..")
+    item.focus()
+    views = row.locator(".nnsp-row-view")
+    expect(views).to_have_count(3)
+    assert [views.nth(i).inner_text() for i in range(3)] == ["out", "heads", "layers"]
+    expect(views.first).to_be_visible()
+    # other block rows keep their width for their text: their views take no room
+    hidden = root.locator(".nnsp-tree .nnsp-row:not(.nnsp-looking):not(.nnsp-current) .nnsp-row-views")
+    assert hidden.count() > 0 and all(not hidden.nth(i).is_visible() for i in range(min(hidden.count(), 5)))
+    actions = 1  # the search
+    page.keyboard.press("Shift+H")  # heads: run to the block's output, show its heads
+    actions += 1
+    grid = root.locator(".nnsp-attention")
+    expect(grid).to_contain_text("transformer.h.1.attn · 4 heads", timeout=60_000)
+    expect(root.locator(".nnsp-tensor-caption")).to_contain_text("attn_output [1, 8, 32]", timeout=60_000)
+    assert actions <= 3
+    state = kernel_state(page)
+    assert state["block"] == "transformer.h.1.attn" and state["stop_reason"] == "returned from transformer.h.1.attn"
+    _search(page, root, "h.0.mlp")
+    result = root.locator(".nnsp-result", has_text="transformer.h.0.mlp").first
+    expect(result).to_be_visible(timeout=30_000)
+    row = root.locator(".nnsp-tree .nnsp-row.nnsp-looking")
+    expect(row).to_have_attribute("data-node", result.get_attribute("data-node"), timeout=30_000)
+    expect(row.locator(".nnsp-row-view")).to_have_count(2)  # no heads on an MLP
+    row.locator("xpath=..").focus()
+    page.keyboard.press("Shift+L")  # every layer
+    layers = root.locator(".nnsp-layers-table")
+    expect(layers).to_be_visible(timeout=60_000)
+    expect(root.locator(".nnsp-stop-reason")).to_have_text("stopped: returned from transformer.h.0.mlp", timeout=30_000)
+    screens(page, root, "block-row", artifacts)
     assert not errors, errors
     page.close()

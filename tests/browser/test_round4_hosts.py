@@ -232,3 +232,47 @@ def test_round4_in_marimo(browser, artifacts, tmp_path):
         page.close()
     finally:
         app.stop()
+
+
+def test_widget_letter_keys_do_not_reach_notebook_7(browser, artifacts, tmp_path, monkeypatch):
+    """Notebook 7's command-mode shortcuts (b: insert a cell below, c: copy, ...) must not see the
+    widget's own keys: `b` on a search result sets a breakpoint and adds no cell, `c` continues."""
+    pytest.importorskip("notebook", minversion="7")
+    from playwright.sync_api import expect
+
+    for key, value in _env().items():
+        monkeypatch.setenv(key, value)
+    server = LabServer(tmp_path / "root", [HERE / NOTEBOOK], app="notebook").start()
+    try:
+        page = browser.new_page(viewport={"width": 1280, "height": 1400})
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(f"{error}\n{error.stack}"))
+        page.goto(server.url(NOTEBOOK))
+        cells = page.locator(".jp-Notebook .jp-Cell")
+        cells.first.wait_for(timeout=LONG)
+        page.wait_for_timeout(2000)
+        run_cell(page, 0, "")
+        root = page.locator(".nnsp-root").first
+        root.wait_for(timeout=LONG)
+        count = cells.count()
+        root.locator(".nnsp-title").click()  # the notebook is in command mode now, the widget has the focus
+        page.keyboard.press("/")
+        page.keyboard.type("h.1.attn")
+        page.keyboard.press("Enter")
+        first = root.locator(".nnsp-result").first
+        expect(first).to_contain_text("transformer.h.1.attn", timeout=60_000)
+        page.keyboard.press("ArrowDown")
+        page.keyboard.press("b")
+        expect(root.get_by_label("Breakpoints", exact=True)).to_contain_text("entry of transformer.h.1.attn", timeout=30_000)
+        page.keyboard.press("Escape")
+        page.keyboard.press("c")
+        expect(root.locator(".nnsp-stop-reason")).to_have_text("stopped: entered transformer.h.1.attn", timeout=60_000)
+        for key in ("b", "a", "x", "d"):  # the notebook's own insert/cut/delete keys, on the widget
+            root.locator(".nnsp-title").click()
+            page.keyboard.press(key)
+        page.wait_for_timeout(1000)
+        assert cells.count() == count, f"the widget's keys changed the notebook: {count} cells became {cells.count()}"
+        assert not _ours(errors), _ours(errors)
+        page.close()
+    finally:
+        server.stop()

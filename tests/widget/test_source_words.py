@@ -84,3 +84,48 @@ def test_not_run_yet_until_a_run_finished_and_predicates_listed_with_their_text(
     assert labels == ["lambda step: step.step_index == 7", "big"]
     assert predicate_text(lambda s, t=1: s) == "lambda s, t=1: s"
     state.close()
+
+
+def test_trace_and_compare_tables_and_edit_errors_read_source_words(gpt2):
+    """The Trace and Compare tables' variable cells show the statement of a temporary, and an edit
+    error names the statement, not `'$tN'`."""
+    _, inputs, schema = gpt2
+    state = InspectorState(schema, inputs, None)
+    state.continue_()
+    trace = handle_message(state, {"type": "table", "id": 1, "page": 0, "size": 200})["data"]
+    at = trace["columns"].index("out_var")
+    shown = [row[at] for row in trace["rows"]]
+    raw = [row["out_var"] for row in state.active.trace_rows()[:200]]
+    assert any(INTERNAL.search(v) for v in raw)  # the traces keep the lowering's names...
+    assert not [v for v in shown if INTERNAL.search(v or "")]  # ...the table shows source words
+    ops = [row[trace["columns"].index("op_name")] for row in trace["rows"]]
+    assert "assign" in ops and not [o for o in ops if INTERNAL.search(o or "")]  # an intrinsic by its own name
+    for value, cell in zip(raw, shown):
+        if not INTERNAL.search(value):
+            assert cell == value  # a real variable keeps its name
+    temp = next(i for i, v in enumerate(raw) if INTERNAL.fullmatch(v))
+    row = trace["rows"][temp]
+    node = state.active.step_row(row[trace["columns"].index("step_index")])["node"]
+    assert shown[temp] == state.tree.source_words(node) and shown[temp]
+    state.reset()
+    state.continue_()
+    compare = handle_message(state, {"type": "compare", "id": 2, "size": 200})["data"]
+    at = compare["columns"].index("out_var")
+    assert compare["rows"] and not [r[at] for r in compare["rows"] if INTERNAL.search(r[at] or "")]
+    op = compare["columns"].index("op_name")
+    assert not [r[op] for r in compare["rows"] if INTERNAL.search(r[op] or "")]
+    # an edit of a temporary that is no tensor: the error names its statement
+    state.reset()
+    while True:
+        state.step()
+        step = state.current
+        if INTERNAL.fullmatch(step.out_var or "") and not isinstance(step.value, torch.Tensor):
+            break
+    words = state.tree.source_words(state.tree.node_of_instruction(step.instruction))
+    with pytest.raises(Exception) as caught:
+        state.edit("zero")
+    assert not INTERNAL.search(str(caught.value)) and f"the value of `{words}`" in str(caught.value)
+    assert state.error == str(caught.value)
+    reply = handle_message(state, {"type": "edit", "id": 3, "action": "scale", "argument": 2})
+    assert not reply["ok"] and not INTERNAL.search(reply["error"]) and words in reply["error"]
+    state.close()

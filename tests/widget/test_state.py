@@ -320,7 +320,11 @@ def test_compare_message_jumps_to_the_page_of_the_first_divergence(mlp):
     data = _reply(state, type="compare", size=2, jump=True)["data"]
     assert data["page"] == data["first_index"] // 2
     column = data["columns"].index("out_var")
-    assert data["first"]["out_var"] == "$t2" and "$t2" in [row[column] for row in data["rows"]]
+    # the first divergence is the temporary $t2: shown as the statement that computes it (source words)
+    node = state.run(data["a"]).step_row(data["first"]["step_index_a"])["node"]
+    words = state.tree.source_words(node)
+    assert "$t" not in words and data["first"]["out_var"] == words and words in [row[column] for row in data["rows"]]
+    assert state.last_compare["first"]["out_var"] == "$t2"  # the comparison's own data keeps the trace's name
     only = _reply(state, type="compare", only_changed=True)["data"]
     assert only["first_index"] == 0 and all(row[only["columns"].index("changed")] for row in only["rows"])
 
