@@ -192,8 +192,10 @@ def _closure_objects(hook: Any) -> Iterator[Any]:
 
 # transformers' own tensor-parallel styles (transformers/distributed/tensor_parallel.py): what the
 # output transform leaves, as (output placement, whether a sum over shards made it). A colwise
-# output is this rank's slice of the last dim; rowwise and vocab-parallel embedding outputs are
-# all-reduced partial terms; a hidden-dim embedding's slices are gathered (no sum).
+# output is this rank's slice of the last dim; a rowwise output is the all-reduced sum of the ranks'
+# partial products. A vocab-parallel embedding's all-reduce is no reduction of the arithmetic: each
+# token's row is looked up on the one rank holding it and every other rank adds exact zeros
+# (x + 0.0 is x), so its output is the one-process lookup, as a hidden-dim embedding's gathered slices are.
 def _transformers_style(style: Any) -> Optional[tuple[Any, bool]]:
     from torch.distributed.tensor.placement_types import Placement, Replicate
 
@@ -206,7 +208,7 @@ def _transformers_style(style: Any) -> Optional[tuple[Any, bool]]:
             return None
         return layout, name == "RowwiseParallel"
     if name == "EmbeddingParallel":
-        return Replicate(), getattr(style, "shard_dim", 0) == 0
+        return Replicate(), False
     return None
 
 

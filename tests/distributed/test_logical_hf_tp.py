@@ -27,6 +27,7 @@ def test_every_value_of_a_tp_plan_auto_llama_has_a_placement(tp):
         badge, source = rank["q_proj"]
         assert badge.endswith("S(2)@tp") and "ColwiseParallel" in source
         assert rank["o_proj"] == ["R", True]  # all-reduced: a sum over shards
+        assert not rank["embed_reduced"]  # a vocab-parallel lookup adds exact zeros
         assert rank["gate_reduced"]  # computed from the first layer's sums, though colwise itself sums nothing
 
 

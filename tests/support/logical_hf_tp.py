@@ -47,7 +47,7 @@ def hf_tp_placements(rank: int, world: int, folder: str) -> dict:
                                                    if not trace.placement(s.container_id).known],
             "q_proj": [by_op["layers.0.self_attn.q_proj"].badge(), by_op["layers.0.self_attn.q_proj"].source],
             "o_proj": [by_op["layers.0.self_attn.o_proj"].badge(), by_op["layers.0.self_attn.o_proj"].reduced],
-            "gate_reduced": by_op["layers.1.mlp.gate_proj"].reduced,
+            "gate_reduced": by_op["layers.1.mlp.gate_proj"].reduced, "embed_reduced": by_op["embed_tokens"].reduced,
             "exact": int(table["exact"].fillna(False).astype(bool).sum()), "rows": len(table),
             "compared": int(table["exact"].notna().sum()),
             "not_exact_reasons": sorted(set(table.loc[table["exact"] != True, "reason"].astype(str))),  # noqa: E712
