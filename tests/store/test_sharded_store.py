@@ -2,7 +2,8 @@
 (transformers' `tp_plan="auto"`) by `capture_sharded_dataset` equals the store one process writes
 from the unsharded model: the same samples and variables, every value `torch.equal` except those
 computed from a sum over shards (a row-parallel output and what follows), whose difference is
-reported per value. capture_dataset itself refuses a sharded model it would split over ranks."""
+reported per value; from FSDP2, every value `torch.equal`. capture_dataset itself refuses a sharded
+model it would split over ranks."""
 
 from __future__ import annotations
 
@@ -101,3 +102,13 @@ def test_capture_dataset_refuses_a_sharded_model_it_would_split_over_ranks(store
     refusal = stores[0].path.parent / "out.refused"
     text = refusal.read_text()
     assert text.startswith("ValueError") and "capture_sharded_dataset" in text and "is sharded" in text, text
+
+
+def test_an_fsdp2_model_under_torchrun_writes_the_store_of_one_process_bit_for_bit(stores):
+    """FSDP2 gathers each layer's weights before it runs: no sum over shards, every value exact."""
+    one = stores[1]
+    fsdp = TraceStore(stores[0].path.parent / "tp.fsdp")
+    assert {c.rank for c in fsdp.commits} == {0}
+    assert fsdp.samples == one.samples and fsdp.variables == one.variables
+    for name in one.variables:
+        assert torch.equal(fsdp.stack(name), one.stack(name)), name

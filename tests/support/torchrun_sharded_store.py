@@ -2,6 +2,7 @@
 transformers' own tensor parallelism (`from_pretrained(folder, tp_plan="auto")`, offline) fills a store
 with `capture_sharded_dataset`; each rank notes what it returned, and rank 0 the placement of every
 step of the first input (container id -> whether a sum over shards made it), for the comparison.
+Then the same weights sharded by FSDP2 fill a second store (`STORE.fsdp`).
 
 usage: torchrun --nproc-per-node 2 torchrun_sharded_store.py MODEL_FOLDER STORE OUT_PREFIX
 """
@@ -43,6 +44,17 @@ if rank == 0:
     reduced = {s.container_id: trace.placement(s.container_id).reduced for s in trace.steps}
     with open(out + ".reduced.json", "w") as handle:
         json.dump(reduced, handle)
+# the same store from the unsharded weights under FSDP2 (every rank given the same rows, replicated)
+from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
+from torch.distributed.fsdp import fully_shard  # noqa: E402
+
+fsdp = AutoModel.from_pretrained(folder).eval()
+mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("dp",))
+for layer in fsdp.layers:
+    fully_shard(layer, mesh=mesh)
+fully_shard(fsdp, mesh=mesh)
+fsdp_schema = NNParser.parse_model(fsdp, inputs_tensors_values=data[0])
+capture_sharded_dataset(fsdp_schema, data, store + ".fsdp", keep=KEEP, block_size=2, progress=False)
 with open(f"{out}.rank{rank}", "w") as handle:  # not stdout: torchrun interleaves it
     handle.write(str(len(written)))
 dist.barrier()
