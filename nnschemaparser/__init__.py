@@ -101,6 +101,7 @@ from .distributed.pipeline import PlacedEdit, SchemaStage, StageCapture
 from .distributed.compare import compare_logical
 from .distributed.diverge import diverge_logical
 from .distributed.logical import LogicalCaptureError, LogicalTrace, capture_logical
+from .distributed.sharded_dataset import capture_sharded_dataset
 
 __version__ = "0.1.0"
 
@@ -137,4 +138,5 @@ __all__ = [
 
 # torch.distributed: collective stepping across ranks, pipeline stages (nnschemaparser/distributed/)
 __all__ += ["collective_step_run", "CollectiveRun", "CollectiveBreakpoint", "CollectiveError", "RankFailedError",
-            "RanksDivergedError", "CollectiveTimeoutError", "SchemaStage", "StageCapture", "PlacedEdit"]
+            "RanksDivergedError", "CollectiveTimeoutError", "SchemaStage", "StageCapture", "PlacedEdit",
+            "capture_sharded_dataset"]

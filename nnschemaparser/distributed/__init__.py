@@ -10,10 +10,13 @@ report with each row's carried and local error, a's values cut to each rank's pa
 `CollectiveRun` whose every command is agreed by all ranks, a NaN on one rank stops them all, an
 edit given in logical coordinates is sliced per rank, and a rank that raises ends the others with
 `RankFailedError`), `collective_parts` (its breakpoints and the per-rank part of an edit),
-`pipeline` (a schema per `torch.distributed.pipelining` stage: `SchemaStage`
-runs and captures its part, `PlacedEdit` edits a value given for the whole batch).
+`sharded_dataset` (`capture_sharded_dataset`: an activation store from a sharded model, every value
+gathered whole on the fly and written by rank 0), `batch_rule` (a placement for an op DTensor cannot
+run on a data-parallel batch shard, checked on the rank's rows), `pipeline` (a schema per
+`torch.distributed.pipelining` stage: `SchemaStage` runs and captures its part, `PlacedEdit` edits
+a value given for the whole batch).
 
-May import: `schema`, `runtime`, `parser`, `traces`.
+May import: `schema`, `runtime`, `parser`, `traces`, `store`.
 """
 
 from .compare import compare_logical
@@ -23,7 +26,9 @@ from .placement import DimPlacement, Layout
 from .collective import (CollectiveBreakpoint, CollectiveError, CollectiveRun, CollectiveTimeoutError,
                          RankFailedError, RanksDivergedError, collective_step_run)
 from .pipeline import PlacedEdit, SchemaStage, StageCapture
+from .sharded_dataset import capture_sharded_dataset
 
 __all__ = ["capture_logical", "LogicalTrace", "LogicalCaptureError", "compare_logical", "diverge_logical", "Layout", "DimPlacement",
            "collective_step_run", "CollectiveRun", "CollectiveBreakpoint", "CollectiveError", "RankFailedError",
-           "RanksDivergedError", "CollectiveTimeoutError", "SchemaStage", "StageCapture", "PlacedEdit"]
+           "RanksDivergedError", "CollectiveTimeoutError", "SchemaStage", "StageCapture", "PlacedEdit",
+           "capture_sharded_dataset"]

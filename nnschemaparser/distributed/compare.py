@@ -29,11 +29,48 @@ LOGICAL_COMPARE_COLUMNS = ("container_id", "variable", "block_path", "placement"
 SUM_ORDER = "a sum over shards: the ranks' partial terms are added in another order than one process adds them"
 
 
-def _twin(step: Any, reference: Any, root: str) -> Any:
-    """The reference step of `step`: the same container id, or (the sharded root is another class:
-    `FSDPBlock` for `Block`, so its own steps' ids differ) the same step number and variable."""
+def _signature(step: Any, root: str) -> tuple:
+    """What a step is, whatever its number: where (the root's own steps under one name, since the
+    sharded root may be another class), which call or op, which variable, which slot."""
+    path = "" if step.block_path == root else step.block_path
+    return path, step.op_name, step.out_var, step.slot_type
+
+
+def _occurrences(trace: Any, root: str) -> dict:
+    """signature -> the trace's steps with it, in run order (cached on the trace)."""
+    cache = getattr(trace, "_signature_index", None)
+    if cache is None or cache[0] != len(trace.steps):
+        index: dict = {}
+        for step in trace.steps:
+            index.setdefault(_signature(step, root), []).append(step)
+        cache = (len(trace.steps), index)
+        try:
+            trace._signature_index = cache
+        except AttributeError:  # a trace type that takes no new attribute: rebuilt per call
+            pass
+    return cache[1]
+
+
+def _twin(step: Any, reference: Any, root: str, trace: Any = None) -> Any:
+    """The reference step of `step`: the same container id when it is the same step (signature), else
+    the step of the same signature and the same occurrence.
+
+    Step numbers (and so container ids) differ when the sharded model has fewer steps: a module
+    whose `forward` a parallel style replaced (transformers' `tp_plan` installs `tp_forward`) runs
+    as one opaque call, while the one-process model records the op inside it. Without `trace`
+    (the sharded trace), the same number and variable."""
+    mine = _signature(step, root)
     if step.container_id in reference:
-        return reference.by_container(step.container_id)
+        other = reference.by_container(step.container_id)
+        if _signature(other, reference.root) == mine:
+            return other
+    if trace is not None:
+        same = _occurrences(trace, root).get(mine, [])
+        theirs = _occurrences(reference, reference.root).get(mine, [])
+        position = next((i for i, s in enumerate(same) if s is step), None)
+        if position is not None and position < len(theirs) and len(same) == len(theirs):
+            return theirs[position]
+        return None
     if 0 < step.step <= len(reference.steps):
         other = reference.steps[step.step - 1]
         same_block = other.block_path == step.block_path or (step.block_path == root and other.block_path == reference.root)
@@ -42,13 +79,14 @@ def _twin(step: Any, reference: Any, root: str) -> Any:
     return None
 
 
-def compare_value(step: Any, value: torch.Tensor, layout: Any, reference: Any, root: str) -> dict:
+def compare_value(step: Any, value: torch.Tensor, layout: Any, reference: Any, root: str, trace: Any = None) -> dict:
     """One gathered `value` (of `step`, placed as `layout`) against its twin in the one-process
-    `reference` trace: {"exact", "max_abs_diff", "reason"} (the first two None when not compared)."""
-    twin = _twin(step, reference, root)
+    `reference` trace: {"exact", "max_abs_diff", "reason"} (the first two None when not compared).
+    `trace`, the sharded trace `step` belongs to, finds twins whose numbers differ (`_twin`)."""
+    twin = _twin(step, reference, root, trace)
     if twin is None:
         return {"exact": None, "max_abs_diff": None,
-                "reason": "no step with this container id (or this number and variable) in the reference"}
+                "reason": "no step with this container id, or this variable at the same place, in the reference"}
     other = twin.value
     if other is None:
         return {"exact": None, "max_abs_diff": None, "reason": "the reference kept no value"}
@@ -89,5 +127,5 @@ def compare_logical(trace: LogicalTrace, reference: Any) -> Any:
             continue
         value = trace.logical(step.container_id)
         row["logical_shape"] = tuple(value.shape)
-        row.update(compare_value(step, value, layout, reference, trace.root))
+        row.update(compare_value(step, value, layout, reference, trace.root, trace))
     return pandas_module().DataFrame(rows, columns=list(LOGICAL_COMPARE_COLUMNS))

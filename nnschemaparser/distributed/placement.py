@@ -133,13 +133,29 @@ def _world_index(world: Any, mesh: Any) -> Optional[list[int]]:
     return [list(world_names).index(n) for n in names]
 
 
+def single_rank_dims(world: Any) -> tuple[int, ...]:
+    """The world mesh dims of one rank: any value is whole on them (replicated), whatever computed it.
+
+    transformers' `from_pretrained(tp_plan="auto")` builds a mesh `(pp=1, fsdp=1, tp=N)` (its root
+    also has `dp_replicate=1`): a style's `tp` submesh leaves the others uncovered, yet they need no proof.
+    """
+    return tuple(i for i, n in enumerate(world.mesh.shape) if int(n) == 1)
+
+
+def fill_single_rank(world: Any, dims: Sequence[Any]) -> list:
+    """`dims` (DimPlacements, None or unknown where not found) with the one-rank mesh dims replicated."""
+    single = set(single_rank_dims(world))
+    return [REPLICATE if i in single and (d is None or d.kind == "unknown") else d for i, d in enumerate(dims)]
+
+
 def layout_from(world: Any, mesh: Any, placements: Sequence[Any], ndim: int, source: str,
                 reduced: bool = False) -> Optional[Layout]:
-    """The world layout of `placements` on `mesh`; the world dims `mesh` does not cover are unknown."""
+    """The world layout of `placements` on `mesh`; the world dims `mesh` does not cover are unknown
+    (replicated when they have one rank)."""
     index = _world_index(world, mesh)
     if index is None:
         return None
-    dims = [UNKNOWN] * world.ndim
+    dims = fill_single_rank(world, [UNKNOWN] * world.ndim)
     for i, placement in zip(index, placements):
         dims[i] = dim_placement(placement, ndim)
     partial = any(d.kind == "partial" for d in dims)
@@ -174,9 +190,58 @@ def _closure_objects(hook: Any) -> Iterator[Any]:
                 pass
 
 
+# transformers' own tensor-parallel styles (transformers/distributed/tensor_parallel.py): what the
+# output transform leaves, as (output placement, whether a sum over shards made it). A colwise
+# output is this rank's slice of the last dim; a rowwise output is the all-reduced sum of the ranks'
+# partial products. A vocab-parallel embedding's all-reduce is no reduction of the arithmetic: each
+# token's row is looked up on the one rank holding it and every other rank adds exact zeros
+# (x + 0.0 is x), so its output is the one-process lookup, as a hidden-dim embedding's gathered slices are.
+def _transformers_style(style: Any) -> Optional[tuple[Any, bool]]:
+    from torch.distributed.tensor.placement_types import Placement, Replicate
+
+    name = type(style).__name__
+    if not getattr(style, "use_local_output", False):
+        return None  # a DTensor output carries its own placements
+    if name in ("ColwiseParallel", "RowwiseParallel"):
+        layout = getattr(style, "output_layouts", None)
+        if not isinstance(layout, Placement):
+            return None
+        return layout, name == "RowwiseParallel"
+    if name == "EmbeddingParallel":
+        return Replicate(), False
+    return None
+
+
+def transformers_style_layout(world: Any, module: nn.Module, ndim: int) -> Optional[tuple[Layout, str]]:
+    """The layout of what `module` returns when transformers' tensor parallelism (`tp_plan`) replaced
+    its `forward` by `TensorParallelLayer.install_forward`'s `tp_forward` closure (it holds the style
+    and the tp mesh), with the style's name; None for any other module or style."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    forward = module.__dict__.get("forward")
+    if forward is None or getattr(forward, "__name__", "") != "tp_forward":
+        return None
+    mesh, style = None, None
+    for item in _closure_objects(forward):
+        if isinstance(item, DeviceMesh):
+            mesh = item
+        elif callable(getattr(item, "transform_output_post_forward", None)) and not isinstance(item, nn.Module):
+            style = item
+    if mesh is None or style is None:
+        return None
+    found = _transformers_style(style)
+    if found is None:
+        return None
+    placement, reduced = found
+    name = type(style).__name__
+    layout = layout_from(world, mesh, (placement,), ndim, f"the output of transformers' {name} (tp_plan)", reduced)
+    return (layout, name) if layout is not None else None
+
+
 def style_output_layout(world: Any, module: nn.Module, ndim: int) -> Optional[tuple[Layout, str]]:
     """The layout of what `module` returns to its caller, read off a tensor-parallel style's output
-    hook (ColwiseParallel, RowwiseParallel, PrepareModuleOutput...), with the style's name.
+    hook (ColwiseParallel, RowwiseParallel, PrepareModuleOutput...), or transformers' own style
+    (`transformers_style_layout`), with the style's name.
 
     `parallelize_module` registers `lambda mod, inputs, outputs: output_fn(outputs, device_mesh)` where
     `output_fn` is `partial(Style._prepare_output_fn, output_layouts, use_local_output)`; the mesh is in
@@ -186,6 +251,9 @@ def style_output_layout(world: Any, module: nn.Module, ndim: int) -> Optional[tu
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor.placement_types import Placement
 
+    found_hf = transformers_style_layout(world, module, ndim)
+    if found_hf is not None:
+        return found_hf
     for hook in list(module._forward_hooks.values()):
         mesh, found = None, None
         for item in _closure_objects(hook):
@@ -239,7 +307,9 @@ def find_world_mesh(model: nn.Module) -> Any:
         if is_dtensor(tensor):
             meshes.append(tensor.device_mesh)
     for module in model.modules():
-        for hook in list(module._forward_hooks.values()) + list(module._forward_pre_hooks.values()):
+        forward = module.__dict__.get("forward")  # transformers' tp_plan: a `tp_forward` closure holding the mesh
+        hooks = [forward] if getattr(forward, "__name__", "") == "tp_forward" else []
+        for hook in hooks + list(module._forward_hooks.values()) + list(module._forward_pre_hooks.values()):
             meshes.extend(item for item in _closure_objects(hook) if isinstance(item, DeviceMesh))
     roots = []
     for mesh in meshes:

@@ -43,8 +43,9 @@ from ..runtime.listeners import RETURN_SLOT
 from ..schema.model import BlockInstruction, Instruction, ModelBlockSchema, OpInstruction, VarRef
 from ..traces.recorder import ActivationRecorder
 from .attention_rule import ensure_cpu_attention_rule
-from .placement import (REPLICATE, UNKNOWN, DimPlacement, Layout, _dim_names, dim_placement, is_dtensor,
-                        layout_of_dtensor, local_of, style_output_layout)
+from .batch_rule import batch_rows_dims, copy_callable
+from .placement import (REPLICATE, UNKNOWN, DimPlacement, Layout, _dim_names, dim_placement, fill_single_rank,
+                        is_dtensor, layout_of_dtensor, local_of, style_output_layout)
 
 __all__ = ["LogicalRecorder", "digest"]
 
@@ -138,7 +139,7 @@ class LogicalRecorder(ActivationRecorder):
             reduced, assumes = self._from_op(instr, frame, part, dims, sources, part=index)
             if all(d is None for d in dims) and not sources:
                 continue  # no operand: read as replicated where it is used, and checked
-            final = tuple(d if d is not None else UNKNOWN for d in dims)
+            final = tuple(d if d is not None else UNKNOWN for d in fill_single_rank(self.world, dims))
             layout = Layout(final, self.names, "; ".join(dict.fromkeys(sources)) + f" (part {index} of a tuple)",
                             reduced or any(d.kind == "partial" for d in final), assumes)
             self._known[id(part)] = (part, layout)
@@ -191,7 +192,7 @@ class LogicalRecorder(ActivationRecorder):
     # -- the rules --------------------------------------------------------------------------
 
     def _unknown(self, why: str) -> Layout:
-        return Layout(tuple(UNKNOWN for _ in self.names), self.names, why)
+        return Layout(tuple(fill_single_rank(self.world, [UNKNOWN] * len(self.names))), self.names, why)
 
     def _input_layout(self, tensor: torch.Tensor, name: str) -> Optional[Layout]:
         base = name.split("[", 1)[0]
@@ -266,7 +267,7 @@ class LogicalRecorder(ActivationRecorder):
             reduced, assumes = reduced or reduced_o, assumes | assumes_o
         if all(d is None for d in dims) and not sources:
             return None  # rule 4: assumed replicated, checked after the run
-        final = tuple(d if d is not None else UNKNOWN for d in dims)
+        final = tuple(d if d is not None else UNKNOWN for d in fill_single_rank(self.world, dims))
         return Layout(final, self.names, "; ".join(dict.fromkeys(sources)) or "unknown", reduced, assumes)
 
     def _from_block(self, instr: BlockInstruction, frame: dict, value: torch.Tensor, depth: int,
@@ -289,7 +290,12 @@ class LogicalRecorder(ActivationRecorder):
                     if d.kind != "unknown" and dims[i] is None:
                         dims[i] = d
                 sources.append(layout.source)
-                reduced = layout.reduced
+                # what the call was given went into it: a sum over shards upstream (a row-parallel
+                # output before a norm) is in this output too, though the style's own is none; an
+                # opaque call (transformers' `tp_forward`) has no inner steps that would say so
+                given = self._call_inputs(instr, frame)
+                reduced = layout.reduced or any(g.reduced for g in given)
+                assumes = assumes.union(*(g.assumes for g in given))
         returned = self._returns.get(depth + 1)
         inner = self._lookup(returned) if isinstance(returned, torch.Tensor) else None
         if inner is None:
@@ -311,6 +317,21 @@ class LogicalRecorder(ActivationRecorder):
                     dims[i] = d
             sources.append("what the block returned")
         return reduced, assumes
+
+    def _call_inputs(self, instr: BlockInstruction, frame: dict) -> list[Layout]:
+        """The known layouts of the tensors a block call passes (positional and keyword)."""
+        found = []
+        items = list(instr.args) + list(instr.kwargs.values())
+        for operand in items:
+            try:
+                value = self._read(operand, frame, instr.out_var)
+            except Exception:  # an operand this rule cannot read: it adds nothing
+                continue
+            for tensor in (value if isinstance(value, (tuple, list)) else (value,)):
+                layout = self._lookup(tensor) if isinstance(tensor, torch.Tensor) else None
+                if layout is not None:
+                    found.append(layout)
+        return found
 
     def _read(self, operand: Any, frame: dict, out_var: str) -> Any:
         if isinstance(operand, VarRef) and operand.name == out_var:
@@ -372,6 +393,16 @@ class LogicalRecorder(ActivationRecorder):
             source = "DTensor's sharding rules for this op"
             if found is None:
                 found, source = self._equal_operand(operands, value)
+            if found is None and part is None and self.batch_dims:
+                owner = getattr(target, "__self__", None)
+                rows = batch_rows_dims(target, receiver, spread, kwargs, operands, value, missing, self.batch_dims,
+                                       lambda: copy_callable(target, owner, receiver is None and _mutable_owner(owner)),
+                                       layout_copy)
+                if rows is not None:
+                    found = [UNKNOWN] * len(self.names)
+                    for index, d in zip(missing, rows):
+                        found[index] = d if d is not None else UNKNOWN
+                    source = "the op follows the batch's rows (checked on this rank's rows run again)"
             for index in missing:
                 dims[index] = found[index] if found is not None else UNKNOWN
                 reduced = reduced or dims[index].kind == "partial"

@@ -30,6 +30,7 @@ Depends on schema, files, traces and the store's own modules.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import socket
@@ -50,7 +51,7 @@ from .reader import TraceStore
 from .rows import Batching, mask_text
 from .writer import RankSummary, discard_new_store, finalize_store, prepare_store, refuse_foreign_folder, write_rank
 
-__all__ = ["capture_dataset"]
+__all__ = ["capture_dataset", "write_gathered", "sharded_parts"]
 
 _TIMEOUT = datetime.timedelta(minutes=30)
 _BEAT_SECONDS = 1.0  # how often a forked rank's heartbeat thread writes its time
@@ -118,18 +119,17 @@ def capture_dataset(schema: ModelBlockSchema, inputs: Iterable[Any], store: str 
     refused (StoreMismatchError); resuming it with other functions at the same selectors is not
     detected: keep them with the store's code.
     """
-    if not isinstance(schema, ModelBlockSchema):
-        raise TypeError(f"schema must be a ModelBlockSchema (NNParser.parse_model(...)), got {type(schema).__name__}")
-    selector = keep_selector(keep)
-    check_keep_reaches(schema, selector)  # before a store is made: a keep of a wrapped model's paths is refused
-    batching = Batching(batch_axis, mask)
-    texts = "; ".join(item.text() for item in interventions_of(interventions)) if interventions is not None else None
-    options = StoreOptions(keep=selector.text() if selector is not None else None, block_size=block_size,
-                           shard_bytes=shard_bytes, bins=bins, low=float(low), high=float(high), top_k=top_k,
-                           interventions=texts, batch_axis=batch_axis, mask=mask_text(mask))
+    selector, batching, options = _options(schema, keep, block_size, shard_bytes, bins, low, high, top_k,
+                                           interventions, batch_axis, mask)
     limits = limits or FileLimits()
     root = Path(store)
     launched = world is None and "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
+    sharded = sharded_parts(schema)
+    if sharded and (launched or (world or 1) > 1):
+        raise ValueError(f"the model is sharded ({sharded}): its ranks must run every input together, so "
+                         "capture_dataset cannot split the inputs over them. Use nnschemaparser.distributed."
+                         "capture_sharded_dataset(schema, inputs, store, keep=...) on every rank: each value is "
+                         "gathered whole and rank 0 writes the store")
     if world is not None and (type(world) is not int or world < 1):
         raise ValueError(f"world must be a positive int (processes), got {world!r}")
     if liveness is not None and (isinstance(liveness, bool) or not isinstance(liveness, (int, float))
@@ -162,6 +162,77 @@ def capture_dataset(schema: ModelBlockSchema, inputs: Iterable[Any], store: str 
             raise
         finalize_store(root, identity, options, limits)
     return TraceStore(root, limits=limits, check_shards=False)
+
+
+def _options(schema: ModelBlockSchema, keep: Any, block_size: int, shard_bytes: int, bins: int, low: float,
+             high: float, top_k: int, interventions: Any, batch_axis: Optional[int], mask: Any) -> tuple:
+    """The selector, the batching and the StoreOptions of a capture (checked)."""
+    if not isinstance(schema, ModelBlockSchema):
+        raise TypeError(f"schema must be a ModelBlockSchema (NNParser.parse_model(...)), got {type(schema).__name__}")
+    selector = keep_selector(keep)
+    check_keep_reaches(schema, selector)  # before a store is made: a keep of a wrapped model's paths is refused
+    batching = Batching(batch_axis, mask)
+    texts = "; ".join(item.text() for item in interventions_of(interventions)) if interventions is not None else None
+    options = StoreOptions(keep=selector.text() if selector is not None else None, block_size=block_size,
+                           shard_bytes=shard_bytes, bins=bins, low=float(low), high=float(high), top_k=top_k,
+                           interventions=texts, batch_axis=batch_axis, mask=mask_text(mask))
+    return selector, batching, options
+
+
+def sharded_parts(schema: ModelBlockSchema) -> str:
+    """Why the schema's model is sharded over ranks ('' when it is not): a DTensor parameter or buffer
+    (FSDP2, torch's and transformers' tensor parallelism), or a forward a tensor-parallel style replaced."""
+    model = schema.module
+    if model is None:
+        return ""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # a torch without DTensor: nothing is sharded
+        return ""
+    for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
+        if isinstance(tensor, DTensor):
+            return f"{name} is a DTensor placed {tuple(tensor.placements)}"
+    for name, module in model.named_modules():
+        if getattr(module.__dict__.get("forward"), "__name__", "") == "tp_forward":
+            return f"{name or 'the root'} runs a tensor-parallel style's forward"
+    return ""
+
+
+def write_gathered(store: str | os.PathLike, schema: ModelBlockSchema, inputs: Iterable[Any], run: Any, keep: Any = None,
+                   *, block_size: int = 64, shard_bytes: int = 256 * 1024 * 1024, bins: int = 64, low: float = -8.0,
+                   high: float = 8.0, top_k: int = 16, progress: bool = True, limits: Optional[FileLimits] = None,
+                   batch_axis: Optional[int] = 0, mask: Any = None) -> TraceStore:
+    """Every rank of the initialised default group runs every input with `run` (a collective that gives each
+    rank the whole values: the distributed stage's `capture_sharded_dataset`), and rank 0 writes them: the
+    store of one process. Rank 0 prepares the store, the others check it; all return the TraceStore."""
+    import torch.distributed as dist
+
+    selector, batching, options = _options(schema, keep, block_size, shard_bytes, bins, low, high, top_k, None,
+                                           batch_axis, mask)
+    limits = limits or FileLimits()
+    root = Path(store)
+    rank = dist.get_rank()
+    with contextlib.ExitStack() as held:
+        if rank == 0:
+            if not (root / "manifest.json").exists():
+                refuse_foreign_folder(root)
+            root.mkdir(parents=True, exist_ok=True)
+            held.enter_context(StoreLock(root))  # one writer at a time, as capture_dataset
+            identity = prepare_store(root, schema, options, limits)
+        dist.barrier()
+        if rank != 0:
+            prepare_store(root, schema, options, limits)  # checks what rank 0 created
+        # every rank reads the commits before rank 0 can add one: its first commit needs every rank's runs
+        bar = _Progress(progress and rank == 0, len(inputs) if hasattr(inputs, "__len__") else None)  # type: ignore
+        try:
+            write_rank(root, schema, inputs, options, selector, limits, progress=bar, batching=batching, run=run,
+                       write=rank == 0)
+        finally:
+            bar.close()
+        if rank == 0:
+            finalize_store(root, identity, options, limits)
+    dist.barrier()
+    return TraceStore(root, limits=limits)
 
 
 def _as_launched_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], options: StoreOptions,

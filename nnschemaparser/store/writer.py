@@ -297,10 +297,13 @@ def _remove_orphans(root: Path, block: int, committed: set[str]) -> None:
 def write_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], options: StoreOptions,
                selector: Optional[KeepSelector], limits: FileLimits, rank: int = 0, world: int = 1,
                progress: Optional[Callable[[int, int], None]] = None,
-               batching: Optional[Batching] = None, interventions: Any = None) -> RankSummary:
+               batching: Optional[Batching] = None, interventions: Any = None, run: Optional[Callable] = None,
+               write: bool = True) -> RankSummary:
     """Capture this rank's missing inputs into the store (see the module docstring). `batching`: how inputs are
     split into rows (store/rows.py; None: each input one sample); each run is made with `interventions`
-    (capture_run's)."""
+    (capture_run's). `run(schema, scope, interventions=)` replaces capture_run (a record with `outputs` and a
+    `trace`: the distributed stage's gathered logical runs); `write=False` runs the same inputs and writes
+    nothing (a rank of a sharded model whose values rank 0 writes: its runs take part in the collectives)."""
     started = time.perf_counter()
     batching = batching or Batching(None)
     commits = read_commits(root, limits, options.block_size, options.rows)
@@ -350,13 +353,18 @@ def write_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], opti
             if sample in done:
                 summary.skipped += 1
                 continue
+            if not write:
+                with torch.no_grad():
+                    run(schema, scope if scope is not None else as_scope(item, schema), interventions=interventions)
+                summary.captured += 1
+                continue
             if unit is None:
                 if block not in cleaned:
                     _remove_orphans(root, block, named)
                     cleaned.add(block)
                 unit = _Unit(root, block, sample, options, names.summarise.kernel)
             written = _capture_one(unit, schema, scope if scope is not None else as_scope(item, schema), sample, names,
-                                   batching, interventions)
+                                   batching, interventions, run)
             summary.captured += 1
             summary.samples.append(sample)
             if progress is not None:
@@ -455,17 +463,17 @@ class _Names:
 
 
 def _capture_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: int, names: _Names,
-                 batching: Optional[Batching] = None, interventions: Any = None) -> int:
-    return _summarise_one(unit, schema, scope, sample, names, batching or Batching(None), interventions)
+                 batching: Optional[Batching] = None, interventions: Any = None, run: Optional[Callable] = None) -> int:
+    return _summarise_one(unit, schema, scope, sample, names, batching or Batching(None), interventions, run)
 
 
 def _summarise_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: int, names: _Names,
-                   batching: Batching, interventions: Any = None) -> int:
+                   batching: Batching, interventions: Any = None, run: Optional[Callable] = None) -> int:
     """Run one input and write its samples: itself, or (batching.axis) each of its rows (store/rows.py)."""
     rows = batching.rows(scope)
     mask = batching.mask_of(scope, rows)
     with torch.no_grad():
-        record = capture_run(schema, scope, interventions=interventions)
+        record = (run or capture_run)(schema, scope, interventions=interventions)
     if rows > 1:
         batching.check_outputs(record.outputs, rows, scope)
     numbers, descriptions, slot_types, out_vars, op_names, block_paths, values, depths, omitted, shapes, dtypes = \

@@ -72,7 +72,7 @@ def logical_view_state(trace: Any, bins: int = 20, reference: Any = None) -> dic
             if value.is_floating_point() and value.numel():
                 row["bins"] = histogram_bins(value, bins=bins).to_dict()
             if reference is not None:
-                row["compare"] = compare_value(step, value, layout, reference, trace.root)
+                row["compare"] = compare_value(step, value, layout, reference, trace.root, trace)
         rows.append(row)
     mesh = trace.world
     return {"mesh": {"dims": list(trace.mesh_dim_names), "shape": list(mesh.mesh.shape)},

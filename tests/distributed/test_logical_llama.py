@@ -17,6 +17,24 @@ def llama(tmp_path_factory):
     return run_group(fsdp_llama_placements, 2, tmp_path_factory.mktemp("logical_llama"), timeout=300)
 
 
+@pytest.fixture(scope="module")
+def eager_llama(tmp_path_factory):
+    pytest.importorskip("transformers")
+    from tests.support.logical_llama import fsdp_llama_placements
+
+    return run_group(fsdp_llama_placements, 2, tmp_path_factory.mktemp("logical_llama_eager"), timeout=300,
+                     args=("eager",))
+
+
+def test_the_causal_mask_of_an_eager_fsdp2_llama_is_a_batch_shard_and_gathers_exactly(eager_llama):
+    # eager attention: the root builds a [batch, 1, q, kv] float mask (create_causal_mask), which DTensor
+    # cannot run again; the batch-rows rule (distributed/batch_rule.py) places it, checked on the rank's rows
+    for rank in eager_llama:
+        assert rank["unknown"] == {}, list(rank["unknown"].items())[:3]
+        assert rank["mask"] == [["S(0)@dp", [2, 1, 6, 6]]]
+        assert rank["rows"] == rank["steps"] and rank["exact"] == rank["steps"], rank["reasons"]
+
+
 def test_every_value_of_a_fsdp2_llama_has_a_placement(llama):
     # q and k come out of `apply_rotary_pos_emb` as a tuple, k and v out of the KV cache's `update`,
     # the attention output out of CPU sdpa (no DTensor rule in torch: distributed/attention_rule.py)

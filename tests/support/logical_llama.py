@@ -12,14 +12,19 @@ from tests.support.logical_lab import build_model as build_llama  # noqa: E402
 from tests.support.logical_lab import rank_ids as llama_ids  # noqa: E402
 
 
-def fsdp_llama_placements(rank: int, world: int) -> dict:
+def _attention(model, attention: str):
+    model.config._attn_implementation = attention  # read at each forward: the mask's kind and attention's
+    return model
+
+
+def fsdp_llama_placements(rank: int, world: int, attention: str = "sdpa") -> dict:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     from nnschemaparser import NNParser, capture_run
     from nnschemaparser.distributed import capture_logical, compare_logical
 
-    model = build_llama()
+    model = _attention(build_llama(), attention)
     mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp",))
     for layer in model.model.layers:
         fully_shard(layer, mesh=mesh)
@@ -32,11 +37,12 @@ def fsdp_llama_placements(rank: int, world: int) -> dict:
     unknown = {cid: [next(f"{s.block_path}:{s.out_var}" for s in trace.steps if s.container_id == cid), layout.source]
                for cid, layout in layouts.items() if not layout.known}
     # the reference: one process, the same model and each rank's rows run as that rank ran them
-    reference_model = build_llama()
+    reference_model = _attention(build_llama(), attention)
     reference = capture_run(NNParser.parse_model(reference_model, inputs_tensors_values={"input_ids": ids}),
                             {"input_ids": ids})
     whole = torch.cat([llama_ids(r) for r in range(world)])
-    one = capture_run(NNParser.parse_model(build_llama(), inputs_tensors_values={"input_ids": whole}),
+    whole_model = _attention(build_llama(), attention)
+    one = capture_run(NNParser.parse_model(whole_model, inputs_tensors_values={"input_ids": whole}),
                       {"input_ids": whole})
     table = compare_logical(trace, one.trace)
     names = [f"{s.block_path}:{s.out_var}" for s in trace.steps]
@@ -45,6 +51,8 @@ def fsdp_llama_placements(rank: int, world: int) -> dict:
             "first_unknown_source": next((layouts[s.container_id].source for s in trace.steps
                                           if not layouts[s.container_id].known), None),
             "badges": sorted({layout.badge() for layout in layouts.values()}),
+            "mask": [[layouts[s.container_id].badge(), list(trace.logical(s.container_id).shape)]
+                     for s in trace.steps if s.out_var == "causal_mask"],
             "exact": int(table["exact"].sum()), "rows": len(table),
             "reasons": sorted(set(table["reason"].astype(str))),
             "skipped": sorted(schema.skipped), "local_equal": bool(torch.equal(record.outputs[0].logits if hasattr(record.outputs[0], "logits") else record.outputs[0], reference.outputs[0].logits if hasattr(reference.outputs[0], "logits") else reference.outputs[0]))}
