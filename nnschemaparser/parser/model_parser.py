@@ -33,7 +33,7 @@ from ..runtime.program import Observer, Program, entry_signature, rebindable
 from .backward_check import backward_rows
 from .dispatch import known_dispatch
 from .equality import first_mismatch
-from .special_modules import is_compiled, opaque_reason, weight_repr
+from .special_modules import held_modules, is_compiled, opaque_reason, weight_repr
 from .state_guard import preserved_state
 from ..schema.errors import NNSchemaError, ParseError, SourceUnavailableError, UnsupportedSyntaxError
 from ..lowering.statements import MethodRequest, lower_function
@@ -80,8 +80,14 @@ class _BlockBuilder:
 
     def __init__(self) -> None:
         self.built: dict[int, ModelBlockSchema] = {}
+        # ids of the root's registered modules, and of the modules given blocks as held ones
+        self.registered: Optional[set] = None
+        self.held: set = set()
+        self.in_held = 0  # building inside a module held past registration
 
     def build(self, module: nn.Module, path: str) -> ModelBlockSchema:
+        if self.registered is None:
+            self.registered = {id(m) for m in module.modules()}
         cls = type(module)
         block = ModelBlockSchema(name=cls.__name__, path=path, module_type=_qualified_type(cls), module=module)
         for name, value in list(module._parameters.items()) + list(module._buffers.items()):
@@ -92,8 +98,20 @@ class _BlockBuilder:
             block.skip_reason = opaque
             return block
         for key, child in _children(module):
+            if self.in_held and id(child) in self.registered:
+                continue  # a sub-module of the root put into the held model (a bridge component): its
+                # block is at its registered path, and runs there (lent when the held model calls it)
             child_path = f"{path}.{key}" if path else key
             block.sub_blocks[key] = self.build(child, child_path)
+        for key, child in held_modules(module):
+            if id(child) in self.registered or id(child) in self.held:
+                continue  # a back reference (the root, a parent) or one already given a block
+            self.held.add(id(child))
+            self.in_held += 1
+            try:
+                block.sub_blocks[key] = self.build(child, f"{path}.{key}" if path else key)
+            finally:
+                self.in_held -= 1
         if not _has_forward(module):
             block.skip_reason = f"{cls.__name__} has no forward of its own"
             return block

@@ -20,7 +20,19 @@ from torch import nn
 from ..runtime.hooks import forward_slot
 from ..schema.model import TensorRepr, TensorReprWithValue
 
-__all__ = ["opaque_reason", "is_compiled", "weight_repr", "tensors_of_module", "snapshot", "ClassAndHooks"]
+__all__ = ["held_modules", "opaque_reason", "is_compiled", "weight_repr", "tensors_of_module", "snapshot", "ClassAndHooks"]
+
+
+def held_modules(module: nn.Module):
+    """(attribute, module) for each module `module` holds as a plain instance attribute, not
+    registered in `_modules`: TransformerLens's `TransformerBridge` keeps the HF model it wraps as
+    `self.__dict__["original_model"]` (and calls it through a driver object), so that its
+    parameters are not listed twice. Such a module runs whenever the forward reaches it, so it
+    gets a block under the attribute's name, like a sub-module."""
+    registered = module._modules
+    for attr, value in list(module.__dict__.items()):
+        if isinstance(value, nn.Module) and attr not in registered:
+            yield attr, value
 
 
 def opaque_reason(module: nn.Module) -> Optional[str]:
