@@ -33,7 +33,7 @@ from ..runtime.program import Observer, Program, entry_signature, rebindable
 from .backward_check import backward_rows
 from .dispatch import known_dispatch
 from .equality import first_mismatch
-from .special_modules import is_compiled, opaque_reason, weight_repr
+from .special_modules import held_modules, is_compiled, opaque_reason, replaced_forward, weight_repr
 from .state_guard import preserved_state
 from ..schema.errors import NNSchemaError, ParseError, SourceUnavailableError, UnsupportedSyntaxError
 from ..lowering.statements import MethodRequest, lower_function
@@ -80,20 +80,45 @@ class _BlockBuilder:
 
     def __init__(self) -> None:
         self.built: dict[int, ModelBlockSchema] = {}
+        # ids of the root's registered modules, and of the modules given blocks as held ones
+        self.registered: Optional[set] = None
+        self.held: set = set()
+        self.in_held = 0  # building inside a module held past registration
 
     def build(self, module: nn.Module, path: str) -> ModelBlockSchema:
+        if self.registered is None:
+            self.registered = {id(m) for m in module.modules()}
         cls = type(module)
         block = ModelBlockSchema(name=cls.__name__, path=path, module_type=_qualified_type(cls), module=module)
         for name, value in list(module._parameters.items()) + list(module._buffers.items()):
             if value is not None:
                 block.weights[name] = weight_repr(value)
         opaque = opaque_reason(module)
-        if opaque is not None:
+        replacement = replaced_forward(module) if opaque is not None else None
+        if opaque is not None and replacement is None:
             block.skip_reason = opaque
             return block
         for key, child in _children(module):
+            if self.in_held and id(child) in self.registered:
+                continue  # a sub-module of the root put into the held model (a bridge component): its
+                # block is at its registered path, and runs there (lent when the held model calls it)
             child_path = f"{path}.{key}" if path else key
             block.sub_blocks[key] = self.build(child, child_path)
+        for key, child in held_modules(module):
+            if id(child) in self.registered or id(child) in self.held:
+                continue  # a back reference (the root, a parent) or one already given a block
+            self.held.add(id(child))
+            self.in_held += 1
+            try:
+                block.sub_blocks[key] = self.build(child, f"{path}.{key}" if path else key)
+            finally:
+                self.in_held -= 1
+        if replacement is not None:  # a forward replaced on the instance: its function is the forward
+            try:
+                self.lower_replaced_forward(block, replacement)
+            except (UnsupportedSyntaxError, SourceUnavailableError) as exc:
+                self.skip(block, f"{opaque} (its replacement cannot be lowered: {exc})")
+            return block
         if not _has_forward(module):
             block.skip_reason = f"{cls.__name__} has no forward of its own"
             return block
@@ -138,6 +163,18 @@ class _BlockBuilder:
         block.input_defaults = dict(signature.defaults)
         if owner is not None:
             block.parsed_from = (owner, "forward", raw)
+        self.lower_requests(block, requests)
+
+    def lower_replaced_forward(self, block: ModelBlockSchema, function: Any) -> None:
+        """A forward replaced on the instance by a function bound to it: lowered as the forward, and
+        run while the instance holds that forward (`instance_forward`); replaced again, the call is the
+        real module's, as for any forward replaced after parsing."""
+        requests: list[MethodRequest] = []
+        signature = lower_function(function, module=block.module, owner=None, requests=requests)
+        block.signature = signature
+        block.body = signature.body
+        block.input_defaults = dict(signature.defaults)
+        block.instance_forward = block.module.__dict__["forward"]
         self.lower_requests(block, requests)
 
     def lower_unbound_forward(self, block: ModelBlockSchema, raw: Any, owner: type) -> None:

@@ -12,6 +12,7 @@ Depends on torch, the schema and `runtime.hooks`.
 
 from __future__ import annotations
 
+import types
 from typing import Optional
 
 import torch
@@ -20,7 +21,19 @@ from torch import nn
 from ..runtime.hooks import forward_slot
 from ..schema.model import TensorRepr, TensorReprWithValue
 
-__all__ = ["opaque_reason", "is_compiled", "weight_repr", "tensors_of_module", "snapshot", "ClassAndHooks"]
+__all__ = ["held_modules", "replaced_forward", "opaque_reason", "is_compiled", "weight_repr", "tensors_of_module", "snapshot", "ClassAndHooks"]
+
+
+def held_modules(module: nn.Module):
+    """(attribute, module) for each module `module` holds as a plain instance attribute, not
+    registered in `_modules`: TransformerLens's `TransformerBridge` keeps the HF model it wraps as
+    `self.__dict__["original_model"]` (and calls it through a driver object), so that its
+    parameters are not listed twice. Such a module runs whenever the forward reaches it, so it
+    gets a block under the attribute's name, like a sub-module."""
+    registered = module._modules
+    for attr, value in list(module.__dict__.items()):
+        if isinstance(value, nn.Module) and attr not in registered:
+            yield attr, value
 
 
 def opaque_reason(module: nn.Module) -> Optional[str]:
@@ -44,6 +57,25 @@ def opaque_reason(module: nn.Module) -> Optional[str]:
         return (f"its forward is replaced on the instance by {name}, which does not call the class's forward "
                 "through the instance, so it runs as the real module")
     return None
+
+
+def replaced_forward(module: nn.Module) -> Optional[types.FunctionType]:
+    """The plain function of a forward replaced on the instance and bound to it, which the parser
+    lowers as the block's forward (TransformerLens's `T5BlockBridge` puts
+    `types.MethodType(patched_forward, block)` there, a closure over the bridge); None when the
+    forward is not replaced, calls the class's through the instance (`forward_slot`), or is not such
+    a bound function (a `functools.partial`, a builtin, a decorated function)."""
+    if isinstance(module, torch.jit.ScriptModule) or is_compiled(module):
+        return None
+    replacement = module.__dict__.get("forward")
+    if replacement is None or forward_slot(module) is not None:
+        return None
+    if not isinstance(replacement, types.MethodType) or replacement.__self__ is not module:
+        return None
+    function = replacement.__func__
+    if not isinstance(function, types.FunctionType) or "__wrapped__" in function.__dict__:
+        return None
+    return function
 
 
 def is_compiled(module: nn.Module) -> bool:

@@ -242,6 +242,8 @@ class LiveCallDetector:
             code = forward_code(type(module))
             if code is not None:
                 codes.setdefault(code, [])
+            if block.instance_forward is not None:  # a forward replaced on the instance, lowered
+                codes.setdefault(block.instance_forward.__func__.__code__, [])
         model = root.module
         if model is not None:
             for path, module in model.named_modules(remove_duplicate=False):

@@ -81,14 +81,20 @@ def _forward_call(module: nn.Module, direct: Callable) -> Callable:
     return replaced
 
 
-def call_with_hooks(module: nn.Module, args: Any, kwargs: dict, direct: Callable) -> Any:
-    """`Module._call_impl`'s forward-hook protocol around `direct` (the schema of the forward)."""
+def call_with_hooks(module: nn.Module, args: Any, kwargs: dict, direct: Callable, lowered: Any = None) -> Any:
+    """`Module._call_impl`'s forward-hook protocol around `direct` (the schema of the forward).
+    `lowered`: the instance `forward` the schema was lowered from, when it was (a forward replaced on
+    the instance by a bound function); while the instance holds it, the schema runs in its place."""
     has_backward = (module._backward_hooks or module._backward_pre_hooks
                     or getattr(_module_impl, "_global_backward_hooks", None)
                     or getattr(_module_impl, "_global_backward_pre_hooks", None))
     if has_backward:
         return module(*args, **kwargs)  # backward hooks wrap tensors: let the real call do it exactly
-    if "forward" in module.__dict__ and forward_slot(module) is None:
+    current = module.__dict__.get("forward")
+    if lowered is not None:
+        if current is not lowered:
+            return module(*args, **kwargs)  # the forward lowered was replaced or removed since: the real call
+    elif current is not None and forward_slot(module) is None:
         return module(*args, **kwargs)  # a replaced forward that never calls the class's: the real call
     direct = _forward_call(module, direct)
     args = tuple(args)

@@ -2,10 +2,10 @@
 
 A `Program` caches what it compiles (one `CompiledFunction` per block and per closure, each one
 generated Python function from `codegen`) and the invokers that run a block as
-`module(*args, **kwargs)` would: the module's forward hooks around the schema (`hooks`),
-decorators re-applied around it (`functions.rebind_wrapper`), a class's own `__call__` honoured
-(the schema as the forward it calls), modules held in variables dispatched by identity to their
-block. `Program(root)` is the plain form, where nothing but the generated code runs;
+`module(*args, **kwargs)` would: the module's forward hooks around the schema (`hooks`), decorators
+re-applied around it (`functions.rebind_wrapper`), a class's own `__call__` honoured (the schema as
+the forward it calls), modules held in variables dispatched by identity to their block, a forward
+replaced on the instance run as its schema while the instance holds it. `Program(root)` is the plain form, where nothing but the generated code runs;
 `Program(root, observer)` writes the observer's calls into the generated code (listeners,
 captures and stepping); `calls=True` also reports each sub-block call before it runs;
 `tensor_results=True` calls `after` only where an instruction bound a tensor (or returned).
@@ -27,8 +27,7 @@ from typing import Any, Callable, Optional
 from torch import nn
 
 from ..schema.errors import SchemaRunError
-from ..schema.model import (BlockInstruction, FunctionInstruction, FunctionSchema, Instruction, ModelBlockSchema,
-                            OpInstruction, VarRef)
+from ..schema.model import BlockInstruction, FunctionInstruction, FunctionSchema, Instruction, ModelBlockSchema, OpInstruction, VarRef
 from .binding import binder, block_qualname, eager_callee, entry_signature, nested_qualname, root_call
 from .codegen import CodeGenerator
 from .coverage import active_detector
@@ -208,14 +207,16 @@ class Program:
         elif type(block.module).__call__ is not _Module.__call__:
             invoke = self._through_call_override(block.module, self._direct(block))
         else:
-            direct = self._direct(block)
-            module = block.module
+            direct, module, lowered = self._direct(block), block.module, block.instance_forward
             target, first = self._fast_target(block)
-            if len(GLOBAL_HOOK_DICTS) != 4:
+            if lowered is not None:  # a forward replaced on the instance: checked at each call
+                def invoke(args: Any, kwargs: dict) -> Any:
+                    return call_with_hooks(module, args, kwargs, direct, lowered)
+            elif len(GLOBAL_HOOK_DICTS) != 4:
                 def invoke(args: Any, kwargs: dict) -> Any:
                     if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
                             or module._backward_pre_hooks or global_hooks_active() or "forward" in module.__dict__):
-                        return call_with_hooks(module, args, kwargs, direct)
+                        return call_with_hooks(module, args, kwargs, direct, lowered)
                     return direct(args, kwargs)
             elif target is not None:
                 g0, g1, g2, g3 = GLOBAL_HOOK_DICTS
@@ -226,7 +227,7 @@ class Program:
                     if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
                             or module._backward_pre_hooks or g0 or g1 or g2 or g3
                             or "forward" in module.__dict__):
-                        return call_with_hooks(module, args, kwargs, direct)
+                        return call_with_hooks(module, args, kwargs, direct, lowered)
                     return target(first, *args, **kwargs)
             else:
                 g0, g1, g2, g3 = GLOBAL_HOOK_DICTS
@@ -235,7 +236,7 @@ class Program:
                     if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
                             or module._backward_pre_hooks or g0 or g1 or g2 or g3
                             or "forward" in module.__dict__):
-                        return call_with_hooks(module, args, kwargs, direct)
+                        return call_with_hooks(module, args, kwargs, direct, lowered)
                     return direct(args, kwargs)
         self.invokers[id(block)] = invoke
         return invoke

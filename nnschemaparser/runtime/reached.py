@@ -1,8 +1,8 @@
 """Where a module that is no sub-module came from: the words of a live call's reason.
 
 A forward can call a module the model never registered: one held in a plain dict or list
-attribute (`self.table = {"act": nn.GELU()}`), set past `nn.Module.__setattr__`
-(`object.__setattr__(self, "hidden", nn.ReLU())`), a module-level instance or registry
+attribute (`self.table = {"act": nn.GELU()}`), set past `nn.Module.__setattr__` after the parse
+(one there at parse time has a block: `parser.special_modules.held_modules`), a module-level instance or registry
 (`ACTS["silu"]`), or one built at each call (transformers' `ACT2FN[name]`, torchdiffeq's
 `_PerturbFunc` inside `odeint`). Such a module has no block and runs as the real module; the
 live-call detector (`coverage`) reports it, and `how_reached` says which of these it was, by

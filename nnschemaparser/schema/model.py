@@ -469,6 +469,10 @@ class ModelBlockSchema:
     # (class, attribute, function as found in the class dict) this block was lowered from; the
     # runtime refuses to run it once the class holds another (the forward replaced after parsing).
     parsed_from: Any = None
+    # For a forward replaced on the instance by a function bound to it (TransformerLens's T5 blocks):
+    # the bound method lowered as this block. Runs call the schema while the instance holds it, the
+    # real module once it holds another.
+    instance_forward: Any = None
     # For a forward a decorator dispatches (`use_experts_implementation`): how the implementation
     # lowered as this block was chosen (`parser.dispatch.Dispatch`); the runtime checks it holds.
     dispatch: Any = None

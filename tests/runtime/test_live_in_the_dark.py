@@ -1,7 +1,9 @@
 """Nothing runs in the dark: a module the forward reaches without it being a sub-module (a dict or
-list attribute, a module-level instance or registry, `object.__setattr__`, a module built per
-call) runs as the real module, and `coverage()`, `skipped` and a watched run's coverage say so,
-naming its class, where the schema called it (block, file:line) and how it was held."""
+list attribute, a module-level instance or registry, a module built per call) runs as the real
+module, and `coverage()`, `skipped` and a watched run's coverage say so, naming its class, where
+the schema called it (block, file:line) and how it was held. A module held as a plain attribute,
+set past registration (`object.__setattr__`), has a block and runs interpreted:
+`tests/parser/test_held_modules.py`."""
 
 from __future__ import annotations
 
@@ -63,16 +65,6 @@ class FromGlobal(nn.Module):
         return SHARED_NORM(self.fc(x))
 
 
-class SetPastRegistration(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(4, 4)
-        object.__setattr__(self, "hidden", nn.ReLU())
-
-    def forward(self, x):
-        return self.hidden(self.fc(x))
-
-
 class BuiltPerCall(nn.Module):
     def __init__(self):
         super().__init__()
@@ -87,7 +79,6 @@ CASES = [
     (HeldInList, "Tanh", "held in the list attribute self.fns[0]"),
     (FromRegistry, "SiLU", f"held in the module-level dict {__name__}.REGISTRY['silu']"),
     (FromGlobal, "LayerNorm", f"the module-level global {__name__}.SHARED_NORM"),
-    (SetPastRegistration, "ReLU", "held as the plain attribute self.hidden"),
     (BuiltPerCall, "Hardswish", "made at run time"),
 ]
 
@@ -323,80 +314,6 @@ def test_torchdiffeq_modules_built_inside_odeint_and_its_adjoint_are_reported():
     out = SchemaInterpreter().run(block=schema, scope={"x": x.clone().requires_grad_()})[0]
     out.backward()
     assert torch.equal(out, ref) and all(torch.equal(expected[k], v) for k, v in _grads(model).items())
-
-
-# --- a wrapper holding the original model past registration (TransformerLens' bridge, in short) ----
-
-
-class _Attn(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.q = nn.Linear(4, 4)
-        self.attn_dropout = nn.Dropout(0.1)
-
-    def forward(self, x):
-        return self.attn_dropout(self.q(x))
-
-
-class _Layer(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.attn = _Attn()
-
-    def forward(self, x):
-        return x + self.attn(x)
-
-
-class _Original(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layers = nn.ModuleList([_Layer(), _Layer()])
-
-    def forward(self, x):
-        for layer in self.layers:
-            x = layer(x)
-        return x
-
-
-class _AttnBridge(nn.Module):
-    def __init__(self, original):
-        super().__init__()
-        self.original_component = original
-
-    def forward(self, *args, **kwargs):
-        return self.original_component(*args, **kwargs)
-
-
-class Bridged(nn.Module):
-    def __init__(self):
-        super().__init__()
-        original = _Original()
-        self.__dict__["original_model"] = original  # held past registration, as the bridge does
-        self.blocks = nn.ModuleList([_AttnBridge(layer.attn) for layer in original.layers])
-        for layer, block in zip(original.layers, self.blocks):
-            layer.attn = block  # the original layers now call the bridge components
-
-    def forward(self, x):
-        return self.original_model(x)
-
-
-def test_a_wrapped_original_model_is_reported_and_the_sub_modules_it_reaches_are_interpreted_by_path():
-    torch.manual_seed(0)
-    model = Bridged().eval()
-    x = torch.randn(2, 4)
-    schema = NNParser.parse_model(model, inputs_tensors_values={"x": x})
-    rows = {row["module_type"]: row for row in schema.coverage().to_dict("records")}
-    assert set(rows) == {"_Original", "_Layer"}  # what holds the bridge components runs live, said
-    assert "held as the plain attribute self.original_model" in rows["_Original"]["reason"]
-    assert "the sub-module layers.0 of a _Original, which is itself no sub-module" in rows["_Layer"]["reason"]
-    assert rows["_Layer"]["calls"] == 2 and rows["_Layer"]["via"].endswith("_Original.forward")
-    record = capture_run(schema, {"x": x}, coverage=True)
-    assert torch.equal(record.outputs[0], model(x))
-    # the bridge components and the Dropout inside them are sub-modules: interpreted, by their paths
-    paths = {step.block_path for step in record.trace.steps}
-    assert {"blocks.0", "blocks.0.original_component", "blocks.0.original_component.attn_dropout",
-            "blocks.1.original_component.q"} <= paths
-    assert all(row["module"] is None for row in record.coverage().to_dict("records"))
 
 
 # --- decorators: one wrapper code, many uses ----------------------------------------------------------
