@@ -109,5 +109,8 @@ def test_an_sae_s_features_are_captured_variables_and_the_outputs_stay_equal(lla
     store = capture_dataset(schema, [dict(inputs)], tmp_path / "s", keep="model:hidden_states.features",
                             progress=False, interventions={"call=model.layers.1": at})
     rows = store.steps
-    (row,) = rows[rows["out_var"] == "hidden_states.features"].itertuples()
-    assert row.kept and torch.equal(store.tensor(0, row.container_id), steps[feature].value)
+    found = list(rows[rows["out_var"] == "hidden_states.features"].itertuples())
+    assert [row.sample for row in found] == [0, 1]  # each row of the batch is a sample (store/rows.py)
+    for row in found:
+        assert row.kept and torch.equal(store.tensor(row.sample, row.container_id),
+                                        steps[feature].value[row.sample:row.sample + 1])
