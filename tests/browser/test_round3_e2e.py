@@ -70,12 +70,14 @@ def axe_serious(page, root_selector: str = ".nnsp-root") -> list:
 
 
 def assert_current_in_view(root) -> None:
-    """The current tree row and source line lie whole inside their pane's visible area (not half cut
-    at its edge), whatever the width."""
+    """The row and source line the view shows lie whole inside their pane's visible area (not half cut
+    at its edge), whatever the width: the "looking at" ones where the user moved the view (round four:
+    the view and the run's place are two things), else the run's current ones."""
     problems = root.evaluate("""(root) => {
       const out = [];
-      for (const [pane, item] of [[".nnsp-tree", ".nnsp-row.nnsp-current"], [".nnsp-source", ".nnsp-line-current"]]) {
-        const box = root.querySelector(pane), el = box && box.querySelector(item);
+      for (const [pane, looking, item] of [[".nnsp-tree", ".nnsp-row.nnsp-looking", ".nnsp-row.nnsp-current"],
+                                           [".nnsp-source", ".nnsp-line-looking", ".nnsp-line-current"]]) {
+        const box = root.querySelector(pane), el = box && (box.querySelector(looking) || box.querySelector(item));
         if (!el) continue;
         const b = box.getBoundingClientRect(), r = el.getBoundingClientRect();
         const top = b.top + box.clientTop, bottom = top + box.clientHeight;
