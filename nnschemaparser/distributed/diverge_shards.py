@@ -25,7 +25,7 @@ from typing import Any, Optional
 import torch
 
 from ..schema.model import Instruction
-from ..traces.diverge_runs import RowInfo, RowListener
+from ..traces.diverge_runs import RowListener
 from .placement import Layout, is_dtensor, local_of
 from .recorder import LogicalRecorder
 
@@ -93,14 +93,9 @@ class ShardRows(RowListener):
         return self.recorder.step_of(value)
 
     def _row(self, instr: Instruction, var: str, value: torch.Tensor, frame: dict, path: str) -> Optional[torch.Tensor]:
-        path = self.rename.get(path, path)
-        base = self._key(instr, var, path)
-        if base is None:
+        key = self._register(instr, var, value, self.rename.get(path, path))
+        if key is None:
             return None
-        occurrence = self._counts[base] = self._counts.get(base, -1) + 1
-        key = (base, occurrence)
-        loc = instr.location
-        self.rows[key] = RowInfo(len(self.rows), path, loc.filename, loc.lineno, var, value.dtype, tuple(value.shape))
         self._keep(self.table, key, local_of(value).detach())
         if self.mode == "free":
             self.steps[key] = self._step(value) if self.recorder is not None else None

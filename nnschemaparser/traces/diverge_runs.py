@@ -143,7 +143,8 @@ class RowListener(TraceListener):
         self._keys[(id(instr), var, path)] = [key, instr]
         return key
 
-    def _row(self, instr: Instruction, var: str, value: torch.Tensor, frame: dict, path: str) -> Optional[torch.Tensor]:
+    def _register(self, instr: Instruction, var: str, value: torch.Tensor, path: str) -> Optional[tuple]:
+        """The row key `(statement key, occurrence)` of this binding, recorded in `rows`; None: not a row."""
         base = self._key(instr, var, path)
         if base is None:
             return None
@@ -151,6 +152,13 @@ class RowListener(TraceListener):
         key = (base, occurrence)
         loc = instr.location
         self.rows[key] = RowInfo(len(self.rows), path, loc.filename, loc.lineno, var, value.dtype, tuple(value.shape))
+        return key
+
+    def _row(self, instr: Instruction, var: str, value: torch.Tensor, frame: dict, path: str) -> Optional[torch.Tensor]:
+        key = self._register(instr, var, value, path)
+        if key is None:
+            return None
+        base = key[0]
         mode = self.mode
         if mode == "keep":
             self._keep("A", key, value.detach())
