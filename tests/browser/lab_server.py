@@ -104,3 +104,46 @@ class LabServer:
 
 def launch_chromium(playwright):
     return playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+
+
+def run_code_cell(page, index: int, marker: Optional[str] = None, timeout: float = 120.0) -> str:
+    """Run code cell `index` of the notebook open in `page` (JupyterLab or Notebook 7) and return its
+    output text once the run has finished and, where `marker` is given, the output holds it.
+
+    The cell is clicked and given Ctrl+Enter. A key press the page did not take (focus kept by a
+    widget that was busy re-rendering) leaves the prompt as it was: after 10 s the cell is clicked
+    and given the key again, so a lost key press costs seconds, not the whole timeout. A run that
+    finishes without `marker` fails at once, with what the cell printed and the prompt it shows.
+    """
+    cell = page.locator(".jp-Notebook .jp-CodeCell").nth(index)
+    prompt = cell.locator(".jp-InputArea-prompt")
+    output = cell.locator(".jp-OutputArea")
+    before = prompt.inner_text()
+    deadline = time.monotonic() + timeout
+    presses = 0
+    now = before
+    while time.monotonic() < deadline:
+        cell.locator(".jp-InputArea-editor").click()
+        page.keyboard.press("Control+Enter")
+        presses += 1
+        taken = time.monotonic() + 10
+        while time.monotonic() < min(taken, deadline) and prompt.inner_text() == before:
+            time.sleep(0.1)
+        if prompt.inner_text() != before:
+            break
+    finished_at = None
+    while time.monotonic() < deadline:
+        now = prompt.inner_text()
+        if now != before and "*" not in now:
+            text = output.inner_text()
+            if marker is None or marker in text:
+                return text
+            # outputs travel on another channel than the reply that sets the prompt: give them 5 s
+            finished_at = finished_at or time.monotonic()
+            if time.monotonic() - finished_at > 5:
+                raise AssertionError(f"cell {index} finished ({now!r}) without printing {marker!r}; "
+                                     f"it printed: {text[-800:]!r}")
+        time.sleep(0.2)
+    raise AssertionError(f"cell {index} did not finish printing {marker!r} within {timeout:.0f} s "
+                         f"({presses} Ctrl+Enter; prompt was {before!r}, is {now!r}; "
+                         f"output: {output.inner_text()[-800:]!r})")

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import pytest
+
+from lab_server import run_code_cell  # noqa: E402
 
 pytestmark = pytest.mark.browser
 
@@ -38,21 +39,8 @@ def _menu(page, top: str, *path: str) -> None:
 
 def _kernel_state(page) -> dict:
     """Re-run the notebook's state cell and parse what it prints."""
-    cell = page.locator(".jp-Notebook .jp-CodeCell").nth(1)
-    prompt = cell.locator(".jp-InputArea-prompt")
-    before = prompt.inner_text()
-    cell.locator(".jp-InputArea-editor").click()
-    page.keyboard.press("Control+Enter")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        now = prompt.inner_text()
-        if now != before and "*" not in now:
-            text = cell.locator(".jp-OutputArea").inner_text()
-            match = re.search(r"KERNEL-STATE (\{.*\})", text)
-            if match:
-                return json.loads(match.group(1))
-        time.sleep(0.2)
-    raise AssertionError(f"the state cell did not print KERNEL-STATE within 60 s (prompt {prompt.inner_text()!r})")
+    text = run_code_cell(page, 1, "KERNEL-STATE", timeout=60)
+    return json.loads(re.search(r"KERNEL-STATE (\{.*\})", text).group(1))
 
 
 def _step_and_time(root, button, expect, expected_step: int) -> float:

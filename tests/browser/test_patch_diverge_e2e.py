@@ -20,12 +20,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from pathlib import Path
 
 import pytest
 
 from test_inspector_e2e import LONG, _expect, _menu
+from lab_server import run_code_cell  # noqa: E402
 
 pytestmark = pytest.mark.browser
 
@@ -47,20 +47,8 @@ def views_lab(tmp_path_factory):
 
 def _state(page, index: int, tag: str) -> dict:
     """Re-run code cell `index` and parse the `tag {...}` line it prints."""
-    cell = page.locator(".jp-Notebook .jp-CodeCell").nth(index)
-    prompt = cell.locator(".jp-InputArea-prompt")
-    before = prompt.inner_text()
-    cell.locator(".jp-InputArea-editor").click()
-    page.keyboard.press("Control+Enter")
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        now = prompt.inner_text()
-        if now != before and "*" not in now:
-            match = re.search(tag + r" (\{.*\})", cell.locator(".jp-OutputArea").inner_text())
-            if match:
-                return json.loads(match.group(1))
-        time.sleep(0.2)
-    raise AssertionError(f"cell {index} printed no {tag}")
+    text = run_code_cell(page, index, tag, timeout=90)
+    return json.loads(re.search(tag + r" (\{.*\})", text).group(1))
 
 
 def _screens(page, target, folder: Path, stem: str) -> None:

@@ -34,7 +34,7 @@ LONG = 180_000
 INTERNAL = re.compile(r"\$t\d+|intrinsics\.|\brow \d+")
 
 sys.path.insert(0, str(HERE))
-from lab_server import LabServer  # noqa: E402
+from lab_server import LabServer, run_code_cell  # noqa: E402
 from test_inspector_e2e import _menu  # noqa: E402
 from test_inspector_views import FIELDS, assert_inside  # noqa: E402
 
@@ -62,20 +62,7 @@ def round4_lab(tmp_path_factory):
 
 def run_cell(page, index: int, marker: str) -> str:
     """Run code cell `index` of the open notebook and return its output once it holds `marker`."""
-    cell = page.locator(".jp-Notebook .jp-CodeCell").nth(index)
-    prompt = cell.locator(".jp-InputArea-prompt")
-    before = prompt.inner_text()
-    cell.locator(".jp-InputArea-editor").click()
-    page.keyboard.press("Control+Enter")
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        now = prompt.inner_text()
-        if now != before and "*" not in now:
-            text = cell.locator(".jp-OutputArea").inner_text()
-            if marker in text:
-                return text
-        time.sleep(0.2)
-    raise AssertionError(f"cell {index} did not print {marker!r} within 120 s")
+    return run_code_cell(page, index, marker)
 
 
 def kernel_state(page) -> dict:

@@ -54,12 +54,6 @@ def _screens(page, root, folder: Path, stem: str) -> None:
     page.set_viewport_size({"width": 1280, "height": 1300})
 
 
-def _run_cell(page, index: int) -> None:
-    cell = page.locator(".jp-Notebook .jp-CodeCell").nth(index)
-    cell.locator(".jp-InputArea-editor").click()
-    page.keyboard.press("Control+Enter")
-
-
 def test_source_view_by_default_lowered_view_by_toggle_and_steps_highlight_statement_rows(tree_lab, browser, artifacts):
     expect = _expect()
     folder = artifacts / "issue11b"
