@@ -82,10 +82,14 @@ class _PathMap:
             self.root_name, self.strict = type(paths).__name__, True
         elif isinstance(paths, dict):
             for key, value in paths.items():
-                if not isinstance(key, str) or not isinstance(value, str) or not key:
+                if not isinstance(key, str) or not isinstance(value, str) or not value:
                     raise LogicalCaptureError(f"paths= maps stage block paths to the model's ({{'layers.0': "
-                                              f"'layers.2'}}): non-empty strings both; got {key!r}: {value!r}")
-                self.prefixes[key] = value
+                                              f"'layers.2'}}, '' to the model root's name): strings, the model's "
+                                              f"not empty; got {key!r}: {value!r}")
+                if key:
+                    self.prefixes[key] = value
+                else:
+                    self.root_name = value
         elif paths is not None:
             raise LogicalCaptureError(f"paths= is the whole model (an nn.Module holding the stage's modules), a dict "
                                       f"of path prefixes, or None (the stage's paths are the model's); got "
@@ -274,6 +278,7 @@ def capture_pipeline_dataset(stage: SchemaStage, schedule: Any, inputs: Iterable
     if problems or mapping is None:
         raise LogicalCaptureError("capture_pipeline_dataset: " + "; ".join(problems))
     identity = _identity(everyone)
+    mapping.root_name = everyone[0]["root"]  # every stage's calls are the model root's, named as stage 0 names it
     count = stage.microbatches
 
     def run(schema: ModelBlockSchema, scope: dict, interventions: Any = None) -> Any:

@@ -3,7 +3,8 @@
 Stage 0 holds the embedding, the rotary table and layers 0-1, and hands layer 1's output and the
 rotary cos and sin to stage 1, which holds layers 2-3 and the final norm: the unsplit `LlamaModel`'s
 forward cut in two (sdpa attention without a padding mask, which the unsplit model runs with no mask
-too). Each stage holds the whole model's own modules, so `paths=model` maps them by identity. Each
+too). Each stage holds the whole model's own modules: stage 0 maps them by identity (`paths=model`),
+stage 1 by path prefixes (`{"layers.0": "layers.2", ...}`). Each
 rank (a spawned process of `tests/support/collective_group.run_group`) builds the same model from the
 same seed, runs `ScheduleGPipe` over 2 micro-batches and fills one store with
 `capture_pipeline_dataset`; what it saw comes back as JSON.
@@ -114,10 +115,12 @@ def pipeline_store(rank: int, world: int, folder: str) -> dict:
         refused["one_row"] = "nothing raised"
     except LogicalCaptureError as exc:
         refused["one_row"] = str(exc)
-    store = capture_pipeline_dataset(module, schedule, batches(), Path(folder, "pipeline"), keep=KEEP, paths=model,
+    # stage 0 maps its modules by identity, stage 1 by its path prefixes: the same store either way
+    paths = model if rank == 0 else {"layers.0": "layers.2", "layers.1": "layers.3"}
+    store = capture_pipeline_dataset(module, schedule, batches(), Path(folder, "pipeline"), keep=KEEP, paths=paths,
                                      block_size=2, progress=False)
     # a second call resumes: every input is committed, none runs again
-    again = capture_pipeline_dataset(module, schedule, batches(), Path(folder, "pipeline"), keep=KEEP, paths=model,
+    again = capture_pipeline_dataset(module, schedule, batches(), Path(folder, "pipeline"), keep=KEEP, paths=paths,
                                      block_size=2, progress=False)
     dist.barrier()
     return {"samples": len(store), "again": len(again), "refused": refused}
