@@ -1,4 +1,4 @@
-"""`capture_pipeline_dataset`: an activation store from a model split into pipeline stages, written as one process would.
+"""`capture_pipeline_dataset`: an activation store from a model split into pipeline stages, as one process writes it.
 
 Each rank holds one stage: a `SchemaStage` (manual stages, `distributed/pipeline.py`) under a
 `PipelineStage` and a single-stage schedule (`ScheduleGPipe`, `Schedule1F1B`). Every rank iterates the
