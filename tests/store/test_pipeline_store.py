@@ -80,6 +80,8 @@ def test_what_a_pipeline_store_cannot_hold_is_refused_on_every_rank(stores):
     for rank in refused:
         assert "stage 1 has PlacedEdits" in rank["edits"], rank
         assert "rank 1: stage 1: its block 'layers.0." in rank["paths"] and "no sub-module" in rank["paths"], rank
+        assert "stage 1: LogicalCaptureError: stage 1: micro-batch 1 ran other steps" in rank["branching"], rank
+        assert "data-dependent control flow" in rank["branching"], rank
         assert "micro-batches of one row" in rank["one_row"] and "at least 2 rows" in rank["one_row"], rank
 
 

@@ -67,7 +67,20 @@ class LastStage(nn.Module):
         return self.norm(hidden_states)
 
 
-def _stage(rank: int, world: int, **options):
+class BranchingLastStage(LastStage):
+    """LastStage with a branch on its input's values: micro-batches can take different statements."""
+
+    def __init__(self, model, threshold: float):
+        super().__init__(model)
+        self.threshold = threshold
+
+    def forward(self, hidden_states, cos, sin):
+        if hidden_states[0, 0, 0] > self.threshold:
+            hidden_states = hidden_states * 2
+        return super().forward(hidden_states, cos, sin)
+
+
+def _stage(rank: int, world: int, branching: bool = False, **options):
     from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
     from nnschemaparser import NNParser
@@ -80,6 +93,9 @@ def _stage(rank: int, world: int, **options):
     first = FirstStage(model)
     hidden, cos, sin = first(ids)
     part = first if rank == 0 else LastStage(model)
+    if branching and rank == 1:  # a threshold between micro-batch 0's first value and micro-batch 1's
+        low, high = sorted(float(first(data[0]["input_ids"][r:r + rows])[0][0, 0, 0]) for r in (0, rows))
+        part = BranchingLastStage(model, (low + high) / 2)
     example = {"input_ids": ids} if rank == 0 else {"hidden_states": hidden, "cos": cos, "sin": sin}
     schema = NNParser.parse_model(part, inputs_tensors_values=example)
     module = SchemaStage(part, schema, rank, name=f"stage {rank}", microbatches=MICROBATCHES, **options)
@@ -122,5 +138,12 @@ def pipeline_store(rank: int, world: int, folder: str) -> dict:
     # a second call resumes: every input is committed, none runs again
     again = capture_pipeline_dataset(module, schedule, batches(), Path(folder, "pipeline"), keep=KEEP, paths=paths,
                                      block_size=2, progress=False)
+    model, module, schedule = _stage(rank, world, branching=True)
+    try:  # stage 1 takes another branch in micro-batch 1: refused on rank 1 after the schedule, said on both
+        capture_pipeline_dataset(module, schedule, batches(), Path(folder, "branching"), keep=KEEP, paths=model,
+                                 progress=False)
+        refused["branching"] = "nothing raised"
+    except LogicalCaptureError as exc:
+        refused["branching"] = str(exc)
     dist.barrier()
     return {"samples": len(store), "again": len(again), "refused": refused}
