@@ -29,8 +29,9 @@ Decisions:
 - sent to the writing rank, not written per rank and merged on read: the store is then an ordinary
   store (a reader needs no stage map), and rank 0 holds one input's values at a time, as one process
   capturing that input does;
-- the store's identity (manifest) is the stages': their schemas' hashes and the path map, their
-  weights under the model's names; so a pipeline store resumes only with the same split;
+- the store's identity (manifest) is the stages': their schemas' hashes, where their blocks sit in
+  the model, their weights under the model's names; so a pipeline store resumes only with the same
+  split (however `paths=` describes it);
 - refused: several stages on one rank, stages with `PlacedEdit`s (the manifest could not say the
   store holds edited runs), micro-batches of one row each (a [1, ...] value could be a row or a
   broadcast), steps that differ between micro-batches (data-dependent control flow), and a value
@@ -185,7 +186,7 @@ def _identity(everyone: list) -> SchemaIdentity:
     digest = hashlib.sha256()
     weights: list = []
     for item in everyone:
-        digest.update(json.dumps([item["index"], item["hash"], item["prefixes"]], sort_keys=True).encode("utf-8"))
+        digest.update(json.dumps([item["index"], item["hash"], item["blocks"]]).encode("utf-8"))
         weights.extend(item["weights"] or ())
     first = everyone[0]
     return SchemaIdentity(digest.hexdigest(), f"pipeline of {len(everyone)} stages of {first['root']}",
@@ -202,7 +203,8 @@ def _described(stage: SchemaStage, paths: _PathMap, microbatches: Optional[int])
     if microbatches is not None and microbatches != stage.microbatches:
         problems.append(f"{stage.stage_name} counts {stage.microbatches} micro-batches (SchemaStage(microbatches=)) "
                         f"but the schedule makes {microbatches}; give both the same")
-    return {"index": stage.stage_index, "hash": own.source_hash, "prefixes": paths.prefixes, "root": paths.root_name,
+    blocks = sorted(paths(path) for path in paths.blocks)  # where its blocks sit in the model, however paths= said it
+    return {"index": stage.stage_index, "hash": own.source_hash, "blocks": blocks, "root": paths.root_name,
             "inputs": list(own.inputs), "weights": weights, "problems": problems}
 
 

@@ -135,8 +135,9 @@ def pipeline_store(rank: int, world: int, folder: str) -> dict:
     paths = model if rank == 0 else {"layers.0": "layers.2", "layers.1": "layers.3"}
     store = capture_pipeline_dataset(module, schedule, batches(), Path(folder, "pipeline"), keep=KEEP, paths=paths,
                                      block_size=2, progress=False)
-    # a second call resumes: every input is committed, none runs again
-    again = capture_pipeline_dataset(module, schedule, batches(), Path(folder, "pipeline"), keep=KEEP, paths=paths,
+    # a second call resumes (stage 1's paths now given as the model: the same split, the same store): every input is
+    # committed, none runs again
+    again = capture_pipeline_dataset(module, schedule, batches(), Path(folder, "pipeline"), keep=KEEP, paths=model,
                                      block_size=2, progress=False)
     model, module, schedule = _stage(rank, world, branching=True)
     try:  # stage 1 takes another branch in micro-batch 1: refused on rank 1 after the schedule, said on both
