@@ -102,6 +102,7 @@ from .distributed.compare import compare_logical
 from .distributed.diverge import diverge_logical
 from .distributed.logical import LogicalCaptureError, LogicalTrace, capture_logical
 from .distributed.sharded_dataset import capture_sharded_dataset
+from .distributed.pipeline_dataset import capture_pipeline_dataset
 
 __version__ = "0.1.0"
 
@@ -139,4 +140,4 @@ __all__ = [
 # torch.distributed: collective stepping across ranks, pipeline stages (nnschemaparser/distributed/)
 __all__ += ["collective_step_run", "CollectiveRun", "CollectiveBreakpoint", "CollectiveError", "RankFailedError",
             "RanksDivergedError", "CollectiveTimeoutError", "SchemaStage", "StageCapture", "PlacedEdit",
-            "capture_sharded_dataset"]
+            "capture_sharded_dataset", "capture_pipeline_dataset"]

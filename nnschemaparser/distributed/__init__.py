@@ -14,7 +14,9 @@ edit given in logical coordinates is sliced per rank, and a rank that raises end
 gathered whole on the fly and written by rank 0), `batch_rule` (a placement for an op DTensor cannot
 run on a data-parallel batch shard, checked on the rank's rows), `pipeline` (a schema per
 `torch.distributed.pipelining` stage: `SchemaStage` runs and captures its part, `PlacedEdit` edits
-a value given for the whole batch).
+a value given for the whole batch), `pipeline_dataset` (`capture_pipeline_dataset`: an activation
+store from a model split into pipeline stages, each stage's micro-batches joined into the batch's
+rows, its block paths made the whole model's, written by rank 0).
 
 May import: `schema`, `runtime`, `parser`, `traces`, `store`.
 """
@@ -27,8 +29,9 @@ from .collective import (CollectiveBreakpoint, CollectiveError, CollectiveRun, C
                          RankFailedError, RanksDivergedError, collective_step_run)
 from .pipeline import PlacedEdit, SchemaStage, StageCapture
 from .sharded_dataset import capture_sharded_dataset
+from .pipeline_dataset import capture_pipeline_dataset
 
 __all__ = ["capture_logical", "LogicalTrace", "LogicalCaptureError", "compare_logical", "diverge_logical", "Layout", "DimPlacement",
            "collective_step_run", "CollectiveRun", "CollectiveBreakpoint", "CollectiveError", "RankFailedError",
            "RanksDivergedError", "CollectiveTimeoutError", "SchemaStage", "StageCapture", "PlacedEdit",
-           "capture_sharded_dataset"]
+           "capture_sharded_dataset", "capture_pipeline_dataset"]

@@ -201,10 +201,11 @@ def sharded_parts(schema: ModelBlockSchema) -> str:
 def write_gathered(store: str | os.PathLike, schema: ModelBlockSchema, inputs: Iterable[Any], run: Any, keep: Any = None,
                    *, block_size: int = 64, shard_bytes: int = 256 * 1024 * 1024, bins: int = 64, low: float = -8.0,
                    high: float = 8.0, top_k: int = 16, progress: bool = True, limits: Optional[FileLimits] = None,
-                   batch_axis: Optional[int] = 0, mask: Any = None) -> TraceStore:
-    """Every rank of the initialised default group runs every input with `run` (a collective that gives each
-    rank the whole values: the distributed stage's `capture_sharded_dataset`), and rank 0 writes them: the
-    store of one process. Rank 0 prepares the store, the others check it; all return the TraceStore."""
+                   batch_axis: Optional[int] = 0, mask: Any = None, identity: Any = None) -> TraceStore:
+    """Every rank of the initialised default group runs every input with `run` (a collective that gives rank 0
+    the whole values: the distributed stage's `capture_sharded_dataset` and `capture_pipeline_dataset`), and
+    rank 0 writes them: the store of one process. Rank 0 prepares the store, the others check it; all return
+    the TraceStore. `identity` (a SchemaIdentity) stands for `schema`'s in the manifest: a pipeline's stages'."""
     import torch.distributed as dist
 
     selector, batching, options = _options(schema, keep, block_size, shard_bytes, bins, low, high, top_k, None,
@@ -218,10 +219,10 @@ def write_gathered(store: str | os.PathLike, schema: ModelBlockSchema, inputs: I
                 refuse_foreign_folder(root)
             root.mkdir(parents=True, exist_ok=True)
             held.enter_context(StoreLock(root))  # one writer at a time, as capture_dataset
-            identity = prepare_store(root, schema, options, limits)
+            identity = prepare_store(root, schema, options, limits, identity)
         dist.barrier()
         if rank != 0:
-            prepare_store(root, schema, options, limits)  # checks what rank 0 created
+            prepare_store(root, schema, options, limits, identity)  # checks what rank 0 created
         # every rank reads the commits before rank 0 can add one: its first commit needs every rank's runs
         bar = _Progress(progress and rank == 0, len(inputs) if hasattr(inputs, "__len__") else None)  # type: ignore
         try:

@@ -77,10 +77,11 @@ def as_scope(item: Any, schema: ModelBlockSchema) -> dict:
                     f"got {type(item).__name__}")
 
 
-def prepare_store(root: Path, schema: ModelBlockSchema, options: StoreOptions, limits: FileLimits) -> SchemaIdentity:
-    """Create the store at `root`, or check that it was written for this schema and these options."""
+def prepare_store(root: Path, schema: ModelBlockSchema, options: StoreOptions, limits: FileLimits,
+                  identity: Optional[SchemaIdentity] = None) -> SchemaIdentity:
+    """Create the store at `root`, or check that it was written for this schema (or `identity`) and these options."""
     check_no_links(root, every_entry=True)
-    identity = schema_identity(schema)
+    identity = identity or schema_identity(schema)
     if (root / "manifest.json").exists():
         found, stored, _, _ = read_manifest(root, limits)
         if found != identity:
