@@ -18,11 +18,6 @@ import { loadViews } from "./lazy.js";
 import { lazyTabs } from "./lazytab.js";
 
 const nextFrame = () => new Promise((/** @type {(value?: unknown) => void} */ resolve) => requestAnimationFrame(() => resolve()));
-/** A task after the next frame has painted (at most 100 ms later where no frame comes: a hidden tab). */
-const afterPaint = () => new Promise((/** @type {(value?: unknown) => void} */ resolve) => {
-  const timer = setTimeout(resolve, 100);
-  requestAnimationFrame(() => setTimeout(() => { clearTimeout(timer); resolve(); }, 0));
-});
 
 /** @param {string} title @param {HTMLElement} body @param {Record<string, unknown>} [extra] */
 function panel(title, body, extra = {}) {
@@ -69,10 +64,6 @@ function render({ model, el }) {
       const extra = isStep ? { with_hist: true, with_debug: true, ...(pinned ? {} : { with_tensor: tensorView.keepArgs() }) } : {};
       const data = await channel.request(command, { ...args, ...extra });
       reply = data;
-      // the step card, tree and source (the traits, sent before this reply) paint first; the
-      // reply's panels in the task after that frame, so a reply right behind the traits does not
-      // hold the card's frame back (its heatmap's layout read would force the page's layout)
-      if (isStep && data) await afterPaint();
       if (isStep && data && data.hist && !pinned) hists.render(data.hist);
       if (isStep && data && data.tensor && !pinned) tensorView.apply(data.tensor);
       if (isStep && data && data.breakpoints && navigator) navigator.update(data.breakpoints);
