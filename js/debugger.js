@@ -104,6 +104,7 @@ export class NavigatorPanel {
     } else if (event.key === "Escape") {
       event.preventDefault();
       this.input.value = "";
+      this.query = "";  // the same search typed again searches again (Enter did nothing before)
       this.show([], "");
       this.onEscape();
     }

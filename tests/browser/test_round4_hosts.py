@@ -133,11 +133,15 @@ def test_round4_in_jupyter_notebook_7(browser, artifacts, tmp_path, monkeypatch)
 class _Marimo:
     """`marimo run` of a notebook converted with `marimo convert`, on 127.0.0.1."""
 
-    def __init__(self, notebook: Path, tmp_path: Path):
+    def __init__(self, notebook: Path, tmp_path: Path, full_width: bool = False):
         env = _env(XDG_CONFIG_HOME=str(tmp_path / "config"))
         self.app = tmp_path / (notebook.stem + ".py")
         subprocess.run([sys.executable, "-m", "marimo", "convert", str(notebook), "-o", str(self.app)], check=True,
                        env=env, capture_output=True, timeout=120)
+        if full_width:  # the app as wide as the window (marimo's default column is about 700 px whatever the window)
+            source = self.app.read_text()
+            assert "marimo.App()" in source, "marimo convert no longer writes `app = marimo.App()`"
+            self.app.write_text(source.replace("marimo.App()", 'marimo.App(width="full")', 1))
         self.port = free_port()
         self.log_path = tmp_path / f"marimo-{notebook.stem}.log"
         self.log = self.log_path.open("w")
@@ -224,7 +228,7 @@ def test_round4_in_marimo(browser, artifacts, tmp_path, scheme):
     finally:
         quick.stop()
 
-    app = _Marimo(HERE / NOTEBOOK, tmp_path)  # every cell runs: the edit cell fails (no paused run), as it should
+    app = _Marimo(HERE / NOTEBOOK, tmp_path, full_width=True)  # every cell runs: the edit cell fails (no paused run), as it should
     try:
         page = browser.new_page(viewport={"width": 1280, "height": 1400})
         page.on("pageerror", lambda error: errors.append(str(error)))
@@ -263,7 +267,7 @@ def test_round4_in_marimo(browser, artifacts, tmp_path, scheme):
         expect(root.locator(".nnsp-bp", has_text="entry of transformer.h.1.attn")).not_to_contain_text("2 hits")
         assert not INTERNAL.findall(user_text(root))
         for width in (1280, 900):  # GPT-2 paused in h.1.attn, its two hits listed
-            page.set_viewport_size({"width": width, "height": 1400})
+            page.set_viewport_size({"width": width, "height": 3400})  # the whole widget painted
             page.wait_for_timeout(500)
             root.screenshot(path=str(artifacts / f"round4-marimo-gpt2-{width}-{scheme}.png"))
             assert_current_in_view(root)
