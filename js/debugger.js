@@ -63,6 +63,8 @@ export class NavigatorPanel {
     this.results = [];
     /** whether some run has finished (then a row not run "never ran"; before, it is "not run yet") */
     this.finished = false;
+    /** the breakpoints and hits listed last, as JSON */
+    this.listed = "";
     this.selected = -1;
     this.query = "";
     this.input = h("input", { class: "nnsp-input nnsp-search", type: "search", "aria-label": "Search the schema",
@@ -102,6 +104,7 @@ export class NavigatorPanel {
     } else if (event.key === "Escape") {
       event.preventDefault();
       this.input.value = "";
+      this.query = "";  // the same search typed again searches again (Enter did nothing before)
       this.show([], "");
       this.onEscape();
     }
@@ -241,6 +244,14 @@ export class NavigatorPanel {
 
   /** @param {BreakpointView} view */
   update(view) {
+    this.reason.textContent = reasonText(view.reason);
+    this.reason.dataset.kind = view.reason.startsWith("target not reached") ? "not-reached" : view.reason ? "stopped" : "";
+    const key = JSON.stringify([view.items, view.hits.slice(-5)]);
+    if (key === this.listed) {  // the same breakpoints and hits (most steps): the lists stay
+      this.onBreakpoints(view);
+      return;
+    }
+    this.listed = key;
     clear(this.bpList);
     for (const [index, bp] of view.items.entries()) {
       this.bpList.append(h("li", { class: "nnsp-bp", "data-kind": bp.kind },
@@ -250,8 +261,6 @@ export class NavigatorPanel {
           onclick: () => this.request("remove_breakpoint", { index }) }, "×")));
     }
     if (!view.items.length) this.bpList.append(h("li", { class: "nnsp-note" }, "none: ● on a search result, a click on a source line number, or break_at(...)"));
-    this.reason.textContent = reasonText(view.reason);
-    this.reason.dataset.kind = view.reason.startsWith("target not reached") ? "not-reached" : view.reason ? "stopped" : "";
     clear(this.hitList);
     for (const hit of view.hits.slice(-5).reverse()) {  // the active run's own hits
       this.hitList.append(h("li", {}, `${hit.run ? `${hit.run} · ` : ""}step ${hit.step} · ${hit.reason}${hit.line ? ` · line ${hit.line}` : ""}`));
@@ -291,6 +300,9 @@ export class CallStackPanel {
     this.serial = 0;
     /** @type {Record<string, any>[]} */
     this.data = [];
+    /** the frames drawn last, as JSON, and the index of the frame selected */
+    this.shown = "";
+    this.selected = -1;
   }
 
   async refresh() {
@@ -309,9 +321,16 @@ export class CallStackPanel {
    * @param {Record<string, any>[]} frames */
   show(frames) {
     this.serial += 1;  // a request still in flight is older than these
+    const key = JSON.stringify(frames);
+    const current = frames.findIndex((/** @type {Record<string, any>} */ f) => f.current);
+    const chosen = current >= 0 ? current : frames.length - 1;
+    // the same frames and values, the run's frame selected: nothing to redraw
+    if (key === this.shown && this.selected === chosen) return;
+    this.shown = key;
     this.data = frames;
     clear(this.frames);
     if (!frames.length) {
+      this.selected = -1;
       this.frames.append(h("li", { class: "nnsp-note" }, "no paused step"));
       clear(this.vars);
       return;
@@ -323,14 +342,14 @@ export class CallStackPanel {
           "aria-label": `Frame ${index}: ${frame.block || "root"}${pending ? " (about to be called)" : ""}`, onclick: () => this.select(index) },
         pending ? `→ ${frame.block} (about to be called)` : `${frame.block || "(root)"}`)));
     });
-    const current = frames.findIndex((/** @type {Record<string, any>} */ f) => f.current);
-    this.select(current >= 0 ? current : frames.length - 1, false);
+    this.select(chosen, false);
   }
 
   /** @param {number} index @param {boolean} [show] */
   select(index, show = true) {
     const frame = this.data[index];
     if (!frame) return;
+    this.selected = index;
     this.frames.querySelectorAll(".nnsp-frame").forEach((el, i) => el.setAttribute("aria-pressed", String(i === index)));
     clear(this.vars);
     const rows = frame.vars.map((/** @type {Record<string, any>} */ v) => h("tr", {},

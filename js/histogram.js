@@ -88,6 +88,8 @@ export class HistogramPair {
     this.gradient = h("div", { class: "nnsp-hist", "data-role": "gradient" });
     container.append(this.caption, h("div", { class: "nnsp-hist-pair" }, this.activation, this.gradient));
     this.serial = 0;
+    /** the data drawn last, as JSON */
+    this.shown = "";
   }
 
   // query: {run, trace_step} (a trace row) or {run, step_index} (a StepInfo).
@@ -99,6 +101,7 @@ export class HistogramPair {
       data = await this.channel.request("hist", query);
     } catch (err) {
       if (serial !== this.serial) return;
+      this.shown = "";
       this.caption.textContent = /** @type {Error} */ (err).message;
       clear(this.activation);
       clear(this.gradient);
@@ -112,6 +115,9 @@ export class HistogramPair {
   /** @param {Record<string, any>} data */
   render(data) {
     ++this.serial;
+    const key = JSON.stringify(data);  // the same bins (a step that binds no new tensor): nothing to redraw
+    if (key === this.shown) return;
+    this.shown = key;
     const where = data.step_index ? `step ${data.step_index}` : "input";
     this.caption.textContent = `${data.run} · ${where}${data.trace_step ? ` (trace #${data.trace_step})` : ""} · ` +
       `${shownVar(data.var, "(a value of the statement)")} in ${data.block || "—"}`;

@@ -96,8 +96,9 @@ export function renderStepInfo(container, info, status, lowered = false) {
     h("div", { class: "nnsp-step-statement", hidden: !lowered || !info.instruction || info.instruction === info.text },
       h("span", { class: "nnsp-key" }, "instruction "), h("code", { class: "nnsp-step-text" }, lowered ? info.instruction || "" : "")),
     h("div", { class: "nnsp-fields" },
-      field("var", shownVar(info.var, "—")),
-      field("block", info.block || "—"),
+      // two columns each: a variable or a block path is not broken mid-word in a side column
+      field("var", shownVar(info.var, "—"), "nnsp-field-wide"),
+      field("block", info.block || "—", "nnsp-field-wide"),
       field("frame", String(info.depth)),
       field("value", shape, "nnsp-field-wide"),
       ...(info.stats ? ["mean", "std", "min", "max"].map((k) => field(k, fmt(info.stats[k]), "nnsp-num")) : []),

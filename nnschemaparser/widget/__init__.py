@@ -9,7 +9,7 @@
 Module map (lower to higher): statements (a block's source statements by span, their one-line
 text), tree (the compact block tree, one row per statement), edits (edit specs), runs (one run: its
 ActivationTrace, GradientTrace and StepInfo rows), tensor_views (heatmap slices, attention heads,
-trends, per-layer series), tensor_requests (the state's tensor-view requests, a mixin), state (the state machine: stepping, edits, runs,
+trends, per-layer series), value_memo (a value's statistics and bins once per value and version), tensor_requests (the state's tensor-view requests, a mixin), state (the state machine: stepping, edits, runs,
 comparison with compare_traces, bins with histogram_bins), messages (the browser's requests),
 static_html (the page without a kernel), inspector (the anywidget), build (js/ -> static/),
 logical_view (a sharded run's logical values, placement badges), patch_view (activation patching's

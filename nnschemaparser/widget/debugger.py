@@ -35,8 +35,8 @@ import torch
 
 from ..runtime.interpreter import CallPause, StepInfo
 from ..schema.model import VarRef
-from ..traces.frames import tensor_statistics
 from .tree import BlockTree
+from . import value_memo
 
 __all__ = ["Breakpoint", "Breakpoints", "Navigation", "search", "SEARCH_LIMIT", "MAX_BREAKPOINTS"]
 
@@ -574,7 +574,7 @@ def _value_view(name: str, value: Any) -> dict:
         item["shape"] = list(value.shape)
         item["dtype"] = str(value.dtype).replace("torch.", "")
         if value.numel() and (value.is_floating_point() or value.is_complex()):
-            stats = tensor_statistics(value)
+            stats = value_memo.statistics(value)
             item["stats"] = {k: stats[k] for k in ("mean", "std", "min", "max")}
     elif isinstance(value, (bool, int, float, str)) or value is None:
         item["value"] = repr(value)[:80]

@@ -35,14 +35,14 @@ import torch
 from ..traces.sampling import CaptureLimits
 from ..traces.compare import TraceDiff, compare_traces, diff_summary
 from ..schema.errors import EditError, NNSchemaError
-from ..traces.frames import diffs_to_dataframe, tensor_statistics
-from ..traces.histograms import histogram_bins
+from ..traces.frames import diffs_to_dataframe
 from ..runtime.interpreter import CallPause, StepInfo
 from ..schema.model import ModelBlockSchema
 from .edits import EditSpec, apply_edit_spec, parse_edit
 from .runs import RunRecord, default_loss, new_record
 from .tree import INITIAL_TREE_BYTES, BlockTree
 from .debugger import Breakpoints, Navigation
+from . import value_memo
 from .tensor_requests import TensorRequests
 from .run_targets import RunTargets
 from .run_driver import _Buffers, _RunDriver, _RunThread
@@ -365,7 +365,7 @@ class InspectorState(RunTargets, Navigation, TensorRequests):
     def histograms(self, step: Optional[int] = None, run: Optional[str] = None, *,
                    trace_step: Optional[int] = None) -> dict:
         """Activation and gradient bins of one step, by StepInfo index (default: the current step) or
-        by trace step number; computed with the traces' `histogram_bins`."""
+        by trace step number; computed with the traces' `histogram_bins`, once per value (value_memo)."""
         record = self.run(run)
         if trace_step is None and step is None and self.pause is not None and record is self.active:
             trace_step = self.pause_trace_step()  # paused before a call: its first tensor argument
@@ -415,7 +415,7 @@ class InspectorState(RunTargets, Navigation, TensorRequests):
         if value is None:
             return {"note": omitted or "no value"}
         try:
-            return histogram_bins(value, bins=self.options.bins).to_dict()
+            return value_memo.bins(value, self.options.bins)
         except (TypeError, ValueError, RuntimeError) as exc:
             return {"note": f"cannot bin this value: {exc}"}
 
@@ -450,7 +450,7 @@ class InspectorState(RunTargets, Navigation, TensorRequests):
         if isinstance(value, torch.Tensor):
             view["shape"] = list(value.shape)
             view["dtype"] = str(value.dtype).replace("torch.", "")
-            stats = tensor_statistics(value)
+            stats = value_memo.statistics(value)
             view["stats"] = {k: stats[k] for k in ("mean", "std", "min", "max", "numel")}
         elif isinstance(value, (bool, int, float)) or value is None:
             view["value"] = repr(value)

@@ -6,8 +6,10 @@ only the view and Escape brings it back; breakpoints set from Python are listed 
 with its source text); and a new run shows no hit of another run. Notebook 7 runs the issue's whole
 sequence (its edit and break_at cells run one at a time); marimo runs every cell at start, so there
 the breakpoints come first and the new run, after Reset, has the old run's name ("base") and must
-show its own single hit, "1 hit", not the other run's. Letter keys are not pressed in Notebook 7
-(its command-mode shortcuts see them); buttons are clicked instead.
+show its own single hit, "1 hit", not the other run's; it runs in marimo's light and dark themes,
+checks that Escape after a search jump focuses the run's current row (round four's focus fix), and
+leaves screenshots of GPT-2 at 1280 and 900 px in test-artifacts/. Letter keys are not pressed in
+Notebook 7 (its command-mode shortcuts see them); buttons are clicked instead.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ LONG = 180_000
 
 sys.path.insert(0, str(HERE))
 from lab_server import LabServer, free_port  # noqa: E402
+from test_inspector_views import assert_inside  # noqa: E402
+from test_round3_e2e import NARROW, assert_current_in_view  # noqa: E402
 from test_round4_e2e import (INTERNAL, assert_quickstart_not_stale, look_and_come_back,  # noqa: E402
                              quickstart_expected, run_all, run_cell, three_actions_to_heads, user_text)
 
@@ -129,11 +133,15 @@ def test_round4_in_jupyter_notebook_7(browser, artifacts, tmp_path, monkeypatch)
 class _Marimo:
     """`marimo run` of a notebook converted with `marimo convert`, on 127.0.0.1."""
 
-    def __init__(self, notebook: Path, tmp_path: Path):
+    def __init__(self, notebook: Path, tmp_path: Path, full_width: bool = False):
         env = _env(XDG_CONFIG_HOME=str(tmp_path / "config"))
         self.app = tmp_path / (notebook.stem + ".py")
         subprocess.run([sys.executable, "-m", "marimo", "convert", str(notebook), "-o", str(self.app)], check=True,
                        env=env, capture_output=True, timeout=120)
+        if full_width:  # the app as wide as the window (marimo's default column is about 700 px whatever the window)
+            source = self.app.read_text()
+            assert "marimo.App()" in source, "marimo convert no longer writes `app = marimo.App()`"
+            self.app.write_text(source.replace("marimo.App()", 'marimo.App(width="full")', 1))
         self.port = free_port()
         self.log_path = tmp_path / f"marimo-{notebook.stem}.log"
         self.log = self.log_path.open("w")
@@ -165,12 +173,47 @@ class _Marimo:
         self.log.close()
 
 
-def test_round4_in_marimo(browser, artifacts, tmp_path):
+def _focus_on_run_row(root) -> bool:
+    """Whether the focus is on the tree item of the run's current row (marimo may hold the widget
+    in a shadow root: the active element is read from the widget's own root node)."""
+    return root.evaluate("""(el) => {
+      const active = el.getRootNode().activeElement;
+      const row = el.querySelector(".nnsp-tree .nnsp-row.nnsp-current");
+      return Boolean(active && row && active === row.closest("[role='treeitem']"));
+    }""")
+
+
+def _escape_focuses_the_run_row(page, root, expect) -> None:
+    """Round four's focus fix: Escape after a search jump gives the focus to the run's current row
+    (not to the row looked at), from the search box and from the widget itself."""
+    look_and_come_back(page, root, expect)  # Escape in the search box
+    deadline = time.monotonic() + 10
+    while not _focus_on_run_row(root) and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+    assert _focus_on_run_row(root), "Escape in the search box did not focus the run's current row"
+    run_row = root.locator(".nnsp-tree .nnsp-row.nnsp-current").get_attribute("data-node")
+    box = root.get_by_label("Search the schema")
+    box.fill("h.0.attn")
+    box.press("Enter")
+    looking = root.locator(".nnsp-tree .nnsp-row.nnsp-looking")
+    expect(looking).to_have_count(1, timeout=30_000)
+    root.locator(".nnsp-title").click()  # the widget has the focus, not the search box
+    page.keyboard.press("Escape")
+    expect(looking).to_have_count(0)
+    expect(root.locator(".nnsp-tree .nnsp-row.nnsp-current")).to_have_attribute("data-node", run_row)
+    deadline = time.monotonic() + 10
+    while not _focus_on_run_row(root) and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+    assert _focus_on_run_row(root), "Escape in the widget did not focus the run's current row"
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_round4_in_marimo(browser, artifacts, tmp_path, scheme):
     pytest.importorskip("marimo")
     from playwright.sync_api import expect
 
     (tmp_path / "config" / "marimo").mkdir(parents=True)
-    (tmp_path / "config" / "marimo" / "marimo.toml").write_text('[display]\ntheme = "light"\n')
+    (tmp_path / "config" / "marimo" / "marimo.toml").write_text(f'[display]\ntheme = "{scheme}"\n')
     want = quickstart_expected()
     quick = _Marimo(ROOT / "notebooks" / "quickstart.ipynb", tmp_path)
     try:
@@ -185,7 +228,7 @@ def test_round4_in_marimo(browser, artifacts, tmp_path):
     finally:
         quick.stop()
 
-    app = _Marimo(HERE / NOTEBOOK, tmp_path)  # every cell runs: the edit cell fails (no paused run), as it should
+    app = _Marimo(HERE / NOTEBOOK, tmp_path, full_width=True)  # every cell runs: the edit cell fails (no paused run), as it should
     try:
         page = browser.new_page(viewport={"width": 1280, "height": 1400})
         page.on("pageerror", lambda error: errors.append(str(error)))
@@ -195,12 +238,13 @@ def test_round4_in_marimo(browser, artifacts, tmp_path):
         bps = root.get_by_label("Breakpoints", exact=True)
         expect(bps).to_contain_text("entry of transformer.h.1.attn", timeout=60_000)
         expect(bps).to_contain_text("lambda step: step.step_index == 10**9")
+        expect(root).to_have_attribute("data-theme", scheme, timeout=30_000)
         reason = root.locator(".nnsp-stop-reason")
         status = root.locator(".nnsp-status")
         root.locator(".nnsp-title").click()
         page.keyboard.press("c")
         expect(reason).to_have_text("stopped: entered transformer.h.1.attn", timeout=60_000)
-        look_and_come_back(page, root, expect)
+        _escape_focuses_the_run_row(page, root, expect)
         # a second hit of this run (▶ on a statement further in h.1.attn), then Reset: the new run is
         # called "base" again, and lists its own hit only
         root.get_by_label("Search the schema").fill("attention_interface(self")
@@ -222,7 +266,14 @@ def test_round4_in_marimo(browser, artifacts, tmp_path):
         expect(root.locator(".nnsp-bp", has_text="entry of transformer.h.1.attn")).to_contain_text("1 hit")
         expect(root.locator(".nnsp-bp", has_text="entry of transformer.h.1.attn")).not_to_contain_text("2 hits")
         assert not INTERNAL.findall(user_text(root))
-        root.screenshot(path=str(artifacts / "round4-marimo-1280-light.png"))
+        for width in (1280, 900):  # GPT-2 paused in h.1.attn, its two hits listed
+            page.set_viewport_size({"width": width, "height": 3400})  # the whole widget painted
+            page.wait_for_timeout(500)
+            root.screenshot(path=str(artifacts / f"round4-marimo-gpt2-{width}-{scheme}.png"))
+            assert_current_in_view(root)
+            if width == 900:
+                assert_inside(root, NARROW)
+        page.set_viewport_size({"width": 1280, "height": 1400})
         # without breakpoints, from a new run: layer 1's attention output and heads in three actions
         root.get_by_role("button", name="Clear breakpoints").click()
         root.get_by_role("button", name="Reset").click()

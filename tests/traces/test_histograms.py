@@ -70,3 +70,53 @@ def test_plot_without_gradients_has_one_column_and_refuses_unknown_ids():
         plot_histograms(trace, ["fc1_002"])
     with pytest.raises(ValueError, match="at least one"):
         plot_histograms(trace, [])
+
+
+def _edge_cases(generator: torch.Generator):
+    """Values a binning rule can get wrong: on the edges, at the ends, tiny and huge ranges, repeats."""
+    for trial in range(400):
+        n = int(torch.randint(1, 600, (1,), generator=generator))
+        kind = trial % 5
+        if kind == 0:
+            x = torch.randn(n, generator=generator, dtype=torch.float64)
+        elif kind == 1:
+            x = torch.randn(n, generator=generator, dtype=torch.float64) * 1e-30
+        elif kind == 2:
+            x = torch.randint(-5, 6, (n,), generator=generator).double()
+        elif kind == 3:
+            x = (torch.rand(n, generator=generator, dtype=torch.float64) * 1e6).round() / 7
+        else:
+            x = torch.randn(n, generator=generator).double() * 1e12
+        bins = int(torch.randint(1, 90, (1,), generator=generator))
+        low, high = x.min().item(), x.max().item()
+        if trial % 3 == 0:  # a range inside the values: some fall outside it
+            low, high = low * 0.5, high * 0.5
+        if not high > low:
+            low, high = low - 0.5, high + 0.5
+        if trial % 2 == 0:  # values exactly on every edge
+            x = torch.cat([x, torch.linspace(low, high, bins + 1, dtype=torch.float64)])
+        yield x, bins, low, high
+
+
+def test_the_serial_count_of_small_values_is_torch_histogram_exactly():
+    from nnschemaparser.traces.histograms import _serial_histogram
+
+    for x, bins, low, high in _edge_cases(torch.Generator().manual_seed(0)):
+        counts, edges = torch.histogram(x, bins=bins, range=(low, high))
+        serial_counts, serial_edges = _serial_histogram(x, bins, low, high)
+        assert torch.equal(serial_counts, counts), (bins, low, high)
+        assert torch.equal(serial_edges, edges)
+
+
+def test_small_and_large_values_take_the_two_paths_and_give_torch_histogram_counts():
+    from nnschemaparser.traces import histograms
+
+    torch.manual_seed(1)
+    for n in (histograms.SERIAL_BELOW - 1, histograms.SERIAL_BELOW + 1):
+        values = torch.randn(n)
+        values[::97] = 0.0
+        hist = histogram_bins(values, bins=33)
+        data = values.double()
+        counts, edges = torch.histogram(data, bins=33, range=(data.min().item(), data.max().item()))
+        assert list(hist.counts) == [int(c) for c in counts.tolist()] and hist.total == n
+        assert list(hist.edges) == edges.tolist()
