@@ -216,21 +216,22 @@ class SchemaInterpreter:
         try:
             for listener in listeners[:-1]:  # the stepper needs no start
                 listener.on_run_start(block, scope)
-            consumer = greenlet.getcurrent()
+            current_greenlet = greenlet.getcurrent
+            consumer = current_greenlet()
             stepper.attach(consumer)
             resume = runner.switch
             item = resume()
-            # Once per step: the loop is written for that (no calls but the switch back to the run).
+            # Once per step: the loop is written for that (two calls: which greenlet, and the switch).
             while item.__class__ is not _Finished:
                 yield item
-                current = greenlet.getcurrent()
+                current = current_greenlet()
                 if current is not consumer:  # resumed from another greenlet than the last time
                     if threading.get_ident() != owner:
                         raise SchemaRunError("a stepped run can only be advanced from the thread that started it; "
                                              "call next() on it from that thread (or start a step_run per thread)")
                     consumer = current
                     stepper.attach(current)
-                    runner.parent = current  # where the run's end (or its error) goes
+                    _adopt(runner)
                 item = resume()
             item = item.result
             finished = True
@@ -238,6 +239,7 @@ class SchemaInterpreter:
             stepper.ended = True
             if not finished and not runner.dead and threading.get_ident() == owner:
                 try:
+                    _adopt(runner)
                     runner.throw(StepAbandoned())
                 except StepAbandoned:
                     pass
@@ -253,6 +255,16 @@ class SchemaInterpreter:
         if intervening is not None:
             intervening.finish()
         return self.step_outputs
+
+
+def _adopt(runner: greenlet.greenlet) -> None:
+    """Make the current greenlet the one the run's end (or its error) goes to."""
+    current = greenlet.getcurrent()
+    if runner.parent is not current:
+        try:
+            runner.parent = current
+        except ValueError:  # the current greenlet runs inside the run: its end goes where it went
+            pass
 
 
 class _Finished:

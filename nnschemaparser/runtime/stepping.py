@@ -47,7 +47,7 @@ class StepInfo:
     block_path: str
     location: Optional[SourceLocation]
     _notify: Optional[Callable[[EditEvent], None]] = field(default=None, repr=False, compare=False)
-    _run: Any = field(default=None, repr=False, compare=False)  # the _Stepper: says whether the run has ended
+    _run: Any = field(default=None, repr=False, compare=False)  # the Stepper: says whether the run has ended
 
     @property
     def source(self) -> str:
