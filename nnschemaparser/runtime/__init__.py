@@ -1,6 +1,6 @@
 """Stage 3, runtime: executes a schema by re-dispatching every instruction to the real callables.
 
-Thirteen modules, each a noun:
+Fourteen modules, each a noun:
 
 - `codegen`: the code generator. Each function of a schema becomes one real Python function, with
   one `emit_<Instruction>` per instruction kind saying how it runs (plain and observed); the code
@@ -28,8 +28,11 @@ Thirteen modules, each a noun:
   selectors, handed over once by `use_interventions`), so the runtime reads no selector.
 - `reuse`: a patched run's block calls answered from a recorded clean run's (`CallReuse`, the
   programs that wrap their invokers, `run_reusing`), for activation patching.
-- `interpreter`: the public driver (`SchemaInterpreter.run / call / step_run`, `StepInfo`,
-  `CallPause`, edits, `source_code`).
+- `stepping`: what a stepped run yields (`StepInfo`, `CallPause`), edits (`apply_edit`), and what
+  pauses it (`Stepper`; `SteppingObserver`, whose `after` builds each step where the generated code
+  reports the instruction).
+- `interpreter`: the public driver (`SchemaInterpreter.run / call / step_run`: the stepped run's
+  greenlet and generator, `source_code`).
 
 May import: `schema` only. It never imports the lowering: a schema runs without its source.
 """

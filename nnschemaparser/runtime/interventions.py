@@ -9,7 +9,7 @@ package does). The runtime adds that listener to the run after the run's own lis
 which of them want to hear of edits and how to number steps, observes the blocks it asks for, and
 asks it after the run whether every intervention found a site (`finish`).
 
-The listener writes each new value into the live frame with `interpreter.apply_edit`, the one
+The listener writes each new value into the live frame with `stepping.apply_edit`, the one
 function that edits frames (`StepInfo.edit` calls it too), and reports it as an `EditEvent`.
 
 Depends on `listeners`.

@@ -25,7 +25,7 @@ sites changed so far). `Intervention(at, fn, index=..., occurrence=...)` says th
 `interventions` is then a list of them.
 
 Only variables bound to a tensor are intervened on. The new value is written into the live frame
-by `runtime.interpreter.apply_edit`, as `StepInfo.edit` writes an edit, and reported to the run's
+by `runtime.stepping.apply_edit`, as `StepInfo.edit` writes an edit, and reported to the run's
 listeners as an `EditEvent` (a capture keeps the new value and marks the step `edited`); autograd
 sees it as any other op, so gradients flow through it. Interventions at several sites apply in
 the order of `interventions`. After the run, an intervention that changed nothing (a selector that

@@ -184,3 +184,29 @@ def test_plain_runs_never_touch_an_observer(monkeypatch):
     assert torch.equal(SchemaInterpreter().run(schema, {"x": x})[0], model(x))
     with pytest.raises(AssertionError, match="observer"):
         SchemaInterpreter(listeners=[ActivationRecorder()]).run(schema, {"x": x})
+
+
+def test_a_stepped_run_resumed_from_another_greenlet_ends_in_that_greenlet():
+    import greenlet
+
+    model, x, schema = spec_mlp()
+    interpreter = SchemaInterpreter()
+    steps = interpreter.step_run(schema, {"x": x})
+    assert next(steps).step_index == 1
+    other = greenlet.greenlet(lambda: [step.step_index for step in steps])
+    assert other.switch() == list(range(2, 10)), "the rest of the steps, and the end, come to the greenlet that asked"
+    assert other.dead and torch.equal(interpreter.step_outputs[0], model(x))
+
+
+def test_a_stepped_run_closed_from_another_greenlet_unwinds():
+    import greenlet
+
+    model, x, schema = spec_mlp()
+    steps = SchemaInterpreter().step_run(schema, {"x": x})
+    next(steps)
+    next(steps)
+    closer = greenlet.greenlet(steps.close)
+    closer.switch()
+    assert closer.dead
+    with pytest.raises(StopIteration):
+        next(steps)

@@ -1,0 +1,329 @@
+"""Stepping: what a stepped run yields (`StepInfo`, `CallPause`), how an edit is applied, and the
+listener that pauses the run at each step (`Stepper`).
+
+A stepped run executes in a greenlet and switches to its consumer once per step, and the consumer
+switches back when it asks for the next step: two switches a step, the least a paused generator
+can cost. What runs around them is kept to the bone, since it runs once per executed instruction
+(3,780 times in a forward of a 32-layer tiny Llama): a `StepInfo` is filled in slot by slot
+without a call of its `__init__`, in the observer's `after` itself (`SteppingObserver`: the
+function the generated code calls after each instruction), what it reads off an instruction is
+looked up once per instruction class, and the stepper switches with a bound method it keeps ready.
+
+Depends on `listeners`, `instructions` and the schema; `interpreter` drives it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+
+from .instructions import operand_reader
+from .listeners import (RETURN_SLOT, CallEvent, EditEvent, EventObserver, InstructionEvent, TraceListener,
+                        instruction_kind)
+from ..schema.errors import EditError, SchemaRunError
+from ..schema.model import Instruction, ReturnInstruction, SourceLocation
+from ..schema.notation import operand_text
+
+__all__ = ["StepInfo", "CallPause", "Stepper", "SteppingObserver", "apply_edit", "checked_edits"]
+
+
+@dataclass(slots=True)
+class StepInfo:
+    """One executed instruction of a stepped run, with the live frames it can edit.
+
+    The stepper fills a StepInfo slot by slot without calling `__init__` (`SteppingObserver.after`):
+    a field added here must be set there too.
+    """
+
+    step_index: int
+    kind: str
+    out_var: str
+    frame_depth: int
+    value: Any
+    scope_frames: tuple
+    instruction: Instruction
+    block_path: str
+    location: Optional[SourceLocation]
+    _notify: Optional[Callable[[EditEvent], None]] = field(default=None, repr=False, compare=False)
+    _run: Any = field(default=None, repr=False, compare=False)  # the Stepper: says whether the run has ended
+
+    @property
+    def source(self) -> str:
+        return str(self.location) if self.location is not None else ""
+
+    def visible_names(self, frame_depth: Optional[int] = None) -> list[str]:
+        depth = self.frame_depth if frame_depth is None else frame_depth
+        if not isinstance(depth, int) or isinstance(depth, bool) or not 0 <= depth < len(self.scope_frames):
+            raise EditError(f"step {self.step_index}: frame_depth {depth!r} is not visible; frames "
+                            f"0..{len(self.scope_frames) - 1} are")
+        return sorted(self.scope_frames[depth])
+
+    def edit(self, values: Any = None, shape: Any = None, dtype: Any = None, frame_depth: Optional[int] = None,
+             out_var: Optional[str] = None) -> None:
+        """Replace a visible variable before the next instruction runs.
+
+        Defaults: the variable this step bound, in its own frame. The new value must have the
+        variable's current shape and dtype, unless `shape` / `dtype` say which new ones are intended.
+        On any error nothing is changed.
+        """
+        if self._run is not None and self._run.ended:
+            raise EditError(f"step {self.step_index}: the run has ended, so there is nothing left to edit; edit a "
+                            "step while the run is paused at it (inside the loop over step_run)")
+        depth = self.frame_depth if frame_depth is None else frame_depth
+        name = out_var or self.out_var
+        old = apply_edit(self.scope_frames, depth, name, values, shape, dtype, self.step_index)
+        if self._notify is not None:
+            self._notify(EditEvent(self.step_index, depth, name, old, values))
+        if self.value is not None and (out_var is None or out_var == self.out_var) and \
+                (frame_depth is None or frame_depth == self.frame_depth):
+            self.value = self.scope_frames[self.frame_depth][self.out_var]
+
+
+@dataclass
+class CallPause:
+    """A stepped run paused *before* a sub-block call (`step_run(..., pause_before_calls=True)`).
+
+    Not a step: `after_step` steps have run, and the next step (`after_step + 1`) is the callee's
+    first instruction when the callee is interpreted, else the call's own completion step. The
+    call is `instruction` in `block_path` at frame `frame_depth`; `callee_path` names what it calls
+    (`transformer.h.1.attn`), `callee` is that block (None when it is not in the schema).
+    `arguments()` reads the values the call is about to pass. Nothing can be edited here: edit the
+    step that bound an argument, or step into the call.
+    """
+
+    after_step: int
+    instruction: Instruction
+    callee_path: str
+    callee: Optional[ModelBlockSchema]
+    block_path: str
+    frame_depth: int
+    frame: dict
+    scope_frames: tuple
+    location: Optional[SourceLocation]
+
+    kind = "call"
+
+    @property
+    def source(self) -> str:
+        return str(self.location) if self.location is not None else ""
+
+    @property
+    def interpreted(self) -> bool:
+        """Whether stepping into the call reaches the callee's own instructions (its schema runs)."""
+        callee = self.callee
+        return callee is not None and callee.skip_reason is None and callee.signature is not None
+
+    def arguments(self) -> list[tuple[str, Any]]:
+        """(label, value) of each argument the call passes, in order: a positional argument by its
+        operand (`hidden_states`, `*args`), a keyword one by its keyword; a `**kwargs` splat by its
+        keys. An operand that cannot be read (yet) is left out."""
+        instr, frame = self.instruction, self.frame
+        out: list[tuple[str, Any]] = []
+        stars = set(getattr(instr, "star_args", ()) or ())
+
+        def read(op: Any) -> Any:
+            return operand_reader(op)(frame)
+
+        for index, op in enumerate(getattr(instr, "args", ())):
+            try:
+                out.append((("*" if index in stars else "") + operand_text(op), read(op)))
+            except Exception:  # noqa: BLE001 - a view of the call; the call itself will say what is wrong
+                continue
+        args_var = getattr(instr, "args_var", None)
+        if args_var is not None and args_var in frame:
+            out.append((f"*{args_var}", frame[args_var]))
+        for key, op in getattr(instr, "kwargs", {}).items():
+            try:
+                out.append((key, read(op)))
+            except Exception:  # noqa: BLE001
+                continue
+        kwargs_var = getattr(instr, "kwargs_var", None)
+        extra = frame.get(kwargs_var) if kwargs_var is not None else None
+        if isinstance(extra, dict):
+            out.extend((str(key), value) for key, value in extra.items())
+        return out
+
+    def __repr__(self) -> str:
+        names = ", ".join(label for label, _ in self.arguments())
+        return f"CallPause(after step {self.after_step}: about to call {self.callee_path}({names}) at {self.source})"
+
+
+def apply_edit(frames: Sequence[dict], depth: int, name: str, values: Any, shape: Any, dtype: Any,
+               step_index: int) -> Any:
+    """Validate, then bind `values` to `name` in `frames[depth]`; returns the replaced value."""
+    if not frames:
+        raise EditError("there is no live frame to edit")
+    if not isinstance(depth, int) or isinstance(depth, bool) or not 0 <= depth < len(frames):
+        raise EditError(f"step {step_index}: frame_depth {depth} is not visible; frames 0..{len(frames) - 1} are")
+    frame = frames[depth]
+    if not name or name not in frame:
+        visible = ", ".join(sorted(k for k in frame if not k.startswith("$return"))) or "(none)"
+        raise EditError(f"step {step_index}: no variable {name!r} in frame {depth}; visible there: {visible}")
+    if values is None:
+        raise EditError(f"step {step_index}: edit needs values=... (the new value of {name!r})")
+    current = frame[name]
+    if isinstance(current, torch.Tensor):
+        if not isinstance(values, torch.Tensor):
+            raise EditError(f"step {step_index}: {name!r} is a tensor; the edit must give a tensor, "
+                            f"got {type(values).__name__}")
+        want_shape = tuple(shape) if shape is not None else tuple(current.shape)
+        want_dtype = dtype if dtype is not None else current.dtype
+        if isinstance(want_dtype, str):
+            want_dtype = getattr(torch, want_dtype.replace("torch.", ""), None)
+        if not isinstance(want_dtype, torch.dtype):
+            raise EditError(f"step {step_index}: dtype={dtype!r} is not a torch dtype; pass e.g. torch.float16 "
+                            "or 'torch.float16'")
+        if tuple(values.shape) != want_shape:
+            if shape is not None:
+                raise EditError(f"step {step_index}: the edit of {name!r} gives shape {tuple(values.shape)} but "
+                                f"declares shape={want_shape}; make them agree")
+            raise EditError(f"step {step_index}: {name!r} has shape {tuple(current.shape)}; the edit gives "
+                            f"{tuple(values.shape)} (pass shape=... to change the shape on purpose)")
+        if values.dtype != want_dtype:
+            if dtype is not None:
+                raise EditError(f"step {step_index}: the edit of {name!r} gives dtype {values.dtype} but declares "
+                                f"dtype={want_dtype}; make them agree")
+            raise EditError(f"step {step_index}: {name!r} has dtype {current.dtype}; the edit gives {values.dtype} "
+                            f"(pass dtype=... to change the dtype on purpose)")
+        if values.device != current.device:
+            raise EditError(f"step {step_index}: {name!r} lives on {current.device}; the edit is on {values.device}")
+    frame[name] = values
+    return current
+
+
+class Stepper(TraceListener):
+    """Pauses the run after each stepped instruction by switching to the consumer's greenlet.
+
+    `attach(consumer)` says which greenlet that is (the generator may be resumed from another);
+    `index` counts the steps so far, `ended` is set once the run is over or abandoned.
+    """
+
+    def __init__(self, edits: Optional[dict[int, list[dict]]], listeners: Sequence[TraceListener] = (),
+                 pause_before_calls: bool = False):
+        self.index = 0
+        self.ended = False
+        self.pause_before_calls = pause_before_calls
+        self.edits = edits or {}
+        self.consumer: Any = None
+        self.switch: Optional[Callable[[Any], Any]] = None
+        self.listeners = [l for l in listeners if type(l).on_edit is not TraceListener.on_edit]
+        self._notify = self.notify if self.listeners else None
+
+    def attach(self, consumer: Any) -> None:
+        """Pause into the greenlet `consumer` from now on."""
+        self.consumer = consumer
+        self.switch = consumer.switch
+
+    def notify(self, event: EditEvent) -> None:
+        for listener in self.listeners:
+            listener.on_edit(event)
+
+    def on_instruction(self, event: InstructionEvent) -> None:
+        if not event.stepped:  # an if test or a while re-evaluation (spec 000)
+            return
+        self._pause(event.instruction, event.value, event.depth, event.frames, event.path)
+
+    def _pause(self, instr: Instruction, value: Any, depth: int, frames: tuple, path: str) -> None:
+        self.index += 1
+        step = StepInfo(self.index, (_SHAPES.get(instr.__class__) or _shape(instr))[0], instr.out_var, depth, value,
+                        frames, instr, path, instr.location, self._notify, self)
+        if self.edits:
+            for edit in self.edits.get(self.index, ()):
+                step.edit(**edit)
+        self.switch(step)
+
+    def on_before_call(self, event: CallEvent) -> None:
+        if not event.stepped or not self.pause_before_calls:
+            return
+        instr = event.instruction
+        self.switch(CallPause(self.index, instr, event.callee_path, event.callee, event.path, event.depth,
+                              event.frame, event.frames, instr.location))
+
+
+class SteppingObserver(EventObserver):
+    """The observer of a stepped run's programs. When the stepper is the run's one instruction
+    listener and values are not captured, its `after` (which the generated code calls after every
+    instruction) is the step itself: the StepInfo is built here, slot by slot, and the run switches
+    to its consumer, with no event and no call in between. Otherwise it is `EventObserver.after`."""
+
+    def configure(self, listeners: Sequence[TraceListener], capture_values: bool = False) -> None:
+        super().configure(listeners, capture_values)
+        only = self._instruction_listeners
+        self._stepper: Optional[Stepper] = only[0] if not capture_values and len(only) == 1 and \
+            type(only[0]) is Stepper else None
+
+    def after(self, instr: Instruction, frame: dict) -> None:
+        stepper = self._stepper
+        if stepper is None:
+            EventObserver.after(self, instr, frame)
+            return
+        if self.conditions:  # an if test or a while re-evaluation (spec 000)
+            return
+        stepper.index = index = stepper.index + 1
+        shape = _SHAPES.get(instr.__class__) or _shape(instr)
+        out = instr.out_var
+        if shape[1]:
+            value = frame.get(RETURN_SLOT)
+        else:
+            value = frame.get(out) if out else None
+        frames = self._frames_tuple
+        if frames is None:
+            frames = self.frames_tuple()
+        info = _new(StepInfo)
+        info.step_index = index
+        info.kind = shape[0]
+        info.out_var = out
+        info.frame_depth = self.depth
+        info.value = value
+        info.scope_frames = frames
+        info.instruction = instr
+        info.block_path = self.path
+        info.location = instr.location
+        info._notify = stepper._notify
+        info._run = stepper
+        if stepper.edits:
+            for edit in stepper.edits.get(index, ()):
+                info.edit(**edit)
+        stepper.switch(info)
+
+
+_new = object.__new__
+
+# (kind, returns) of each instruction class: what a step reads off its instruction's class, found once.
+_SHAPES: dict[type, tuple[str, bool]] = {}
+
+
+def _shape(instr: Instruction) -> tuple[str, bool]:
+    shape = _SHAPES[instr.__class__] = (instruction_kind(instr), isinstance(instr, ReturnInstruction))
+    return shape
+
+
+_EDIT_KEYS = ("values", "shape", "dtype", "frame_depth", "out_var")
+
+
+def checked_edits(edits: Any) -> dict[int, list[dict]]:
+    """`edits` of step_run as {step: [edit kwargs, ...]}, or a SchemaRunError naming the first bad entry."""
+    example = "e.g. {5: [{'values': torch.zeros(2, 32)}]}"
+    if not isinstance(edits, dict):
+        raise SchemaRunError(f"edits must map step_index (int) -> list of edit dicts, got {type(edits).__name__}; {example}")
+    checked: dict[int, list[dict]] = {}
+    for step, entry in edits.items():
+        if type(step) is not int or step < 1:
+            raise SchemaRunError(f"edits must map step_index (int) -> list of edit dicts: {step!r} is not a step index; "
+                             f"steps are ints counted from 1; {example}")
+        items = [entry] if isinstance(entry, dict) else entry
+        if not isinstance(items, (list, tuple)) or not all(isinstance(item, dict) for item in items):
+            raise SchemaRunError(f"edits[{step}] must be an edit dict or a list of them, got {type(entry).__name__}")
+        for item in items:
+            unknown = [key for key in item if key not in _EDIT_KEYS]
+            if unknown:
+                raise SchemaRunError(f"edits[{step}]: unknown key {unknown[0]!r}; an edit takes {', '.join(_EDIT_KEYS)}")
+            if "values" not in item:
+                raise SchemaRunError(f"edits[{step}]: an edit needs 'values' (the new value)")
+            depth = item.get("frame_depth")
+            if depth is not None and (type(depth) is not int or depth < 0):
+                raise SchemaRunError(f"edits[{step}]: frame_depth must be a non-negative int, got {depth!r}")
+        checked[step] = list(items)
+    return checked
