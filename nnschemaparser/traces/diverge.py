@@ -27,6 +27,7 @@ Depends on schema, runtime, parser and traces; never on views.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 import time
@@ -41,7 +42,8 @@ from ..schema.errors import SchemaRunError
 from ..schema.model import ModelBlockSchema
 from .diverge_align import Alignment, align_schemas
 from .diverge_bounds import DEFAULT_FACTOR, bound_of, least_precise
-from .diverge_runs import RowListener, cast_inputs, check_side, model_place, replay_dtype, replay_weights, side_context
+from .diverge_runs import (RowListener, cast_inputs, check_side, model_place, replay_dtype, replay_is_keep,
+                           replay_weights, side_context)
 
 __all__ = ["diverge", "DivergeReport", "DivergeLine", "DivergeError", "COLUMNS", "STATUSES"]
 
@@ -201,34 +203,39 @@ def diverge(model_a: torch.nn.Module, model_b: torch.nn.Module, inputs: dict, *,
         same_code = schema_b is schema_a or type(model_a) is type(model_b)
         alignment = align_schemas(schema_a, schema_b, same=same_code)
         store: dict = {"precision": least_precise(dtype_b, autocast_b)}
-        runs = (("a", "keep", schema_a, inputs_a, side_context(settings_a, autocast_a, device_a)),
+        replay = replay_dtype(store["precision"])
+        # b's dtype is a's and its weights are a's: the replay would be a's free run again (Q is A), so
+        # the force run measures each local error against A itself and the replay is not made
+        store["replay_is_keep"] = (dtype_b == dtype_a == replay and autocast_a is None and autocast_b is None
+                                   and replay_is_keep(model_a, model_b, replay))
+        runs = [("a", "keep", schema_a, inputs_a, side_context(settings_a, autocast_a, device_a)),
                 ("b", "carry", schema_b, inputs_b, side_context(settings_b, autocast_b, device_b)),
-                ("b", "force", schema_b, inputs_b, side_context(settings_b, autocast_b, device_b)))
+                ("b", "force", schema_b, inputs_b, side_context(settings_b, autocast_b, device_b)),
+                ("a", "replay", schema_a, None, None)]
         listeners = {}
         outputs = {}
         rng = torch.get_rng_state()  # every run draws what the first drew (a model sampling in eval)
-        for side, mode, schema, scope, context in runs:
-            listener = RowListener(side, mode, alignment, store)
-            clock = time.perf_counter()
+        try:
+            for side, mode, schema, scope, context in runs:
+                listener = RowListener(side, mode, alignment, store)
+                clock = time.perf_counter()
+                if mode == "replay":
+                    if store["replay_is_keep"] and not store.get("lossy"):
+                        listeners["force"].local_errors()  # Q is A: the replay is not made
+                        timings["local"] = time.perf_counter() - clock
+                        break
+                    scope = {k: (v.to(device=device_a, dtype=replay) if v.is_floating_point() else v.to(device_a))
+                             if isinstance(v, torch.Tensor) else v for k, v in inputs_b.items()}
+                    context = _replay_context(model_a, model_b, replay, settings_a, device_a)
+                torch.set_rng_state(rng)
+                with context:
+                    result = SchemaInterpreter(listeners=[listener]).run(schema, dict(scope))
+                timings[f"{side}_{mode}"] = time.perf_counter() - clock
+                listeners[mode] = listener
+                if mode in ("keep", "carry"):
+                    outputs[side] = result
+        finally:
             torch.set_rng_state(rng)
-            with context:
-                result = SchemaInterpreter(listeners=[listener]).run(schema, dict(scope))
-            timings[f"{side}_{mode}"] = time.perf_counter() - clock
-            listeners[mode] = listener
-            if mode in ("keep", "carry"):
-                outputs[side] = result
-        replay = replay_dtype(store["precision"])
-        replay_inputs = {k: (v.to(device=device_a, dtype=replay) if isinstance(v, torch.Tensor)
-                             and v.is_floating_point() else v.to(device_a) if isinstance(v, torch.Tensor) else v)
-                         for k, v in inputs_b.items()}
-        listener = RowListener("a", "replay", alignment, store)
-        clock = time.perf_counter()
-        torch.set_rng_state(rng)
-        with replay_weights(model_a, model_b, replay), side_context(settings_a, None, device_a):
-            SchemaInterpreter(listeners=[listener]).run(schema_a, replay_inputs)
-        torch.set_rng_state(rng)
-        timings["a_replay"] = time.perf_counter() - clock
-        listeners["replay"] = listener
     clock = time.perf_counter()
     table = _table(listeners, store, alignment, bound_factor)
     timings["table"] = time.perf_counter() - clock
@@ -237,6 +244,13 @@ def diverge(model_a: torch.nn.Module, model_b: torch.nn.Module, inputs: dict, *,
     first = _line(flagged.iloc[0]) if len(flagged) else None
     return DivergeReport(table, first, schema_a, schema_b, model_a, model_b, side_a, side_b, alignment,
                          outputs.get("a"), outputs.get("b"), timings, float(bound_factor))
+
+
+@contextlib.contextmanager
+def _replay_context(model_a: Any, model_b: Any, replay: torch.dtype, settings_a: Any, device_a: torch.device) -> Any:
+    """The replay's context: a's weights holding b's in the replay dtype, a's settings, no autocast."""
+    with replay_weights(model_a, model_b, replay), side_context(settings_a, None, device_a):
+        yield
 
 
 def _is_compiled(model: Any) -> bool:
