@@ -37,6 +37,7 @@ from ..runtime.listeners import RETURN_SLOT, TraceListener
 from ..schema.model import Instruction, ReturnInstruction, VarRef
 from .diverge_align import Alignment, row_var_names
 from .diverge_bounds import local_error, relative_error
+from .diverge_memory import RowValues
 
 __all__ = ["RowListener", "RowInfo", "Recent", "side_context", "check_side", "cast_inputs", "replay_weights", "replay_dtype", "replay_is_keep", "model_place"]
 
@@ -226,10 +227,17 @@ class RowListener(TraceListener):
     def on_block_enter(self, event: Any) -> None:
         self._last.pop(id(event.frame), None)  # a new frame: names a dead frame of that id bound are not its own
 
+    def on_block_exit(self, event: Any) -> None:
+        self._last.pop(id(event.frame), None)  # the frame is done: its names' values are not held past it
+
     def _keep(self, table_name: str, key: tuple, value: torch.Tensor) -> None:
-        table = self.store.setdefault(table_name, {})
+        table = self.store.get(table_name)
+        if table is None:  # a budget (store["spill"]): held in memory up to it, on disk past it
+            spill = self.store.get("spill")
+            table = self.store[table_name] = RowValues(spill) if spill is not None else {}
         table[key] = value
-        self._kept_storage.setdefault(_storage_id(value), []).append((table, key))
+        if not isinstance(table, RowValues) or table.in_memory(key):  # a value on disk is a copy already
+            self._kept_storage.setdefault(_storage_id(value), []).append((table, key))
 
 
 class Recent:
@@ -240,7 +248,7 @@ class Recent:
     hold their tensors, so no other tensor can take their memory while they are keyed, and an
     in-place write moves the version counter, so a changed tensor never matches."""
 
-    SIZE = 6
+    SIZE = 2
 
     __slots__ = ("_entries",)
 

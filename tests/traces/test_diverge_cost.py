@@ -99,3 +99,43 @@ def test_recent_results_are_reused_only_for_the_very_same_unchanged_tensors():
     assert again is not cast and torch.equal(again, a.to(torch.bfloat16))
     recent.known(local_error, again, a, 0.5)
     assert recent.error(local_error, again, a) == 0.5
+
+
+def test_past_the_memory_budget_rows_go_to_disk_and_the_report_is_the_same():
+    model, inputs = llama()
+    other = copy.deepcopy(model).to(torch.bfloat16)
+    held = diverge(model, other, inputs, memory_budget=None)
+    spilled = diverge(model, other, inputs, memory_budget=16_384)
+    _same_tables(spilled.table, held.table)
+    assert held.memory["files"] == 0 and held.memory["peak_held"] > 16_384
+    assert spilled.memory["files"] > 0 and spilled.memory["written"] > 0
+    assert 0 < spilled.memory["peak_held"] <= 16_384
+    assert "went to disk" in spilled.summary()
+    with pytest.raises(ValueError, match="memory_budget"):
+        diverge(model, other, inputs, memory_budget=-1)
+
+
+def test_a_value_on_disk_comes_back_with_its_dtype_shape_and_strides(tmp_path):
+    from nnschemaparser.traces.diverge_memory import RowValues, Spill
+
+    spill = Spill(budget=0)
+    table = RowValues(spill)
+    values = {"t": torch.randn(3, 4).t(), "b": torch.randn(5).to(torch.bfloat16), "m": torch.rand(2, 3) > 0.5,
+              "i": torch.arange(6).view(2, 3)}
+    for key, value in values.items():
+        table[key] = value
+    assert not any(table.in_memory(k) for k in values) and len(table) == 4 and spill.files == 4
+    for key, value in values.items():
+        back = table[key]
+        assert torch.equal(back, value) and back.dtype == value.dtype and back.stride() == value.stride()
+    assert torch.equal(table.pop("t"), values["t"]) and "t" not in table
+    folder = spill._folder
+    assert folder is not None and len(list(folder.iterdir())) == 3  # the popped value's file is gone
+    spill.close()
+    assert not folder.exists()
+    roomy = RowValues(Spill(budget=1 << 20))
+    x = torch.randn(8)
+    roomy["a"], roomy["b"] = x, x.view(2, 4)  # one storage, counted once
+    assert roomy.in_memory("a") and roomy.spill.held == x.untyped_storage().nbytes()
+    roomy.pop("a"), roomy.pop("b")
+    assert roomy.spill.held == 0
