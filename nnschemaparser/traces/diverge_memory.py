@@ -62,13 +62,14 @@ class Spill:
         return True
 
     def release(self, value: torch.Tensor) -> None:
-        entry = self._storages.get(_storage(value)[0])
+        ptr = _storage(value)[0]
+        entry = self._storages.get(ptr)
         if entry is None:
             return
         entry[1] -= 1
         if entry[1] <= 0:
             self.held -= entry[0]
-            del self._storages[_storage(value)[0]]
+            del self._storages[ptr]
 
     def write(self, value: torch.Tensor) -> tuple:
         """`value`'s bytes to a new file; what `read` needs to make it again."""
