@@ -126,6 +126,8 @@ def test_show_of_a_compiled_b_steps_a_and_b_own_code_and_gives_the_compiled_regi
     assert state_a.schema is report.schema_a
     data = widget.handle({"type": "diverge", "id": 1})["data"]
     assert "torch.compile" in data["sides"]["b"] and "GeluNet" in data["sides"]["b"]
+    code = widget.handle({"type": "module", "name": "Diverge", "id": 9})["data"]["code"]
+    assert "nnsp-dv-compiled" in code  # the detail shows b's compiled region under the line
     first = data["first"]
     row = report.table.iloc[first]
     assert (row["file"], row["line"]) == expected_line(GeluMLP.forward, "a = F.gelu(h)")
