@@ -18,6 +18,10 @@ Four schema runs, under `torch.no_grad()` (traces/diverge_runs.py):
    teacher-forced the same way: `Q`, the statement's value on the same cast inputs computed at least
    as precisely as b could; the row's *local* error is `L` against `Q`.
 
+Where b has a's dtype and weights and neither side autocasts (a code version, CPU settings), run 4
+would be run 1 again: it is not made, and `L` is measured against `A` (diverge_runs.replay_is_keep).
+Row values are held between runs up to `memory_budget`, past it on disk (traces/diverge_memory.py).
+
 A row is flagged when its local error is above what b's dtype explains (traces/diverge_bounds.py:
 `bound_factor * eps` of b's precision, errors relative to the value's scale). Rows are aligned by statement
 (traces/diverge_align.py), not by step: block path, a's file and line, variable, occurrence.
