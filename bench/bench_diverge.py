@@ -1,6 +1,7 @@
 """Planted faults for `diverge`: does `report.first` name the planted line, and do fault-free pairs flag nothing?
 
-    PYTHONPATH=. python bench/bench_diverge.py [--seeds N] [--quick] [--only KIND,...]
+    PYTHONPATH=. python bench/bench_diverge.py [--seeds N] [--quick] [--only KIND,...] [--cost]
+    PYTHONPATH=. python bench/bench_diverge.py --memory [--budget BYTES]
 
 Cases come from `CASE_BUILDERS`, a list of functions `builder(seed) -> list[Case]`; add one to add
 a kind (the compile helper's `compile_cases` is such a builder, run when
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import statistics
 import sys
 import time
@@ -286,6 +288,65 @@ def run_case(case: Case) -> dict:
             "first": str(first) if first is not None else "-"}
 
 
+# --- memory --------------------------------------------------------------------------------------
+
+MEMORY_MODES = ("eager", "diverge", "diverge unbounded")
+
+
+def _rss(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def memory_child(mode: str, budget: int) -> None:
+    """One mode in a fresh process: its peak resident memory above the process after setup (models built)."""
+    torch.set_num_threads(1)
+    a, inputs = memory_model()
+    b = copy.deepcopy(a).to(torch.bfloat16)
+    base = _rss("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) starts again from here
+    start = time.process_time()
+    extra = {}
+    if mode == "eager":
+        with torch.no_grad():
+            a(**inputs)
+            b(**cast_inputs(inputs, *model_place(b)))
+    else:
+        report = diverge(a, b, inputs, memory_budget=budget if mode == "diverge" else None)
+        extra = report.memory
+    print({"mode": mode, "base": base, "peak": _rss("VmHWM") - base, "cpu_s": time.process_time() - start, **extra})
+
+
+def memory_model() -> tuple:
+    """A Llama where activations, not weights, take the memory: 1024 tokens (attention scores 32 MiB a row)."""
+    return llama(layers=4, seq=1024, hidden_size=512, intermediate_size=1408, num_attention_heads=8,
+                 num_key_value_heads=4, vocab_size=1024)
+
+
+def memory_report(budget: int) -> None:
+    import ast
+    import subprocess
+
+    rows = []
+    for mode in MEMORY_MODES:
+        # glibc's mmap threshold held at 128 KiB: a freed tensor leaves resident memory at once, so the
+        # peak is what was alive, not what glibc's heap kept after raising its threshold to 32 MiB
+        env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
+        done = subprocess.run([sys.executable, __file__, "--memory-child", mode, "--budget", str(budget)],
+                              capture_output=True, text=True, check=True, env=env)
+        rows.append(ast.literal_eval(done.stdout.strip().splitlines()[-1]))
+    eager = rows[0]["peak"]
+    print(f"memory (llama hidden 512, 4 layers, 1024 tokens, fp32 against bf16; peak resident memory above the "
+          f"process with both models built): budget {budget / 2 ** 20:.0f} MiB")
+    for row in rows:
+        more = f", held at most {row['peak_held'] / 2 ** 20:.0f} MiB, {row['written'] / 2 ** 20:.0f} MiB to disk" \
+            if "peak_held" in row else ""
+        print(f"  {row['mode']:<18} peak {row['peak'] / 2 ** 20:7.0f} MiB ({row['peak'] / eager:4.1f}x the two eager "
+              f"runs), CPU {row['cpu_s']:.2f}s{more}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=6, help="seeds per planted toy fault (default 6: 30 toy faults)")
@@ -294,7 +355,19 @@ def main() -> None:
     parser.add_argument("--cost", action="store_true",
                         help="also time wider models (hidden 512, 4 layers, 128 tokens), where ops, not Python, take the time")
     parser.add_argument("--only", default="", help="comma-separated kinds: dtype, version, settings, compile")
+    parser.add_argument("--memory", action="store_true",
+                        help="peak memory of diverge (with --budget, and with no limit) against the two eager runs, "
+                             "each in a fresh process (Linux), then exit")
+    parser.add_argument("--budget", type=int, default=256 * 2 ** 20, help="memory_budget for --memory (bytes)")
+    parser.add_argument("--memory-child", choices=MEMORY_MODES, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.memory_child:
+        warnings.filterwarnings("ignore", message="TF32 acceleration")
+        memory_child(args.memory_child, args.budget)
+        return
+    if args.memory:
+        memory_report(args.budget)
+        return
     if args.quick:
         args.seeds, args.clean_seeds = 2, 1
     torch.set_num_threads(1)

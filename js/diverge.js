@@ -193,6 +193,8 @@ export class DivergeView {
       h("pre", {}, row.source),
       row.source_a ? h("pre", { title: "side a's statement" }, `a: ${row.source_a}`) : "",
       h("div", { class: "nnsp-dv-errors" }, `local error ${fmt(row.local)} · carried error ${fmt(row.carried)} · bound ${fmt(row.bound)}`),
+      // a compiled b: its run here is its code without the compiler; the row's compiled region says what compiling adds
+      reply.b.compiled ? h("div", { class: "nnsp-note nnsp-dv-compiled" }, reply.b.note) : "",
       table);
   }
 }

@@ -18,6 +18,10 @@ Four schema runs, under `torch.no_grad()` (traces/diverge_runs.py):
    teacher-forced the same way: `Q`, the statement's value on the same cast inputs computed at least
    as precisely as b could; the row's *local* error is `L` against `Q`.
 
+Where b has a's dtype and weights and neither side autocasts (a code version, CPU settings), run 4
+would be run 1 again: it is not made, and `L` is measured against `A` (diverge_runs.replay_is_keep).
+Row values are held between runs up to `memory_budget`, past it on disk (traces/diverge_memory.py).
+
 A row is flagged when its local error is above what b's dtype explains (traces/diverge_bounds.py:
 `bound_factor * eps` of b's precision, errors relative to the value's scale). Rows are aligned by statement
 (traces/diverge_align.py), not by step: block path, a's file and line, variable, occurrence.
@@ -27,6 +31,7 @@ Depends on schema, runtime, parser and traces; never on views.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 import time
@@ -41,7 +46,9 @@ from ..schema.errors import SchemaRunError
 from ..schema.model import ModelBlockSchema
 from .diverge_align import Alignment, align_schemas
 from .diverge_bounds import DEFAULT_FACTOR, bound_of, least_precise
-from .diverge_runs import RowListener, cast_inputs, check_side, model_place, replay_dtype, replay_weights, side_context
+from .diverge_memory import DEFAULT_BUDGET, Spill
+from .diverge_runs import (RowListener, cast_inputs, check_side, model_place, replay_dtype, replay_is_keep,
+                           replay_weights, side_context)
 
 __all__ = ["diverge", "DivergeReport", "DivergeLine", "DivergeError", "COLUMNS", "STATUSES"]
 
@@ -85,7 +92,8 @@ class DivergeReport:
     `table`: a pandas DataFrame, one row per aligned row in run order (`COLUMNS`); `first`: the first
     flagged row as a `DivergeLine`, or None. Everything a view needs to show and step both runs is
     kept: the schemas, the models, each side's inputs and settings (`side_a`, `side_b`), the
-    alignment, the outputs, and `timings` (seconds per run)."""
+    alignment, the outputs, `timings` (seconds per run; `local` where the replay was not needed) and
+    `memory` (the budget, the most bytes of row values held at once, bytes and files written past it)."""
 
     table: Any
     first: Optional[DivergeLine]
@@ -100,6 +108,7 @@ class DivergeReport:
     outputs_b: Any = field(repr=False, default=None)
     timings: dict = field(repr=False, default_factory=dict)
     bound_factor: float = DEFAULT_FACTOR
+    memory: dict = field(repr=False, default_factory=dict)
 
     @property
     def flagged(self) -> Any:
@@ -116,6 +125,10 @@ class DivergeReport:
                                                                          "within what b's dtype explains)")
         if self.timings:
             lines.append("timings: " + ", ".join(f"{k} {v:.3f}s" for k, v in self.timings.items()))
+        if self.memory.get("files"):
+            lines.append(f"memory: held at most {self.memory['peak_held'] / 2 ** 20:.1f} MiB of row values, "
+                         f"{self.memory['files']} more ({self.memory['written'] / 2 ** 20:.1f} MiB) went to disk "
+                         f"past the budget of {self.memory['budget'] / 2 ** 20:.1f} MiB")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -142,7 +155,8 @@ class DivergeReport:
 def diverge(model_a: torch.nn.Module, model_b: torch.nn.Module, inputs: dict, *,
             autocast_a: Optional[torch.dtype] = None, autocast_b: Optional[torch.dtype] = None,
             settings_a: Any = None, settings_b: Any = None, bound_factor: float = DEFAULT_FACTOR,
-            schema_a: Optional[ModelBlockSchema] = None, schema_b: Optional[ModelBlockSchema] = None) -> DivergeReport:
+            schema_a: Optional[ModelBlockSchema] = None, schema_b: Optional[ModelBlockSchema] = None,
+            memory_budget: Optional[int] = DEFAULT_BUDGET) -> DivergeReport:
     """Compare configuration b against reference a statement by statement; name the first line whose
     own error is more than b's dtype explains.
 
@@ -154,6 +168,10 @@ def diverge(model_a: torch.nn.Module, model_b: torch.nn.Module, inputs: dict, *,
     `schema_b` reuse schemas already parsed from these models (the parse is skipped).
     `bound_factor`: a row is flagged when its local error is above `bound_factor * eps` of b's
     precision, the less precise of its model's dtype and its autocast dtype (traces/diverge_bounds.py).
+
+    `memory_budget`: the bytes of row values held between runs in memory (default 2 GiB; each storage
+    counted once); past it they go to a temporary folder and are read back when used
+    (traces/diverge_memory.py), None: no limit. `report.memory` says how much was held and written.
 
     A `torch.compile` wrapper as `model_b` is localized by `traces/diverge_compile.py`
     (compiled regions made smaller, down to statements). Returns a `DivergeReport`.
@@ -174,6 +192,7 @@ def diverge(model_a: torch.nn.Module, model_b: torch.nn.Module, inputs: dict, *,
                            f"{type(inputs).__name__}; e.g. diverge(a, b, {{'input_ids': ids}})")
     if not isinstance(bound_factor, (int, float)) or isinstance(bound_factor, bool) or not bound_factor > 0:
         raise DivergeError(f"bound_factor must be a positive number, got {bound_factor!r}")
+    spill = Spill(memory_budget)  # refuses a bad budget before any run
     if _is_compiled(model_b):
         return _diverge_compiled(model_a, model_b, inputs, schema_a)
     if _is_compiled(model_a):
@@ -200,43 +219,57 @@ def diverge(model_a: torch.nn.Module, model_b: torch.nn.Module, inputs: dict, *,
         timings["parse"] = time.perf_counter() - clock
         same_code = schema_b is schema_a or type(model_a) is type(model_b)
         alignment = align_schemas(schema_a, schema_b, same=same_code)
-        store: dict = {"precision": least_precise(dtype_b, autocast_b)}
-        runs = (("a", "keep", schema_a, inputs_a, side_context(settings_a, autocast_a, device_a)),
+        store: dict = {"precision": least_precise(dtype_b, autocast_b), "spill": spill}
+        replay = replay_dtype(store["precision"])
+        # b's dtype is a's and its weights are a's: the replay would be a's free run again (Q is A), so
+        # the force run measures each local error against A itself and the replay is not made
+        store["replay_is_keep"] = (dtype_b == dtype_a == replay and autocast_a is None and autocast_b is None
+                                   and replay_is_keep(model_a, model_b, replay))
+        runs = [("a", "keep", schema_a, inputs_a, side_context(settings_a, autocast_a, device_a)),
                 ("b", "carry", schema_b, inputs_b, side_context(settings_b, autocast_b, device_b)),
-                ("b", "force", schema_b, inputs_b, side_context(settings_b, autocast_b, device_b)))
+                ("b", "force", schema_b, inputs_b, side_context(settings_b, autocast_b, device_b)),
+                ("a", "replay", schema_a, None, None)]
         listeners = {}
         outputs = {}
         rng = torch.get_rng_state()  # every run draws what the first drew (a model sampling in eval)
-        for side, mode, schema, scope, context in runs:
-            listener = RowListener(side, mode, alignment, store)
-            clock = time.perf_counter()
+        try:
+            for side, mode, schema, scope, context in runs:
+                listener = RowListener(side, mode, alignment, store)
+                clock = time.perf_counter()
+                if mode == "replay":
+                    if store["replay_is_keep"] and not store.get("lossy"):
+                        listeners["force"].local_errors()  # Q is A: the replay is not made
+                        timings["local"] = time.perf_counter() - clock
+                        break
+                    scope = {k: (v.to(device=device_a, dtype=replay) if v.is_floating_point() else v.to(device_a))
+                             if isinstance(v, torch.Tensor) else v for k, v in inputs_b.items()}
+                    context = _replay_context(model_a, model_b, replay, settings_a, device_a)
+                torch.set_rng_state(rng)
+                with context:
+                    result = SchemaInterpreter(listeners=[listener]).run(schema, dict(scope))
+                timings[f"{side}_{mode}"] = time.perf_counter() - clock
+                listeners[mode] = listener
+                if mode in ("keep", "carry"):
+                    outputs[side] = result
+        finally:
             torch.set_rng_state(rng)
-            with context:
-                result = SchemaInterpreter(listeners=[listener]).run(schema, dict(scope))
-            timings[f"{side}_{mode}"] = time.perf_counter() - clock
-            listeners[mode] = listener
-            if mode in ("keep", "carry"):
-                outputs[side] = result
-        replay = replay_dtype(store["precision"])
-        replay_inputs = {k: (v.to(device=device_a, dtype=replay) if isinstance(v, torch.Tensor)
-                             and v.is_floating_point() else v.to(device_a) if isinstance(v, torch.Tensor) else v)
-                         for k, v in inputs_b.items()}
-        listener = RowListener("a", "replay", alignment, store)
-        clock = time.perf_counter()
-        torch.set_rng_state(rng)
-        with replay_weights(model_a, model_b, replay), side_context(settings_a, None, device_a):
-            SchemaInterpreter(listeners=[listener]).run(schema_a, replay_inputs)
-        torch.set_rng_state(rng)
-        timings["a_replay"] = time.perf_counter() - clock
-        listeners["replay"] = listener
+            spill.close()
     clock = time.perf_counter()
     table = _table(listeners, store, alignment, bound_factor)
     timings["table"] = time.perf_counter() - clock
     store.clear()
     flagged = table[table["flagged"]]
     first = _line(flagged.iloc[0]) if len(flagged) else None
+    memory = {"budget": spill.budget, "peak_held": spill.peak, "written": spill.written, "files": spill.files}
     return DivergeReport(table, first, schema_a, schema_b, model_a, model_b, side_a, side_b, alignment,
-                         outputs.get("a"), outputs.get("b"), timings, float(bound_factor))
+                         outputs.get("a"), outputs.get("b"), timings, float(bound_factor), memory)
+
+
+@contextlib.contextmanager
+def _replay_context(model_a: Any, model_b: Any, replay: torch.dtype, settings_a: Any, device_a: torch.device) -> Any:
+    """The replay's context: a's weights holding b's in the replay dtype, a's settings, no autocast."""
+    with replay_weights(model_a, model_b, replay), side_context(settings_a, None, device_a):
+        yield
 
 
 def _is_compiled(model: Any) -> bool:
@@ -263,7 +296,12 @@ def _diverge_compiled(model_a: Any, model_b: Any, inputs: dict, schema_a: Option
     table["flagged"] = table["flagged"].astype(bool) if len(table) else table["flagged"]
     flagged = table[table["flagged"]] if len(table) else table
     first = _line(flagged.iloc[0]) if len(flagged) else None
-    return DivergeReport(table, first, schema_a, None, model_a, model_b, {"inputs": inputs}, {"inputs": inputs})
+    device_b, dtype_b = model_place(model_b._orig_mod)
+    side_a = {"inputs": cast_inputs(inputs, device_a, dtype_a), "device": device_a, "dtype": dtype_a}
+    side_b = {"inputs": cast_inputs(inputs, device_b, dtype_b), "device": device_b, "dtype": dtype_b, "compiled": True}
+    # schema_b stays None: b's values exist only inside compiled regions; the Diverge view steps b's
+    # own code (model_b._orig_mod) run without the compiler beside a (widget/diverge_widget.py)
+    return DivergeReport(table, first, schema_a, None, model_a, model_b, side_a, side_b)
 
 
 def _line(row: Any) -> DivergeLine:

@@ -37,8 +37,9 @@ from ..runtime.listeners import RETURN_SLOT, TraceListener
 from ..schema.model import Instruction, ReturnInstruction, VarRef
 from .diverge_align import Alignment, row_var_names
 from .diverge_bounds import local_error, relative_error
+from .diverge_memory import RowValues
 
-__all__ = ["RowListener", "RowInfo", "side_context", "check_side", "cast_inputs", "replay_weights", "replay_dtype", "model_place"]
+__all__ = ["RowListener", "RowInfo", "Recent", "side_context", "check_side", "cast_inputs", "replay_weights", "replay_dtype", "replay_is_keep", "model_place"]
 
 
 class RowInfo:
@@ -63,9 +64,10 @@ class RowListener(TraceListener):
         self._counts: dict[tuple, int] = {}
         self._kept_storage: dict[int, list] = {}
         self._last: dict[int, dict[str, torch.Tensor]] = {}  # force: id(frame) -> the values its names hold
+        self._recent = Recent()
         self.carried: dict[tuple, float] = store.setdefault("carried", {}) if mode == "carry" else {}
         self.errors: dict[tuple, tuple[float, Optional[torch.dtype]]] = (
-            store.setdefault("local", {}) if mode == "replay" else {})
+            store.setdefault("local", {}) if mode in ("replay", "force") else {})
 
     # --- the observer's hooks ------------------------------------------------------------------
 
@@ -166,7 +168,7 @@ class RowListener(TraceListener):
         reference = self.store["A"].get(key)
         if mode == "carry":
             if reference is not None:
-                self.carried[key] = relative_error(value, reference)
+                self.carried[key] = self._recent.error(relative_error, value, reference)
             return None
         if mode == "force":
             self.store.setdefault("dtype", {})[key] = self.store["precision"] if value.is_floating_point() else None
@@ -177,8 +179,12 @@ class RowListener(TraceListener):
                 self._keep("L", key, value.detach())
                 forced = None
                 if reference is not None and tuple(reference.shape) == tuple(value.shape):
-                    forced = reference.to(device=value.device, dtype=value.dtype)
-                    self._keep("A", key, forced)  # the replay forces the same cast value (and it is smaller)
+                    forced = self._recent.cast(reference, value.device, value.dtype)
+                    if forced.dtype != reference.dtype:
+                        self.store["lossy"] = True  # the replay's input here is not A: it must be made
+                        self._keep("A", key, forced)  # the replay forces the same cast value (and it is smaller)
+                    elif not self.store.get("replay_is_keep"):
+                        self._keep("A", key, forced)
             if not var.startswith("return"):
                 names[var] = value if forced is None else forced
             return forced
@@ -186,12 +192,28 @@ class RowListener(TraceListener):
         lvalue = self.store["L"].pop(key, None)
         if lvalue is not None:
             dtype = self.store["dtype"].get(key)
-            self.errors[key] = (local_error(lvalue, value) if lvalue.shape == value.shape else float("inf"),
-                                dtype)
+            self.errors[key] = (self._recent.error(local_error, lvalue, value) if lvalue.shape == value.shape
+                                else float("inf"), dtype)
         reference = self.store["A"].pop(key, None)
         if reference is None or tuple(reference.shape) != tuple(value.shape):
             return None
-        return reference.to(device=value.device, dtype=value.dtype)  # already cast to b's dtype by the force run
+        forced = self._recent.cast(reference, value.device, value.dtype)  # already cast to b's dtype by the force run
+        if reference.is_floating_point() and forced.is_floating_point():
+            self._recent.known(local_error, reference, forced, 0.0)  # a later row that is these values: no error
+        return forced
+
+    def local_errors(self) -> None:
+        """Without a replay (`store["replay_is_keep"]`, no lossy cast in the force run): each row's
+        local error against A itself, which is what the replay would have given (`Q` is `A`)."""
+        tables = self.store
+        values, dtypes = tables.get("L", {}), tables.get("dtype", {})
+        for key in list(values):
+            lvalue = values.pop(key)
+            reference = tables["A"].pop(key, None)
+            if reference is None:
+                continue
+            self.errors[key] = (self._recent.error(local_error, lvalue, reference)
+                                if lvalue.shape == reference.shape else float("inf"), dtypes.get(key))
 
     def _inserted(self, key: tuple, var: str, value: torch.Tensor, previous: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
         """An inserted statement rebinding `var`: a's run had `previous` (as forced) there, so its
@@ -205,10 +227,131 @@ class RowListener(TraceListener):
     def on_block_enter(self, event: Any) -> None:
         self._last.pop(id(event.frame), None)  # a new frame: names a dead frame of that id bound are not its own
 
+    def on_block_exit(self, event: Any) -> None:
+        self._last.pop(id(event.frame), None)  # the frame is done: its names' values are not held past it
+
     def _keep(self, table_name: str, key: tuple, value: torch.Tensor) -> None:
-        table = self.store.setdefault(table_name, {})
+        table = self.store.get(table_name)
+        if table is None:  # a budget (store["spill"]): held in memory up to it, on disk past it
+            spill = self.store.get("spill")
+            table = self.store[table_name] = RowValues(spill) if spill is not None else {}
         table[key] = value
-        self._kept_storage.setdefault(_storage_id(value), []).append((table, key))
+        if not isinstance(table, RowValues) or table.in_memory(key):  # a value on disk is a copy already
+            self._kept_storage.setdefault(_storage_id(value), []).append((table, key))
+
+
+class Recent:
+    """The last few results of a costly function of tensors (an error, a cast), keyed by the
+    tensors' identity: data pointer, shape, strides, dtype, device and version counter. A row is
+    often the very tensor of the row before it (a callee's return bound by the caller, `residual =
+    hidden_states`): its error and its cast are those of that row, not computed again. The entries
+    hold their tensors, so no other tensor can take their memory while they are keyed, and an
+    in-place write moves the version counter, so a changed tensor never matches.
+
+    An error is also reused for another view of the same two storages that pairs the same elements
+    (`query = q_proj(h).view(...).transpose(1, 2)` after the projection's row): both tensors dense,
+    covering the same span of their storage as the earlier pair, each pair laid out alike (one
+    shape and one set of strides). The pairs of elements are then the same, in another order, and
+    the error is a maximum over them."""
+
+    SIZE = 2
+
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: list[tuple[tuple, Any, tuple]] = []
+
+    def _get(self, key: tuple) -> Any:
+        for entry in self._entries:
+            if entry[0] == key:
+                return entry
+        return None
+
+    def _put(self, key: tuple, result: Any, held: tuple, spans: Optional[tuple] = None) -> None:
+        self._entries.append((key, result, held, spans))
+        if len(self._entries) > self.SIZE:
+            del self._entries[0]
+
+    def known(self, fn: Callable, x: torch.Tensor, ref: torch.Tensor, result: float) -> None:
+        """`fn(x, ref)` is `result` (known without computing it)."""
+        ids = (_identity(x), _identity(ref))
+        if ids[0] is not None and ids[1] is not None:
+            self._put((fn, *ids), result, (x, ref), _spans(x, ref))
+
+    def error(self, fn: Callable, x: torch.Tensor, ref: torch.Tensor) -> float:
+        """`fn(x, ref)`, or its result for the same two tensors a moment ago."""
+        ids = (_identity(x), _identity(ref))
+        if ids[0] is None or ids[1] is None:
+            return fn(x, ref)
+        if ids[0] == ids[1]:
+            return 0.0  # the same tensor: every element equals itself
+        key = (fn, *ids)
+        entry = self._get(key)
+        if entry is not None:
+            return entry[1]
+        spans = _spans(x, ref)
+        if spans is not None:
+            for entry in self._entries:
+                if entry[3] == spans and entry[0][0] is fn:
+                    return entry[1]  # the same pairs of elements, in another order
+        result = fn(x, ref)
+        self._put(key, result, (x, ref), spans)
+        return result
+
+    def cast(self, value: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """`value.to(device=device, dtype=dtype)`, or the tensor that cast gave a moment ago for the
+        same value, if nothing has written to it since."""
+        ident = _identity(value)
+        if ident is None:
+            return value.to(device=device, dtype=dtype)
+        key = ("cast", ident, device, dtype)
+        entry = self._get(key)
+        if entry is not None and _identity(entry[1]) == entry[2][1]:
+            return entry[1]
+        result = value.to(device=device, dtype=dtype)
+        out = _identity(result)
+        if out is not None and result is not value:
+            self._put(key, result, (value, out))
+        return result
+
+
+def _identity(value: torch.Tensor) -> Optional[tuple]:
+    try:
+        version = value._version
+    except (RuntimeError, AttributeError):  # an inference tensor: no version counter, no in-place writes here
+        version = -1
+    try:
+        return (value.data_ptr(), value.shape, value.stride(), value.dtype, value.device, version)
+    except (RuntimeError, NotImplementedError):  # sparse or other layouts: never reused
+        return None
+
+
+def _spans(x: torch.Tensor, ref: torch.Tensor) -> Optional[tuple]:
+    """What makes two pairs of tensors pair the same elements: each tensor's storage, span (offset and
+    size), dtype, device and version, for dense tensors laid out alike (None otherwise)."""
+    if x.shape != ref.shape or x.stride() != ref.stride():
+        return None
+    sx, sr = _span(x), _span(ref)
+    return None if sx is None or sr is None else (sx, sr)
+
+
+def _span(value: torch.Tensor) -> Optional[tuple]:
+    if type(value) is not torch.Tensor or value.layout != torch.strided:
+        return None
+    expected = 1
+    for stride, size in sorted((s, n) for n, s in zip(value.shape, value.stride()) if n != 1):
+        if stride != expected:
+            return None  # gaps or overlaps: not every element of its span, or some twice
+        expected *= size
+    try:
+        version = value._version
+    except (RuntimeError, AttributeError):
+        version = -1
+    try:
+        ptr = value.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
+    return (ptr, value.storage_offset(), value.numel(), value.dtype, value.device, version)
 
 
 def replay_dtype(precision: torch.dtype) -> torch.dtype:
@@ -220,6 +363,28 @@ def replay_dtype(precision: torch.dtype) -> torch.dtype:
     on the same inputs gives the same bits: no error at all). float64 everywhere cost 2-4x the
     replay's time on CPU for no change in what is flagged (bench/bench_diverge.py)."""
     return torch.float64 if precision == torch.float64 else torch.float32
+
+
+def replay_is_keep(model_a: torch.nn.Module, model_b: torch.nn.Module, dtype: torch.dtype) -> bool:
+    """Whether the replay (a's code, `replay_weights(model_a, model_b, dtype)`) holds exactly a's own
+    weights: every floating parameter and buffer of a is of `dtype`, and b's tensor of its name and
+    shape (where b has one) is equal to it once cast so. Then, with b's values cast losslessly (b's
+    dtype is a's) and no autocast on a, the replay is a's free run again, value for value."""
+    tensors_b: dict[str, torch.Tensor] = {}
+    if model_b is not model_a:
+        tensors_b.update(dict(model_b.named_parameters()))
+        tensors_b.update(dict(model_b.named_buffers()))
+    for name, tensor in list(model_a.named_parameters()) + list(model_a.named_buffers()):
+        if not tensor.is_floating_point():
+            continue
+        if tensor.dtype != dtype:
+            return False
+        source = tensors_b.get(name)
+        if source is None or source is tensor or source.shape != tensor.shape or not source.is_floating_point():
+            continue
+        if not torch.equal(source.detach().to(device=tensor.device, dtype=dtype), tensor.detach()):
+            return False
+    return True
 
 
 def _storage_id(value: torch.Tensor) -> int:

@@ -22,6 +22,10 @@ so its tree, source and step card follow). The reply: the row, and for each side
 value's dtype, shape and statistics (`traces.tables.tensor_statistics`), or a note when the side
 has no such statement (an inserted, deleted or untaken row).
 
+A compiled model b (`torch.compile`) has no values to step to inside its graphs: its run here is its
+own code without the compiler (widget/diverge_widget.py, `compiled_side_schema`), and b's reply adds
+the row's compiled region and errors (`compiled`) from the report.
+
 `diverge_module` is the view's browser code (static/diverge.js, sent when its tab first opens).
 
 Depends on the widget's state, and on traces (the report, statistics, side settings).
@@ -106,6 +110,8 @@ def _int(value: Any) -> Optional[int]:
 
 
 def _side_words(side: dict, model: Any) -> str:
+    compiled = bool(side.get("compiled"))
+    model = getattr(model, "_orig_mod", model) if compiled else model
     parts = [type(model).__name__]
     if side.get("dtype") is not None:
         parts.append(str(side["dtype"]).replace("torch.", ""))
@@ -113,6 +119,8 @@ def _side_words(side: dict, model: Any) -> str:
         parts.append(str(side["device"]))
     if side.get("autocast") is not None:
         parts.append(f"autocast {str(side['autocast']).replace('torch.', '')}")
+    if compiled:
+        parts.append("torch.compile (stepped: its code without the compiler)")
     if side.get("settings"):
         parts.append(f"settings {side['settings']!r}" if isinstance(side["settings"], dict) else "settings")
     module = type(model).__module__
@@ -157,6 +165,8 @@ def _side_value(state: InspectorState, side: dict, where: Optional[tuple], name:
     if where is None:
         return {"side": name, "step": None, "note": f"side {name} has no such statement (see the row's status)"}
     block, line, var, occurrence = where
+    if not block:  # a compiled report names the root "" (traces/compile_regions.block_label); a run, by its name
+        block = state.schema.path or state.schema.name
     step = _find_step(state, side, block, line, var, occurrence)
     if step is None:
         return {"side": name, "step": None, "block": block, "line": line, "var": var,
@@ -199,8 +209,20 @@ def diverge_step(state: Any, index: int) -> dict:
         where_a = (path, line, var, occurrence)
     session.selected = index
     view_row = next(r for b in session.view["blocks"] for r in b["rows"] if r["index"] == index)
-    return {"row": view_row, "a": _side_value(session.state_a, report.side_a, where_a, "a"),
-            "b": _side_value(state, report.side_b, where_b, "b")}
+    side_b = _side_value(state, report.side_b, where_b, "b")
+    if report.side_b.get("compiled"):  # b's run is its code without the compiler; the row says what compiling adds
+        region = row.get("region")
+        side_b["compiled"] = {"region": region if isinstance(region, str) else None,
+                              "local_error": _number(row["local_error"]), "carried_error": _number(row["carried_error"])}
+        side_b["note"] = (f"b is compiled: its run here is its own code without the compiler (the same values as "
+                          f"a's); compiled as {region or 'part of a larger region'}, this statement's value is "
+                          f"{_words(row['local_error'])} from eager on the same inputs")
+    return {"row": view_row, "a": _side_value(session.state_a, report.side_a, where_a, "a"), "b": side_b}
+
+
+def _words(error: Any) -> str:
+    number = _number(error)
+    return "not measured" if number is None else f"off by {number:.3g} (max |compiled - eager|)"
 
 
 def diverge_module() -> dict:

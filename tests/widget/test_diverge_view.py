@@ -105,3 +105,43 @@ def test_a_plain_inspector_has_no_diverge_view_and_says_how_to_open_one(planted)
 
     assert DivergeReport.viewer is diverge_widget  # registered by the widget stage
     widget.close()
+
+
+def test_show_of_a_compiled_b_steps_a_and_b_own_code_and_gives_the_compiled_region_of_the_line():
+    """A torch.compile model b has no values inside its graphs: the view's b run is its own code run
+    without the compiler (the same weights as a), and stepping to a line gives both runs' values there
+    and, for b, the compiled region and the error compiling it adds (the report's row)."""
+    import copy
+
+    from tests.support.compile_faults import GeluMLP, GeluNet, TanhGelu, expected_line
+
+    torch.manual_seed(0)
+    model, inputs = GeluNet().eval(), {"x": torch.randn(4, 8) * 3}
+    compiled = torch.compile(copy.deepcopy(model), backend=TanhGelu())
+    report = diverge(model, compiled, inputs)
+    assert report.schema_b is None and report.side_b["compiled"]
+    widget = report.show()
+    assert widget.state.schema is not report.schema_a  # b's own module (a copy of a), parsed
+    state_a = widget.state.diverge.state_a
+    assert state_a.schema is report.schema_a
+    data = widget.handle({"type": "diverge", "id": 1})["data"]
+    assert "torch.compile" in data["sides"]["b"] and "GeluNet" in data["sides"]["b"]
+    code = widget.handle({"type": "module", "name": "Diverge", "id": 9})["data"]["code"]
+    assert "nnsp-dv-compiled" in code  # the detail shows b's compiled region under the line
+    first = data["first"]
+    row = report.table.iloc[first]
+    assert (row["file"], row["line"]) == expected_line(GeluMLP.forward, "a = F.gelu(h)")
+    reply = widget.handle({"type": "diverge_step", "id": 2, "row": first})
+    assert reply["ok"], reply
+    a, b = reply["data"]["a"], reply["data"]["b"]
+    # both runs paused at the gelu line, binding `a`, with the same eager values (b's own code, a's weights)
+    assert widget.status == "paused" and widget.step_index == b["step"]
+    assert (widget.current.block_path, widget.step_info["line"], widget.current.out_var) == ("mlp", row["line"], "a")
+    assert state_a.step_index == a["step"] and state_a.current.out_var == "a" and state_a.current.block_path == "mlp"
+    assert torch.equal(state_a.current.value, widget.current.value)
+    assert b["compiled"] == {"region": row["region"], "local_error": row["local_error"],
+                             "carried_error": row["carried_error"]}
+    assert b["compiled"]["local_error"] > row["bound"] and "compiled as statement" in b["note"]
+    later = widget.handle({"type": "diverge_step", "id": 3, "row": len(report.table) - 1})["data"]
+    assert later["b"]["step"] > b["step"] and later["a"]["step"] > a["step"]
+    widget.close()
