@@ -57,13 +57,14 @@ import torch.compiler
 from torch import Tensor, nn
 
 from ..schema.model import (Binding, BlockInstruction, Const, ControlInstruction, FunctionSchema, Instruction,
-                            OpInstruction, ReturnInstruction, SliceOf, TryInstruction, VarRef, WithInstruction)
+                            OpInstruction, SliceOf, TryInstruction, VarRef, WithInstruction)
 from .binding import merge_kwargs
 from .functions import (GUARD_ERRORS, META_KEY, FunctionMeta, call_live, failure, guard_failed, names_read,
                         read_cell, read_global, refresh_free_vars, register_lines, stale_dispatch, stale_method,
                         weight_attribute, write_back)
-from .instructions import (MAX_BLOCKS, MAX_INDENT, NOT_TENSOR_TYPES, bound_names, fusable_method_call, identifier,
-                           is_element, literal, never_tensor, position, quote, walk_instructions)
+from .instructions import (MAX_BLOCKS, MAX_INDENT, bound_names, fusable_method_call, identifier, is_element, literal,
+                           position, quote, walk_instructions)
+from .reporting import ReportEmitters
 from .statements import StatementEmitters
 
 __all__ = ["CodeGenerator", "Generated"]
@@ -99,7 +100,7 @@ class Generated:
 _CODE_CACHE: dict = {}
 
 
-class CodeGenerator(StatementEmitters):
+class CodeGenerator(ReportEmitters, StatementEmitters):
     """Writes and compiles one function of a schema (see the module docstring).
 
     `ctx` is the program's side of the bargain (a `program.Program`): `observer`, `tensor_results`,
@@ -340,55 +341,6 @@ class CodeGenerator(StatementEmitters):
     def module_name(self) -> str:
         return self.helper("module", self.unit.module)
 
-    # -- observer calls ---------------------------------------------------------------------------
-
-    def observed(self) -> bool:
-        return self.observer is not None
-
-    def before(self, instr: Instruction) -> None:
-        if self.observed() and getattr(instr, "mutates", False):
-            self.line(f"{self.helper('before', self.observer.before)}({self.instr_name(instr)}, f)")
-
-    def after(self, instr: Instruction) -> None:
-        if not self.observed():
-            counter = getattr(self.ctx, "counter", None)
-            if counter is not None and isinstance(instr, (OpInstruction, BlockInstruction)) and instr.out_var \
-                    and not never_tensor(instr):
-                # a counted plain run: how many tensors an observed run would have reported here
-                self.line(f"if {self.is_tensor(self.var(instr.out_var))}:")
-                self.line(f"    {self.helper('counted', counter)}[0] += 1")
-            return
-        after = self.helper("after", self.observer.after)
-        if self.ctx.tensor_results and not isinstance(instr, ReturnInstruction):
-            out = instr.out_var
-            if out and not never_tensor(instr):  # the observer hears of tensor results only
-                value = self.temp("value")
-                self.line(f"{value} = f.get({quote(out)})")
-                self.line(f"if {self.is_tensor(value)}:")
-                self.line(f"    {after}({self.instr_name(instr)}, f)")
-            return
-        self.line(f"{after}({self.instr_name(instr)}, f)")
-
-    def is_tensor(self, value: str) -> str:
-        """A test of `isinstance(value, Tensor)`, written to be quick for tensors and for the common
-        values that are not (numbers, tuples, methods: `NOT_TENSOR_TYPES`)."""
-        tensor, kind = self.helper("Tensor", Tensor), self.helper("type", type)
-        return (f"{value}.__class__ is {tensor} or {kind}({value}) not in {self.helper('not_tensor', NOT_TENSOR_TYPES)} "
-                f"and {self.helper('isinstance', isinstance)}({value}, {tensor})")
-
-    def instr_name(self, instr: Instruction) -> str:
-        names = self.__dict__.setdefault("_instr_names", {})
-        name = names.get(id(instr))
-        if name is None:
-            name = names[id(instr)] = self.const(instr, "i")
-        return name
-
-    def announce(self, instr: Instruction) -> None:
-        if self.observed() and self.ctx.observe_calls:
-            announce = self.ctx.announcer(instr, self.unit)
-            if announce is not None:
-                self.line(f"{self.const(announce, 'announce')}(f)")
-
     # -- the function ------------------------------------------------------------------------------
 
     def generate(self) -> Generated:
@@ -412,6 +364,9 @@ class CodeGenerator(StatementEmitters):
         self.indent = 0
         self.line(f"def {name}({params}):", None)
         self.indent = 1
+        entry, exit_ = self.log_marks()  # a logged block marks its entry and exit (runtime/reporting.py)
+        for text in entry:
+            self.line(text, None)
         # dynamo cannot resume after a graph break inside a `try`: a traceable program's code has none
         traceable = getattr(self.ctx, "traceable", False)
         self.line("if True:" if traceable else "try:", None)
@@ -429,6 +384,10 @@ class CodeGenerator(StatementEmitters):
         self.line(f"    if {err} is None:", None)
         self.line("        raise", None)
         self.line(f"    raise {err} from None", None)
+        if exit_:
+            self.line("finally:", None)
+            for text in exit_:
+                self.line("    " + text, None)
         return self.compile(name)
 
     def signature(self) -> str:
@@ -504,8 +463,9 @@ class CodeGenerator(StatementEmitters):
         while index < len(instrs):
             instr = instrs[index]
             nxt = instrs[index + 1] if index + 1 < len(instrs) else None
+            reports = observed or self.logged()  # fused as an observed capture fuses, so both report the same steps
             if nxt is not None and (not observed or self.ctx.tensor_results) and fusable_method_call(instr, nxt) \
-                    and not (observed and nxt.mutates) and not self.generator:
+                    and not (reports and nxt.mutates) and not self.generator:
                 self.current = nxt
                 self.read_weights(names_read(instr) + names_read(nxt))
                 self.emit_method_call(instr, nxt)
@@ -598,7 +558,7 @@ class CodeGenerator(StatementEmitters):
         receiver = self.operand(fetch.args[0])
         name = _attribute_name(fetch.args[1])
         method = self.temp("method")
-        bind = f"{self.var(fetch.out_var)} = " if self.observed() else ""
+        bind = f"{self.var(fetch.out_var)} = " if self.observed() or self.logged() else ""
         if name is not None:
             self.line(f"{method} = {bind}{receiver}.{name}", fetch)
         else:

@@ -16,7 +16,8 @@ from typing import Any, Optional
 from .sampling import CaptureLimits
 from ..runtime.listeners import RETURN_SLOT
 from ..schema.errors import SchemaRunError
-from ..runtime.interpreter import SchemaInterpreter
+from ..runtime.interpreter import SchemaInterpreter, outputs_list
+from .logged import capture_logged, logs_steps
 from .wrapped import check_keep_reaches
 from .recorder import ActivationRecorder
 from ..runtime.coverage import LiveCallDetector
@@ -134,8 +135,11 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
         with detector:  # what runs live, seen from the forwards' code objects
             observe = recorder.keep.blocks_to_observe(block) if recorder.keep is not None and observe_all is False \
                 else None
-            outputs = SchemaInterpreter(listeners=[recorder], observe=observe).run(block=block, scope=scope,
-                                                                                   interventions=interventions)
+            if not coverage and not observe_all and logs_steps(block, scope, recorder, interventions):
+                outputs = outputs_list(capture_logged(recorder, block, scope))
+            else:
+                outputs = SchemaInterpreter(listeners=[recorder], observe=observe).run(block=block, scope=scope,
+                                                                                       interventions=interventions)
     finally:
         if collecting:
             gc.enable()
