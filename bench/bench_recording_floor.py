@@ -7,7 +7,8 @@ thread): eager; a plain run (`Program.run_root`); the plain generated code (fast
 dict, no observer) with, after each instruction where an observed run reports a tensor, one call
 that appends [instruction, value, shape, dtype, version] to a list (the least a recorder must do in
 Python, what a "recording" flavour of the code generator could emit); the same call keeping no value
-(what holding the tensors alive costs); and `capture_run` of everything. Per-round figures in ms
+(what holding the tensors alive costs); `capture_run` of everything (the logged program,
+traces/logged.py), and the same capture observed (`observe_all=True`, the path before logged runs). Per-round figures in ms
 over eager, their median.
 
 This is an experiment, not the product: the recording program is made by patching
@@ -33,7 +34,9 @@ from models import tiny_llama  # noqa: E402
 
 from nnschemaparser import NNParser, capture_run  # noqa: E402
 from nnschemaparser.runtime import codegen  # noqa: E402
+from nnschemaparser.runtime.instructions import never_tensor  # noqa: E402
 from nnschemaparser.runtime.program import Program  # noqa: E402
+from nnschemaparser.schema.model import BlockInstruction, OpInstruction  # noqa: E402
 
 
 def patch_code_generator() -> None:
@@ -44,8 +47,8 @@ def patch_code_generator() -> None:
     def after(self, instr):
         record = getattr(self.ctx, "record", None)
         if record is not None and not self.observed() and isinstance(
-                instr, (codegen.OpInstruction, codegen.BlockInstruction)) and instr.out_var \
-                and not codegen.never_tensor(instr):
+                instr, (OpInstruction, BlockInstruction)) and instr.out_var \
+                and not never_tensor(instr):
             value = self.var(instr.out_var)
             self.line(f"if {self.is_tensor(value)}:")
             self.line(f"    {self.helper('record', record)}({self.instr_name(instr)}, {value})")
@@ -104,6 +107,7 @@ def main() -> int:
         "fast recording, values kept": record_with(holding, kept),
         "fast recording, no values": record_with(holding_none, dropped),
         "capture_run": lambda: [capture_run(schema, dict(inputs)) for _ in range(inner)],
+        "capture_run, observed": lambda: [capture_run(schema, dict(inputs), observe_all=True) for _ in range(inner)],
     }
     for fn in candidates.values():
         fn()

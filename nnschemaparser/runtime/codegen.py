@@ -34,20 +34,20 @@ code dynamo traces without a graph break: no `try` wrapper (dynamo cannot resume
 tensor's method called without asking whether it is a module, a value called as is while dynamo
 traces. Plain programs never set it and generate what they always did.
 
-Longer than 600 lines because it is one visitor class with its base: the emitters of calls (ops,
-method calls, block calls) and the observer's calls are here, kept together on purpose; those of
-the other statements (return, raise, yield, del, loop signals, closures, if / while / for / try /
-with, parts) are `statements.StatementEmitters`, its base class. What it reads off instructions
+One visitor class with its bases: the emitters of calls (ops, method calls, block calls) are here;
+those of the other statements (return, raise, yield, del, loop signals, closures, if / while / for
+/ try / with, parts) are `statements.StatementEmitters`; what generated code reports (the
+observer's calls, a counted run's counts, a logged run's log) is `reporting.ReportEmitters`; live
+reads of names and the guard at the top are `reads.ReadEmitters`. What it reads off instructions
 beforehand is `instructions`, what generated code calls is `functions`.
 
-Depends on the schema, `binding`, `instructions`, `statements` and `functions`.
+Depends on the schema, `binding`, `instructions`, `reads`, `reporting`, `statements` and `functions`.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
-import functools
 import keyword
 import operator
 import types
@@ -56,14 +56,14 @@ from typing import Any, Callable, Optional
 import torch.compiler
 from torch import Tensor, nn
 
-from ..schema.model import (Binding, BlockInstruction, Const, ControlInstruction, FunctionSchema, Instruction,
+from ..schema.model import (BlockInstruction, Const, ControlInstruction, FunctionSchema, Instruction,
                             OpInstruction, SliceOf, TryInstruction, VarRef, WithInstruction)
 from .binding import merge_kwargs
-from .functions import (GUARD_ERRORS, META_KEY, FunctionMeta, call_live, failure, guard_failed, names_read,
-                        read_cell, read_global, refresh_free_vars, register_lines, stale_dispatch, stale_method,
-                        weight_attribute, write_back)
+from .functions import (META_KEY, FunctionMeta, call_live, failure, names_read, read_global, refresh_free_vars,
+                        register_lines, weight_attribute, write_back)
 from .instructions import (MAX_BLOCKS, MAX_INDENT, bound_names, fusable_method_call, identifier, is_element, literal,
                            position, quote, walk_instructions)
+from .reads import ReadEmitters
 from .reporting import ReportEmitters
 from .statements import StatementEmitters
 
@@ -100,7 +100,7 @@ class Generated:
 _CODE_CACHE: dict = {}
 
 
-class CodeGenerator(ReportEmitters, StatementEmitters):
+class CodeGenerator(ReadEmitters, ReportEmitters, StatementEmitters):
     """Writes and compiles one function of a schema (see the module docstring).
 
     `ctx` is the program's side of the bargain (a `program.Program`): `observer`, `tensor_results`,
@@ -176,56 +176,6 @@ class CodeGenerator(ReportEmitters, StatementEmitters):
         name = self.fresh(base)
         self.env[name] = value
         return name
-
-    def bound_const(self, value: Any, binding: Binding, base: str) -> str:
-        """Source reading `binding` (a global, a closure cell, a chain rooted at one) where the
-        instruction reads it, as CPython reads the name there: a helper or a branch that rebinds it
-        earlier in the same run (`MODE = 2`, `Rotary._cache = ...`, a kernel library's patch) is seen
-        by every later read, a global deleted since is Python's NameError. The read is a plain
-        subscript of the function's globals dict (or the cell's `cell_contents`) followed by the
-        chain's attribute loads: what CPython's own LOAD_GLOBAL / LOAD_DEREF + LOAD_ATTR do. Inside
-        a `try` with handlers it goes through `functions.read_global` / `read_cell`, so the handlers
-        see the NameError itself."""
-        space = self.helper_name(f"namespace {id(binding.namespace)}", lambda: self.const(
-            binding.namespace, "globals" if binding.kind == "global" else "cell"))
-        if self.handled:
-            reader = read_cell if binding.kind == "closure" else read_global
-            read = f"{self.helper(reader.__name__, reader)}({space}, {quote(binding.key)})"
-        elif binding.kind == "closure":
-            read = f"{space}.cell_contents"
-        else:
-            read = f"{space}[{quote(binding.key)}]"
-        for attr in binding.attrs:
-            if attr.isidentifier() and not keyword.iskeyword(attr):
-                read = f"{read}.{attr}"
-            else:
-                read = f"{self.helper('getattr', getattr)}({read}, {quote(attr)})"
-        return read
-
-    def guard_lines(self) -> None:
-        """The check, at the top of the function, that the forward (or method) it was lowered from
-        is still its class's (else StaleSchemaError), and that a dispatching decorator still picks
-        the implementation lowered. Names the body reads are not checked here: each read is live
-        (`bound_const`)."""
-        lines = []
-        parsed = getattr(self.unit, "parsed_from", None)
-        if parsed is not None:
-            owner, attr, function = parsed
-            stale = functools.partial(stale_method, owner, attr, function, self.unit.label)
-            lines.append(f"if {self.const(owner.__dict__, 'class_dict')}[{quote(attr)}] is not "
-                         f"{self.const(function, 'parsed')}: {self.const(stale, 'stale')}()")
-            failed = self.const(functools.partial(guard_failed, parsed, stale), "guard_failed")
-            self.line("    try:", None)
-            for text in lines:
-                self.line("        " + text, None)
-            self.line(f"    except {self.helper('GUARD_ERRORS', GUARD_ERRORS)}:", None)
-            self.line(f"        {failed}()", None)
-        dispatch = getattr(self.unit, "dispatch", None)
-        if dispatch is not None and self.unit.self_name is not None:
-            chosen = self.const(dispatch.chosen, "implementation")
-            refuse = self.const(functools.partial(stale_dispatch, dispatch, self.unit.label), "stale_dispatch")
-            me = self.var(self.unit.self_name)
-            self.line(f"    if {self.const(dispatch.resolve, 'dispatch')}({me}) is not {chosen}: {refuse}({me})", None)
 
     def var(self, name: str) -> str:
         """Source reading (or, as a target, binding) the variable `name`."""

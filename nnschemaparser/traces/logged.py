@@ -20,7 +20,9 @@ version)` for each tensor result, with no call per step. `capture_logged` drives
   flag as mutating gets no gradient (an observed capture hooked it before the change).
 
 Shapes and dtypes are read when the steps are built: a value still holds them (its version is
-unchanged since the run, or it was dropped and keeps its tensor's metadata).
+unchanged since the run, or it was dropped and keeps its tensor's metadata), except those the
+caller can reach and reshape in place before reading the trace (the outputs, the root's scope),
+whose shapes are read at the run's end.
 
 Depends on runtime (step_log, listeners), recorder, tensor_walk and the schema.
 """
@@ -34,7 +36,7 @@ import torch
 from ..runtime.step_log import FUNCTION, LoggedRun, loggable, run_logged
 from ..schema.model import BlockInstruction, ModelBlockSchema, OpInstruction
 from .recorder import ActivationRecorder
-from .tensor_walk import _storage_ptr, mutated_tensors
+from .tensor_walk import _shape, _storage_ptr, mutated_tensors, tensors_in
 
 __all__ = ["LogSpan", "capture_logged", "logs_steps"]
 
@@ -45,7 +47,7 @@ _DROPPED = ("changed in place after capture by an op the schema does not flag as
 class LogSpan:
     """The activation steps of a logged run, in the trace's pending records until they are read."""
 
-    __slots__ = ("entries", "marks", "base", "recorder", "dropped")
+    __slots__ = ("entries", "marks", "base", "recorder", "dropped", "shapes")
 
     def __init__(self, run: LoggedRun, base: int, recorder: ActivationRecorder):
         self.entries = run.steps
@@ -53,6 +55,7 @@ class LogSpan:
         self.base = base  # the number of the step before the first one (the root's inputs)
         self.recorder = recorder
         self.dropped: dict[int, str] = {}  # position -> why its value was not kept
+        self.shapes: dict[int, tuple] = {}  # position -> shape at the run's end, for values the caller can reach
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -62,7 +65,7 @@ class LogSpan:
         recorder = self.recorder
         ops, describe_op, describe_block = recorder._ops, recorder._describe_op, recorder._describe_block
         marks, count = self.marks, len(self.marks)
-        dropped = self.dropped
+        dropped, shapes = self.dropped, self.shapes
         stack: list[tuple] = []  # (block, path) of each live frame
         block: Any = None
         path = ""
@@ -94,10 +97,12 @@ class LogSpan:
                 else:
                     described = describe_block(instr, {instr.callee_var: entry[3]} if len(entry) > 3 else {}, block)
             omitted = dropped.get(position) if dropped else None
-            try:
-                shape = value.shape
-            except (RuntimeError, TypeError):  # a nested tensor has no single shape
-                shape = ()
+            shape = shapes.get(position) if shapes else None
+            if shape is None:
+                try:
+                    shape = value.shape
+                except (RuntimeError, TypeError):  # a nested tensor has no single shape
+                    shape = ()
             kept = None if omitted is not None else (value.detach() if value.requires_grad else value)
             records.append([number, described[0], "activation", instr.out_var, described[1], path, kept,
                             len(stack) - 1, omitted, (), shape, value.dtype])
@@ -117,6 +122,7 @@ class _MutationWatch:
         targets = mutated_tensors(instr, frame)
         if not targets:
             return
+        self.recorder.on_before_mutation(instr, frame)  # the root's inputs, which the recorder holds itself
         storages = self.storages
         for position in range(self.indexed, len(entries)):  # indexed lazily: a run without in-place ops pays nothing
             ptr = _storage_ptr(entries[position][1])
@@ -151,10 +157,18 @@ def capture_logged(recorder: ActivationRecorder, block: ModelBlockSchema, scope:
             recorder._return_vars = (list(instr.out_vars), instr.as_tuple)
         if instr is not None or entries:
             recorder.root_frame = frame
-    dropped = span.dropped
+    dropped, shapes = span.dropped, span.shapes
+    # The tensors the caller gets back (outputs, the root's scope) may be reshaped in place before the
+    # trace is read: theirs are the shapes read now; every other value's is read when its step is built.
+    reachable = {id(tensor) for _, tensor in tensors_in(outputs)}
+    if recorder.root_frame is not None:
+        reachable.update(id(value) for value in recorder.root_frame.values() if isinstance(value, torch.Tensor))
     for position, entry in enumerate(entries):
-        if entry[1]._version != entry[2]:
+        value = entry[1]
+        if value._version != entry[2]:
             dropped[position] = _DROPPED
+        elif id(value) in reachable:
+            shapes[position] = _shape(value)
     if torch.is_grad_enabled():  # hooks, and detached values (a kept value holds no graph)
         capture_grads, tracked = recorder.capture_grads, recorder._tracked
         for position, entry in enumerate(entries):
@@ -174,7 +188,12 @@ def capture_logged(recorder: ActivationRecorder, block: ModelBlockSchema, scope:
 
 def logs_steps(block: Any, scope: Any, recorder: ActivationRecorder, interventions: Any) -> bool:
     """Whether `capture_run` records through the logged program: nothing asks for a decision per
-    step (no `keep=` selector, no `limits`, no `interventions`; `coverage=True` is the caller's
-    test) and the schema can be logged (`runtime.step_log.loggable`)."""
+    step (no `keep=` selector, no `limits`, no `interventions`, a recorder whose class does not
+    override the per-step hooks; `coverage=True` and `observe_all=True` are the caller's tests) and
+    the schema can be logged (`runtime.step_log.loggable`)."""
+    kind = type(recorder)
     return (isinstance(block, ModelBlockSchema) and isinstance(scope, dict) and interventions is None
-            and recorder.keep is None and recorder.limits is None and loggable(block) is None)
+            and recorder.keep is None and recorder.limits is None
+            and kind.on_instruction is ActivationRecorder.on_instruction
+            and kind.on_before_mutation is ActivationRecorder.on_before_mutation
+            and kind.on_value is ActivationRecorder.on_value and loggable(block) is None)

@@ -165,3 +165,15 @@ def test_options_that_decide_per_step_keep_the_observed_path():
             assert not any(isinstance(item, LogSpan) for item in record.trace._pending)
         record = capture_run(schema, dict(inputs))
         assert any(isinstance(item, LogSpan) for item in record.trace._pending)
+
+
+def test_an_output_reshaped_in_place_before_the_trace_is_read_keeps_its_recorded_shape():
+    model, inputs = llama(layers=1)
+    schema = _parse(model, inputs)
+    with torch.no_grad():
+        logged, observed = _both(schema, inputs)
+    for record in (logged, observed):
+        record.outputs[0].logits.unsqueeze_(0)
+    assert_same_trace(logged, observed)
+    last = [s for s in logged.trace.steps if s.slot_type == "activation"][-1]
+    assert last.tensor.shape == tuple(logged.outputs[0].logits.shape[1:])
