@@ -47,13 +47,15 @@ _DROPPED = ("changed in place after capture by an op the schema does not flag as
 class LogSpan:
     """The activation steps of a logged run, in the trace's pending records until they are read."""
 
-    __slots__ = ("entries", "marks", "base", "recorder", "dropped", "shapes")
+    __slots__ = ("entries", "marks", "base", "describe", "dropped", "shapes")
 
     def __init__(self, run: LoggedRun, base: int, recorder: ActivationRecorder):
         self.entries = run.steps
         self.marks = run.marks
         self.base = base  # the number of the step before the first one (the root's inputs)
-        self.recorder = recorder
+        # not the recorder itself: it holds the trace, which holds this span (a cycle would keep the
+        # values alive until a collection); until it is built, the span holds the schema it describes
+        self.describe = _Descriptions(recorder)
         self.dropped: dict[int, str] = {}  # position -> why its value was not kept
         self.shapes: dict[int, tuple] = {}  # position -> shape at the run's end, for values the caller can reach
 
@@ -62,8 +64,8 @@ class LogSpan:
 
     def records(self) -> list[list]:
         """The pending records (`recorder._build_steps`' layout) of these steps, as an observed run makes them."""
-        recorder = self.recorder
-        ops, describe_op, describe_block = recorder._ops, recorder._describe_op, recorder._describe_block
+        describe = self.describe
+        ops, describe_op, describe_block = describe._ops, describe._describe_op, describe._describe_block
         marks, count = self.marks, len(self.marks)
         dropped, shapes = self.dropped, self.shapes
         stack: list[tuple] = []  # (block, path) of each live frame
@@ -107,6 +109,20 @@ class LogSpan:
             records.append([number, described[0], "activation", instr.out_var, described[1], path, kept,
                             len(stack) - 1, omitted, (), shape, value.dtype])
         return records
+
+
+class _Descriptions:
+    """What the recorder's description methods read (its per-schema tables and root), without the recorder."""
+
+    __slots__ = ("_ops", "_calls", "_root", "_module_blocks")
+
+    def __init__(self, recorder: ActivationRecorder):
+        self._ops, self._calls, self._root = recorder._ops, recorder._calls, recorder._root
+        self._module_blocks = recorder._module_blocks
+
+    _describe_op = ActivationRecorder._describe_op
+    _describe_block = ActivationRecorder._describe_block
+    _blocks_by_module = ActivationRecorder._blocks_by_module
 
 
 class _MutationWatch:

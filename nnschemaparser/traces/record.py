@@ -87,6 +87,11 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
     kept from an observed one is then seen before it happens (the value kept as captured) rather
     than after (the value dropped, `omitted` saying why).
 
+    A capture of everything runs the schema's logged program (traces/logged.py): plain generated
+    code appending each tensor result to a list, the trace's steps built from it when read, equal
+    to an observed capture's. `keep=`, `limits`, `interventions`, `coverage=True` and
+    `observe_all=True` run the observed program, which hears of every step as it happens.
+
     `interventions` ({selector: fn or tensor}, traces/interventions.py) replaces the values the
     selectors name as the run goes: the trace holds the new values (their steps `edited`), and
     gradients flow through them.
