@@ -1,6 +1,6 @@
 """How cheap can recording a step be? The floor under a capture, measured in the running model.
 
-    python bench/bench_recording_floor.py [--rounds N] [--layers N]
+    python bench/bench_recording_floor.py [--rounds N] [--layers N] [--model llama|gpt2]
 
 On the 32-layer tiny Llama (16 tokens), side by side in interleaved rounds (CPU time of one torch
 thread): eager; a plain run (`Program.run_root`); the plain generated code (fast locals, no frame
@@ -30,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 from bench_store import cpu  # noqa: E402
-from models import tiny_llama  # noqa: E402
+from models import gpt2_small, tiny_llama  # noqa: E402
 
 from nnschemaparser import NNParser, capture_run  # noqa: E402
 from nnschemaparser.runtime import codegen  # noqa: E402
@@ -76,10 +76,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--layers", type=int, default=32)
+    parser.add_argument("--model", choices=("llama", "gpt2"), default="llama",
+                        help="the 32-layer tiny Llama (default) or GPT-2 small at 64 tokens")
     args = parser.parse_args()
     torch.set_grad_enabled(False)
     torch.set_num_threads(1)
-    model, inputs = tiny_llama(layers=args.layers)
+    model, inputs = tiny_llama(layers=args.layers) if args.model == "llama" else gpt2_small()
     schema = NNParser.parse_model(model=model, inputs_tensors_values=inputs)
     patch_code_generator()
     plain = Program(schema)
@@ -91,7 +93,7 @@ def main() -> int:
     holding.run_root(dict(inputs))
     if len(kept) != steps:
         raise SystemExit(f"the recording program saw {len(kept)} tensor results, a capture {steps} activations")
-    inner = 10
+    inner = 10 if args.model == "llama" else 1
 
     def record_with(program, sink):
         def run():
@@ -116,7 +118,8 @@ def main() -> int:
         for key, fn in candidates.items():
             samples[key].append(cpu(fn) / inner * 1e3)
     eager = statistics.median(samples["eager"])
-    print(f"tiny Llama {args.layers} layers, 16 tokens, {steps} tensor steps; eager {eager:.2f} ms")
+    what = f"tiny Llama {args.layers} layers, 16 tokens" if args.model == "llama" else "GPT-2 small, 64 tokens"
+    print(f"{what}, {steps} tensor steps; eager {eager:.2f} ms")
     for key in list(candidates)[1:]:
         extra = statistics.median(a - b for a, b in zip(samples[key], samples["eager"]))
         print(f"  {key:30s} +{extra:6.2f} ms  ({extra / steps * 1e3:5.2f} us a step)")

@@ -140,11 +140,22 @@ class _MutationWatch:
             return
         self.recorder.on_before_mutation(instr, frame)  # the root's inputs, which the recorder holds itself
         storages = self.storages
-        for position in range(self.indexed, len(entries)):  # indexed lazily: a run without in-place ops pays nothing
-            ptr = _storage_ptr(entries[position][1])
-            if ptr:
-                storages.setdefault(ptr, []).append(position)
-        self.indexed = len(entries)
+        start, end = self.indexed, len(entries)  # indexed lazily: a run without in-place ops pays nothing
+        try:  # the common case written out: dense tensors, whose storage has a data pointer
+            for position in range(start, end):
+                storages.setdefault(entries[position][1].untyped_storage().data_ptr(), []).append(position)
+            if 0 in storages:  # a storage without data (meta, fake): `_storage_ptr` says what it is
+                raise TypeError
+        except (RuntimeError, NotImplementedError, TypeError):  # sparse, meta, fake: `_storage_ptr` says
+            storages.pop(0, None)
+            for lists in storages.values():
+                while lists and lists[-1] >= start:
+                    lists.pop()
+            for position in range(start, end):
+                ptr = _storage_ptr(entries[position][1])
+                if ptr:
+                    storages.setdefault(ptr, []).append(position)
+        self.indexed = end
         recorder = self.recorder
         for tensor in targets:
             ptr = _storage_ptr(tensor)
