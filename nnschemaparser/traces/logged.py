@@ -216,11 +216,26 @@ def capture_logged(recorder: ActivationRecorder, block: ModelBlockSchema, scope:
 def logs_steps(block: Any, scope: Any, recorder: ActivationRecorder, interventions: Any) -> bool:
     """Whether `capture_run` records through the logged program: nothing asks for a decision per
     step (no `keep=` selector, no `limits`, no `interventions`, a recorder whose class does not
-    override the per-step hooks; `coverage=True` and `observe_all=True` are the caller's tests) and
-    the schema can be logged (`runtime.step_log.loggable`)."""
+    override the per-step hooks; `coverage=True` and `observe_all=True` are the caller's tests), no
+    inference tensor can come out (their version cannot be read: not under `torch.inference_mode()`,
+    none among the inputs, weights and buffers) and the schema can be logged
+    (`runtime.step_log.loggable`)."""
     kind = type(recorder)
     return (isinstance(block, ModelBlockSchema) and isinstance(scope, dict) and interventions is None
+            and not _inference_tensors(block, scope)
             and recorder.keep is None and recorder.limits is None
             and kind.on_instruction is ActivationRecorder.on_instruction
             and kind.on_before_mutation is ActivationRecorder.on_before_mutation
             and kind.on_value is ActivationRecorder.on_value and loggable(block) is None)
+
+
+def _inference_tensors(block: ModelBlockSchema, scope: dict) -> bool:
+    """Whether the run may bind inference tensors, which have no version counter to log."""
+    if torch.is_inference_mode_enabled():
+        return True
+    if any(tensor.is_inference() for value in scope.values() for _, tensor in tensors_in(value)):
+        return True
+    module = block.module
+    if isinstance(module, torch.nn.Module):
+        return any(t.is_inference() for t in module.parameters()) or any(t.is_inference() for t in module.buffers())
+    return False

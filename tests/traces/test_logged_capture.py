@@ -177,3 +177,16 @@ def test_an_output_reshaped_in_place_before_the_trace_is_read_keeps_its_recorded
     assert_same_trace(logged, observed)
     last = [s for s in logged.trace.steps if s.slot_type == "activation"][-1]
     assert last.tensor.shape == tuple(logged.outputs[0].logits.shape[1:])
+
+
+def test_a_capture_under_inference_mode_or_of_inference_tensors_runs_observed():
+    model, x = nn.Sequential(nn.Linear(3, 3), nn.Tanh()), torch.randn(2, 3)
+    schema = _parse(model, {"input": x})
+    with torch.inference_mode():
+        record = capture_run(schema, {"input": torch.randn(2, 3)})
+        inference_input = torch.randn(2, 3)
+    assert len(record.trace.steps) == 6 and record.trace.steps[-1].value is not None
+    with torch.no_grad():
+        record = capture_run(schema, {"input": inference_input})
+    assert not any(isinstance(item, LogSpan) for item in record.trace._pending)
+    assert len(record.trace.steps) == 6
