@@ -90,7 +90,8 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
     A capture of everything runs the schema's logged program (traces/logged.py): plain generated
     code appending each tensor result to a list, the trace's steps built from it when read, equal
     to an observed capture's. `keep=`, `limits`, `interventions`, `coverage=True` and
-    `observe_all=True` run the observed program, which hears of every step as it happens.
+    `observe_all=True` run the observed program, which hears of every step as it happens (so does a
+    run that may bind inference tensors, which have no version counter: `logged.logs_steps`).
 
     `interventions` ({selector: fn or tensor}, traces/interventions.py) replaces the values the
     selectors name as the run goes: the trace holds the new values (their steps `edited`), and
