@@ -34,20 +34,20 @@ code dynamo traces without a graph break: no `try` wrapper (dynamo cannot resume
 tensor's method called without asking whether it is a module, a value called as is while dynamo
 traces. Plain programs never set it and generate what they always did.
 
-Longer than 600 lines because it is one visitor class with its base: the emitters of calls (ops,
-method calls, block calls) and the observer's calls are here, kept together on purpose; those of
-the other statements (return, raise, yield, del, loop signals, closures, if / while / for / try /
-with, parts) are `statements.StatementEmitters`, its base class. What it reads off instructions
+One visitor class with its bases: the emitters of calls (ops, method calls, block calls) are here;
+those of the other statements (return, raise, yield, del, loop signals, closures, if / while / for
+/ try / with, parts) are `statements.StatementEmitters`; what generated code reports (the
+observer's calls, a counted run's counts, a logged run's log) is `reporting.ReportEmitters`; live
+reads of names and the guard at the top are `reads.ReadEmitters`. What it reads off instructions
 beforehand is `instructions`, what generated code calls is `functions`.
 
-Depends on the schema, `binding`, `instructions`, `statements` and `functions`.
+Depends on the schema, `binding`, `instructions`, `reads`, `reporting`, `statements` and `functions`.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
-import functools
 import keyword
 import operator
 import types
@@ -56,14 +56,15 @@ from typing import Any, Callable, Optional
 import torch.compiler
 from torch import Tensor, nn
 
-from ..schema.model import (Binding, BlockInstruction, Const, ControlInstruction, FunctionSchema, Instruction,
-                            OpInstruction, ReturnInstruction, SliceOf, TryInstruction, VarRef, WithInstruction)
+from ..schema.model import (BlockInstruction, Const, ControlInstruction, FunctionSchema, Instruction,
+                            OpInstruction, SliceOf, TryInstruction, VarRef, WithInstruction)
 from .binding import merge_kwargs
-from .functions import (GUARD_ERRORS, META_KEY, FunctionMeta, call_live, failure, guard_failed, names_read,
-                        read_cell, read_global, refresh_free_vars, register_lines, stale_dispatch, stale_method,
-                        weight_attribute, write_back)
-from .instructions import (MAX_BLOCKS, MAX_INDENT, NOT_TENSOR_TYPES, bound_names, fusable_method_call, identifier,
-                           is_element, literal, never_tensor, position, quote, walk_instructions)
+from .functions import (META_KEY, FunctionMeta, call_live, failure, names_read, read_global, refresh_free_vars,
+                        register_lines, weight_attribute, write_back)
+from .instructions import (MAX_BLOCKS, MAX_INDENT, bound_names, fusable_method_call, identifier, is_element, literal,
+                           position, quote, walk_instructions)
+from .reads import ReadEmitters
+from .reporting import ReportEmitters
 from .statements import StatementEmitters
 
 __all__ = ["CodeGenerator", "Generated"]
@@ -99,7 +100,7 @@ class Generated:
 _CODE_CACHE: dict = {}
 
 
-class CodeGenerator(StatementEmitters):
+class CodeGenerator(ReadEmitters, ReportEmitters, StatementEmitters):
     """Writes and compiles one function of a schema (see the module docstring).
 
     `ctx` is the program's side of the bargain (a `program.Program`): `observer`, `tensor_results`,
@@ -175,56 +176,6 @@ class CodeGenerator(StatementEmitters):
         name = self.fresh(base)
         self.env[name] = value
         return name
-
-    def bound_const(self, value: Any, binding: Binding, base: str) -> str:
-        """Source reading `binding` (a global, a closure cell, a chain rooted at one) where the
-        instruction reads it, as CPython reads the name there: a helper or a branch that rebinds it
-        earlier in the same run (`MODE = 2`, `Rotary._cache = ...`, a kernel library's patch) is seen
-        by every later read, a global deleted since is Python's NameError. The read is a plain
-        subscript of the function's globals dict (or the cell's `cell_contents`) followed by the
-        chain's attribute loads: what CPython's own LOAD_GLOBAL / LOAD_DEREF + LOAD_ATTR do. Inside
-        a `try` with handlers it goes through `functions.read_global` / `read_cell`, so the handlers
-        see the NameError itself."""
-        space = self.helper_name(f"namespace {id(binding.namespace)}", lambda: self.const(
-            binding.namespace, "globals" if binding.kind == "global" else "cell"))
-        if self.handled:
-            reader = read_cell if binding.kind == "closure" else read_global
-            read = f"{self.helper(reader.__name__, reader)}({space}, {quote(binding.key)})"
-        elif binding.kind == "closure":
-            read = f"{space}.cell_contents"
-        else:
-            read = f"{space}[{quote(binding.key)}]"
-        for attr in binding.attrs:
-            if attr.isidentifier() and not keyword.iskeyword(attr):
-                read = f"{read}.{attr}"
-            else:
-                read = f"{self.helper('getattr', getattr)}({read}, {quote(attr)})"
-        return read
-
-    def guard_lines(self) -> None:
-        """The check, at the top of the function, that the forward (or method) it was lowered from
-        is still its class's (else StaleSchemaError), and that a dispatching decorator still picks
-        the implementation lowered. Names the body reads are not checked here: each read is live
-        (`bound_const`)."""
-        lines = []
-        parsed = getattr(self.unit, "parsed_from", None)
-        if parsed is not None:
-            owner, attr, function = parsed
-            stale = functools.partial(stale_method, owner, attr, function, self.unit.label)
-            lines.append(f"if {self.const(owner.__dict__, 'class_dict')}[{quote(attr)}] is not "
-                         f"{self.const(function, 'parsed')}: {self.const(stale, 'stale')}()")
-            failed = self.const(functools.partial(guard_failed, parsed, stale), "guard_failed")
-            self.line("    try:", None)
-            for text in lines:
-                self.line("        " + text, None)
-            self.line(f"    except {self.helper('GUARD_ERRORS', GUARD_ERRORS)}:", None)
-            self.line(f"        {failed}()", None)
-        dispatch = getattr(self.unit, "dispatch", None)
-        if dispatch is not None and self.unit.self_name is not None:
-            chosen = self.const(dispatch.chosen, "implementation")
-            refuse = self.const(functools.partial(stale_dispatch, dispatch, self.unit.label), "stale_dispatch")
-            me = self.var(self.unit.self_name)
-            self.line(f"    if {self.const(dispatch.resolve, 'dispatch')}({me}) is not {chosen}: {refuse}({me})", None)
 
     def var(self, name: str) -> str:
         """Source reading (or, as a target, binding) the variable `name`."""
@@ -340,55 +291,6 @@ class CodeGenerator(StatementEmitters):
     def module_name(self) -> str:
         return self.helper("module", self.unit.module)
 
-    # -- observer calls ---------------------------------------------------------------------------
-
-    def observed(self) -> bool:
-        return self.observer is not None
-
-    def before(self, instr: Instruction) -> None:
-        if self.observed() and getattr(instr, "mutates", False):
-            self.line(f"{self.helper('before', self.observer.before)}({self.instr_name(instr)}, f)")
-
-    def after(self, instr: Instruction) -> None:
-        if not self.observed():
-            counter = getattr(self.ctx, "counter", None)
-            if counter is not None and isinstance(instr, (OpInstruction, BlockInstruction)) and instr.out_var \
-                    and not never_tensor(instr):
-                # a counted plain run: how many tensors an observed run would have reported here
-                self.line(f"if {self.is_tensor(self.var(instr.out_var))}:")
-                self.line(f"    {self.helper('counted', counter)}[0] += 1")
-            return
-        after = self.helper("after", self.observer.after)
-        if self.ctx.tensor_results and not isinstance(instr, ReturnInstruction):
-            out = instr.out_var
-            if out and not never_tensor(instr):  # the observer hears of tensor results only
-                value = self.temp("value")
-                self.line(f"{value} = f.get({quote(out)})")
-                self.line(f"if {self.is_tensor(value)}:")
-                self.line(f"    {after}({self.instr_name(instr)}, f)")
-            return
-        self.line(f"{after}({self.instr_name(instr)}, f)")
-
-    def is_tensor(self, value: str) -> str:
-        """A test of `isinstance(value, Tensor)`, written to be quick for tensors and for the common
-        values that are not (numbers, tuples, methods: `NOT_TENSOR_TYPES`)."""
-        tensor, kind = self.helper("Tensor", Tensor), self.helper("type", type)
-        return (f"{value}.__class__ is {tensor} or {kind}({value}) not in {self.helper('not_tensor', NOT_TENSOR_TYPES)} "
-                f"and {self.helper('isinstance', isinstance)}({value}, {tensor})")
-
-    def instr_name(self, instr: Instruction) -> str:
-        names = self.__dict__.setdefault("_instr_names", {})
-        name = names.get(id(instr))
-        if name is None:
-            name = names[id(instr)] = self.const(instr, "i")
-        return name
-
-    def announce(self, instr: Instruction) -> None:
-        if self.observed() and self.ctx.observe_calls:
-            announce = self.ctx.announcer(instr, self.unit)
-            if announce is not None:
-                self.line(f"{self.const(announce, 'announce')}(f)")
-
     # -- the function ------------------------------------------------------------------------------
 
     def generate(self) -> Generated:
@@ -412,6 +314,9 @@ class CodeGenerator(StatementEmitters):
         self.indent = 0
         self.line(f"def {name}({params}):", None)
         self.indent = 1
+        entry, exit_ = self.log_marks()  # a logged block marks its entry and exit (runtime/reporting.py)
+        for text in entry:
+            self.line(text, None)
         # dynamo cannot resume after a graph break inside a `try`: a traceable program's code has none
         traceable = getattr(self.ctx, "traceable", False)
         self.line("if True:" if traceable else "try:", None)
@@ -429,6 +334,10 @@ class CodeGenerator(StatementEmitters):
         self.line(f"    if {err} is None:", None)
         self.line("        raise", None)
         self.line(f"    raise {err} from None", None)
+        if exit_:
+            self.line("finally:", None)
+            for text in exit_:
+                self.line("    " + text, None)
         return self.compile(name)
 
     def signature(self) -> str:
@@ -504,8 +413,9 @@ class CodeGenerator(StatementEmitters):
         while index < len(instrs):
             instr = instrs[index]
             nxt = instrs[index + 1] if index + 1 < len(instrs) else None
+            reports = observed or self.logged()  # fused as an observed capture fuses, so both report the same steps
             if nxt is not None and (not observed or self.ctx.tensor_results) and fusable_method_call(instr, nxt) \
-                    and not (observed and nxt.mutates) and not self.generator:
+                    and not (reports and nxt.mutates) and not self.generator:
                 self.current = nxt
                 self.read_weights(names_read(instr) + names_read(nxt))
                 self.emit_method_call(instr, nxt)
@@ -598,7 +508,7 @@ class CodeGenerator(StatementEmitters):
         receiver = self.operand(fetch.args[0])
         name = _attribute_name(fetch.args[1])
         method = self.temp("method")
-        bind = f"{self.var(fetch.out_var)} = " if self.observed() else ""
+        bind = f"{self.var(fetch.out_var)} = " if self.observed() or self.logged() else ""
         if name is not None:
             self.line(f"{method} = {bind}{receiver}.{name}", fetch)
         else:

@@ -353,7 +353,7 @@ class InterpretedFunction:
         for name in unit.free_vars:
             if name in outer and name not in frame:
                 frame[name] = outer[name]
-        observer = self.program.observer
+        observer = self.program.frame_observer
         if observer is not None:
             observer.enter_function(self, frame)
         try:

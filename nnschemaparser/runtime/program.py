@@ -28,12 +28,13 @@ from torch import nn
 
 from ..schema.errors import SchemaRunError
 from ..schema.model import BlockInstruction, FunctionInstruction, FunctionSchema, Instruction, ModelBlockSchema, OpInstruction, VarRef
-from .binding import binder, block_qualname, eager_callee, entry_signature, nested_qualname, root_call
+from .binding import binder, block_qualname, entry_signature, nested_qualname, root_call
 from .codegen import CodeGenerator
 from .coverage import active_detector
 from .lending import lending, lent_values
+from .static_calls import static_call
 from .instructions import operand_reader, uses_frame
-from .functions import InterpretedFunction, name_reader, rebind_wrapper, rebindable
+from .functions import InterpretedFunction, rebind_wrapper, rebindable
 from .hooks import GLOBAL_HOOK_DICTS, call_with_hooks, global_hooks_active
 from .listeners import Observer, observed_run as _observed_run
 
@@ -89,7 +90,7 @@ class CompiledFunction:
         self.lazy = not is_block and schema.name == "<gencomp>"
         # Plain runs keep variables as fast locals unless the function needs a frame dict.
         self.why_frame = "the run is observed" if program.observer is not None or not is_block else \
-            uses_frame(schema, self.weights)
+            program.frame_reason(block) or uses_frame(schema, self.weights)
         self.frame = self.why_frame is not None
         generated = CodeGenerator(program, self, frame=self.frame, generator=self.lazy).generate()
         self.function = generated.function
@@ -113,17 +114,6 @@ class CompiledFunction:
         return frame
 
 
-class _StaticCall:
-    """What the code generator needs for a call of a child named by path (`self.fc1(x)`)."""
-
-    __slots__ = ("invoke", "callee", "expected", "test", "simple_test", "first", "live")
-
-    def __init__(self) -> None:
-        self.invoke = self.callee = self.expected = self.test = self.live = None
-        self.simple_test = False
-        self.first = ""
-
-
 class Program:
     """A schema tree compiled for one mode: plain (`observer=None`) or observed."""
 
@@ -141,6 +131,8 @@ class Program:
         # before it runs (a counted program's calls an observed run would report, runtime/partial.py)
         self.watch: Optional[Callable[[Any], None]] = None
         self.observe_calls = observer is not None and calls
+        # what closures (`InterpretedFunction`) tell of their frames: the observer, or a logged run's marks
+        self.frame_observer: Optional[Observer] = observer
         self.tensor_results = observer is not None and tensor_results
         self.units: dict[int, CompiledFunction] = {}
         self.invokers: dict[int, Callable] = {}
@@ -174,6 +166,10 @@ class Program:
             unit = CompiledFunction(self, block, block.signature, is_block=True)
             self.units[id(block)] = unit
         return unit
+
+    def frame_reason(self, block: ModelBlockSchema) -> Optional[str]:
+        """Why this program runs `block` with a frame dict where a plain run would not (None here)."""
+        return None
 
     def part(self, unit: CompiledFunction, instrs: list) -> Callable[[dict], Any]:
         """A statement nested past Python's limits, as a function over `unit`'s frame."""
@@ -426,59 +422,9 @@ class Program:
 
     # -- what the code generator asks for ------------------------------------------------------
 
-    def static_call(self, instr: BlockInstruction, unit: CompiledFunction, env: dict) -> _StaticCall:
-        """How a call of the child at `instr.block_ref.path` runs: its block's invoker while the
-        module holds the child the schema was parsed with, the live child otherwise (replaced since,
-        or not in the schema)."""
-        ref = instr.block_ref
-        owner = unit.block
-        try:
-            block = owner.find(ref.path)
-        except KeyError:
-            block = None
-        if block is not None and ref.method is not None:
-            block = block.methods.get(ref.method)
-        path, method = ref.path, ref.method
-        module = owner.module
-
-        def live_target() -> Any:
-            target = module
-            for part in path.split(".") if path else ():
-                target = target[int(part)] if part.lstrip("-").isdigit() else getattr(target, part)
-            if method is not None:
-                target = getattr(target, method)
-            return target
-
-        call = _StaticCall()
-        call.live = live_target
-        if block is None:
-            return call
-        if block.read_from is not None:  # a cached function called by name: its block while the name holds it
-            call.invoke, call.expected, call.callee = block, block.function, lambda f=block.function: f
-            call.test, call.live = name_reader(block.read_from)
-            return call
-        expected, child_method = block.module, ref.method
-        call.callee = lambda: eager_callee(expected, child_method)
-        call.invoke = block
-        parts = tuple(path.split(".")) if path else ()
-        if not parts or expected is None or module is None:
-            return call
-        # The child is read from the module at each call, as `self.child(x)` does: forward may
-        # replace it (`self.child = nn.Linear(...)`), and the new one runs (its block, if it has one).
-        first, rest = parts[0], parts[1:]
-        children = module._modules
-        call.expected, call.first = expected, first
-        if not rest:
-            call.test, call.simple_test = children, True
-        else:
-            def current() -> Any:
-                live = children.get(first)
-                for part in rest:
-                    live = live._modules.get(part) if live is not None else None
-                return live
-
-            call.test = current
-        return call
+    def static_call(self, instr: BlockInstruction, unit: CompiledFunction, env: dict) -> Any:
+        """How a call of the child at `instr.block_ref.path` runs (`static_calls.static_call`)."""
+        return static_call(instr, unit)
 
     def closure_maker(self, instr: FunctionInstruction, unit: CompiledFunction) -> Callable[[dict], Any]:
         """`make(f)`: the closure a `def` / lambda / comprehension binds, over the frame `f`."""

@@ -52,6 +52,8 @@ class StatementEmitters:
             else:
                 self.line(f"return f.pop({quote(RETURN_SLOT)})")
             return
+        if self.logged():  # the root's return, with its frame (runtime/reporting.py)
+            self.after(instr)
         if self.part_of is not None:
             self.line(f"f[{quote(RETURN_SLOT)}] = {value}")
             self.line(f"return {self.helper('RETURN', RETURN)}")

@@ -392,7 +392,7 @@ def _step_fields(trace: Any) -> tuple:
     third of a small model's capture). A trace already built, or records of another layout, are read
     from `trace.steps`.
     """
-    pending = getattr(trace, "_pending", None)
+    pending = trace.pending_records() if hasattr(trace, "pending_records") else None
     if pending and not trace._steps and set(map(len, pending)) == {_RECORD_FIELDS}:
         numbers, descriptions, slot_types, out_vars, op_names, block_paths, values, depths, omitted, _, shapes, \
             dtypes = map(list, zip(*pending))

@@ -16,7 +16,8 @@ from typing import Any, Optional
 from .sampling import CaptureLimits
 from ..runtime.listeners import RETURN_SLOT
 from ..schema.errors import SchemaRunError
-from ..runtime.interpreter import SchemaInterpreter
+from ..runtime.interpreter import SchemaInterpreter, outputs_list
+from .logged import capture_logged, logs_steps
 from .wrapped import check_keep_reaches
 from .recorder import ActivationRecorder
 from ..runtime.coverage import LiveCallDetector
@@ -86,6 +87,12 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
     kept from an observed one is then seen before it happens (the value kept as captured) rather
     than after (the value dropped, `omitted` saying why).
 
+    A capture of everything runs the schema's logged program (traces/logged.py): plain generated
+    code appending each tensor result to a list, the trace's steps built from it when read, equal
+    to an observed capture's. `keep=`, `limits`, `interventions`, `coverage=True` and
+    `observe_all=True` run the observed program, which hears of every step as it happens (so does a
+    run that may bind inference tensors, which have no version counter: `logged.logs_steps`).
+
     `interventions` ({selector: fn or tensor}, traces/interventions.py) replaces the values the
     selectors name as the run goes: the trace holds the new values (their steps `edited`), and
     gradients flow through them.
@@ -134,8 +141,11 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
         with detector:  # what runs live, seen from the forwards' code objects
             observe = recorder.keep.blocks_to_observe(block) if recorder.keep is not None and observe_all is False \
                 else None
-            outputs = SchemaInterpreter(listeners=[recorder], observe=observe).run(block=block, scope=scope,
-                                                                                   interventions=interventions)
+            if not coverage and not observe_all and logs_steps(block, scope, recorder, interventions):
+                outputs = outputs_list(capture_logged(recorder, block, scope))
+            else:
+                outputs = SchemaInterpreter(listeners=[recorder], observe=observe).run(block=block, scope=scope,
+                                                                                       interventions=interventions)
     finally:
         if collecting:
             gc.enable()

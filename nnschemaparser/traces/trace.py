@@ -103,9 +103,23 @@ class _Trace:
         self._steps = steps
 
     def _flush(self) -> None:
-        pending = self._pending
+        pending = self.pending_records()
         self._steps.extend(self._build(pending))  # type: ignore[misc]
         pending.clear()  # in place: the recorder appends to this very list
+
+    def pending_records(self) -> list[list]:
+        """The records not built into TraceSteps yet, a logged run's span expanded into its records
+        (traces/logged.py; in place, so the list stays the recorder's)."""
+        pending = self._pending
+        if any(type(item) is not list for item in pending):
+            records: list[list] = []
+            for item in pending:
+                if type(item) is list:
+                    records.append(item)
+                else:
+                    records.extend(item.records())
+            pending[:] = records
+        return pending
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)

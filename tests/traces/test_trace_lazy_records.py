@@ -14,7 +14,7 @@ from tests.support.trace_models import InPlace, parse, spec_mlp
 def test_steps_are_built_only_when_the_trace_is_read():
     model, x, schema = spec_mlp()
     trace = capture_run(schema, {"x": x}).trace
-    assert trace._steps == [] and len(trace._pending) == 7, "a capture builds no TraceStep during the run"
+    assert trace._steps == [] and len(trace.pending_records()) == 7, "a capture builds no TraceStep during the run"
     steps = trace.steps
     assert len(steps) == 7 and trace._pending == [] and trace.steps is steps
 
