@@ -261,7 +261,7 @@ class ActivationRecorder(TraceListener):
                 if value is not None:
                     value = value.detach().clone()
                     self._set_value(number, value)
-                    self._versions[self._position(number)] = value._version
+                    self._versions[self._position(number)] = _version(value)
                     self.changed_in_place.add(number)
 
     def on_edit(self, event: EditEvent) -> None:
@@ -360,6 +360,10 @@ class ActivationRecorder(TraceListener):
                 self._versions.append(value._version)
             except (RuntimeError, AttributeError):  # as _version(): no version counter
                 self._versions.append(-1)
+                if isinstance(value, torch.Tensor) and value.is_inference():
+                    # made under torch.inference_mode: it can change in place, yet no counter would say
+                    # so, so the value as it is now is kept as a copy of its own
+                    self._records[-1][_VALUE] = value.clone()
         if requires_grad and self.capture_grads:
             self._tracked.add(number)
             if value is not None:
