@@ -241,6 +241,10 @@ class InterventionRun(InterventionListener):
         self._ops = any(t.op is not None for item in items for t in item.selector.terms)
         self._module_blocks: Optional[dict[int, ModelBlockSchema]] = None
         self._pending: list[tuple] = []  # values reported at the site being changed (`report`)
+        self._candidates: dict[str, list[int]] = {}  # path -> the items whose selector may name a variable there
+        # every item names one occurrence: once each has been applied, nothing later in the run can match
+        self._once = all(item.occurrence is not None for item in items)
+        self._done = False
         observe: Optional[frozenset] = frozenset()
         for item in items:
             blocks = item.selector.blocks_to_observe(root)
@@ -251,6 +255,8 @@ class InterventionRun(InterventionListener):
         self.inputs = scope
 
     def on_instruction(self, event: InstructionEvent) -> None:
+        if self._done:
+            return
         instr = event.instruction
         value = event.value
         var = instr.out_var
@@ -259,7 +265,10 @@ class InterventionRun(InterventionListener):
         path = event.path
         key = (path, var)
         self._seen[key] = None
-        candidates = [i for i, item in enumerate(self.items) if item.selector.may_keep_activations(path)]
+        candidates = self._candidates.get(path)
+        if candidates is None:
+            candidates = self._candidates[path] = [i for i, item in enumerate(self.items)
+                                                   if item.selector.may_keep_activations(path)]
         if not candidates:
             return
         occurrence = self._counts[key] = self._counts.get(key, -1) + 1
@@ -292,6 +301,8 @@ class InterventionRun(InterventionListener):
             event.value = value = new  # the listeners after this one (the stepper) see the new value
             self._applied[i] += 1
             self.sites.append(site)
+            if self._once and all(self._applied):
+                self._done = True
             if self._pending:  # values the intervention reported, after the edit of the site's step
                 pending, self._pending = self._pending, []
                 for name, reported, description, op in pending:

@@ -34,11 +34,12 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..runtime.reuse import give_back_reuse, reuse_programs, run_reusing
+from ..runtime.reuse_values import bits_equal
 from ..schema.errors import SchemaRunError
 from ..schema.model import ModelBlockSchema
 from .interventions import Intervention, InterventionRun
-from .patch_sites import (PatchedRun, SiteValue, StateWatch, check_per, check_same_sites, look_at, metric_value,
-                          parts_of, rng_state, selector_of, set_rng_state)
+from .patch_sites import (PatchedRun, SiteValue, StateWatch, check_per, check_same_sites, function_watch, look_at,
+                          metric_value, parts_of, rng_state, selector_of, set_rng_state)
 
 __all__ = ["activation_patching", "PatchingReuseWarning"]
 
@@ -79,25 +80,33 @@ def activation_patching(schema: ModelBlockSchema, clean: dict, corrupted: dict, 
         with torch.no_grad():
             watch = StateWatch(schema.module) if reuse else None
             pair.reuse.start("record" if reuse else "off")
+            pair.reuse.watch = function_watch if reuse else None
             clean_sites: list[SiteValue] = []
-            clean_metric = metric_value(metric, run_reusing(pair, schema, clean, look_at(item, clean_sites)))
-            why = watch.changes() if watch is not None else ["reuse=False"]
+            clean_metric = metric_value(metric, run_reusing(pair, schema, clean, look_at(item, clean_sites, copy=reuse)))
+            why = _why_not(watch, pair.reuse) if reuse else ["reuse=False"]
             if why and reuse:
                 warnings.warn(PatchingReuseWarning(
                     "activation_patching reruns every patched run from the start: " + "; ".join(why[:3])), stacklevel=2)
+            elif pair.reuse.changed_arguments:
+                warnings.warn(PatchingReuseWarning(
+                    "activation_patching runs these function calls again in every patched run, since each changed an "
+                    "argument in place: " + ", ".join(dict.fromkeys(pair.reuse.changed_arguments))), stacklevel=2)
             set_rng_state(state)
             pair.reuse.start("off")
             sites: list[SiteValue] = []
             corrupted_metric = metric_value(metric, run_reusing(pair, schema, corrupted, look_at(item, sites, copy=True)))
             check_same_sites(clean_sites, sites)
-            reused = ran = 0
-            for site in sites:
+            reused = ran = unchanged = 0
+            for site, clean_site in zip(sites, clean_sites):
                 for number, index in parts_of(schema, site, per, heads):
                     part = site.bound if index is None else site.bound[index]
-                    set_rng_state(state)
-                    pair.reuse.start("off" if why else "replay", _holding(site))
-                    patched = metric_value(metric, run_reusing(pair, schema, clean, [_patch(pair.reuse, site, part, index)]))
-                    reused, ran = reused + pair.reuse.reused, ran + pair.reuse.ran
+                    if not why and _unchanged(clean_site, part, index):
+                        patched, unchanged = clean_metric, unchanged + 1  # the patched run is the clean run
+                    else:
+                        set_rng_state(state)
+                        pair.reuse.start("off" if why else "replay", _holding(site))
+                        patched = metric_value(metric, run_reusing(pair, schema, clean, [_patch(pair.reuse, site, part, index)]))
+                        reused, ran = reused + pair.reuse.reused, ran + pair.reuse.ran
                     row = {"site": site.label, "layer": site.layer}
                     if per is not None:
                         row[per] = number
@@ -112,8 +121,22 @@ def activation_patching(schema: ModelBlockSchema, clean: dict, corrupted: dict, 
     table = pd.DataFrame(rows, columns=["site", "layer", *([per] if per else []), "effect", "metric", "run"])
     table["layer"] = table["layer"].astype("Int64")  # None where the site's path has no layer number
     table.attrs.update(clean_metric=clean_metric.item(), corrupted_metric=corrupted_metric.item(),
-                       reuse="on" if not why else "off: " + "; ".join(why), reused=reused, ran=ran)
+                       reuse="on" if not why else "off: " + "; ".join(why), reused=reused, ran=ran, unchanged=unchanged)
     return table
+
+
+def _why_not(watch: StateWatch, reuse: Any) -> list[str]:
+    """Why the recorded clean run cannot be reused: state it wrote, and each function call that wrote some."""
+    return watch.changes() + [f"{name} wrote state ({'; '.join(wrote[:2])})" for name, wrote in reuse.impure]
+
+
+def _unchanged(clean: SiteValue, part: torch.Tensor, index: Any) -> bool:
+    """Whether patching `part` in leaves the clean run as it was: the clean value's part has the same
+    bits, strides and type, and the value is no view (the patch, a new tensor, would share storage
+    with nothing, where the clean value shares its base's)."""
+    value = clean.bound
+    return (isinstance(clean.value, torch.Tensor) and clean.value._base is None
+            and bits_equal(part, value if index is None else value[index]))
 
 
 def _holding(site: SiteValue) -> Callable[[ModelBlockSchema], bool]:
