@@ -138,6 +138,8 @@ class CallReuse:
         self.memo = {}
         self.mode = "off"
         self.watch = None
+        self.impure = []
+        self.changed_arguments = []
 
     def wrap(self, block: ModelBlockSchema, invoke: Callable[[Any, dict], Any]) -> Callable[[Any, dict], Any]:
         """The invoker of `block` that records or reuses its calls (the root's is left as it is). It holds

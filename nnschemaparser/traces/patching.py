@@ -87,7 +87,7 @@ def activation_patching(schema: ModelBlockSchema, clean: dict, corrupted: dict, 
             if why and reuse:
                 warnings.warn(PatchingReuseWarning(
                     "activation_patching reruns every patched run from the start: " + "; ".join(why[:3])), stacklevel=2)
-            elif pair.reuse.changed_arguments:
+            elif reuse and pair.reuse.changed_arguments:
                 warnings.warn(PatchingReuseWarning(
                     "activation_patching runs these function calls again in every patched run, since each changed an "
                     "argument in place: " + ", ".join(dict.fromkeys(pair.reuse.changed_arguments))), stacklevel=2)
