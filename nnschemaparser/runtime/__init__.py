@@ -26,8 +26,9 @@ Thirteen modules, each a noun:
   events, and `TraceListener`.
 - `interventions`: what `interventions=` plugs into a run (the listener the traces stage builds from
   selectors, handed over once by `use_interventions`), so the runtime reads no selector.
-- `reuse`: a patched run's block calls answered from a recorded clean run's (`CallReuse`, the
-  programs that wrap their invokers, `run_reusing`), for activation patching.
+- `reuse`: a patched run's block calls and Python function calls answered from a recorded clean
+  run's (`CallReuse`, the programs that wrap their invokers and function calls, `run_reusing`), for
+  activation patching; `reuse_values`: what those calls' arguments and results are compared by.
 - `interpreter`: the public driver (`SchemaInterpreter.run / call / step_run`, `StepInfo`,
   `CallPause`, edits, `source_code`).
 

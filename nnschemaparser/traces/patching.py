@@ -13,15 +13,25 @@ The table: `site` (`transformer.h.3:output` for what a call returns, `path:var#n
 binding of a variable), `layer`, `position` / `head` when asked, `effect`, `metric` (the patched
 metric) and `run`, a `PatchedRun` (the inputs and the one intervention: `run.outputs()` reproduces
 the row, a view opens it as a fork). `table.attrs` holds `clean_metric`, `corrupted_metric`,
-`reuse` ("on", or why it was off) and the numbers of block calls `reused` and `ran` over the sweep.
+`reuse` ("on", or why it was off), the numbers of calls (block and function calls) `reused` and
+`ran` over the sweep, and `unchanged`, the rows that made no run (below).
 
-The clean prefix is not run again (runtime/reuse.py): the clean run records the block calls the
-blocks holding sites make; in a patched run, until the patch is applied, a call of the same block
-with bit-identical arguments returns the recorded result. Reuse is turned off, with a warning
-naming why, when the clean run wrote state a skipped call would not write again (parameters,
-buffers, module attributes, module globals and class attributes of the model's code) or drew random
-numbers (dropout in training mode). Every run starts from the random state the call found, which
-is put back at the end. Runs are made under `torch.no_grad()`.
+The clean prefix is not run again (runtime/reuse.py): the clean run records the block calls, and
+the calls of Python functions (`create_causal_mask`), that the blocks holding sites make; in a
+patched run, until the patch is applied, a call of the same block or function with bit-identical
+arguments returns the recorded result. Reuse is turned off, with a `PatchingReuseWarning` naming
+why, when the clean run wrote state a skipped call would not write again (parameters, buffers,
+module attributes, module globals and class attributes of the model's code), drew random numbers
+(dropout in training mode), or made a function call that wrote Python state it reaches (its
+module's globals, those of the functions it names, their defaults and cells:
+`patch_sites.function_watch`). A function call that changed an argument in place is not reused
+(the warning names it); the rest still is.
+
+A part whose corrupted value has the clean value's bits (and strides), at a site whose value is no
+view, makes no run while reuse is on: patching it would hand the run back its own value, so the
+rest of the run is the clean run and the row's metric is the clean metric (positions before the
+changed token, in a causal model). Every run starts from the random state the call found, which is
+put back at the end. Runs are made under `torch.no_grad()`.
 
 Depends on runtime.reuse, traces.interventions and traces.patch_sites; pandas.
 """
