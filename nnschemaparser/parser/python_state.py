@@ -126,13 +126,13 @@ class PythonState:
         state.namespaces, state.classes, state.defaults, state.cells = [], [], [], []
         state.seen_functions = set()
         spaces: set[int] = set()
-        todo, seen = [fn], set()
+        todo, seen, classes = [fn], set(), set()
         while todo and len(seen) < _REACH:
             value = todo.pop()
-            if isinstance(getattr(value, "__wrapped__", None), types.FunctionType):  # a decorated function
-                todo.append(value.__wrapped__)
             if not isinstance(value, types.FunctionType) or id(value) in seen or _foreign(value):
                 continue
+            if isinstance(getattr(value, "__wrapped__", None), types.FunctionType):  # a decorated function
+                todo.append(value.__wrapped__)
             seen.add(id(value))
             state._function_parts(value)
             space = value.__globals__
@@ -142,7 +142,8 @@ class PythonState:
                 state.namespaces.append((space, dict(space), held))
             for name in _names(value.__code__):
                 named = space.get(name, _MISSING)
-                if isinstance(named, type) and not _foreign(named):
+                if isinstance(named, type) and not _foreign(named) and named not in classes:
+                    classes.add(named)
                     attrs = {k: v for k, v in vars(named).items() if not (k.startswith("__") and k.endswith("__"))}
                     state.classes.append((named, attrs))
                     todo.extend(v.__func__ if isinstance(v, (staticmethod, classmethod)) else v for v in attrs.values())
