@@ -36,7 +36,7 @@ from ..schema.model import ModelBlockSchema
 from .interventions import Intervention, InterventionError, Site, intervention
 
 __all__ = ["SiteValue", "PatchedRun", "selector_of", "look_at", "parts_of", "check_same_sites", "metric_value",
-           "StateWatch", "function_watch", "rng_state", "set_rng_state"]
+           "StateWatch", "function_watch", "DREW", "rng_state", "set_rng_state"]
 
 PER = (None, "position", "head")
 _HEAD_ATTRS = ("num_heads", "n_head", "num_attention_heads", "n_heads")
@@ -238,6 +238,9 @@ _MISSING = object()
 _HOOKS = ("_forward", "_backward", "_state_dict", "_load_state_dict")  # hooks: the caller's, not the forward's state
 
 
+DREW = "drew random numbers"  # what `function_watch` reports of a call that drew some
+
+
 def function_watch(fn: Any) -> Callable[[], list]:
     """Before a call of `fn`: the check that lists, after it, what the call wrote outside its
     arguments (Python state it reaches, random numbers drawn)."""
@@ -247,7 +250,7 @@ def function_watch(fn: Any) -> Callable[[], list]:
     def wrote() -> list[str]:
         out = python.changed()
         if not _same_rng(rng, rng_state()):
-            out.append("it drew random numbers")
+            out.append(DREW)
         return out
 
     return wrote

@@ -48,8 +48,8 @@ from ..runtime.reuse_values import bits_equal
 from ..schema.errors import SchemaRunError
 from ..schema.model import ModelBlockSchema
 from .interventions import Intervention, InterventionRun
-from .patch_sites import (PatchedRun, SiteValue, StateWatch, check_per, check_same_sites, function_watch, look_at,
-                          metric_value, parts_of, rng_state, selector_of, set_rng_state)
+from .patch_sites import (DREW, PatchedRun, SiteValue, StateWatch, check_per, check_same_sites, function_watch,
+                          look_at, metric_value, parts_of, rng_state, selector_of, set_rng_state)
 
 __all__ = ["activation_patching", "PatchingReuseWarning"]
 
@@ -137,7 +137,14 @@ def activation_patching(schema: ModelBlockSchema, clean: dict, corrupted: dict, 
 
 def _why_not(watch: StateWatch, reuse: Any) -> list[str]:
     """Why the recorded clean run cannot be reused: state it wrote, and each function call that wrote some."""
-    return watch.changes() + [f"{name} wrote state ({'; '.join(wrote[:2])})" for name, wrote in reuse.impure]
+    out = watch.changes()
+    for name, wrote in reuse.impure:
+        written = [w for w in wrote if w != DREW]
+        if written:
+            out.append(f"{name} wrote state ({'; '.join(written[:2])})")
+        if DREW in wrote:
+            out.append(f"{name} {DREW}")
+    return out
 
 
 def _unchanged(clean: SiteValue, part: torch.Tensor, index: Any) -> bool:

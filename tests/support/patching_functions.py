@@ -1,6 +1,6 @@
 """Module-level functions a model's forward calls, for the reuse of function calls in activation
 patching (tests/traces/test_patching_reuse.py): one pure, one that writes this module's state, one
-that changes its argument in place. They live apart from the models that call them, so that only
+that draws random numbers, one that changes its argument in place. They live apart from the models that call them, so that only
 the check around each function call (not the model's own state watch) can see what they write."""
 
 from __future__ import annotations
@@ -24,6 +24,11 @@ def logged_bias(h: torch.Tensor, scale: float) -> torch.Tensor:
     """Writes Python state (appends to this module's LOG) and returns the causal mask."""
     LOG.append(h.shape[1])
     return causal_bias(h, scale)
+
+
+def noisy_bias(h: torch.Tensor, scale: float) -> torch.Tensor:
+    """Draws random numbers (a jitter of the mask) and returns the causal mask."""
+    return causal_bias(h, scale) + torch.rand(h.shape[1], h.shape[1], dtype=h.dtype)
 
 
 def bumped_bias(h: torch.Tensor, scale: float) -> torch.Tensor:

@@ -15,7 +15,8 @@ pytest.importorskip("pandas")
 from nnschemaparser import NNParser, activation_patching  # noqa: E402
 from nnschemaparser.traces.patching import PatchingReuseWarning  # noqa: E402
 from tests.support import patching_functions as fns  # noqa: E402
-from tests.support.patching_functions import bumped_bias, causal_bias, counting as _counting, logged_bias  # noqa: E402
+from tests.support.patching_functions import (bumped_bias, causal_bias, counting as _counting, logged_bias,  # noqa: E402
+                                              noisy_bias)
 
 
 class _Layer(nn.Module):
@@ -48,6 +49,15 @@ class _Logged(_Stack):
     def forward(self, x):
         h = self.embed(x)
         bias = logged_bias(h, 1e4)
+        for layer in self.layers:
+            h = layer(h, bias)
+        return h
+
+
+class _Noisy(_Stack):
+    def forward(self, x):
+        h = self.embed(x)
+        bias = noisy_bias(h, 1e4)
         for layer in self.layers:
             h = layer(h, bias)
         return h
@@ -121,6 +131,16 @@ def test_a_function_that_writes_python_state_is_never_reused_and_turns_reuse_off
     plain = activation_patching(schema, clean, corrupted, _metric, at=_AT, reuse=False)
     assert list(table["metric"]) == list(plain["metric"]) == _hooked(model, clean, corrupted)
     fns.LOG.clear()
+
+
+def test_a_function_that_draws_random_numbers_is_named_and_turns_reuse_off():
+    model, schema, clean, corrupted = _build(_Noisy)
+    with pytest.warns(PatchingReuseWarning, match=r"the run drew random numbers.*noisy_bias drew random numbers"):
+        with _counting(noisy_bias) as count:
+            table = activation_patching(schema, clean, corrupted, _metric, at=_AT)
+    assert count[0] == 6 and table.attrs["reused"] == 0
+    plain = activation_patching(schema, clean, corrupted, _metric, at=_AT, reuse=False)
+    assert list(table["metric"]) == list(plain["metric"])  # each run starts from the same random state
 
 
 def test_a_function_that_changes_its_argument_in_place_runs_in_every_patched_run():
