@@ -188,6 +188,15 @@ def interventions_of(interventions: Any) -> list[Intervention]:
     return items
 
 
+def _single(item: Intervention) -> bool:
+    """Whether `item` can apply once per run: one occurrence of one `path:var`, neither a glob."""
+    terms = item.selector.terms
+    if item.occurrence is None or len(terms) != 1:
+        return False
+    term = terms[0]
+    return all(text is not None and not any(c in text for c in "*?[") for text in (term.block, term.var))
+
+
 def _layer_of(path: str) -> Optional[int]:
     """The first number of a block path: `model.layers.3.mlp` -> 3; None when it has none."""
     for part in path.split("."):
@@ -242,8 +251,8 @@ class InterventionRun(InterventionListener):
         self._module_blocks: Optional[dict[int, ModelBlockSchema]] = None
         self._pending: list[tuple] = []  # values reported at the site being changed (`report`)
         self._candidates: dict[str, list[int]] = {}  # path -> the items whose selector may name a variable there
-        # every item names one occurrence: once each has been applied, nothing later in the run can match
-        self._once = all(item.occurrence is not None for item in items)
+        # every item names one occurrence of one variable: once each is applied, nothing later can match
+        self._once = all(_single(item) for item in items)
         self._done = False
         observe: Optional[frozenset] = frozenset()
         for item in items:
