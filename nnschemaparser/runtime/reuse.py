@@ -215,7 +215,8 @@ class CallReuse:
             return invoke(args, kwargs)
         memo = self.memo
         if (entry.reusable and not (is_block and self.keep_out(key)) and result_intact(entry.result, entry.state)
-                and same(entry.arguments[0], tuple(args), memo) and same(entry.arguments[1], dict(kwargs), memo)):
+                and same(entry.arguments[0], args if type(args) is tuple else tuple(args), memo)
+                and same(entry.arguments[1], kwargs if type(kwargs) is dict else dict(kwargs), memo)):
             self.next = entry.end
             self.reused += 1
             return entry.result

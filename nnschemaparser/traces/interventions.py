@@ -263,6 +263,20 @@ class InterventionRun(InterventionListener):
     def on_run_start(self, root: ModelBlockSchema, scope: dict) -> None:
         self.inputs = scope
 
+    def tensor_result_hook(self) -> Callable[[Any, dict, Any], None]:
+        """The observer's direct call (this listener alone): nothing is built once every item is applied,
+        else the event `on_instruction` takes, for a tensor bound to a variable."""
+        def after(instr: Any, frame: dict, observer: Any) -> None:
+            if self._done or instr.__class__ is ReturnInstruction:
+                return
+            var = instr.out_var
+            value = frame.get(var) if var else None
+            if isinstance(value, torch.Tensor):
+                self.on_instruction(InstructionEvent(instr, frame, observer.depth, observer.block, observer.path, value,
+                                                     True, observer.frames_tuple(), observer.conditions == 0))
+
+        return after
+
     def on_instruction(self, event: InstructionEvent) -> None:
         if self._done:
             return
