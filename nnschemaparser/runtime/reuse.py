@@ -58,7 +58,8 @@ from .program import Program, programs_for
 from .reuse_values import freeze, result_intact, result_state, same
 from ..schema.model import ModelBlockSchema
 
-__all__ = ["CallReuse", "ReusePrograms", "reuse_programs", "give_back_reuse", "run_reusing", "reusable_function"]
+__all__ = ["CallReuse", "ReusePrograms", "reuse_programs", "give_back_reuse", "run_reusing", "run_plain",
+           "reusable_function"]
 
 _OWN = __name__.split(".")[0] + "."  # the package's own functions (intrinsics) are never intercepted
 
@@ -115,14 +116,22 @@ class CallReuse:
         self.watch: Optional[Callable[[Callable], Callable[[], list]]] = None
         self.impure: list[tuple[str, list]] = []
         self.changed_arguments: list[str] = []
+        self.returned: Optional[int] = None  # record: the number of the block call that returned last
+        self.patch_at: Optional[int] = None  # replay: the number of the call whose result `patch` replaces
+        self.patch: Optional[Callable[[Any], Any]] = None
+        self.patched = False
         self.root: Optional[weakref.ref] = None  # the schema's root (weakly: the cache of programs is keyed by it)
 
-    def start(self, mode: str, keep_out: Optional[Callable[[ModelBlockSchema], bool]] = None) -> None:
-        """Before a run: "record" forgets the calls kept so far; "replay" starts at call 0."""
+    def start(self, mode: str, keep_out: Optional[Callable[[ModelBlockSchema], bool]] = None,
+              patch_at: Optional[int] = None, patch: Optional[Callable[[Any], Any]] = None) -> None:
+        """Before a run: "record" forgets the calls kept so far; "replay" starts at call 0. `patch_at`,
+        `patch`: in a replay, call number `patch_at` (reached in line with the recording) returns
+        `patch(its result)` and fires (`patched` says whether it happened)."""
         if mode not in ("off", "record", "replay"):
             raise ValueError(f"mode must be 'off', 'record' or 'replay', got {mode!r}")
         self.mode = mode
-        self.fired = False
+        self.fired = self.patched = False
+        self.patch_at, self.patch = patch_at, patch
         self.reused = self.ran = 0
         self.next = 0
         self.memo = {}
@@ -140,6 +149,7 @@ class CallReuse:
         self.watch = None
         self.impure = []
         self.changed_arguments = []
+        self.patch = None
 
     def wrap(self, block: ModelBlockSchema, invoke: Callable[[Any, dict], Any]) -> Callable[[Any, dict], Any]:
         """The invoker of `block` that records or reuses its calls (the root's is left as it is). It holds
@@ -178,10 +188,13 @@ class CallReuse:
             arguments = None
         function = not isinstance(key, ModelBlockSchema)
         entry = _Call(key, arguments if not function or watch is not None else None)
+        number = len(self.calls)
         self.calls.append(entry)
         check = watch(key) if function and entry.reusable else None
         result = invoke(args, kwargs)
         entry.end = len(self.calls)
+        if not function:
+            self.returned = number
         if not entry.reusable:
             return result
         wrote = check() if check is not None else []
@@ -213,6 +226,8 @@ class CallReuse:
             self.next = None
             self.ran += 1
             return invoke(args, kwargs)
+        if n == self.patch_at:
+            return self._patch(entry, invoke, args, kwargs)
         memo = self.memo
         if (entry.reusable and not (is_block and self.keep_out(key)) and result_intact(entry.result, entry.state)
                 and same(entry.arguments[0], args if type(args) is tuple else tuple(args), memo)
@@ -227,11 +242,27 @@ class CallReuse:
             self.next = entry.end
         return result
 
+    def _patch(self, entry: _Call, invoke: Callable, args: Any, kwargs: dict) -> Any:
+        """The patched call: its result (recorded, when it may be handed out, else run) through `patch`."""
+        memo = self.memo
+        if (entry.reusable and result_intact(entry.result, entry.state) and same(entry.arguments[0], tuple(args), memo)
+                and same(entry.arguments[1], dict(kwargs), memo)):
+            self.reused += 1
+            result = entry.result
+        else:
+            self.next = None
+            self.ran += 1
+            result = invoke(args, kwargs)
+        self.fired = self.patched = True
+        self.next = None
+        return self.patch(result)
+
 
 class _InterceptingProgram(Program):
-    """An observed program whose invokers, and calls of Python functions, go through a `CallReuse`."""
+    """A program (observed, or plain with `observer=None`) whose invokers, and calls of Python
+    functions, go through a `CallReuse`."""
 
-    def __init__(self, root: ModelBlockSchema, observer: EventObserver, reuse: CallReuse):
+    def __init__(self, root: ModelBlockSchema, observer: Optional[EventObserver], reuse: CallReuse):
         super().__init__(root, observer, tensor_results=True)
         self.reuse = reuse
 
@@ -250,7 +281,7 @@ class _InterceptingProgram(Program):
 class ReusePrograms:
     """A partly observed pair (runtime/partial.py) whose observed program records or reuses calls."""
 
-    __slots__ = ("observed", "observer", "plain", "blocks", "reuse", "busy")
+    __slots__ = ("observed", "observer", "plain", "fast", "blocks", "reuse", "busy")
 
     def __init__(self, root: ModelBlockSchema, blocks: frozenset):
         self.blocks = blocks
@@ -262,6 +293,10 @@ class ReusePrograms:
         observed, plain = self.observed, self.plain
         self.observed.elsewhere = lambda block: None if id(block) in blocks else plain
         self.plain.elsewhere = lambda block: observed if id(block) in blocks else None
+        # the observed blocks compiled plain, their calls through `reuse` as well: a run patched by
+        # `CallReuse.patch` needs no observer (`run_plain`)
+        self.fast = _InterceptingProgram(root, None, self.reuse)
+        self.fast.elsewhere = lambda block: None if id(block) in blocks else plain
         self.busy = False
 
 
@@ -295,6 +330,15 @@ def give_back_reuse(pair: ReusePrograms) -> None:
     pair.observer.reset()
     pair.observer.configure(())
     pair.busy = False
+
+
+def run_plain(pair: ReusePrograms, scope: dict) -> Any:
+    """Run the root on `scope` through `pair`'s plain intercepting program (its `reuse` set by the
+    caller, a patch by `start(patch_at=, patch=)`); returns what forward returns."""
+    try:
+        return pair.fast.run_root(scope)
+    finally:
+        pair.reuse.mode = "off"
 
 
 def run_reusing(pair: ReusePrograms, root: ModelBlockSchema, scope: dict, interventions: Any,

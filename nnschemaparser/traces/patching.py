@@ -43,7 +43,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..runtime.reuse import give_back_reuse, reuse_programs, run_reusing
+from ..runtime.reuse import give_back_reuse, reuse_programs, run_plain, run_reusing
 from ..runtime.reuse_values import bits_equal
 from ..schema.errors import SchemaRunError
 from ..schema.model import ModelBlockSchema
@@ -92,7 +92,14 @@ def activation_patching(schema: ModelBlockSchema, clean: dict, corrupted: dict, 
             pair.reuse.start("record" if reuse else "off")
             pair.reuse.watch = function_watch if reuse else None
             clean_sites: list[SiteValue] = []
-            clean_metric = metric_value(metric, run_reusing(pair, schema, clean, look_at(item, clean_sites, copy=reuse)))
+            calls: list = []  # the number of the recorded block call each site is the result of (or None)
+
+            def number(value: torch.Tensor, site: Any) -> torch.Tensor:
+                calls.append(pair.reuse.returned if site.call is not None else None)
+                return value
+
+            clean_metric = metric_value(metric, run_reusing(pair, schema, clean,
+                                                            look_at(item, clean_sites, number, copy=reuse)))
             why = _why_not(watch, pair.reuse) if reuse else ["reuse=False"]
             if why and reuse:
                 warnings.warn(PatchingReuseWarning(
@@ -107,16 +114,25 @@ def activation_patching(schema: ModelBlockSchema, clean: dict, corrupted: dict, 
             corrupted_metric = metric_value(metric, run_reusing(pair, schema, corrupted, look_at(item, sites, copy=True)))
             check_same_sites(clean_sites, sites)
             reused = ran = unchanged = 0
-            for site, clean_site in zip(sites, clean_sites):
+            for site, clean_site, call in zip(sites, clean_sites, calls):
                 for number, index in parts_of(schema, site, per, heads):
                     part = site.bound if index is None else site.bound[index]
                     if not why and _unchanged(clean_site, part, index):
                         patched, unchanged = clean_metric, unchanged + 1  # the patched run is the clean run
                     else:
-                        set_rng_state(state)
-                        pair.reuse.start("off" if why else "replay", _holding(site))
-                        patched = metric_value(metric, run_reusing(pair, schema, clean, [_patch(pair.reuse, site, part, index)]))
-                        reused, ran = reused + pair.reuse.reused, ran + pair.reuse.ran
+                        done = False
+                        if not why and call is not None:  # patched where the call returns: no observer
+                            set_rng_state(state)
+                            pair.reuse.start("replay", _holding(site), call, _replacing(part, index))
+                            outputs = run_plain(pair, clean)
+                            done = pair.reuse.patched  # else the run went another way before the site
+                            reused, ran = reused + pair.reuse.reused, ran + pair.reuse.ran
+                        if not done:
+                            set_rng_state(state)
+                            pair.reuse.start("off" if why else "replay", _holding(site))
+                            outputs = run_reusing(pair, schema, clean, [_patch(pair.reuse, site, part, index)])
+                            reused, ran = reused + pair.reuse.reused, ran + pair.reuse.ran
+                        patched = metric_value(metric, outputs)
                     row = {"site": site.label, "layer": site.layer}
                     if per is not None:
                         row[per] = number
@@ -154,6 +170,20 @@ def _unchanged(clean: SiteValue, part: torch.Tensor, index: Any) -> bool:
     value = clean.bound
     return (isinstance(clean.value, torch.Tensor) and clean.value._base is None
             and bits_equal(part, value if index is None else value[index]))
+
+
+def _replacing(part: torch.Tensor, index: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+    """What a patched call returns instead of its result: `part`, or the result with `part` at `index`
+    (as the intervention writes it, traces/interventions.py)."""
+    if index is None:
+        return lambda result: part
+
+    def replace(result: torch.Tensor) -> torch.Tensor:
+        whole = result.clone()
+        whole[index] = part
+        return whole
+
+    return replace
 
 
 def _holding(site: SiteValue) -> Callable[[ModelBlockSchema], bool]:

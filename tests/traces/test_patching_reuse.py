@@ -165,3 +165,22 @@ def test_a_patch_equal_to_the_clean_value_makes_no_run_and_gives_the_clean_metri
     assert table.attrs["unchanged"] == 2 and plain.attrs["unchanged"] == 0
     assert list(table["effect"][:2]) == [0.0, 0.0] and (table["effect"][2:] != 0).all()
     assert count[0] == 2  # the clean and corrupted runs; the patched runs reused the mask
+
+
+def test_a_call_site_is_patched_where_the_call_returns_in_a_run_with_no_observer(monkeypatch):
+    import nnschemaparser.traces.patching as patching
+
+    model, schema, clean, corrupted = _build(_Pure)
+    plain_runs: list = []
+    original = patching.run_plain
+    monkeypatch.setattr(patching, "run_plain", lambda pair, scope: plain_runs.append(1) or original(pair, scope))
+    table = activation_patching(schema, clean, corrupted, _metric, at=_AT, per="position")
+    assert len(plain_runs) == len(table) - table.attrs["unchanged"] and table.attrs["unchanged"] > 0
+    again = activation_patching(schema, clean, corrupted, _metric, at=_AT, per="position", reuse=False)
+    assert list(table["metric"]) == list(again["metric"])
+    # a site that is no call's result (a variable of the layer) is patched by the observed run
+    plain_runs.clear()
+    table = activation_patching(schema, clean, corrupted, _metric, at="layers.1:scores")
+    assert plain_runs == [] and table.attrs["reuse"] == "on"
+    assert list(table["metric"]) == list(activation_patching(schema, clean, corrupted, _metric, at="layers.1:scores",
+                                                             reuse=False)["metric"])
