@@ -40,7 +40,10 @@ and does not draw random numbers or write state, so running it would return thos
 The calls are intercepted by a `Program` subclass that wraps each invoker and hands the code
 generator a wrapper for function calls (`function_through`): the observed program of a partly
 observed pair (runtime/partial.py) whose other program is plain (no counter: the listeners of a
-patched run number no steps).
+patched run number no steps). The same blocks are compiled plain as well (`ReusePrograms.fast`,
+`run_plain`): a replay started with `patch_at=n, patch=fn` returns `fn(result)` from call number `n`
+(when the run reaches it in line with the recording; `patched` says so) and needs no observer, so a
+site that is what a block call returns is patched there at the speed of a plain run.
 
 Depends on `program`, `listeners`, `interventions` and `reuse_values`.
 """
@@ -117,6 +120,7 @@ class CallReuse:
         self.impure: list[tuple[str, list]] = []
         self.changed_arguments: list[str] = []
         self.returned: Optional[int] = None  # record: the number of the block call that returned last
+        self.returned_value: Any = None  # and what it returned
         self.patch_at: Optional[int] = None  # replay: the number of the call whose result `patch` replaces
         self.patch: Optional[Callable[[Any], Any]] = None
         self.patched = False
@@ -149,7 +153,7 @@ class CallReuse:
         self.watch = None
         self.impure = []
         self.changed_arguments = []
-        self.patch = None
+        self.patch = self.returned_value = None
 
     def wrap(self, block: ModelBlockSchema, invoke: Callable[[Any, dict], Any]) -> Callable[[Any, dict], Any]:
         """The invoker of `block` that records or reuses its calls (the root's is left as it is). It holds
@@ -194,7 +198,7 @@ class CallReuse:
         result = invoke(args, kwargs)
         entry.end = len(self.calls)
         if not function:
-            self.returned = number
+            self.returned, self.returned_value = number, result
         if not entry.reusable:
             return result
         wrote = check() if check is not None else []

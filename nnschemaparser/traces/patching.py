@@ -27,6 +27,12 @@ module's globals, those of the functions it names, their defaults and cells:
 `patch_sites.function_watch`). A function call that changed an argument in place is not reused
 (the warning names it); the rest still is.
 
+A site that is a block call's result (`call=`) is patched where the call returns, in a run of the
+observed blocks compiled plain (`runtime.reuse.run_plain`: the call's number in the recording
+returns the recorded result with the corrupted part in it, or the corrupted value): no observer,
+no listener. Other sites, and a run that went another way before reaching the call, are patched by
+an intervention in the observed run.
+
 A part whose corrupted value has the clean value's bits (and strides), at a site whose value is no
 view, makes no run while reuse is on: patching it would hand the run back its own value, so the
 rest of the run is the clean run and the row's metric is the clean metric (positions before the
@@ -95,7 +101,10 @@ def activation_patching(schema: ModelBlockSchema, clean: dict, corrupted: dict, 
             calls: list = []  # the number of the recorded block call each site is the result of (or None)
 
             def number(value: torch.Tensor, site: Any) -> torch.Tensor:
-                calls.append(pair.reuse.returned if site.call is not None else None)
+                # the call that just returned this very value (a call not made through the recording has none)
+                made = site.call is not None and pair.reuse.returned_value is value
+                calls.append(pair.reuse.returned if made else None)
+                pair.reuse.returned_value = None
                 return value
 
             clean_metric = metric_value(metric, run_reusing(pair, schema, clean,
