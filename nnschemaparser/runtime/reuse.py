@@ -10,6 +10,8 @@ package's own intrinsics, not builtins) made by the observed blocks' code.
 - `CallReuse.mode = "record"`: every such call is numbered in call order (a call's number, then the
   numbers of the calls made inside it) and kept: the block or function, its arguments (frozen:
   runtime/reuse_values.py, each tensor with its version counter at the call) and what it returned.
+  A function call that made recorded calls itself (a block's forward lent to live code) is kept
+  for its numbering but never reused: a block it ran may hold the site to patch.
 - `mode = "replay"`: until the caller says the first intervention has fired (`fired`), a call
   numbered `n` returns the recorded result of call `n` without running, when it is the same block
   or function object and every argument is the recorded one (`reuse_values.same`: tensors the same
@@ -89,10 +91,6 @@ class _Call:
         self.state: Any = None
         self.end = 0
         self.reusable = arguments is not None
-
-
-def _apply(fn: Callable, args: Any, kwargs: dict) -> Any:
-    return fn(*args, **kwargs)
 
 
 class CallReuse:
@@ -199,7 +197,10 @@ class CallReuse:
         entry.end = len(self.calls)
         if not function:
             self.returned, self.returned_value = number, result
+        elif entry.end > number + 1:  # it ran blocks of the schema (lent forwards): one may hold a site
+            entry.reusable = False
         if not entry.reusable:
+            entry.arguments = None
             return result
         wrote = check() if check is not None else []
         if wrote:
