@@ -86,11 +86,13 @@ def hook_sweep(model, modules, clean, corrupted, patched_only: bool = False) -> 
 
 
 class PatchedOnly:
-    """Times activation_patching's runs by kind: the reference runs, and the patched runs."""
+    """Times activation_patching's runs by kind: the reference runs, and the patched runs (observed,
+    `run_reusing`, or plain, `run_plain`)."""
 
     def __init__(self):
         self.patched = 0.0
         self.original = patching.run_reusing
+        self.original_plain = patching.run_plain
 
     def __enter__(self):
         def timed(pair, *args, **kwargs):
@@ -102,12 +104,20 @@ class PatchedOnly:
                 if n >= 2:
                     self.patched += time.process_time() - start
 
+        def timed_plain(pair, *args, **kwargs):
+            self.count += 1
+            start = time.process_time()
+            try:
+                return self.original_plain(pair, *args, **kwargs)
+            finally:
+                self.patched += time.process_time() - start
+
         self.count = 0
-        patching.run_reusing = timed
+        patching.run_reusing, patching.run_plain = timed, timed_plain
         return self
 
     def __exit__(self, *exc):
-        patching.run_reusing = self.original
+        patching.run_reusing, patching.run_plain = self.original, self.original_plain
 
 
 def _envoy(root, name: str):

@@ -19,7 +19,13 @@ own and builtins' excepted):
   module defines and of the functions those cells hold (contents of mutable defaults, the object in
   each cell);
 
-and `restore()` puts back what changed: rebound names their old object, added names removed,
+`PythonState.reached_by(fn)` records the same for one function instead of a model: the globals of
+its module and of the modules of the functions its code names (followed through their names, up to
+`_REACH` functions; torch's and builtins' out), the class dicts of the classes named, the defaults
+and cells of each function reached (activation patching's check of a function call it would reuse,
+traces/patching.py).
+
+`restore()` puts back what changed: rebound names their old object, added names removed,
 deleted ones restored, container contents their old items. It is shallow: a write inside an object
 held by one of these (a dict inside a global dict, an attribute of a global instance) and the
 globals of other modules (a library's own caches) are not put back.
@@ -112,6 +118,40 @@ class PythonState:
             for value in attrs.values():
                 self._function(value)
 
+    @classmethod
+    def reached_by(cls, fn: Any) -> "PythonState":
+        """The Python state `fn`'s call can write through the names its code (and the code of the
+        functions those names hold, transitively) reads; see the module docstring."""
+        state = cls.__new__(cls)
+        state.namespaces, state.classes, state.defaults, state.cells = [], [], [], []
+        state.seen_functions = set()
+        spaces: set[int] = set()
+        todo, seen, classes = [fn], set(), set()
+        while todo and len(seen) < _REACH:
+            value = todo.pop()
+            if not isinstance(value, types.FunctionType) or id(value) in seen or _foreign(value):
+                continue
+            if isinstance(getattr(value, "__wrapped__", None), types.FunctionType):  # a decorated function
+                todo.append(value.__wrapped__)
+            seen.add(id(value))
+            state._function_parts(value)
+            space = value.__globals__
+            if id(space) not in spaces:
+                spaces.add(id(space))
+                held = [(item, items) for item in space.values() if (items := _contents(item)) is not None]
+                state.namespaces.append((space, dict(space), held))
+            for name in _names(value.__code__):
+                named = space.get(name, _MISSING)
+                if isinstance(named, type) and not _foreign(named) and named not in classes:
+                    classes.add(named)
+                    attrs = {k: v for k, v in vars(named).items() if not (k.startswith("__") and k.endswith("__"))}
+                    state.classes.append((named, attrs))
+                    todo.extend(v.__func__ if isinstance(v, (staticmethod, classmethod)) else v for v in attrs.values())
+                elif isinstance(named, types.FunctionType):
+                    todo.append(named)
+            todo.extend(_cell_value(cell) for cell in value.__closure__ or ())
+        return state
+
     def _function(self, value: Any) -> None:
         if isinstance(value, (staticmethod, classmethod)):
             value = value.__func__
@@ -180,6 +220,25 @@ class PythonState:
                 del cell.cell_contents
             else:
                 cell.cell_contents = value
+
+
+_REACH = 256  # functions followed from one function (the state check of a call stays bounded)
+
+
+def _foreign(value: Any) -> bool:
+    """torch's and builtins' own code, whose module state is not the model's."""
+    name = getattr(value, "__module__", "") or ""
+    return name == "builtins" or name == "torch" or name.startswith("torch.")
+
+
+def _names(code: Any) -> list[str]:
+    """The global names a code object and the code nested in it (comprehensions, closures) read."""
+    out, todo = [], [code]
+    while todo:
+        current = todo.pop()
+        out.extend(current.co_names)
+        todo.extend(const for const in current.co_consts if isinstance(const, types.CodeType))
+    return out
 
 
 def _cell_value(cell: Any) -> Any:

@@ -1,10 +1,14 @@
 """Stage 3, runtime: executes a schema by re-dispatching every instruction to the real callables.
 
-Fourteen modules, each a noun:
+Its modules, each a noun:
 
 - `codegen`: the code generator. Each function of a schema becomes one real Python function, with
   one `emit_<Instruction>` per instruction kind saying how it runs (plain and observed); the code
   carries the user's file and line numbers.
+  Its parts live in modules of their own: `statements` (every instruction that is not a call),
+  `reads` (a name read where the source reads it, the guard at the top), `reporting` (what the code
+  tells as it runs: the observer's calls, a counted run's counts, a logged run's log) and
+  `static_calls` (a child named by path).
 - `instructions`: what the generator reads off instructions before it writes (fused method calls,
   literals, whether a plain run can keep fast locals, source positions).
 - `functions`: interpreted closures (`InterpretedFunction`), decorators re-applied around a schema,
@@ -19,15 +23,21 @@ Fourteen modules, each a noun:
   still holds (`functions.stale_method`, `stale_dispatch`).
 - `coverage`: the live-call detector (what ran outside the schema, found from the code objects of
   the model's own forwards) and its `LiveCall` records.
+- `backward_watch`: a live-call detector armed on a run's outputs, for what autograd runs in backward.
+- `reached`: where a module that is no sub-module came from (the words of a live call's reason).
 - `lending`: schema forwards (and methods) lent to the instances live code reaches during a run.
 - `binding`: CPython's argument binding and its errors, for frame-dict functions.
 - `hooks`: module forward hooks around an interpreted forward, as `Module._call_impl` runs them.
 - `listeners`: the `Observer` interface the generated code calls, `EventObserver` turning it into
   events, and `TraceListener`.
+- `partial`: partly observed runs (observed and counted plain programs for one set of blocks).
+- `step_log`: logged runs, plain code appending each tensor result to a per-run log (a capture of
+  everything, its records built when read).
 - `interventions`: what `interventions=` plugs into a run (the listener the traces stage builds from
   selectors, handed over once by `use_interventions`), so the runtime reads no selector.
-- `reuse`: a patched run's block calls answered from a recorded clean run's (`CallReuse`, the
-  programs that wrap their invokers, `run_reusing`), for activation patching.
+- `reuse`: a patched run's block calls and Python function calls answered from a recorded clean
+  run's (`CallReuse`, the programs that wrap their invokers and function calls, `run_reusing`), for
+  activation patching; `reuse_values`: what those calls' arguments and results are compared by.
 - `stepping`: what a stepped run yields (`StepInfo`, `CallPause`), edits (`apply_edit`), and what
   pauses it (`Stepper`; `SteppingObserver`, whose `after` builds each step where the generated code
   reports the instruction).

@@ -484,6 +484,12 @@ class CodeGenerator(ReadEmitters, ReportEmitters, StatementEmitters):
                 return
         base = instr.display_name or getattr(target, "__name__", "call")
         name = self.bound_const(target, binding, base) if binding is not None else self.const(target, base)
+        through = getattr(self.ctx, "function_through", None)
+        through = through(target) if through is not None else None
+        if through is not None:  # a program that records or reuses function calls (runtime/reuse.py)
+            _, lists = self.arguments(instr, name)
+            self.line(f"{out} = {self.helper('through', through)}({name}, {lists})")
+            return
         call, _ = self.arguments(instr, name)
         self.line(f"{out} = {name}({call})")
 

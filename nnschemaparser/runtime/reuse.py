@@ -1,149 +1,91 @@
-"""Reusing the block calls of a recorded run: a patched run does not run the clean prefix again.
+"""Reusing the calls of a recorded run: a patched run does not run the clean prefix again.
 
 An activation-patching sweep runs the model once per site, each time the clean run with one value
 replaced. Everything before that value is bound is the clean run again. The runtime keeps no frame
 snapshots (a stepped run is a generator, and a fork reruns from scratch), so the saving is made at
-block calls, the one place a run hands work to a callee and gets one value back:
+calls, the places a run hands work to a callee and gets one value back: block calls, and calls of
+Python functions (`create_causal_mask`, any `def` of a library or of the user's module; not the
+package's own intrinsics, not builtins) made by the observed blocks' code.
 
-- `CallReuse.mode = "record"`: every block call the observed blocks make is numbered in call order
-  (a call's number, then the numbers of the calls made inside it) and kept: the block, its
-  arguments (each tensor with its version counter at the call) and what it returned.
+- `CallReuse.mode = "record"`: every such call is numbered in call order (a call's number, then the
+  numbers of the calls made inside it) and kept: the block or function, its arguments (frozen:
+  runtime/reuse_values.py, each tensor with its version counter at the call) and what it returned.
+  A function call that made recorded calls itself (a block's forward lent to live code) is kept
+  for its numbering but never reused: a block it ran may hold the site to patch.
 - `mode = "replay"`: until the caller says the first intervention has fired (`fired`), a call
   numbered `n` returns the recorded result of call `n` without running, when it is the same block
-  and every argument is the recorded one: a tensor is the same object still at its recorded version,
-  or one of the same type, dtype, shape, strides and device with the same bits; a number, string,
-  `None`, dtype or device is of the same type and equal (floats bit for bit); a module, function or
-  class is the same object; tuples, lists and dicts are compared item by item. Anything else (a
-  cache object, an instance of a user class) makes the call run. Calls inside a reused call are
-  skipped with it (the numbering jumps past them). A block the caller names in `keep_out` (one
-  that holds the site about to be patched) always runs.
+  or function object and every argument is the recorded one (`reuse_values.same`: tensors the same
+  object at the same version or the same bits, numbers and strings equal, modules and functions the
+  same object, other objects the same object with the same attributes, containers item by item).
+  Anything the freezing cannot compare makes the call run. Calls inside a reused call are skipped
+  with it (the numbering jumps past them). A block the caller names in `keep_out` (one that holds the
+  site about to be patched) always runs.
 
 A recorded call is never reused when it changed an argument in place (a tensor's version moved, a
-list or dict's items changed) or returned anything but a tensor, a number, a string, `None` or a
-tuple of those (a list or a dict the caller could change). A recorded result whose version counter
-moved since (changed in place later in that run, or by a run it was handed to) is not reused either.
-What the recorded run wrote outside its arguments (parameters, buffers, module attributes, globals,
-the random generator) is the caller's to check before it enables a replay: `traces/patching.py`
-does, and turns reuse off with the reason when the model writes state or draws random numbers.
+container's items or an object's attributes changed) or returned anything but a tensor, a number, a
+string, `None` or a tuple of those (a list or a dict the caller could change). A recorded result
+whose version counter moved since (changed in place later in that run, or by a run it was handed
+to) is not reused either. Function calls the recording saw change an argument are listed in
+`changed_arguments` (the caller says so).
+
+What a call writes outside its arguments is checked by the caller: for block calls, over the whole
+recorded run (parameters, buffers, module attributes, the model's globals, the random generator:
+`traces/patching.py` turns reuse off with the reason); for function calls, around each recorded call
+by `CallReuse.watch(fn)`, a function the caller sets that returns the check to make after the call
+(the globals the function can reach, its defaults and cells, the random generators: a list of what
+was written). A function call that wrote anything is never reused and is listed in `impure`; a
+recording whose `watch` is None reuses no function call.
 
 Exactness: a reused call is one whose callee sees bit-identical arguments and the same module state,
 and does not draw random numbers or write state, so running it would return those same bits.
 
-The calls are intercepted by a `Program` subclass that wraps each invoker (the observed program of a
-partly observed pair, runtime/partial.py: the blocks a site can be in run observed, the others plain).
+The calls are intercepted by a `Program` subclass that wraps each invoker and hands the code
+generator a wrapper for function calls (`function_through`): the observed program of a partly
+observed pair (runtime/partial.py) whose other program is plain (no counter: the listeners of a
+patched run number no steps). The same blocks are compiled plain as well (`ReusePrograms.fast`,
+`run_plain`): a replay started with `patch_at=n, patch=fn` returns `fn(result)` from call number `n`
+(when the run reaches it in line with the recording; `patched` says so) and needs no observer, so a
+site that is what a block call returns is patched there at the speed of a plain run.
 
-Depends on `program`, `listeners` and `interventions`.
+Depends on `program`, `listeners`, `interventions` and `reuse_values`.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 import types
 import weakref
-from enum import Enum
 from typing import Any, Callable, Optional
-
-import torch
-from torch import nn
 
 from .interventions import intervention_listener
 from .listeners import EventObserver, TraceListener
 from .program import Program, programs_for
+from .reuse_values import freeze, result_intact, result_state, same
 from ..schema.model import ModelBlockSchema
 
-__all__ = ["CallReuse", "ReusePrograms", "reuse_programs", "give_back_reuse", "run_reusing"]
+__all__ = ["CallReuse", "ReusePrograms", "reuse_programs", "give_back_reuse", "run_reusing", "run_plain",
+           "reusable_function"]
 
-_PRIMITIVE = (type(None), bool, int, str, bytes, torch.dtype, torch.device, torch.Size)
-_BY_IDENTITY = (nn.Module, types.FunctionType, types.BuiltinFunctionType, types.MethodType, type, Enum)
-_UNSUPPORTED = "an argument or result the reuse cannot compare or hand out again"
-_INT_OF_SIZE = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}
+_OWN = __name__.split(".")[0] + "."  # the package's own functions (intrinsics) are never intercepted
 
 
-def _freeze(value: Any) -> Any:
-    """What is recorded of an argument: tensors with their versions, containers item by item."""
-    if isinstance(value, torch.Tensor):
-        if value.layout != torch.strided or value.is_nested:
-            raise TypeError(_UNSUPPORTED)
-        return ("t", value, value._version)
-    kind = type(value)
-    if kind in _PRIMITIVE or kind is float:
-        return ("v", value)
-    if isinstance(value, _BY_IDENTITY):
-        return ("o", value)
-    if kind is tuple or kind is list:
-        return (kind, tuple(_freeze(item) for item in value))
-    if kind is dict:
-        return (dict, tuple((key, _freeze(item)) for key, item in value.items()))
-    raise TypeError(_UNSUPPORTED)
+def reusable_function(target: Any) -> bool:
+    """Whether a call of `target` in generated code goes through `CallReuse.call_function`: a Python
+    function (`def`, `lambda`) that is not the package's own."""
+    return type(target) is types.FunctionType and not (getattr(target, "__module__", None) or "").startswith(_OWN)
 
 
-def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Same type, dtype, shape, strides, device and bits (NaNs and signed zeros as stored)."""
-    if (type(a) is not type(b) or a.dtype != b.dtype or a.shape != b.shape or a.stride() != b.stride()
-            or a.device != b.device or a.requires_grad != b.requires_grad or a.layout != b.layout):
-        return False
-    if a.is_complex():
-        a, b = torch.view_as_real(a), torch.view_as_real(b)
-    if a.is_floating_point():
-        as_int = _INT_OF_SIZE.get(a.element_size())
-        if as_int is None:
-            return False
-        a, b = a.view(as_int), b.view(as_int)
-    return torch.equal(a, b)
-
-
-def _same(frozen: Any, value: Any) -> bool:
-    """Whether `value` is what `frozen` recorded (see the module docstring)."""
-    tag = frozen[0]
-    if tag == "t":
-        recorded, version = frozen[1], frozen[2]
-        if recorded._version != version:  # changed in place since: it no longer holds what was passed
-            return False
-        if value is recorded:
-            return True
-        return isinstance(value, torch.Tensor) and _bits_equal(value, recorded)
-    if tag == "v":
-        recorded = frozen[1]
-        if type(value) is not type(recorded):
-            return False
-        if type(value) is float:
-            return value == recorded and math.copysign(1.0, value) == math.copysign(1.0, recorded)
-        return value == recorded
-    if tag == "o":
-        return value is frozen[1]
-    if type(value) is not tag:
-        return False
-    items = frozen[1]
-    if tag is dict:
-        return len(value) == len(items) and all(key in value and _same(item, value[key]) for key, item in items)
-    return len(value) == len(items) and all(_same(item, part) for item, part in zip(items, value))
-
-
-def _result_state(value: Any) -> Any:
-    """The versions of a result that may be handed out again (a tensor, a primitive, a tuple of those)."""
-    if isinstance(value, torch.Tensor):
-        return value._version
-    if type(value) in _PRIMITIVE or type(value) is float:
-        return None
-    if type(value) is tuple:
-        return tuple(_result_state(item) for item in value)
-    raise TypeError(_UNSUPPORTED)
-
-
-def _result_intact(value: Any, state: Any) -> bool:
-    if isinstance(value, torch.Tensor):
-        return value._version == state
-    if type(value) is tuple:
-        return all(_result_intact(item, part) for item, part in zip(value, state))
-    return True
+def _label(key: Any) -> str:
+    if isinstance(key, ModelBlockSchema):
+        return key.path or key.name
+    return f"{getattr(key, '__module__', '?')}.{getattr(key, '__qualname__', repr(key))}"
 
 
 class _Call:
-    __slots__ = ("block", "arguments", "result", "state", "end", "reusable")
+    __slots__ = ("key", "arguments", "result", "state", "end", "reusable")
 
-    def __init__(self, block: ModelBlockSchema, arguments: Any):
-        self.block = block
+    def __init__(self, key: Any, arguments: Any):
+        self.key = key  # the block, or the function
         self.arguments = arguments
         self.result: Any = None
         self.state: Any = None
@@ -152,12 +94,15 @@ class _Call:
 
 
 class CallReuse:
-    """The block calls of a recorded run and the rule that hands their results to a later run.
+    """The calls of a recorded run and the rule that hands their results to a later run.
 
     `mode`: "off" (calls run), "record" (calls run and are kept, `calls` restarted by `start`) or
     "replay" (see the module docstring). In a replay, `keep_out(block)` says which blocks must run
     (those holding the site to patch) and the caller sets `fired = True` when the first intervention
     is applied: from then on every call runs. `reused` and `ran` count the replay's calls.
+    `watch(fn)` (set by the caller; None: no function call is reused) is called before each function
+    call of a recording and returns a function listing, after it, what the call wrote; `impure` and
+    `changed_arguments` list `(function name, reasons)` and function names the recording refused.
     """
 
     def __init__(self) -> None:
@@ -168,24 +113,45 @@ class CallReuse:
         self.keep_out: Callable[[ModelBlockSchema], bool] = lambda block: False
         self.reused = 0
         self.ran = 0
+        self.memo: dict = {}
+        self.watch: Optional[Callable[[Callable], Callable[[], list]]] = None
+        self.impure: list[tuple[str, list]] = []
+        self.changed_arguments: list[str] = []
+        self.returned: Optional[int] = None  # record: the number of the block call that returned last
+        self.returned_value: Any = None  # and what it returned
+        self.patch_at: Optional[int] = None  # replay: the number of the call whose result `patch` replaces
+        self.patch: Optional[Callable[[Any], Any]] = None
+        self.patched = False
         self.root: Optional[weakref.ref] = None  # the schema's root (weakly: the cache of programs is keyed by it)
 
-    def start(self, mode: str, keep_out: Optional[Callable[[ModelBlockSchema], bool]] = None) -> None:
-        """Before a run: "record" forgets the calls kept so far; "replay" starts at call 0."""
+    def start(self, mode: str, keep_out: Optional[Callable[[ModelBlockSchema], bool]] = None,
+              patch_at: Optional[int] = None, patch: Optional[Callable[[Any], Any]] = None) -> None:
+        """Before a run: "record" forgets the calls kept so far; "replay" starts at call 0. `patch_at`,
+        `patch`: in a replay, call number `patch_at` (reached in line with the recording) returns
+        `patch(its result)` and fires (`patched` says whether it happened)."""
         if mode not in ("off", "record", "replay"):
             raise ValueError(f"mode must be 'off', 'record' or 'replay', got {mode!r}")
         self.mode = mode
-        self.fired = False
+        self.fired = self.patched = False
+        self.patch_at, self.patch = patch_at, patch
         self.reused = self.ran = 0
         self.next = 0
+        self.memo = {}
         self.keep_out = keep_out or (lambda block: False)
         if mode == "record":
             self.calls = []
+            self.impure = []
+            self.changed_arguments = []
 
     def forget(self) -> None:
         """Drop the recorded calls (and the values they hold)."""
         self.calls = []
+        self.memo = {}
         self.mode = "off"
+        self.watch = None
+        self.impure = []
+        self.changed_arguments = []
+        self.patch = self.returned_value = None
 
     def wrap(self, block: ModelBlockSchema, invoke: Callable[[Any, dict], Any]) -> Callable[[Any, dict], Any]:
         """The invoker of `block` that records or reuses its calls (the root's is left as it is). It holds
@@ -199,44 +165,78 @@ class CallReuse:
             if mode == "off":
                 return invoke(args, kwargs)
             if mode == "record":
-                return self._record(block_ref(), invoke, args, kwargs)
-            return self._replay(block_ref(), invoke, args, kwargs)
+                return self._record(block_ref(), invoke, args, kwargs, None)
+            return self._replay(block_ref(), invoke, args, kwargs, True)
 
         return call
 
-    def _record(self, block: ModelBlockSchema, invoke: Callable, args: Any, kwargs: dict) -> Any:
+    def call_function(self, fn: Callable, args: tuple, kwargs: dict) -> Any:
+        """`fn(*args, **kwargs)`, recorded or answered from the recording (what generated code calls)."""
+        mode = self.mode
+        if mode == "off":
+            return fn(*args, **kwargs)
+        if mode == "replay" and (self.fired or self.next is None):
+            self.ran += 1
+            return fn(*args, **kwargs)
+        invoke = lambda a, k: fn(*a, **k)  # noqa: E731
+        if mode == "record":
+            return self._record(fn, invoke, args, kwargs, self.watch)
+        return self._replay(fn, invoke, args, kwargs, False)
+
+    def _record(self, key: Any, invoke: Callable, args: Any, kwargs: dict, watch: Any) -> Any:
         try:
-            arguments = (_freeze(tuple(args)), _freeze(dict(kwargs)))
+            arguments = (freeze(tuple(args)), freeze(dict(kwargs)))
         except TypeError:
             arguments = None
-        entry = _Call(block, arguments)
+        function = not isinstance(key, ModelBlockSchema)
+        entry = _Call(key, arguments if not function or watch is not None else None)
+        number = len(self.calls)
         self.calls.append(entry)
+        check = watch(key) if function and entry.reusable else None
         result = invoke(args, kwargs)
         entry.end = len(self.calls)
-        if entry.reusable and _same(arguments[0], tuple(args)) and _same(arguments[1], dict(kwargs)):
+        if not function:
+            self.returned, self.returned_value = number, result
+        elif entry.end > number + 1:  # it ran blocks of the schema (lent forwards): one may hold a site
+            entry.reusable = False
+        if not entry.reusable:
+            entry.arguments = None
+            return result
+        wrote = check() if check is not None else []
+        if wrote:
+            self.impure.append((_label(key), wrote))
+            entry.reusable = False
+        elif same(arguments[0], tuple(args), self.memo) and same(arguments[1], dict(kwargs), self.memo):
             try:
-                entry.state = _result_state(result)
+                entry.state = result_state(result)
                 entry.result = result
             except TypeError:
                 entry.reusable = False
         else:  # an argument changed in place during the call: running it again would do that again
             entry.reusable = False
+            if function:
+                self.changed_arguments.append(_label(key))
+        if not entry.reusable:
             entry.arguments = None
         return result
 
-    def _replay(self, block: ModelBlockSchema, invoke: Callable, args: Any, kwargs: dict) -> Any:
+    def _replay(self, key: Any, invoke: Callable, args: Any, kwargs: dict, is_block: bool) -> Any:
         n = self.next
         if self.fired or n is None or n >= len(self.calls):
             self.next = None
             self.ran += 1
             return invoke(args, kwargs)
         entry = self.calls[n]
-        if entry.block is not block:  # the run took another way: nothing later lines up
+        if entry.key is not key:  # the run took another way: nothing later lines up
             self.next = None
             self.ran += 1
             return invoke(args, kwargs)
-        if (entry.reusable and not self.keep_out(block) and _result_intact(entry.result, entry.state)
-                and _same(entry.arguments[0], tuple(args)) and _same(entry.arguments[1], dict(kwargs))):
+        if n == self.patch_at:
+            return self._patch(entry, invoke, args, kwargs)
+        memo = self.memo
+        if (entry.reusable and not (is_block and self.keep_out(key)) and result_intact(entry.result, entry.state)
+                and same(entry.arguments[0], args if type(args) is tuple else tuple(args), memo)
+                and same(entry.arguments[1], kwargs if type(kwargs) is dict else dict(kwargs), memo)):
             self.next = entry.end
             self.reused += 1
             return entry.result
@@ -247,13 +247,33 @@ class CallReuse:
             self.next = entry.end
         return result
 
+    def _patch(self, entry: _Call, invoke: Callable, args: Any, kwargs: dict) -> Any:
+        """The patched call: its result (recorded, when it may be handed out, else run) through `patch`."""
+        memo = self.memo
+        if (entry.reusable and result_intact(entry.result, entry.state) and same(entry.arguments[0], tuple(args), memo)
+                and same(entry.arguments[1], dict(kwargs), memo)):
+            self.reused += 1
+            result = entry.result
+        else:
+            self.next = None
+            self.ran += 1
+            result = invoke(args, kwargs)
+        self.fired = self.patched = True
+        self.next = None
+        return self.patch(result)
+
 
 class _InterceptingProgram(Program):
-    """An observed program whose invokers go through a `CallReuse`."""
+    """A program (observed, or plain with `observer=None`) whose invokers, and calls of Python
+    functions, go through a `CallReuse`."""
 
-    def __init__(self, root: ModelBlockSchema, observer: EventObserver, reuse: CallReuse):
+    def __init__(self, root: ModelBlockSchema, observer: Optional[EventObserver], reuse: CallReuse):
         super().__init__(root, observer, tensor_results=True)
         self.reuse = reuse
+
+    def function_through(self, target: Any) -> Optional[Callable[[Callable, tuple, dict], Any]]:
+        """What the code generator calls a function call through (`through(fn, args, kwargs)`), or None."""
+        return self.reuse.call_function if reusable_function(target) else None
 
     def invoker(self, block: ModelBlockSchema) -> Callable[[Any, dict], Any]:
         invoke = self.invokers.get(id(block))
@@ -266,19 +286,22 @@ class _InterceptingProgram(Program):
 class ReusePrograms:
     """A partly observed pair (runtime/partial.py) whose observed program records or reuses calls."""
 
-    __slots__ = ("observed", "observer", "counted", "counter", "blocks", "reuse", "busy")
+    __slots__ = ("observed", "observer", "plain", "fast", "blocks", "reuse", "busy")
 
     def __init__(self, root: ModelBlockSchema, blocks: frozenset):
         self.blocks = blocks
-        self.counter = [0]
         self.reuse = CallReuse()
         self.reuse.root = weakref.ref(root)
         self.observer = EventObserver()
         self.observed = _InterceptingProgram(root, self.observer, self.reuse)
-        self.counted = Program(root, counter=self.counter)
-        observed, counted = self.observed, self.counted
-        self.observed.elsewhere = lambda block: None if id(block) in blocks else counted
-        self.counted.elsewhere = lambda block: observed if id(block) in blocks else None
+        self.plain = Program(root)  # no counter: what a patched run's listeners need is in the observed blocks
+        observed, plain = self.observed, self.plain
+        self.observed.elsewhere = lambda block: None if id(block) in blocks else plain
+        self.plain.elsewhere = lambda block: observed if id(block) in blocks else None
+        # the observed blocks compiled plain, their calls through `reuse` as well: a run patched by
+        # `CallReuse.patch` needs no observer (`run_plain`)
+        self.fast = _InterceptingProgram(root, None, self.reuse)
+        self.fast.elsewhere = lambda block: None if id(block) in blocks else plain
         self.busy = False
 
 
@@ -311,20 +334,28 @@ def give_back_reuse(pair: ReusePrograms) -> None:
     pair.reuse.forget()
     pair.observer.reset()
     pair.observer.configure(())
-    pair.counter[0] = 0
     pair.busy = False
+
+
+def run_plain(pair: ReusePrograms, scope: dict) -> Any:
+    """Run the root on `scope` through `pair`'s plain intercepting program (its `reuse` set by the
+    caller, a patch by `start(patch_at=, patch=)`); returns what forward returns."""
+    try:
+        return pair.fast.run_root(scope)
+    finally:
+        pair.reuse.mode = "off"
 
 
 def run_reusing(pair: ReusePrograms, root: ModelBlockSchema, scope: dict, interventions: Any,
                 listeners: tuple[TraceListener, ...] = ()) -> Any:
     """Run `root` on `scope` with `interventions` through `pair` (its `reuse` set by the caller);
-    returns what forward returns. An intervention that changed nothing raises after the run."""
+    returns what forward returns. An intervention that changed nothing raises after the run. The
+    listeners see the observed blocks' steps only (no `on_unobserved_counter`)."""
     intervening = intervention_listener(root, interventions, listeners) if interventions is not None else None
     every = [*listeners, intervening] if intervening is not None else list(listeners)
     try:
         pair.observer.configure(every)
         for listener in every:
-            listener.on_unobserved_counter(pair.counter)
             listener.on_run_start(root, scope)
         result = pair.observed.run_root(scope)
         for listener in every:
@@ -332,7 +363,6 @@ def run_reusing(pair: ReusePrograms, root: ModelBlockSchema, scope: dict, interv
     finally:
         pair.observer.reset()
         pair.observer.configure(())
-        pair.counter[0] = 0
         pair.reuse.mode = "off"
     if intervening is not None:
         intervening.finish()

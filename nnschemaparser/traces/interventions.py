@@ -188,6 +188,15 @@ def interventions_of(interventions: Any) -> list[Intervention]:
     return items
 
 
+def _single(item: Intervention) -> bool:
+    """Whether `item` can apply once per run: one occurrence of one `path:var`, neither a glob."""
+    terms = item.selector.terms
+    if item.occurrence is None or len(terms) != 1:
+        return False
+    term = terms[0]
+    return all(text is not None and not any(c in text for c in "*?[") for text in (term.block, term.var))
+
+
 def _layer_of(path: str) -> Optional[int]:
     """The first number of a block path: `model.layers.3.mlp` -> 3; None when it has none."""
     for part in path.split("."):
@@ -241,6 +250,10 @@ class InterventionRun(InterventionListener):
         self._ops = any(t.op is not None for item in items for t in item.selector.terms)
         self._module_blocks: Optional[dict[int, ModelBlockSchema]] = None
         self._pending: list[tuple] = []  # values reported at the site being changed (`report`)
+        self._candidates: dict[str, list[int]] = {}  # path -> the items whose selector may name a variable there
+        # every item names one occurrence of one variable: once each is applied, nothing later can match
+        self._once = all(_single(item) for item in items)
+        self._done = False
         observe: Optional[frozenset] = frozenset()
         for item in items:
             blocks = item.selector.blocks_to_observe(root)
@@ -250,7 +263,23 @@ class InterventionRun(InterventionListener):
     def on_run_start(self, root: ModelBlockSchema, scope: dict) -> None:
         self.inputs = scope
 
+    def tensor_result_hook(self) -> Callable[[Any, dict, Any], None]:
+        """The observer's direct call (this listener alone): nothing is built once every item is applied,
+        else the event `on_instruction` takes, for a tensor bound to a variable."""
+        def after(instr: Any, frame: dict, observer: Any) -> None:
+            if self._done or instr.__class__ is ReturnInstruction:
+                return
+            var = instr.out_var
+            value = frame.get(var) if var else None
+            if isinstance(value, torch.Tensor):
+                self.on_instruction(InstructionEvent(instr, frame, observer.depth, observer.block, observer.path, value,
+                                                     True, observer.frames_tuple(), observer.conditions == 0))
+
+        return after
+
     def on_instruction(self, event: InstructionEvent) -> None:
+        if self._done:
+            return
         instr = event.instruction
         value = event.value
         var = instr.out_var
@@ -259,7 +288,10 @@ class InterventionRun(InterventionListener):
         path = event.path
         key = (path, var)
         self._seen[key] = None
-        candidates = [i for i, item in enumerate(self.items) if item.selector.may_keep_activations(path)]
+        candidates = self._candidates.get(path)
+        if candidates is None:
+            candidates = self._candidates[path] = [i for i, item in enumerate(self.items)
+                                                   if item.selector.may_keep_activations(path)]
         if not candidates:
             return
         occurrence = self._counts[key] = self._counts.get(key, -1) + 1
@@ -292,6 +324,8 @@ class InterventionRun(InterventionListener):
             event.value = value = new  # the listeners after this one (the stepper) see the new value
             self._applied[i] += 1
             self.sites.append(site)
+            if self._once and all(self._applied):
+                self._done = True
             if self._pending:  # values the intervention reported, after the edit of the site's step
                 pending, self._pending = self._pending, []
                 for name, reported, description, op in pending:

@@ -16,7 +16,9 @@ projection (GPT-2's `transformer.h.*.attn:attn_output occurrence=1`, Llama's
 
 `StateWatch`: what a recorded run wrote outside its arguments (parameters and buffers, module
 attributes, the Python state `parser.python_state` records, the random generators), so that a replay
-that would skip such a write is turned off, with the reason.
+that would skip such a write is turned off, with the reason. `function_watch(fn)`: the same check
+around one function call of the recorded run (the Python state the function reaches,
+`PythonState.reached_by`, and the random generators), `runtime.reuse.CallReuse.watch`.
 
 Depends on torch, runtime.interpreter (a row's run), traces.interventions and parser.python_state.
 """
@@ -34,7 +36,7 @@ from ..schema.model import ModelBlockSchema
 from .interventions import Intervention, InterventionError, Site, intervention
 
 __all__ = ["SiteValue", "PatchedRun", "selector_of", "look_at", "parts_of", "check_same_sites", "metric_value",
-           "StateWatch", "rng_state", "set_rng_state"]
+           "StateWatch", "function_watch", "DREW", "rng_state", "set_rng_state"]
 
 PER = (None, "position", "head")
 _HEAD_ATTRS = ("num_heads", "n_head", "num_attention_heads", "n_heads")
@@ -234,3 +236,21 @@ class StateWatch:
 
 _MISSING = object()
 _HOOKS = ("_forward", "_backward", "_state_dict", "_load_state_dict")  # hooks: the caller's, not the forward's state
+
+
+DREW = "drew random numbers"  # what `function_watch` reports of a call that drew some
+
+
+def function_watch(fn: Any) -> Callable[[], list]:
+    """Before a call of `fn`: the check that lists, after it, what the call wrote outside its
+    arguments (Python state it reaches, random numbers drawn)."""
+    python = PythonState.reached_by(fn)
+    rng = rng_state()
+
+    def wrote() -> list[str]:
+        out = python.changed()
+        if not _same_rng(rng, rng_state()):
+            out.append(DREW)
+        return out
+
+    return wrote

@@ -14,6 +14,7 @@ pytest.importorskip("pandas")
 from nnschemaparser import NNParser, activation_patching, attribution_patching  # noqa: E402
 from nnschemaparser.traces.interventions import InterventionError  # noqa: E402
 from nnschemaparser.traces.patching import PatchingReuseWarning  # noqa: E402
+from tests.support.patching_functions import counting  # noqa: E402
 
 
 def _gpt2():
@@ -122,6 +123,25 @@ def test_per_position_equals_the_forward_hook_that_patches_that_position():
         assert row.metric == theirs.item()
     assert (table[table.position < 3]["effect"] == 0).all()  # causal: before the changed token nothing moves
     assert (table[table.position == 3]["effect"] != 0).all()
+    assert table.attrs["unchanged"] == 2 * 3  # there the patch is the clean value's bits: no run is made
+    plain = activation_patching(schema, clean, corrupted, _metric, at="call=transformer.h.1, call=transformer.h.2",
+                                per="position", reuse=False)
+    assert list(plain["metric"]) == list(table["metric"]) and plain.attrs["unchanged"] == 0
+
+
+@pytest.mark.parametrize("name, patched", [("gpt2", 0), ("llama", 1)])
+def test_the_causal_mask_is_built_in_the_clean_and_corrupted_runs_only(name, patched):
+    from transformers import masking_utils
+
+    model, schema, clean, corrupted, embed, layers, at = _case(name)
+    with counting(masking_utils.create_causal_mask) as count:
+        table = activation_patching(schema, clean, corrupted, _metric, at=at)
+    with counting(masking_utils.create_causal_mask) as plain:
+        again = activation_patching(schema, clean, corrupted, _metric, at=at, reuse=False)
+    assert list(table["metric"]) == list(again["metric"])
+    # GPT-2 builds it before its first site (`drop`), so no patched run does; Llama's first site is the
+    # embedding, which the mask is built from: that patched run builds it again, no other does
+    assert (count[0], plain[0]) == (2 + patched, 2 + len(table))
 
 
 def test_per_head_patches_the_heads_slice_of_the_attention_output_before_its_projection():
