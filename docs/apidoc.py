@@ -61,6 +61,8 @@ def _members(cls: type) -> list[str]:
             lines.append(f"- `{name}` (property){': ' + _first_paragraph(doc) if doc else ''}")
         elif isinstance(value, (staticmethod, classmethod)) or inspect.isfunction(value):
             func = value.__func__ if isinstance(value, (staticmethod, classmethod)) else value
+            if not func.__qualname__.startswith(cls.__qualname__ + "."):
+                continue  # set on the class from outside (a viewer another stage registers): not its API
             doc = inspect.getdoc(func) or ""
             lines.append(f"- `{name}{_signature(func)}`{': ' + _first_paragraph(doc) if doc else ''}")
     return lines
