@@ -32,7 +32,7 @@ from .binding import binder, block_qualname, entry_signature, nested_qualname, r
 from .codegen import CodeGenerator
 from .coverage import active_detector
 from .lending import lending, lent_values
-from .static_calls import static_call
+from .static_calls import referenced_block, static_call
 from .instructions import operand_reader, uses_frame
 from .functions import InterpretedFunction, rebind_wrapper, rebindable
 from .hooks import GLOBAL_HOOK_DICTS, call_with_hooks, global_hooks_active
@@ -464,12 +464,7 @@ class Program:
 
                 return announce_value
             owner = unit.block
-            try:
-                block = owner.find(ref.path)
-            except KeyError:
-                block = None
-            if block is not None and ref.method is not None:
-                block = block.methods.get(ref.method)
+            block = referenced_block(owner, ref)
             label = callee_label(block) if block is not None else ".".join(
                 part for part in (owner.path, ref.path, ref.method) if part)
             block_ref = weakref.ref(block) if block is not None else None

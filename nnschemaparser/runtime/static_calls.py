@@ -15,7 +15,7 @@ from ..schema.model import BlockInstruction
 from .binding import eager_callee
 from .functions import name_reader
 
-__all__ = ["StaticCall", "static_call"]
+__all__ = ["StaticCall", "referenced_block", "static_call"]
 
 
 class StaticCall:
@@ -29,18 +29,23 @@ class StaticCall:
         self.first = ""
 
 
+def referenced_block(owner: Any, ref: Any) -> Any:
+    """The block (or method block) a call's `block_ref` names under `owner`; None where the schema
+    has none."""
+    try:
+        block = owner.find(ref.path)
+    except KeyError:
+        return None
+    return block.methods.get(ref.method) if ref.method is not None else block
+
+
 def static_call(instr: BlockInstruction, unit: Any) -> StaticCall:
     """How a call of the child at `instr.block_ref.path` runs: its block's invoker while the
     module holds the child the schema was parsed with, the live child otherwise (replaced since,
     or not in the schema)."""
     ref = instr.block_ref
     owner = unit.block
-    try:
-        block = owner.find(ref.path)
-    except KeyError:
-        block = None
-    if block is not None and ref.method is not None:
-        block = block.methods.get(ref.method)
+    block = referenced_block(owner, ref)
     path, method = ref.path, ref.method
     module = owner.module
 
