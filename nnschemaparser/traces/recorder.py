@@ -360,10 +360,8 @@ class ActivationRecorder(TraceListener):
                 self._versions.append(value._version)
             except (RuntimeError, AttributeError):  # as _version(): no version counter
                 self._versions.append(-1)
-                if isinstance(value, torch.Tensor) and value.is_inference():
-                    # made under torch.inference_mode: it can change in place, yet no counter would say
-                    # so, so the value as it is now is kept as a copy of its own
-                    self._records[-1][_VALUE] = value.clone()
+                if isinstance(value, torch.Tensor) and value.is_inference():  # changes in place, uncounted:
+                    self._records[-1][_VALUE] = value.clone()  # the value as it is now, a copy of its own
         if requires_grad and self.capture_grads:
             self._tracked.add(number)
             if value is not None:
