@@ -44,6 +44,7 @@ from ..schema.errors import NNSchemaError
 from ..traces.diverge import DivergeReport
 from ..traces.diverge_runs import side_context
 from ..traces.tables import tensor_statistics
+from .patch_view import _number
 from .state import InspectorOptions, InspectorState
 
 __all__ = ["diverge_view_state", "diverge_reply", "diverge_step", "diverge_module",
@@ -64,14 +65,6 @@ class DivergeSession:
     state_a: InspectorState = field(repr=False)
     view: dict
     selected: Optional[int] = None
-
-
-def _number(value: Any) -> Optional[float]:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 def diverge_view_state(report: DivergeReport) -> dict:

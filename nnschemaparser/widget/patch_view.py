@@ -59,6 +59,7 @@ class PatchView:
 
 
 def _number(value: Any) -> Optional[float]:
+    """`value` as a float, or None where it is none or not finite (JSON has no inf or NaN)."""
     try:
         number = float(value)
     except (TypeError, ValueError):
