@@ -20,6 +20,8 @@ export const DIVERGE_STYLE = `
   position: sticky; top: 0; z-index: 1; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 .nnsp-dv-line { display: grid; grid-template-columns: 3.2em 5.2em minmax(0, 1fr) clamp(48px, 20%, 130px); gap: 6px; align-items: center;
   padding: 1px 6px; cursor: pointer; font-family: var(--nnsp-mono); font-size: 0.85em; border-left: 3px solid transparent; }
+.nnsp-dv-plain .nnsp-dv-line { grid-template-columns: 3.2em minmax(0, 1fr) clamp(48px, 20%, 130px); }
+.nnsp-dv-plain .nnsp-dv-status { display: none; }
 .nnsp-dv-line:hover { background: var(--nnsp-bg2); }
 .nnsp-dv-line:focus { outline: 2px solid var(--nnsp-accent); outline-offset: -2px; }
 .nnsp-dv-line[data-flagged="true"] { border-left-color: var(--nnsp-error); }
@@ -42,6 +44,8 @@ export const DIVERGE_STYLE = `
 .nnsp-dv-detail table { border-collapse: collapse; width: 100%; }
 .nnsp-dv-detail th, .nnsp-dv-detail td { text-align: left; padding: 1px 4px; border-bottom: 1px solid var(--nnsp-border); font-family: var(--nnsp-mono); font-size: 0.9em; }
 .nnsp-dv-detail th { color: var(--nnsp-muted); font-weight: normal; font-family: var(--nnsp-font); }
+.nnsp-dv-region { margin: 4px 0; font-family: var(--nnsp-mono); overflow-wrap: anywhere; }
+.nnsp-dv-key { font-family: var(--nnsp-font); color: var(--nnsp-muted); }
 .nnsp-dv-detail pre { white-space: pre-wrap; margin: 4px 0; font-family: var(--nnsp-mono); font-size: 0.9em; }
 `;
 
@@ -59,7 +63,8 @@ export function logPosition(value, range) {
 export function lineLabel(row) {
   const local = row.local === null ? "no local error" : `local error ${fmt(row.local)}`;
   const bound = row.bound === null ? "" : `, bound ${fmt(row.bound)}${row.flagged ? ", above the bound" : ""}`;
-  return `line ${row.line} ${row.status}: ${row.text} [${row.var}] ${local}${bound}`;
+  const region = row.region_text ? `, compiled: ${row.region_text}` : "";
+  return `line ${row.line} ${row.status}: ${row.text} [${row.var}] ${local}${bound}${region}`;
 }
 
 export class DivergeView {
@@ -99,8 +104,11 @@ export class DivergeView {
     this.data = data;
     const [first] = String(data.summary || "").split("\n");
     this.summary.textContent = `${first}. Bars: local error, log scale 1e${data.log_range[0]} .. 1e${data.log_range[1]}; tick: the bound.`;
-    this.sides.textContent = `a (reference): ${data.sides.a} · b (under test, the inspector's run): ${data.sides.b}`;
+    clear(this.sides).append(h("div", { "data-side": "a" }, `a (reference): ${data.sides.a}`),
+      h("div", { "data-side": "b" }, `b (under test, the inspector's run): ${data.sides.b}`));
     clear(this.lines);
+    // a status that every line shares (a compiled b's lines are all matched) is said once, in the summary
+    this.lines.classList.toggle("nnsp-dv-plain", data.blocks.every((/** @type {any} */ b) => b.rows.every((/** @type {any} */ r) => r.status === "matched")));
     this.items = [];
     for (const block of data.blocks) {
       this.lines.append(h("div", { class: "nnsp-dv-block", title: block.file }, `${block.block || "(root)"} · ${String(block.file).split("/").pop()}`));
@@ -116,7 +124,8 @@ export class DivergeView {
   line(data, row) {
     const fill = h("div", { class: "nnsp-dv-fill" });
     fill.style.width = `${(100 * logPosition(row.local, data.log_range)).toFixed(1)}%`;
-    const bar = h("div", { class: "nnsp-dv-bar", title: `local ${fmt(row.local)} · carried ${fmt(row.carried)} · bound ${fmt(row.bound)}` }, fill);
+    const compiled = row.region_text ? ` · compiled: ${row.region_text}` : "";
+    const bar = h("div", { class: "nnsp-dv-bar", title: `local ${fmt(row.local)} · carried ${fmt(row.carried)} · bound ${fmt(row.bound)}${compiled}` }, fill);
     if (row.bound !== null) {
       const tick = h("div", { class: "nnsp-dv-tick" });
       tick.style.left = `calc(${(100 * logPosition(row.bound, data.log_range)).toFixed(1)}% - 1px)`;
@@ -125,7 +134,7 @@ export class DivergeView {
     const el = h("div", { class: `nnsp-dv-line${row.index === data.first ? " nnsp-dv-first" : ""}`, role: "option", tabindex: "-1",
       "aria-selected": String(row.index === data.selected), "data-index": String(row.index), "data-line": String(row.line),
       "data-status": row.status, "data-flagged": String(row.flagged), "data-local": row.local === null ? "" : String(row.local),
-      "aria-label": lineLabel(row), onclick: () => this.step(row, el) },
+      ...(row.region ? { "data-region": row.region } : {}), "aria-label": lineLabel(row), onclick: () => this.step(row, el) },
       h("span", { class: "nnsp-dv-no" }, String(row.line)), h("span", { class: "nnsp-dv-status", "data-status": row.status }, row.status),
       h("span", { class: "nnsp-dv-text", title: row.source }, row.text, h("span", { class: "nnsp-dv-var" }, `  [${row.var}${row.occurrence ? ` #${row.occurrence}` : ""}]`)),
       bar);
@@ -194,6 +203,7 @@ export class DivergeView {
       row.source_a ? h("pre", { title: "side a's statement" }, `a: ${row.source_a}`) : "",
       h("div", { class: "nnsp-dv-errors" }, `local error ${fmt(row.local)} · carried error ${fmt(row.carried)} · bound ${fmt(row.bound)}`),
       // a compiled b: its run here is its code without the compiler; the row's compiled region says what compiling adds
+      row.region_text ? h("div", { class: "nnsp-dv-region" }, h("span", { class: "nnsp-dv-key" }, "compiled region "), row.region_text) : "",
       reply.b.compiled ? h("div", { class: "nnsp-note nnsp-dv-compiled" }, reply.b.note) : "",
       table);
   }

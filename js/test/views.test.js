@@ -33,4 +33,7 @@ test("lineLabel says the line, status, statement, variable, error and whether it
   assert.equal(lineLabel(row), "line 310 edited: h = r + f.to(torch.bfloat16).float() [h] local error 5.660e-4, bound 9.537e-7, above the bound");
   assert.equal(lineLabel({ ...row, local: null, bound: null, flagged: false, status: "deleted" }),
     "line 310 deleted: h = r + f.to(torch.bfloat16).float() [h] no local error");
+  // a compiled b's line names the region compiled to measure it
+  assert.equal(lineLabel({ ...row, status: "matched", region_text: "block h.0.mlp.act" }),
+    "line 310 matched: h = r + f.to(torch.bfloat16).float() [h] local error 5.660e-4, bound 9.537e-7, above the bound, compiled: block h.0.mlp.act");
 });

@@ -67,6 +67,8 @@ def compiled_backend(model_b: Any) -> tuple[Callable, Optional[bool], str]:
                         "disable=True) or torch._dynamo.run); pass a model compiled with a backend")
     backend = innermost_backend(callback)
     name = getattr(backend, "compiler_name", None) or getattr(backend, "__name__", None) or type(backend).__name__
+    if str(name).startswith("<"):  # torch names a user backend object by its repr ("<... object at 0x...>")
+        name = type(getattr(backend, "compiler_fn", backend)).__name__
     return backend, getattr(backend, "dynamic", None), str(name)
 
 

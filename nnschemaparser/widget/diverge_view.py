@@ -41,6 +41,7 @@ from typing import Any, Optional
 import torch
 
 from ..schema.errors import NNSchemaError
+from ..traces.compile_regions import compiled_backend
 from ..traces.diverge import DivergeReport
 from ..traces.diverge_runs import side_context
 from ..traces.tables import tensor_statistics
@@ -87,13 +88,15 @@ def diverge_view_state(report: DivergeReport) -> dict:
                               "file": row["file"], "text": source.splitlines()[0].strip() if source else "",
                               "source": source, "source_a": row["source_a"] if isinstance(row.get("source_a"), str) else None,
                               "var": row["out_var"], "occurrence": _int(row["occurrence"]), "status": row["status"],
-                              "local": local, "carried": carried, "bound": bound, "flagged": bool(row["flagged"])})
+                              "local": local, "carried": carried, "bound": bound, "flagged": bool(row["flagged"]),
+                              "region": row["region"] if isinstance(row.get("region"), str) else None,
+                              "region_text": region_words(row.get("region"))})
     flagged = [i for i, f in enumerate(table["flagged"]) if bool(f)] if len(table) else []
     low = math.floor(math.log10(min(positive))) if positive else -8
     high = math.ceil(math.log10(max(positive))) if positive else 0
     return {"blocks": blocks, "rows": len(table), "first": flagged[0] if flagged else None,
             "flagged": len(flagged), "log_range": [low, max(high, low + 1)], "summary": report.summary(),
-            "bound_factor": report.bound_factor,
+            "bound_factor": report.bound_factor, "compiled": bool(report.side_b.get("compiled")),
             "sides": {"a": _side_words(report.side_a, report.model_a), "b": _side_words(report.side_b, report.model_b)}}
 
 
@@ -102,8 +105,23 @@ def _int(value: Any) -> Optional[int]:
     return None if number is None else int(number)
 
 
+def _backend_name(model: Any) -> str:
+    try:
+        return compiled_backend(model)[2]
+    except TypeError:  # not a wrapper dynamo made: the report still shows, without the name
+        return "(unknown)"
+
+
+def region_words(region: Any) -> Optional[str]:
+    """A compiled row's region as the view says it ("statement": the statement compiled alone)."""
+    if not isinstance(region, str) or not region:
+        return None
+    return "this statement alone" if region == "statement" else region
+
+
 def _side_words(side: dict, model: Any) -> str:
     compiled = bool(side.get("compiled"))
+    side_model = model
     model = getattr(model, "_orig_mod", model) if compiled else model
     parts = [type(model).__name__]
     if side.get("dtype") is not None:
@@ -113,7 +131,7 @@ def _side_words(side: dict, model: Any) -> str:
     if side.get("autocast") is not None:
         parts.append(f"autocast {str(side['autocast']).replace('torch.', '')}")
     if compiled:
-        parts.append("torch.compile (stepped: its code without the compiler)")
+        parts.append(f"torch.compile, backend {_backend_name(side_model)} (stepped: its code without the compiler)")
     if side.get("settings"):
         parts.append(f"settings {side['settings']!r}" if isinstance(side["settings"], dict) else "settings")
     module = type(model).__module__
@@ -207,8 +225,9 @@ def diverge_step(state: Any, index: int) -> dict:
         region = row.get("region")
         side_b["compiled"] = {"region": region if isinstance(region, str) else None,
                               "local_error": _number(row["local_error"]), "carried_error": _number(row["carried_error"])}
-        side_b["note"] = (f"b is compiled: its run here is its own code without the compiler (the same values as "
-                          f"a's); compiled as {region or 'part of a larger region'}, this statement's value is "
+        side_b["note"] = (f"b is compiled (backend {_backend_name(report.model_b)}): its run here is its own code "
+                          f"without the compiler (the same values as a's). Compiled as "
+                          f"{region_words(region) or 'part of a larger region'}, this statement's value is "
                           f"{_words(row['local_error'])} from eager on the same inputs")
     return {"row": view_row, "a": _side_value(session.state_a, report.side_a, where_a, "a"), "b": side_b}
 

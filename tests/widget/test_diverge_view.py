@@ -141,7 +141,13 @@ def test_show_of_a_compiled_b_steps_a_and_b_own_code_and_gives_the_compiled_regi
     assert torch.equal(state_a.current.value, widget.current.value)
     assert b["compiled"] == {"region": row["region"], "local_error": row["local_error"],
                              "carried_error": row["carried_error"]}
-    assert b["compiled"]["local_error"] > row["bound"] and "compiled as statement" in b["note"]
+    assert b["compiled"]["local_error"] > row["bound"]
+    assert "backend TanhGelu" in b["note"] and "Compiled as this statement alone" in b["note"]
+    # each line carries its region (the key the browser marks it by) and the words it shows
+    rows = _rows(data)
+    assert [r["region"] for r in rows] == list(report.table.region)
+    assert rows[first]["region_text"] == "this statement alone" and "backend TanhGelu" in data["sides"]["b"]
+    assert all(r["region_text"] == r["region"] for r in rows if r["region"] != "statement")
     later = widget.handle({"type": "diverge_step", "id": 3, "row": len(report.table) - 1})["data"]
     assert later["b"]["step"] > b["step"] and later["a"]["step"] > a["step"]
     widget.close()
