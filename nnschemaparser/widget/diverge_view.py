@@ -24,7 +24,9 @@ has no such statement (an inserted, deleted or untaken row).
 
 A compiled model b (`torch.compile`) has no values to step to inside its graphs: its run here is its
 own code without the compiler (widget/diverge_widget.py, `compiled_side_schema`), and b's reply adds
-the row's compiled region and errors (`compiled`) from the report.
+the row's compiled region and errors (`compiled`) from the report. Each view row then carries its
+`region` (the report's) and `region_text` (the words the browser shows), and b's side words name
+the backend (`compile_regions.compiled_backend`).
 
 `diverge_module` is the view's browser code (static/diverge.js, sent when its tab first opens).
 
