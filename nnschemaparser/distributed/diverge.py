@@ -17,6 +17,13 @@ Five runs, under `torch.no_grad()`:
 4. rank 0: a's code on the same cast values with b's weights gathered whole (`whole_weights`, a
    collective run on every rank) in the replay dtype (float32; float64 for a float64 b): `Q`.
 
+Memory: the row values held between runs (each rank's parts `B` and `L`, the reference values `A`,
+and on rank 0 the gathered whole values) are `traces/diverge_memory.RowValues` tables sharing one
+`Spill` per rank, as in `diverge`: in memory while they fit `memory_budget` (per rank, each storage
+counted once), written to a temporary folder past it and read back when used. The free run's own
+capture (as `capture_logical`'s) holds its steps' parts until the rows are gathered; it is not
+budgeted. `report.memory` gives each rank's peak, bytes and files written (`ranks`).
+
 Carried error: gathered b (free) against `A`; local error: gathered `L` against `Q`; the bound:
 `bound_factor * eps` of b's dtype (traces/diverge_bounds.py), as in `diverge`. A statement that
 sums over shards (a row-parallel linear's all-reduce, a partial sum) adds its terms in another order
@@ -46,6 +53,7 @@ from ..schema.model import ModelBlockSchema
 from ..traces.diverge import DivergeError, DivergeReport, _line, _table
 from ..traces.diverge_align import align_schemas
 from ..traces.diverge_bounds import DEFAULT_FACTOR, least_precise, relative_error
+from ..traces.diverge_memory import DEFAULT_BUDGET, RowValues, Spill
 from ..traces.diverge_runs import RowListener, cast_inputs, model_place, replay_dtype, replay_weights, side_context
 from .diverge_shards import ShardRows, StepRecorder, WeightsOf, whole_weights
 from .logical import gather, logical_capture
@@ -60,7 +68,8 @@ SUM_ORDER = "sums over shards: the ranks' terms are added in another order than 
 
 def diverge_logical(schema: ModelBlockSchema, scope: dict, reference: torch.nn.Module, *, mesh: Any = None,
                     input_placements: Optional[dict] = None, reference_inputs: Optional[dict] = None,
-                    bound_factor: float = DEFAULT_FACTOR) -> Optional[DivergeReport]:
+                    bound_factor: float = DEFAULT_FACTOR,
+                    memory_budget: Optional[int] = DEFAULT_BUDGET) -> Optional[DivergeReport]:
     """Compare this sharded run (b) with the one-process `reference` model (a) statement by statement
     (a collective: every rank calls it, with its own schema and inputs).
 
@@ -68,15 +77,29 @@ def diverge_logical(schema: ModelBlockSchema, scope: dict, reference: torch.nn.M
     the unsharded model with the same weights, on every rank (its values are cut to each rank's
     part). `reference_inputs` ({name: tensor}) are the whole inputs a runs on; without them each
     root input of `scope` is gathered by its placement (FSDP2's batch shards are joined, a
-    replicated input taken as it is). Returns a `DivergeReport` on rank 0 (`.table`, `.first`: the
-    first statement whose own error is more than b's dtype explains), None on the other ranks.
+    replicated input taken as it is). `memory_budget`: the bytes of row values each rank holds
+    between runs in memory (default 2 GiB), past it on disk, as in `diverge`; None: no limit.
+    Returns a `DivergeReport` on rank 0 (`.table`, `.first`: the first statement whose own error
+    is more than b's dtype explains; `.memory`: the largest peak of any rank, the bytes and files
+    written by all, and each rank's under `ranks`), None on the other ranks.
     """
     _check(schema, scope, reference, reference_inputs, bound_factor)
+    spill = Spill(memory_budget)  # refuses a bad budget on every rank, before any collective
+    try:
+        return _diverge_logical(schema, scope, reference, mesh, input_placements, reference_inputs, bound_factor,
+                                spill)
+    finally:
+        spill.close()
+
+
+def _diverge_logical(schema: ModelBlockSchema, scope: dict, reference: torch.nn.Module, mesh: Any,
+                     input_placements: Optional[dict], reference_inputs: Optional[dict], bound_factor: float,
+                     spill: Spill) -> Optional[DivergeReport]:
     rank = dist.get_rank()
     model_b = schema.module
     device_a, dtype_a = model_place(reference)
     device_b, dtype_b = model_place(model_b) if model_b is not None else (device_a, dtype_a)
-    store: dict = {"precision": least_precise(dtype_b, None)}
+    store: dict = {"precision": least_precise(dtype_b, None), "spill": spill}
     timings: dict[str, float] = {}
     rng = torch.get_rng_state()
     with torch.no_grad():
@@ -97,7 +120,7 @@ def diverge_logical(schema: ModelBlockSchema, scope: dict, reference: torch.nn.M
         layouts = {key: trace.placements.get(number) for key, number in free.steps.items() if number is not None}
         if reference_inputs is None:
             reference_inputs = _whole_inputs(trace, scope)
-        gathered_b = _gather_rows(free, store.pop("B", {}), layouts, world, keep=rank == 0)
+        gathered_b = _gather_rows(free, store.pop("B", {}), layouts, world, spill if rank == 0 else None)
         del record, trace
 
         clock = time.perf_counter()
@@ -110,11 +133,12 @@ def diverge_logical(schema: ModelBlockSchema, scope: dict, reference: torch.nn.M
         torch.set_rng_state(rng)
         SchemaInterpreter(listeners=[keep]).run(schema_a, dict(inputs_a))
         timings["a"] = time.perf_counter() - clock
-        for key, value in gathered_b.items():
+        for key in list(gathered_b):  # each taken out as it is compared: its memory (or file) goes at once
+            value = gathered_b.pop(key)
             reference_value = store["A"].get(key)
             if reference_value is not None:
                 store.setdefault("carried", {})[key] = relative_error(value, reference_value)
-        gathered_b.clear()
+        value = reference_value = None
 
         force = ShardRows("force", store, world, roots)
         force.layouts = layouts
@@ -122,12 +146,15 @@ def diverge_logical(schema: ModelBlockSchema, scope: dict, reference: torch.nn.M
         torch.set_rng_state(rng)
         SchemaInterpreter(listeners=[force]).run(schema, dict(scope))
         timings["b_force"] = time.perf_counter() - clock
-        store["L"] = _gather_rows(force, store.pop("Lpart", {}), layouts, world, keep=rank == 0)
+        store["L"] = _gather_rows(force, store.pop("Lpart", {}), layouts, world, spill if rank == 0 else None)
         weights = whole_weights(model_b) if model_b is not None else {}
         if rank != 0:
             torch.set_rng_state(rng)
             store.clear()
+            dist.gather_object(_memory(spill), None, dst=0)  # this rank's rows are done: its figures are final
             return None
+        everyone: list = [None] * dist.get_world_size()
+        dist.gather_object(None, everyone, dst=0)
 
         replay = replay_dtype(store["precision"])
         replay_inputs = cast_inputs(cast_inputs(reference_inputs, device_a, dtype_b), device_a, replay)
@@ -141,12 +168,16 @@ def diverge_logical(schema: ModelBlockSchema, scope: dict, reference: torch.nn.M
     table = _table({"keep": keep, "force": force, "replay": listener}, store, alignment, bound_factor)
     _annotate(table, free, force, layouts)
     store.clear()
+    everyone[0] = _memory(spill)
+    memory = {"budget": spill.budget, "peak_held": max(m["peak_held"] for m in everyone),
+              "written": sum(m["written"] for m in everyone), "files": sum(m["files"] for m in everyone),
+              "ranks": everyone}
     flagged = table[table["flagged"]]
     first = _line(flagged.iloc[0]) if len(flagged) else None
     return DivergeReport(table, first, schema_a, schema, reference, model_b,
                          {"inputs": inputs_a, "device": device_a, "dtype": dtype_a},
                          {"inputs": dict(scope), "device": device_b, "dtype": dtype_b, "mesh": world},
-                         alignment, None, None, timings, float(bound_factor))
+                         alignment, None, None, timings, float(bound_factor), memory)
 
 
 def _check(schema: Any, scope: Any, reference: Any, reference_inputs: Any, bound_factor: Any) -> None:
@@ -191,10 +222,15 @@ def _whole_inputs(trace: Any, scope: dict) -> dict:
     return whole
 
 
-def _gather_rows(listener: ShardRows, parts: dict, layouts: dict, world: Any, keep: bool) -> dict:
+def _memory(spill: Spill) -> dict:
+    return {"peak_held": spill.peak, "written": spill.written, "files": spill.files}
+
+
+def _gather_rows(listener: ShardRows, parts: Any, layouts: dict, world: Any, spill: Optional[Spill]) -> Any:
     """Every row's whole value from the ranks' `parts` (collectives, the rows in run order on every
-    rank); kept on the rank where `keep` is true."""
-    out = {}
+    rank); kept, within `spill`'s budget, on the rank given one (rank 0)."""
+    out = RowValues(spill) if spill is not None else {}
+    keep = spill is not None
     keys = [key for key in listener.rows if key in parts and layouts.get(key) is not None and layouts[key].known]
     everyone: list = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, keys)  # one more collective, so a rank that ran other rows fails, never hangs

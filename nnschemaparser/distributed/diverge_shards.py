@@ -110,7 +110,8 @@ class ShardRows(RowListener):
                 "a's run has no such row"
             return None
         cast = whole.to(device=value.device, dtype=value.dtype)
-        self.store["A"][key] = cast  # the replay is forced with the same cast value
+        if cast is not whole:
+            self.store["A"][key] = cast  # the replay is forced with the same cast value
         part = shard_of(cast, layout, self.world)
         local = local_of(value)
         if part is None or tuple(part.shape) != tuple(local.shape):

@@ -10,6 +10,9 @@ rows. Kinds:
 - `tp_scaled_rank`: rank 1's part of the MLP's column-parallel `hidden` is scaled by 1.01 (a forward
   hook on `mlp.up` of rank 1, the sharded side only);
 - `fsdp`: FSDP2 over 2 ranks, each rank its own half of the batch (gathered as the reference's inputs).
+
+`budget_ranks` runs kinds twice, with no memory budget and with a tiny one, for
+tests/distributed/test_diverge_logical_memory.py.
 """
 
 from __future__ import annotations
@@ -49,14 +52,27 @@ def diverge_ranks(rank: int, world: int, kinds: list) -> dict:
     return {kind: diverge_rank(rank, world, kind) for kind in kinds}
 
 
-def diverge_rank(rank: int, world: int, kind: str) -> dict:
+def budget_ranks(rank: int, world: int, kinds: list, budget: int) -> dict:
+    """Each kind with `memory_budget=None` and `memory_budget=budget`: {kind: {"held", "spilled"}},
+    rank 0's with its report's `memory`."""
+    out = {kind: {name: diverge_rank(rank, world, kind, memory_budget=limit)
+                  for name, limit in (("held", None), ("spilled", budget))} for kind in kinds}
+    try:  # refused on every rank before any collective: nothing hangs
+        diverge_rank(rank, world, "tp", memory_budget=-1)
+        out["bad"] = "accepted"
+    except ValueError as error:
+        out["bad"] = str(error)
+    return out
+
+
+def diverge_rank(rank: int, world: int, kind: str, **options) -> dict:
     from torch.distributed.device_mesh import init_device_mesh
 
     from nnschemaparser import NNParser
     from nnschemaparser.distributed import diverge_logical
 
     if kind.startswith("llama"):
-        return _llama_rank(rank, world, kind)
+        return _llama_rank(rank, world, kind, **options)
     model = block().eval()
     reference = block().eval()
     if kind == "2d":  # FSDP2 x tensor parallel on a 2 x 2 mesh (4 ranks)
@@ -91,7 +107,7 @@ def diverge_rank(rank: int, world: int, kind: str) -> dict:
             model.mlp.up.register_forward_hook(lambda module, args, out: out * 1.01)
         x = whole = _inputs(100)
     schema = NNParser.parse_model(model, inputs_tensors_values={"x": x})
-    report = diverge_logical(schema, {"x": x}, reference, mesh=mesh)
+    report = diverge_logical(schema, {"x": x}, reference, mesh=mesh, **options)
     out = _result(rank, report)
     if rank == 0 and kind in ("fsdp", "2d"):  # the reference saw the whole batch: the two halves joined
         out["whole_shape"] = list(report.side_a["inputs"]["x"].shape)
@@ -99,7 +115,7 @@ def diverge_rank(rank: int, world: int, kind: str) -> dict:
     return out
 
 
-def _llama_rank(rank: int, world: int, kind: str) -> dict:
+def _llama_rank(rank: int, world: int, kind: str, **options) -> dict:
     """A tiny transformers Llama (tests/support/logical_lab.py): FSDP2 per layer (`llama_fsdp`, each
     rank its own ids), or tensor parallel on q/k/v/o and gate/up/down of both layers (`llama_tp`),
     layer 1's `down_proj` rounding its partial sums to bfloat16 (`llama_tp_bf16_reduce`)."""
@@ -133,7 +149,7 @@ def _llama_rank(rank: int, world: int, kind: str) -> dict:
         parallelize_module(model, mesh, plan)
         ids = rank_ids(0)
     schema = NNParser.parse_model(model, inputs_tensors_values={"input_ids": ids})
-    report = diverge_logical(schema, {"input_ids": ids}, reference, mesh=mesh)
+    report = diverge_logical(schema, {"input_ids": ids}, reference, mesh=mesh, **options)
     return _result(rank, report)
 
 
@@ -147,4 +163,4 @@ def _result(rank: int, report) -> dict:
     first = report.first
     return {"rank": rank, "rows": rows, "first": None if first is None else
             {"block_path": first.block_path, "line": first.line, "source": first.source, "out_var": first.out_var,
-             "file": first.file}, "summary": report.summary()}
+             "file": first.file}, "summary": report.summary(), "memory": report.memory}
