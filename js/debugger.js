@@ -194,7 +194,7 @@ export class NavigatorPanel {
           onclick: () => this.open(index), onkeydown: (/** @type {KeyboardEvent} */ e) => this.onResultKey(e, index) },
           h("span", { class: `nnsp-badge nnsp-badge-${result.kind}` }, result.kind),
           h("code", { class: "nnsp-result-text" }, text),
-          h("span", { class: "nnsp-result-where" }, where), ran),
+          h("span", { class: "nnsp-result-where", title: where }, h("span", {}, where)), ran),
         h("button", { class: "nnsp-icon", type: "button", tabindex: "-1", title: "break here (b)", "aria-label": `Break at ${text}`,
           onclick: (/** @type {Event} */ e) => { e.stopPropagation(); this.request("break_at", { node: result.node }); } }, "●"),
         h("button", { class: "nnsp-icon", type: "button", tabindex: "-1", title: "run to here (h)", "aria-label": `Run to ${text}`,
