@@ -199,15 +199,15 @@ def _closure_objects(hook: Any) -> Iterator[Any]:
 def _transformers_style(style: Any) -> Optional[tuple[Any, bool]]:
     from torch.distributed.tensor.placement_types import Placement, Replicate
 
-    name = type(style).__name__
+    names = {cls.__name__ for cls in type(style).__mro__}  # a subclass of a style is that style
     if not getattr(style, "use_local_output", False):
         return None  # a DTensor output carries its own placements
-    if name in ("ColwiseParallel", "RowwiseParallel"):
+    if names & {"ColwiseParallel", "RowwiseParallel"}:
         layout = getattr(style, "output_layouts", None)
         if not isinstance(layout, Placement):
             return None
-        return layout, name == "RowwiseParallel"
-    if name == "EmbeddingParallel":
+        return layout, "RowwiseParallel" in names
+    if "EmbeddingParallel" in names:
         return Replicate(), False
     return None
 
@@ -233,9 +233,30 @@ def transformers_style_layout(world: Any, module: nn.Module, ndim: int) -> Optio
     if found is None:
         return None
     placement, reduced = found
-    name = type(style).__name__
+    name = _style_name(type(style).__name__, reduced)
     layout = layout_from(world, mesh, (placement,), ndim, f"the output of transformers' {name} (tp_plan)", reduced)
     return (layout, name) if layout is not None else None
+
+
+def _style_name(name: str, rowwise: bool) -> str:
+    """A style's name in a layout's source; a subclass of RowwiseParallel says so, because the source
+    is how a sum over shards at the style's output is told apart (`diverge_shards.StepRecorder.sums_in`)."""
+    return f"{name} (a RowwiseParallel)" if rowwise and name != "RowwiseParallel" else name
+
+
+def _rowwise_output_fn(func: Any) -> bool:
+    """Whether `func` is the `_prepare_output_fn` of torch's RowwiseParallel or of a subclass of it
+    (one that overrides it too: its input is still the partial sums of the row-sharded weight)."""
+    from torch.distributed.tensor.parallel import RowwiseParallel
+
+    stack = [RowwiseParallel]
+    while stack:
+        cls = stack.pop()
+        own = cls.__dict__.get("_prepare_output_fn")
+        if own is not None and getattr(own, "__func__", own) is func:
+            return True
+        stack.extend(cls.__subclasses__())
+    return False
 
 
 def style_output_layout(world: Any, module: nn.Module, ndim: int) -> Optional[tuple[Layout, str]]:
@@ -269,9 +290,10 @@ def style_output_layout(world: Any, module: nn.Module, ndim: int) -> Optional[tu
             layouts = (layouts,)
         if not use_local or not isinstance(layouts, tuple) or not all(isinstance(p, Placement) for p in layouts):
             continue
-        style = found.func.__qualname__.split(".")[0]
-        layout = layout_from(world, mesh, layouts, ndim, f"the output of {style}",
-                             reduced=style == "RowwiseParallel")
+        owner = found.func.__qualname__.split(".")  # `Style._prepare_output_fn`, `f.<locals>.Style._prepare_output_fn`
+        rowwise = _rowwise_output_fn(found.func)
+        style = _style_name(owner[-2] if len(owner) > 1 else owner[0], rowwise)
+        layout = layout_from(world, mesh, layouts, ndim, f"the output of {style}", reduced=rowwise)
         if layout is not None:
             return layout, style
     return None

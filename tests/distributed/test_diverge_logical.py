@@ -77,6 +77,9 @@ def test_partial_sums_rounded_to_bf16_before_the_all_reduce_are_named_at_their_l
     assert len(flagged) == 1
     assert 1e-4 < flagged[0]["local_error"] < 2 ** -7  # a bfloat16 rounding, far above 8 eps of float32
     assert "beyond the bound" in flagged[0]["note"]
+    # the style is a subclass of RowwiseParallel with its own _prepare_output_fn: its output is still
+    # where the partial sums are added, and the row says so
+    assert flagged[0]["sums_here"] and flagged[0]["note"].startswith("this statement sums over shards"), flagged[0]
     clean = {(r["block_path"], r["line"], r["out_var"]): r for r in ranks[0]["tp"]["rows"]}
     for row in rows[:rows.index(flagged[0])]:  # everything before it is what the fault-free run gives
         key = (row["block_path"], row["line"], row["out_var"])
