@@ -28,11 +28,13 @@ Depends on the runtime (step_log, interpreter), the schema and this stage's logg
 from __future__ import annotations
 
 import operator
+import types
 from typing import Any, Optional
 
 import torch
 
 from ..runtime.interpreter import outputs_list
+from ..runtime.program import programs_for
 from ..runtime.step_log import loggable
 from ..schema.model import BlockInstruction, ModelBlockSchema
 from .estimate import check_fits, default_budget
@@ -43,6 +45,7 @@ from .tensor_walk import tensors_in
 __all__ = ["LoggedColumns", "StepFields"]
 
 _INSTR, _VALUE = operator.itemgetter(0), operator.itemgetter(1)
+_SELF, _NAME = operator.attrgetter("__self__"), operator.attrgetter("__name__")  # of a builtin method
 _SHAPE_OF = torch.Tensor.shape.__get__
 _DTYPE_OF = torch.Tensor.dtype.__get__
 _GRAD_OF = torch.Tensor.requires_grad.__get__
@@ -54,7 +57,7 @@ StepFields = tuple
 class _SpanMeta:
     """The metadata of one span's steps and what it was worked out from."""
 
-    __slots__ = ("instrs", "marks", "base", "callee_at", "callees", "keys", "columns")
+    __slots__ = ("instrs", "marks", "base", "callee_at", "block_calls", "callees", "keys", "columns")
 
     def __init__(self, span: LogSpan, records: list[list]):
         entries = span.entries
@@ -62,8 +65,9 @@ class _SpanMeta:
         self.marks = list(span.marks)
         self.base = span.base
         self.callee_at = [p for p, entry in enumerate(entries) if len(entry) > 3]
+        self.block_calls = [isinstance(self.instrs[p], BlockInstruction) for p in self.callee_at]
         self.callees = [entries[p][3] for p in self.callee_at]  # held: their ids stay theirs
-        self.keys = _callee_keys(self.instrs, self.callee_at, self.callees)
+        self.keys = _callee_keys(self.block_calls, self.callees)
         n = len(records)
         # numbers, descriptions, slot types, out vars, op names, block paths, depths; and omitted when nothing is
         self.columns = ([r[0] for r in records], [r[1] for r in records], ["activation"] * n,
@@ -83,21 +87,31 @@ class _SpanMeta:
             callees = [entries[p][3] for p in at]
         except IndexError:  # pragma: no cover - an instruction's log line has a fixed arity
             return False
-        return _callee_keys(self.instrs, at, callees) == self.keys
+        return _callee_keys(self.block_calls, callees) == self.keys
 
 
-def _callee_keys(instrs: list, at: list[int], callees: list) -> list:
-    """What a step's description reads of its callee (the recorder's `_describe_op` / `_describe_block`)."""
-    module, block_call = torch.nn.Module, BlockInstruction
-    keys = []
-    for p, callee in zip(at, callees):
-        if isinstance(callee, module) or isinstance(instrs[p], block_call):
-            keys.append(id(callee))
+def _callee_keys(block_calls: list[bool], callees: list) -> tuple:
+    """What a step's description reads of its callee (the recorder's `_describe_op` / `_describe_block`): for a
+    module or a block call's target (`block_calls`) its id; for a builtin method of an op (most callees: `x.view`)
+    its owner's type and its name, read with `map`; for another callable its owner's type and name as the
+    recorder reads them."""
+    module, method = torch.nn.Module, types.BuiltinMethodType
+    kinds = list(map(type, callees))
+    builtin = [c for c, kind, block in zip(callees, kinds, block_calls) if kind is method and not block]
+    others = []
+    for callee, kind, block in zip(callees, kinds, block_calls):
+        if kind is method and not block:
+            continue
+        if block or isinstance(callee, module):
+            others.append(id(callee))
         else:
             owner = getattr(callee, "__self__", None)
             name = getattr(callee, "__name__", None)
-            keys.append((type(owner) if owner is not None else None, name if isinstance(name, str) else type(callee)))
-    return keys
+            others.append((type(owner) if owner is not None else None, name if isinstance(name, str) else type(callee)))
+    return kinds, list(map(type, map(_SELF, builtin))), list(map(_NAME, builtin)), others
+
+
+_KEY = "logged columns"  # the last span metadata of a schema's runs, kept in its cache of programs
 
 
 class LoggedColumns:
@@ -107,7 +121,11 @@ class LoggedColumns:
         self.schema = schema
         self.usable = (isinstance(schema, ModelBlockSchema) and loggable(schema) is None
                        and not _module_inference(schema))
-        self.meta: Optional[_SpanMeta] = None
+
+    @property
+    def meta(self) -> Optional[_SpanMeta]:
+        """The metadata of the last span read of this schema's runs (kept with the schema's programs, from store to store)."""
+        return programs_for(self.schema).get(_KEY)
 
     def capture(self, scope: Any) -> Optional[tuple[list, StepFields]]:
         """(outputs, step fields) of a capture of everything of `scope`, as `capture_run(schema, scope)` records it
@@ -136,7 +154,7 @@ class LoggedColumns:
         span = pending[k]
         meta = self.meta
         if meta is None or not meta.fits(span):
-            meta = self.meta = _SpanMeta(span, span.records())
+            meta = programs_for(self.schema)[_KEY] = _SpanMeta(span, span.records())
         values, shapes, dtypes, omitted = _span_values(span, meta.columns[7])
         before, after = pending[:k], pending[k + 1:]
         numbers, descriptions, slot_types, out_vars, op_names, paths, depths, _ = meta.columns

@@ -48,6 +48,25 @@ class InPlace(nn.Module):
         return g + h
 
 
+class Chooser(nn.Module):
+    """A callee fetched at run time that differs from input to input, in the same blocks: the step's description
+    differs, nothing else."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        act = torch.relu if bool(x.sum() > 0) else torch.tanh
+        return act(self.fc(x))
+
+
+def _chooser():
+    torch.manual_seed(0)
+    model = Chooser().eval()
+    return model, NNParser.parse_model(model=model, inputs_tensors_values={"x": torch.ones(2, 8)})
+
+
 def _in_place():
     torch.manual_seed(0)
     model = InPlace().eval()
@@ -57,7 +76,8 @@ def _in_place():
 MODELS = {"gpt2": (tiny_gpt2, lambda: token_inputs(3)),
           "llama": (_llama, lambda: [dict(s, use_cache=False) for s in token_inputs(3)]),
           "in_place": (_in_place, lambda: [{"x": torch.randn(2, 8, generator=torch.Generator().manual_seed(i))}
-                                           for i in range(3)])}
+                                           for i in range(3)]),
+          "chooser": (_chooser, lambda: [{"x": torch.ones(2, 8)}, {"x": -torch.ones(2, 8)}, {"x": torch.ones(2, 8)}])}
 
 
 def _bits(table: np.ndarray) -> np.ndarray:
@@ -90,7 +110,11 @@ def test_logged_columns_equal_the_trace_records_and_their_statistics(name):
         ours, theirs = Summariser()(values), Summariser()(others)
         assert np.array_equal(_bits(ours.table), _bits(theirs.table))
         assert np.array_equal(ours.counted, theirs.counted) and np.array_equal(ours.numels, theirs.numels)
-    assert metas[0] is not None and metas[1] is metas[0] and metas[2] is metas[0]  # the later runs reused it
+    if name == "chooser":  # another callee, another description: the metadata is worked out again
+        assert metas[1] is not metas[0] and metas[2] is not metas[1]
+        assert len({tuple(m.columns[1]) for m in metas}) == 2
+    else:
+        assert metas[0] is not None and metas[1] is metas[0] and metas[2] is metas[0]  # the later runs reused it
     if name == "in_place":
         assert any(o is not None for o in fields[8])  # the dropped value, omitted as capture_run omits it
 
