@@ -3,7 +3,8 @@
 `prepare_store` creates the store (or checks that an existing one was written for the same schema
 and options: `StoreMismatchError` otherwise). `write_rank` walks the inputs, takes the blocks of
 sample ids that are its own (block `b` belongs to rank `b % world`) and not yet committed, and for
-each input runs `capture_run` (every step captured, under `torch.no_grad()`), computes the
+each input captures every step under `torch.no_grad()` (the logged run read as columns where
+capture_run would log it, otherwise capture_run: step_names.py), computes the
 statistics of every step, clones the tensors the keep selector names (the root's inputs always:
 they reopen a sample in the inspector) into the current shard (flushed to a file once it would pass
 `shard_bytes`), and folds them into the unit's reductions. At the end of a block its statistics
@@ -11,7 +12,7 @@ Parquet and its reductions are written and synced, then its commit record is ren
 a process killed at any point loses at most the block it was writing, whose leftover files a
 later run removes before it writes that block again.
 
-Depends on schema, runtime listeners, traces (capture, selection) and the store's own modules.
+Depends on schema, files, traces (selection, missed) and the store's own modules.
 """
 
 from __future__ import annotations
