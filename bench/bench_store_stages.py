@@ -1,9 +1,10 @@
 """Where a store's writing time goes: CPU time of each stage of the writer, per input.
 
-    python bench/bench_store_stages.py [llama|gpt2]
+    python bench/bench_store_stages.py [llama|gpt2] [KEEP [INPUTS]]
 
 Writes one store (64 tiny-Llama inputs or 16 GPT-2 small inputs, one block, the attention outputs kept,
-as bench_store.py's write part) after a warm-up store, with the writer's stages wrapped by a CPU-time
+as bench_store.py's write part; or `KEEP` kept, over `INPUTS` inputs: `llama layers.1 32` is
+bench_logged_capture.py's `--dataset`) after a warm-up store, with the writer's stages wrapped by a CPU-time
 counter: the capture, the step fields and metadata, the statistics (the plan check and the figures),
 the clones, the queueing and folding of the reductions, the shards, the Parquet table and the commit.
 The stages nest (the commit holds the fold of the last queues and the shard write), so the rows do not
@@ -27,12 +28,15 @@ sys.path.insert(0, str(HERE.parent))
 from models import gpt2_small, tiny_llama  # noqa: E402
 
 import nnschemaparser.store.statistics as statistics  # noqa: E402
+import nnschemaparser.store.step_names as step_names  # noqa: E402
 import nnschemaparser.store.step_table as step_table  # noqa: E402
 import nnschemaparser.store.writer as writer  # noqa: E402
 from nnschemaparser import NNParser, capture_dataset  # noqa: E402
 
-STAGES = [(writer, "capture_run", "capture_run"), (writer, "_step_fields", "step fields"),
-          (writer._Names, "steady", "metadata (steady)"), (statistics.Summariser, "__call__", "statistics"),
+STAGES = [(step_names.StepNames, "fields", "capture and step fields"), (step_names, "capture_run", "  capture_run (not logged)"),
+          (step_names.LoggedColumns, "capture", "  logged capture, as columns"),
+          (step_names.LoggedColumns, "fields", "    columns of the log"), (step_names, "step_fields", "  step fields (not logged)"),
+          (step_names.StepNames, "steady", "metadata (steady)"), (statistics.Summariser, "__call__", "statistics"),
           (statistics._Plan, "__init__", "  a new plan"), (statistics._Plan, "matches", "  plan check"),
           (statistics._Plan, "figures", "  figures (torch)"), (statistics._Plan, "kernel_figures", "  figures (kernel)"),
           (writer._Unit, "keep", "clones"),
@@ -45,10 +49,14 @@ def main() -> int:
     torch.set_num_threads(1)
     which = sys.argv[1] if len(sys.argv) > 1 else "llama"
     if which not in ("llama", "gpt2"):
-        print("usage: python bench/bench_store_stages.py [llama|gpt2]", file=sys.stderr)
+        print("usage: python bench/bench_store_stages.py [llama|gpt2] [KEEP [INPUTS]]", file=sys.stderr)
         return 2
     model, example = tiny_llama() if which == "llama" else gpt2_small()
     keep, count = ("layers.*.self_attn:attn_output", 64) if which == "llama" else ("h.*.attn:attn_output", 16)
+    if len(sys.argv) > 2:
+        keep = sys.argv[2]
+    if len(sys.argv) > 3:
+        count = int(sys.argv[3])
     schema = NNParser.parse_model(model=model, inputs_tensors_values=example)
     generator = torch.Generator().manual_seed(0)
     vocab = int(model.config.vocab_size)

@@ -3,7 +3,8 @@
 `manifest` (the layout on disk, the schema identity, the manifest and the commit records),
 `statistics` (the per-step statistics of an input's values), `native` (their one-pass C kernel,
 `_statistics.c`, built on first use), `step_table` (the statistics' columns: the Parquet schema and
-a unit's Arrow table), `shards` (safetensors files,
+a unit's Arrow table), `step_names` (an input's step fields: the logged run's columns where it can, and
+the per-schema caches of their metadata), `shards` (safetensors files,
 checked and memory-mapped), `reductions` (mergeable per-variable mean, variance, histograms and
 top-k), `writer` (what one process writes: blocks of inputs, committed one by one, resumable),
 `rows` (a batched input split into rows, each a sample; the padding mask), `guard` (no symbolic links

@@ -35,7 +35,7 @@ def arrow_schema() -> Any:
 
 # The columns an input's steps repeat from the one before when the schema runs the same way (numbers, names,
 # descriptions, depths, shapes, dtypes, omissions): each is kept as a list of per-input chunks, and a chunk
-# object seen again (the writer hands the same list on: writer.py, `_Names.steady`) is made an Arrow
+# object seen again (the writer hands the same list on: step_names.py, `StepNames.steady`) is made an Arrow
 # array once, then the chunks are concatenated.
 _CHUNKED = frozenset((1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 22))
 

@@ -3,7 +3,8 @@
 `prepare_store` creates the store (or checks that an existing one was written for the same schema
 and options: `StoreMismatchError` otherwise). `write_rank` walks the inputs, takes the blocks of
 sample ids that are its own (block `b` belongs to rank `b % world`) and not yet committed, and for
-each input runs `capture_run` (every step captured, under `torch.no_grad()`), computes the
+each input captures every step under `torch.no_grad()` (the logged run read as columns where
+capture_run would log it, otherwise capture_run: step_names.py), computes the
 statistics of every step, clones the tensors the keep selector names (the root's inputs always:
 they reopen a sample in the inspector) into the current shard (flushed to a file once it would pass
 `shard_bytes`), and folds them into the unit's reductions. At the end of a block its statistics
@@ -11,7 +12,7 @@ Parquet and its reductions are written and synced, then its commit record is ren
 a process killed at any point loses at most the block it was writing, whose leftover files a
 later run removes before it writes that block again.
 
-Depends on schema, runtime listeners, traces (capture, selection) and the store's own modules.
+Depends on schema, files, traces (selection, missed) and the store's own modules.
 """
 
 from __future__ import annotations
@@ -32,9 +33,7 @@ import torch
 
 from ..files.file_format import FileLimits, dump_json
 from ..schema.model import ModelBlockSchema
-from ..traces.record import capture_run
-from ..traces.selection import KeepSelector, is_block_call
-from ..traces.trace import container_id
+from ..traces.selection import KeepSelector
 from .guard import FOLDERS, LOCK_FILE, check_no_links
 from .manifest import (Commit, SchemaIdentity, StoreIncompleteError, StoreMismatchError, StoreOptions, read_commits,
                        read_manifest, schema_identity, sync_write, unit_name, weights_difference, write_commit,
@@ -42,7 +41,7 @@ from .manifest import (Commit, SchemaIdentity, StoreIncompleteError, StoreMismat
 from .reductions import ReductionState, encode_states, fold_together
 from .rows import MASK_KEY, Batching
 from .shards import write_shard
-from .statistics import Summariser
+from .step_names import StepNames
 from .step_table import StepColumns
 
 __all__ = ["prepare_store", "refuse_foreign_folder", "discard_new_store", "write_rank", "finalize_store", "as_scope", "RankSummary"]
@@ -314,7 +313,7 @@ def write_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], opti
     unit: Optional[_Unit] = None
     size = options.block_size
     cleaned: set[int] = set()
-    names = _Names(selector)
+    names = StepNames(selector, schema)
 
     def close() -> None:
         nonlocal unit
@@ -380,105 +379,20 @@ def write_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], opti
     return summary
 
 
-_RECORD_FIELDS = 12  # a pending record of the recorder (traces/recorder.py, `_build_steps`)
-
-
-def _step_fields(trace: Any) -> tuple:
-    """The parallel lists (numbers, descriptions, slot types, out vars, op names, block paths, values, depths,
-    omitted, shapes, dtypes: torch dtypes or their texts) of a trace's steps.
-
-    A fresh capture holds its steps as the recorder's pending records (one list per tensor, in the field
-    order `_build_steps` documents): they are read as they are, without building a TraceStep each (a
-    third of a small model's capture). A trace already built, or records of another layout, are read
-    from `trace.steps`.
-    """
-    pending = trace.pending_records() if hasattr(trace, "pending_records") else None
-    if pending and not trace._steps and set(map(len, pending)) == {_RECORD_FIELDS}:
-        numbers, descriptions, slot_types, out_vars, op_names, block_paths, values, depths, omitted, _, shapes, \
-            dtypes = map(list, zip(*pending))
-        return numbers, descriptions, slot_types, out_vars, op_names, block_paths, values, depths, omitted, shapes, dtypes
-    steps = trace.steps
-    return ([s.step for s in steps], [s.description for s in steps], [s.slot_type for s in steps],
-            [s.out_var for s in steps], [s.op_name for s in steps], [s.block_path for s in steps],
-            [s.tensor.value for s in steps], [s.frame_depth for s in steps], [s.omitted for s in steps],
-            [s.tensor.shape for s in steps], [s.tensor.dtype for s in steps])
-
-
-_DTYPE_TEXT: dict[Any, str] = {}
-
-
-def _dtype_text(dtype: Any) -> str:
-    text = _DTYPE_TEXT[dtype] = str(dtype)
-    return text
-
-
-class _Names:
-    """Per-schema caches of what each step's metadata gives: its container-id prefix, whether it is kept."""
-
-    def __init__(self, selector: Optional[KeepSelector]):
-        self.selector = selector
-        self.prefixes: dict[tuple, str] = {}
-        self.keeps: dict[tuple, bool] = {}
-        self.last: Optional[tuple] = None  # the previous input's metadata lists, container ids and keep flags
-        self.summarise = Summariser()  # its plan is reused from input to input (statistics.py)
-        self.warned = False  # whether a keep that kept nothing over an input was said (`_summarise_one`)
-
-    def steady(self, fields: tuple) -> tuple:
-        """(numbers, slot types, block paths, out vars, op names, descriptions, depths, shapes, dtype texts,
-        omitted), container ids, keep flags (named by the selector), keepable flags (named, or a root input)
-        of an input's steps. When its metadata lists (dtypes as torch dtypes) equal the previous input's (a
-        schema run the same way; compared as lists, in C), the previous results themselves, so the dtype
-        texts, container ids and keep flags are not worked out again and the step columns convert each
-        list once."""
-        last = self.last
-        if last is not None and all(a == b for a, b in zip(last[0], fields)):
-            return last[1:]
-        raw = fields
-        numbers, slot_types, block_paths, out_vars, op_names = fields[:5]
-        fields = fields[:8] + ([d if isinstance(d, str) else _DTYPE_TEXT.get(d) or _dtype_text(d) for d in fields[8]],) + \
-            fields[9:]
-        prefix = self.prefix
-        cids = [prefix(t, b) + (f"{n:04d}") for t, b, n in zip(slot_types, block_paths, numbers)]
-        descriptions = fields[5]
-        named = [self.keeps_step(b, o, p, t, d) for b, o, p, t, d in
-                 zip(block_paths, out_vars, op_names, slot_types, descriptions)]
-        keepable = np.array([k or t == "input" for k, t in zip(named, slot_types)], dtype=bool)
-        self.last = (raw, fields, cids, named, keepable)
-        return self.last[1:]
-
-    def prefix(self, slot_type: str, block_path: str) -> str:
-        key = (slot_type, block_path)
-        text = self.prefixes.get(key)
-        if text is None:  # the container-id rule of traces/trace.py: input_, output_, or the block path
-            text = self.prefixes[key] = container_id(slot_type if slot_type != "activation" else block_path, 0)[:-4]
-        return text
-
-    def keeps_step(self, block_path: str, out_var: str, op_name: str, slot_type: str, description: str = "") -> bool:
-        selector = self.selector
-        key = (block_path, out_var, op_name, slot_type, selector is not None and selector.calls and
-               is_block_call(description))
-        named = self.keeps.get(key)
-        if named is None:
-            named = self.keeps[key] = selector is not None and selector.matches(*key)
-        return named
-
-
-def _capture_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: int, names: _Names,
+def _capture_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: int, names: StepNames,
                  batching: Optional[Batching] = None, interventions: Any = None, run: Optional[Callable] = None) -> int:
     return _summarise_one(unit, schema, scope, sample, names, batching or Batching(None), interventions, run)
 
 
-def _summarise_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: int, names: _Names,
+def _summarise_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: int, names: StepNames,
                    batching: Batching, interventions: Any = None, run: Optional[Callable] = None) -> int:
     """Run one input and write its samples: itself, or (batching.axis) each of its rows (store/rows.py)."""
     rows = batching.rows(scope)
     mask = batching.mask_of(scope, rows)
-    with torch.no_grad():
-        record = (run or capture_run)(schema, scope, interventions=interventions)
+    outputs, (numbers, descriptions, slot_types, out_vars, op_names, block_paths, values, depths, omitted, shapes,
+              dtypes) = names.fields(schema, scope, interventions, run)
     if rows > 1:
-        batching.check_outputs(record.outputs, rows, scope)
-    numbers, descriptions, slot_types, out_vars, op_names, block_paths, values, depths, omitted, shapes, dtypes = \
-        _step_fields(record.trace)
+        batching.check_outputs(outputs, rows, scope)
     (numbers, slot_types, block_paths, out_vars, op_names, descriptions, depths, shapes, dtypes, omitted), cids, named, \
         keepable = names.steady((numbers, slot_types, block_paths, out_vars, op_names, descriptions, depths, shapes, dtypes,
                       omitted))

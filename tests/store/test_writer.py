@@ -253,7 +253,7 @@ def test_dataloader_batches_are_rows_by_default_and_inputs_by_position_with_batc
 
 
 def test_step_columns_of_inputs_run_alike_or_not_are_each_inputs_own_rows(tmp_path):
-    """Inputs whose steps repeat the previous input's metadata share its lists (writer.py, `_Names.steady`);
+    """Inputs whose steps repeat the previous input's metadata share its lists (step_names.py, `StepNames.steady`);
     inputs of another shape in between do not: every column of every row is what `step_rows` makes of that
     input's own capture."""
     import math
