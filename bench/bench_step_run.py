@@ -14,6 +14,8 @@ per step. The candidates, each adding a piece of what a stepped run pays:
   + two switches a step          that hook switching to the consumer's greenlet and back (a bare generator)
   step_run                       every step of SchemaInterpreter().step_run, iterated to the end
 
+Last, the bytes of C stack greenlet copies out and back at each pause (`stack_saved`).
+
 With --before PATH (a checkout of the package, e.g. `git worktree add /tmp/before main`), that
 checkout is imported too, under the name `nnschemaparser_before`, parses the model itself, and its
 run and step_run are timed in the same rounds ("run (before)", "step_run (before)").
@@ -81,6 +83,23 @@ def switches(schema, inputs):
             pass
         _give_back(schema, program, observer)
     return run
+
+
+def stack_saved(schema, inputs) -> list:
+    """Bytes of C stack greenlet saves (and later restores) at each pause of the run: the run's C
+    stack from its start down to the switch, which nests one C level per call made through
+    `f(*args, **kwargs)` (a decorator's wrapper, an invoker's splat) and not for a plain Python call."""
+    listener = SwitchOnly()
+    program, observer = _borrow(schema, [listener], False)
+    runner = greenlet.greenlet(lambda: program.run_root(dict(inputs)))
+    listener.consumer = greenlet.getcurrent()
+    sizes = []
+    runner.switch()
+    while not runner.dead:
+        sizes.append(runner._stack_saved)
+        runner.switch()
+    _give_back(schema, program, observer)
+    return sorted(sizes)
 
 
 def stepped(interpreter, schema, inputs):
@@ -153,6 +172,10 @@ def main() -> int:
         print(f"  {key:24s} {medians[key] * 1e3:7.2f} ms {statistics.median(ratios):6.3f}x "
               f"({min(ratios):.2f}-{max(ratios):.2f}){extra}")
         previous = key
+    with torch.no_grad():
+        sizes = stack_saved(schema, inputs)
+    print(f"  C stack saved and restored at a pause: median {sizes[len(sizes) // 2]} bytes "
+          f"({sizes[0]}-{sizes[-1]})")
     return 0
 
 
