@@ -59,7 +59,7 @@ class StepInfo:
     # `_run` (a slot, not a field): the Stepper, which says whether the run has ended and tells edits
 
     def __init__(self, step_index: int, kind: str, out_var: str, frame_depth: int, value: Any, scope_frames: tuple,
-                 instruction: Instruction, block_path: str, location: Optional[SourceLocation], _run: Any = None):
+                 instruction: Instruction, block_path: str, location: Optional[SourceLocation], _run: Any = None) -> None:
         self.step_index = step_index
         self.value = value
         self.scope_frames = scope_frames
