@@ -58,19 +58,21 @@ class StepInfo:
                                                   doc="Where the instruction comes from in the source.")
     # `_run` (a slot, not a field): the Stepper, which says whether the run has ended and tells edits
 
-    def __init__(self, step_index: int, kind: str, out_var: str, frame_depth: int, value: Any, scope_frames: tuple,
-                 instruction: Instruction, block_path: str, location: Optional[SourceLocation], _run: Any = None) -> None:
+    def __init__(self, step_index: int, kind: str, out_var: str, frame_depth: int, value: Any,
+                 scope_frames: tuple, instruction: Instruction, block_path: str,
+                 location: Optional[SourceLocation], _run: Any = None) -> None:
         self.step_index = step_index
         self.value = value
         self.scope_frames = scope_frames
         self.instruction = instruction
         self.block_path = block_path
         self._run = _run
-        for name, given in (("kind", kind), ("out_var", out_var), ("frame_depth", frame_depth), ("location", location)):
+        for name, given in (("kind", kind), ("out_var", out_var), ("frame_depth", frame_depth),
+                            ("location", location)):
             if given != getattr(self, name):
-                raise SchemaRunError(f"StepInfo: {name} is read from the {'frames' if name == 'frame_depth' else 'instruction'}"
-                                     f" ({getattr(self, name)!r}), got {given!r}; pass another "
-                                     f"{'scope_frames' if name == 'frame_depth' else 'instruction'} to change it")
+                source = "scope_frames" if name == "frame_depth" else "instruction"
+                raise SchemaRunError(f"StepInfo: {name} is read from the {source.split('_')[-1]} "
+                                     f"({getattr(self, name)!r}), got {given!r}; pass another {source} to change it")
 
     @property
     def _notify(self) -> Optional[Callable[[EditEvent], None]]:
