@@ -12,11 +12,15 @@ per step. The candidates, each adding a piece of what a stepped run pays:
   run                            the plain program
   observed, no-op step           the stepped run's observed program, its one listener's hook returning at once
   + two switches a step          that hook switching to the consumer's greenlet and back (a bare generator)
+  steps built, no switch         the stepped run's observer and stepper, every StepInfo built, the switch a no-op
   step_run                       every step of SchemaInterpreter().step_run, iterated to the end
+
+Last, the bytes of C stack greenlet copies out and back at each pause (`stack_saved`).
 
 With --before PATH (a checkout of the package, e.g. `git worktree add /tmp/before main`), that
 checkout is imported too, under the name `nnschemaparser_before`, parses the model itself, and its
-run and step_run are timed in the same rounds ("run (before)", "step_run (before)").
+run, step_run and steps built are timed in the same rounds ("run (before)", "step_run (before)",
+"steps built (before)").
 """
 
 from __future__ import annotations
@@ -83,6 +87,37 @@ def switches(schema, inputs):
     return run
 
 
+def stack_saved(schema, inputs) -> list:
+    """Bytes of C stack greenlet saves (and later restores) at each pause of the run: the run's C
+    stack from its start down to the switch, which nests one C level per call made through
+    `f(*args, **kwargs)` (a decorator's wrapper, an invoker's splat) and not for a plain Python call."""
+    listener = SwitchOnly()
+    program, observer = _borrow(schema, [listener], False)
+    runner = greenlet.greenlet(lambda: program.run_root(dict(inputs)))
+    listener.consumer = greenlet.getcurrent()
+    sizes = []
+    runner.switch()
+    while not runner.dead:
+        sizes.append(runner._stack_saved)
+        runner.switch()
+    _give_back(schema, program, observer)
+    return sorted(sizes)
+
+
+def built(package, schema, inputs):
+    """The stepped run's own observer and stepper with the switch a no-op: every StepInfo built, no pause."""
+    stepping = importlib.import_module(package + ".runtime.stepping")
+    borrow = importlib.import_module(package + ".runtime.interpreter")
+
+    def run():
+        stepper = stepping.Stepper(None)
+        stepper.switch = lambda info: None
+        program, observer = borrow._borrow(schema, [stepper], False, stepping=True)
+        program.run_root(dict(inputs))
+        borrow._give_back(schema, program, observer, stepping=True)
+    return run
+
+
 def stepped(interpreter, schema, inputs):
     def run():
         for _ in interpreter.step_run(schema, dict(inputs)):
@@ -120,6 +155,7 @@ def main() -> int:
         "run": lambda: SchemaInterpreter().call(schema, **inputs),
         "observed, no-op step": lambda: SchemaInterpreter(listeners=[NoOpStep()]).run(schema, dict(inputs)),
         "+ two switches a step": switches(schema, inputs),
+        "steps built, no switch": built("nnschemaparser", schema, inputs),
         "step_run": stepped(stepper, schema, inputs),
     }
     if args.before:
@@ -128,6 +164,7 @@ def main() -> int:
         old = before.SchemaInterpreter()
         candidates["run (before)"] = lambda: before.SchemaInterpreter().call(old_schema, **inputs)
         candidates["step_run (before)"] = stepped(old, old_schema, inputs)
+        candidates["steps built (before)"] = built("nnschemaparser_before", old_schema, inputs)
     load = os.getloadavg()[0]
     with torch.no_grad():
         for fn in candidates.values():
@@ -146,13 +183,19 @@ def main() -> int:
     for key, times in samples.items():
         ratios = [t / e for t, e in zip(times, samples["eager"])]
         extra = ""
-        if previous is not None and not key.endswith("(before)") and key != "run" and key != "observed, no-op step":
+        if key.startswith("steps built"):
+            extra = f"  +{(medians[key] - medians['observed, no-op step']) / steps * 1e6:.2f} us/step over the no-op step"
+        elif previous is not None and not key.endswith("(before)") and key != "run" and key != "observed, no-op step":
             extra = f"  +{(medians[key] - medians[previous]) / steps * 1e6:.2f} us/step"
         elif key == "observed, no-op step":
             extra = f"  +{(medians[key] - medians['run']) / steps * 1e6:.2f} us/step over run"
         print(f"  {key:24s} {medians[key] * 1e3:7.2f} ms {statistics.median(ratios):6.3f}x "
               f"({min(ratios):.2f}-{max(ratios):.2f}){extra}")
         previous = key
+    with torch.no_grad():
+        sizes = stack_saved(schema, inputs)
+    print(f"  C stack saved and restored at a pause: median {sizes[len(sizes) // 2]} bytes "
+          f"({sizes[0]}-{sizes[-1]})")
     return 0
 
 

@@ -210,7 +210,13 @@ class SchemaInterpreter:
             intervening.step_of = lambda: stepper.index + 1
             listeners.insert(-1, intervening)
         program, observer = _borrow(block, listeners, self.capture_values, pause_before_calls, stepping=True)
-        runner = greenlet.greenlet(lambda: _Finished(program.run_root(scope)))
+        outcome: list = []
+
+        def run() -> object:
+            outcome.append(program.run_root(scope))
+            return _FINISHED
+
+        runner = greenlet.greenlet(run)
         owner = threading.get_ident()
         finished = False
         try:
@@ -222,7 +228,7 @@ class SchemaInterpreter:
             resume = runner.switch
             item = resume()
             # Once per step: the loop is written for that (two calls: which greenlet, and the switch).
-            while item.__class__ is not _Finished:
+            while item is not _FINISHED:
                 yield item
                 current = current_greenlet()
                 if current is not consumer:  # resumed from another greenlet than the last time
@@ -233,7 +239,7 @@ class SchemaInterpreter:
                     stepper.attach(current)
                     _adopt(runner)
                 item = resume()
-            item = item.result
+            item = outcome[0]
             finished = True
         finally:
             stepper.ended = True
@@ -267,13 +273,9 @@ def _adopt(runner: greenlet.greenlet) -> None:
             pass
 
 
-class _Finished:
-    """What a stepped run's greenlet returns: the run's result, told apart from a step by its class."""
-
-    __slots__ = ("result",)
-
-    def __init__(self, result: Any):
-        self.result = result
+# What a stepped run's greenlet returns once the run is over (its result waits in a list): told
+# apart from a step by identity, the cheapest test the step loop can make.
+_FINISHED = object()
 
 
 # Observed programs, compiled once per block and lent to one run at a time. A run that is still in

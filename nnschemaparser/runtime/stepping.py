@@ -29,25 +29,55 @@ from ..schema.notation import operand_text
 __all__ = ["StepInfo", "CallPause", "Stepper", "SteppingObserver", "apply_edit", "checked_edits"]
 
 
-@dataclass(slots=True)
+@dataclass(init=False)
 class StepInfo:
     """One executed instruction of a stepped run, with the live frames it can edit.
 
-    The stepper fills a StepInfo slot by slot without calling `__init__` (`SteppingObserver.after`):
-    a field added here must be set there too.
+    A step stores what only it knows (its index, value, frames, instruction and block path); the
+    rest is read when asked for, not copied at each step: `kind`, `out_var` and `location` are its
+    instruction's, `frame_depth` is the innermost of `scope_frames` (`len(scope_frames) - 1`). All
+    nine are dataclass fields all the same (`fields`, `asdict`, `replace`, `==` and the repr see
+    them). The stepper fills the stored slots without calling `__init__` (`SteppingObserver.after`,
+    `_step`): a slot added here must be set there too.
     """
 
+    __slots__ = ("step_index", "value", "scope_frames", "instruction", "block_path", "_run")
+
     step_index: int
-    kind: str
-    out_var: str
-    frame_depth: int
+    kind: str = property(lambda self: instruction_kind(self.instruction),  # type: ignore[assignment]
+                         doc='What ran: "op", "block", "return", "function", "delete", "raise", ...')
+    out_var: str = property(lambda self: self.instruction.out_var,  # type: ignore[assignment]
+                            doc="The variable the step bound (\"\" when it binds none, as a return).")
+    frame_depth: int = property(lambda self: len(self.scope_frames) - 1,  # type: ignore[assignment]
+                                doc="The depth of the step's own frame in `scope_frames` (0: the root's).")
     value: Any
     scope_frames: tuple
     instruction: Instruction
     block_path: str
-    location: Optional[SourceLocation]
-    _notify: Optional[Callable[[EditEvent], None]] = field(default=None, repr=False, compare=False)
-    _run: Any = field(default=None, repr=False, compare=False)  # the Stepper: says whether the run has ended
+    location: Optional[SourceLocation] = property(lambda self: self.instruction.location,  # type: ignore[assignment]
+                                                  doc="Where the instruction comes from in the source.")
+    # `_run` (a slot, not a field): the Stepper, which says whether the run has ended and tells edits
+
+    def __init__(self, step_index: int, kind: str, out_var: str, frame_depth: int, value: Any,
+                 scope_frames: tuple, instruction: Instruction, block_path: str,
+                 location: Optional[SourceLocation], _run: Any = None) -> None:
+        self.step_index = step_index
+        self.value = value
+        self.scope_frames = scope_frames
+        self.instruction = instruction
+        self.block_path = block_path
+        self._run = _run
+        for name, given in (("kind", kind), ("out_var", out_var), ("frame_depth", frame_depth),
+                            ("location", location)):
+            if given != getattr(self, name):
+                source = "scope_frames" if name == "frame_depth" else "instruction"
+                raise SchemaRunError(f"StepInfo: {name} is read from the {source.split('_')[-1]} "
+                                     f"({getattr(self, name)!r}), got {given!r}; pass another {source} to change it")
+
+    @property
+    def _notify(self) -> Optional[Callable[[EditEvent], None]]:
+        run = self._run
+        return run._notify if run is not None else None
 
     @property
     def source(self) -> str:
@@ -223,12 +253,11 @@ class Stepper(TraceListener):
     def on_instruction(self, event: InstructionEvent) -> None:
         if not event.stepped:  # an if test or a while re-evaluation (spec 000)
             return
-        self._pause(event.instruction, event.value, event.depth, event.frames, event.path)
+        self._pause(event.instruction, event.value, event.frames, event.path)
 
-    def _pause(self, instr: Instruction, value: Any, depth: int, frames: tuple, path: str) -> None:
+    def _pause(self, instr: Instruction, value: Any, frames: tuple, path: str) -> None:
         self.index += 1
-        step = StepInfo(self.index, (_SHAPES.get(instr.__class__) or _shape(instr))[0], instr.out_var, depth, value,
-                        frames, instr, path, instr.location, self._notify, self)
+        step = _step(self.index, value, frames, instr, path, self)
         if self.edits:
             for edit in self.edits.get(self.index, ()):
                 step.edit(**edit)
@@ -262,26 +291,22 @@ class SteppingObserver(EventObserver):
         if self.conditions:  # an if test or a while re-evaluation (spec 000)
             return
         stepper.index = index = stepper.index + 1
-        shape = _SHAPES.get(instr.__class__) or _shape(instr)
         out = instr.out_var
-        if shape[1]:
+        if out:  # a return binds no variable (`ReturnInstruction.out_vars`): its value waits in the frame
+            value = frame.get(out)
+        elif instr.__class__ is ReturnInstruction or isinstance(instr, ReturnInstruction):
             value = frame.get(RETURN_SLOT)
         else:
-            value = frame.get(out) if out else None
+            value = None
         frames = self._frames_tuple
         if frames is None:
             frames = self.frames_tuple()
         info = _new(StepInfo)
         info.step_index = index
-        info.kind = shape[0]
-        info.out_var = out
-        info.frame_depth = self.depth
         info.value = value
         info.scope_frames = frames
         info.instruction = instr
         info.block_path = self.path
-        info.location = instr.location
-        info._notify = stepper._notify
         info._run = stepper
         if stepper.edits:
             for edit in stepper.edits.get(index, ()):
@@ -291,13 +316,17 @@ class SteppingObserver(EventObserver):
 
 _new = object.__new__
 
-# (kind, returns) of each instruction class: what a step reads off its instruction's class, found once.
-_SHAPES: dict[type, tuple[str, bool]] = {}
 
-
-def _shape(instr: Instruction) -> tuple[str, bool]:
-    shape = _SHAPES[instr.__class__] = (instruction_kind(instr), isinstance(instr, ReturnInstruction))
-    return shape
+def _step(index: int, value: Any, frames: tuple, instr: Instruction, path: str, stepper: Stepper) -> StepInfo:
+    """A StepInfo of the stored slots (what `SteppingObserver.after` writes out inline)."""
+    info = _new(StepInfo)
+    info.step_index = index
+    info.value = value
+    info.scope_frames = frames
+    info.instruction = instr
+    info.block_path = path
+    info._run = stepper
+    return info
 
 
 _EDIT_KEYS = ("values", "shape", "dtype", "frame_depth", "out_var")

@@ -7,12 +7,14 @@ direct hook, or events when another listener shares the run), and each StepInfo 
 paused at its own step: its frames hold what they held then, and its value is the one its frame binds.
 """
 
+import copy
 import dataclasses
 
 import pytest
 import torch
 
 from nnschemaparser import NNParser, SchemaInterpreter, StepInfo, TraceListener
+from nnschemaparser.schema.errors import SchemaRunError
 from nnschemaparser.schema.model import ReturnInstruction
 from tests.support.compile_faults import tiny_gpt2, tiny_llama
 
@@ -135,3 +137,28 @@ def test_step_stream_edits_apply_at_the_same_step_on_llama():
                 step.edit(values=zeros)
         assert torch.equal(live.step_outputs[0].last_hidden_state, forked.step_outputs[0].last_hidden_state)
         assert not torch.equal(forked.step_outputs[0].last_hidden_state, model(**inputs).last_hidden_state)
+
+
+def test_step_info_reads_kind_out_var_depth_and_location_yet_copies_and_replaces_as_a_dataclass():
+    model, inputs = tiny_gpt2(layers=1)
+    schema = NNParser.parse_model(model=model, inputs_tensors_values=inputs)
+    with torch.no_grad():
+        steps = list(SchemaInterpreter().step_run(schema, dict(inputs)))
+    step = next(s for s in steps if s.frame_depth > 0 and s.kind == "op" and isinstance(s.value, torch.Tensor))
+    # what a step does not store is its instruction's and its frames', read when asked for
+    assert step.kind == "op" and step.out_var == step.instruction.out_var
+    assert step.location is step.instruction.location
+    assert step.frame_depth == len(step.scope_frames) - 1
+    assert copy.copy(step) == step and copy.copy(step).kind == step.kind
+    doubled = dataclasses.replace(step, value=step.value * 2)
+    assert torch.equal(doubled.value, step.value * 2) and doubled.out_var == step.out_var
+    assert doubled.frame_depth == step.frame_depth and doubled._run is None
+    assert "kind='op'" in repr(step) and f"frame_depth={step.frame_depth}" in repr(step)
+    other = next(s for s in steps if s.kind != "op")
+    with pytest.raises(SchemaRunError, match="kind is read from the instruction"):
+        dataclasses.replace(step, kind=other.kind)
+    with pytest.raises(SchemaRunError, match="frame_depth is read from the frames"):
+        dataclasses.replace(step, frame_depth=step.frame_depth + 1)
+    moved = dataclasses.replace(step, instruction=other.instruction, kind=other.kind, out_var=other.out_var,
+                                location=other.location)
+    assert moved.kind == other.kind and moved.location is other.location
