@@ -5,7 +5,7 @@ allocations cannot reuse what earlier tensors of the same run freed, as eager's 
 default, adaptive settings the tensors of 128 KB and more that find no free heap block are mapped
 one by one (`mmap`) and handed back to the kernel (`munmap`) when the trace is dropped, and the top
 of the heap is trimmed: each capture then writes into fresh pages, one minor page fault and a page
-zeroed by the kernel per 4 KB (about 24,000 faults a GPT-2-small capture; `bench/bench_gpt2_small.py`).
+zeroed by the kernel per 4 KB (20,000 to 27,000 faults a GPT-2-small capture; `bench/bench_gpt2_small.py`).
 The adaptive mapping threshold does not rescue it: torch allocates with `posix_memalign`, whose
 request is a little larger than the block it freed, so the threshold, raised to the freed size,
 stays just below the next request.
