@@ -16,6 +16,9 @@ tiny Mixtral; a tiny ViT; a 24-block ResNet at batch 1) and GPT-2 small at 64 to
 the logged capture's outputs are checked torch.equal to eager's and its steps counted against the
 observed capture's.
 
+`--retain`: call `retain_freed_memory()` first (traces/heap.py), for the whole process, eager
+included: glibc then keeps what a dropped capture freed, and the next capture reuses its pages.
+
 `--dataset`: the tiny Llama, `--inputs` inputs (32): capture_dataset into a fresh store with
 `keep="layers.1"` (statistics of every step, the layer's steps kept) against capture_run(keep="layers.1")
 of the same inputs kept in memory, and against capture_run of everything (process CPU time);
@@ -42,7 +45,7 @@ sys.path.insert(0, str(HERE.parent))
 from bench_capture import HookCapture, same  # noqa: E402
 from models import gpt2_small, small_resnet, tiny_llama, tiny_mixtral, tiny_vit  # noqa: E402
 
-from nnschemaparser import NNParser, capture_dataset, capture_run  # noqa: E402
+from nnschemaparser import NNParser, capture_dataset, capture_run, retain_freed_memory  # noqa: E402
 from nnschemaparser.traces.logged_columns import LoggedColumns  # noqa: E402
 
 MODELS = {"llama": ("Llama 32x64, 16 tokens", tiny_llama, 3),
@@ -146,7 +149,10 @@ def main() -> int:
     parser.add_argument("--timer", choices=("cpu", "wall"), default="cpu")
     parser.add_argument("--dataset", action="store_true", help="capture_dataset against capture_run(keep=...)")
     parser.add_argument("--inputs", type=int, default=32)
+    parser.add_argument("--retain", action="store_true", help="retain_freed_memory() first (process-wide)")
     args = parser.parse_args()
+    if args.retain:
+        print(f"retain_freed_memory(): {retain_freed_memory()}")
     global CLOCK
     CLOCK = time.thread_time if args.timer == "cpu" else time.perf_counter
     torch.set_num_threads(1)

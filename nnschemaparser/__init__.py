@@ -53,6 +53,7 @@ from .traces.patching import PatchingReuseWarning, activation_patching
 from .traces.attribution import attribution_patching
 from .traces.recorder import ActivationRecorder
 from .traces.estimate import CaptureEstimate, CaptureTooLargeError, estimate_capture
+from .traces.heap import HeapRetention, retain_freed_memory
 from .traces.dropped import CaptureLimitWarning
 from .traces.missed import KeepMissedWarning
 from .traces.wrapped import KeepWrappedError
@@ -134,7 +135,7 @@ __all__ = [
     "StoreIncompleteError", "StoreBusyError", "StoreLinkError",
     "capture_logical", "LogicalTrace", "LogicalCaptureError", "compare_logical", "diverge_logical",
     "estimate_capture", "CaptureEstimate", "CaptureTooLargeError", "CaptureLimitWarning", "KeepMissedWarning",
-    "KeepWrappedError", "TokenBatches",
+    "KeepWrappedError", "TokenBatches", "retain_freed_memory", "HeapRetention",
 ]
 
 # torch.distributed: collective stepping across ranks, pipeline stages (nnschemaparser/distributed/)
