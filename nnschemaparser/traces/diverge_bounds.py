@@ -77,7 +77,11 @@ class Scratch:
 
     The common path writes `x - ref` and `|ref| + s` into them instead of two new tensors per row:
     a new tensor of a row's size is fresh memory the kernel must fault in and zero (a few thousand
-    page faults per comparison), and the buffers are the size of the largest row, faulted in once."""
+    page faults per comparison), and the buffers are the size of the largest row, faulted in once.
+    A row of more than `LIMIT` elements gets new tensors, as without buffers, so that what is held
+    for the whole comparison stays bounded."""
+
+    LIMIT = 1 << 22  # elements: 16 MiB a float32 buffer
 
     __slots__ = ("_buffers",)
 
@@ -119,7 +123,7 @@ def relative_error(x: torch.Tensor, ref: torch.Tensor, clamp_to: Optional[torch.
     if biggest < min(top, torch.finfo(work).max) / 2:  # the common case: nothing saturated, no NaN
         # x cast first (one pass, exact): a mixed-dtype subtraction is slower than the cast and the sub;
         # max |d / m| is max |d| / m, m > 0, read off the smallest and the largest in one pass
-        if scratch is None:
+        if scratch is None or x.numel() > scratch.LIMIT:
             diff = x.to(work).sub_(ref) if x.dtype != work else torch.sub(x, ref)
             gap = _largest_magnitude(diff.div_(ref.abs().add_(biggest)))
         else:  # the same operations, each element rounded alike, in buffers held across rows

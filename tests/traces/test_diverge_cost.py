@@ -238,3 +238,22 @@ def test_float32_weights_that_are_bfloat16_values_are_read_in_place_by_the_repla
     zeros = torch.zeros(8)
     assert not holds_cast(zeros, (-zeros).to(torch.bfloat16), torch.float32)  # -0.0 is not 0.0
     _exactly_equal_tables(diverge(model, other, inputs).table, _straightforward(monkeypatch, model, other, inputs).table)
+
+
+def test_an_error_in_work_buffers_is_the_error_without_them():
+    from nnschemaparser.traces.diverge_bounds import Scratch
+
+    scratch = Scratch()
+    gen = torch.Generator().manual_seed(3)
+    ref = torch.randn(6, 40, generator=gen) * 3
+    cases = [(ref.to(torch.bfloat16), ref), (ref + 1e-3 * torch.randn(6, 40, generator=gen), ref),
+             (ref.t().to(torch.float16), ref.t()), (ref[:2].to(torch.bfloat16), ref[:2]),
+             (torch.randn(7, generator=gen).double(), torch.randn(7, generator=gen))]
+    for x, r in cases:
+        for clamp in (None, torch.bfloat16):
+            assert relative_error(x, r, clamp, scratch=scratch) == relative_error(x, r, clamp)
+    held = scratch._buffers[(torch.float32, ref.device)][0]
+    assert held.numel() == 240  # the largest row seen, not one buffer per row
+    big = torch.randn(Scratch.LIMIT + 1)  # past the limit: new tensors, nothing more held
+    assert relative_error(big.to(torch.bfloat16), big, scratch=scratch) == relative_error(big.to(torch.bfloat16), big)
+    assert scratch._buffers[(torch.float32, ref.device)][0] is held
