@@ -81,7 +81,7 @@ class Scratch:
     A row of more than `LIMIT` elements gets new tensors, as without buffers, so that what is held
     for the whole comparison stays bounded."""
 
-    LIMIT = 1 << 22  # elements: 16 MiB a float32 buffer
+    LIMIT = 1 << 20  # elements: 4 MiB a float32 buffer, 8 MiB both
 
     __slots__ = ("_buffers",)
 
