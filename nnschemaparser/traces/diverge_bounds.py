@@ -45,7 +45,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["DEFAULT_FACTOR", "relative_error", "local_error", "least_precise", "bound_of"]
+__all__ = ["DEFAULT_FACTOR", "Scratch", "relative_error", "local_error", "least_precise", "bound_of"]
 
 DEFAULT_FACTOR = 8.0
 
@@ -72,10 +72,37 @@ def bound_of(dtype: Optional[torch.dtype], factor: float) -> Optional[float]:
     return factor * torch.finfo(dtype).eps
 
 
-def relative_error(x: torch.Tensor, ref: torch.Tensor, clamp_to: Optional[torch.dtype] = None) -> float:
+class Scratch:
+    """Two work buffers per dtype and device, reused by every `relative_error` of one comparison.
+
+    The common path writes `x - ref` and `|ref| + s` into them instead of two new tensors per row:
+    a new tensor of a row's size is fresh memory the kernel must fault in and zero (a few thousand
+    page faults per comparison), and the buffers are the size of the largest row, faulted in once.
+    A row of more than `LIMIT` elements gets new tensors, as without buffers, so that what is held
+    for the whole comparison stays bounded."""
+
+    LIMIT = 1 << 20  # elements: 4 MiB a float32 buffer, 8 MiB both
+
+    __slots__ = ("_buffers",)
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def pair(self, numel: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Two flat tensors of `numel` elements (contents undefined), views of the held buffers."""
+        held = self._buffers.get((dtype, device))
+        if held is None or held[0].numel() < numel:
+            held = self._buffers[(dtype, device)] = (torch.empty(numel, dtype=dtype, device=device),
+                                                      torch.empty(numel, dtype=dtype, device=device))
+        return held[0][:numel], held[1][:numel]
+
+
+def relative_error(x: torch.Tensor, ref: torch.Tensor, clamp_to: Optional[torch.dtype] = None,
+                   scratch: Optional[Scratch] = None) -> float:
     """`max |x - ref| / (|ref| + s)` (see the module docstring); inf where `x` is
     infinite or NaN and `ref` is not; positions where `ref` is NaN are left out. With `clamp_to`,
-    `ref` is first clamped to that dtype's finite range. Shapes must agree (broadcasting is refused)."""
+    `ref` is first clamped to that dtype's finite range. Shapes must agree (broadcasting is refused).
+    `scratch`: work buffers to compute in (the same result, element for element, without new tensors)."""
     if x.shape != ref.shape:
         return math.inf
     if x.numel() == 0:
@@ -96,8 +123,18 @@ def relative_error(x: torch.Tensor, ref: torch.Tensor, clamp_to: Optional[torch.
     if biggest < min(top, torch.finfo(work).max) / 2:  # the common case: nothing saturated, no NaN
         # x cast first (one pass, exact): a mixed-dtype subtraction is slower than the cast and the sub;
         # max |d / m| is max |d| / m, m > 0, read off the smallest and the largest in one pass
-        diff = x.to(work).sub_(ref) if x.dtype != work else torch.sub(x, ref)
-        gap = _largest_magnitude(diff.div_(ref.abs().add_(biggest)))
+        if scratch is None or x.numel() > scratch.LIMIT:
+            diff = x.to(work).sub_(ref) if x.dtype != work else torch.sub(x, ref)
+            gap = _largest_magnitude(diff.div_(ref.abs().add_(biggest)))
+        else:  # the same operations, each element rounded alike, in buffers held across rows
+            diff, mag = scratch.pair(x.numel(), work, ref.device)
+            diff, mag = diff.view(x.shape), mag.view(ref.shape)
+            if x.dtype != work:
+                diff.copy_(x).sub_(ref)
+            else:
+                torch.sub(x, ref, out=diff)
+            torch.abs(ref, out=mag)
+            gap = _largest_magnitude(diff.div_(mag.add_(biggest)))
         if gap == gap and gap != math.inf:
             return gap
     mag = ref.abs()
@@ -115,13 +152,14 @@ def relative_error(x: torch.Tensor, ref: torch.Tensor, clamp_to: Optional[torch.
 
 def _largest_magnitude(value: torch.Tensor) -> float:
     """`value.abs().max()` without the copy (NaN if any element is NaN)."""
-    low, high = (v.item() for v in torch.aminmax(value))
+    low, high = torch.aminmax(value)
+    low, high = low.item(), high.item()
     if low != low or high != high:
         return math.nan
     return max(-low, high)
 
 
-def local_error(l: torch.Tensor, q: torch.Tensor) -> float:
+def local_error(l: torch.Tensor, q: torch.Tensor, scratch: Optional[Scratch] = None) -> float:
     """The local error of a statement: its value in b (`l`) against a's replay (`q`), clamped
     to the range of `l`'s dtype."""
-    return relative_error(l, q, clamp_to=l.dtype if l.is_floating_point() else None)
+    return relative_error(l, q, clamp_to=l.dtype if l.is_floating_point() else None, scratch=scratch)

@@ -29,6 +29,7 @@ Depends on schema, runtime (listener interface) and torch; never on views.
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any, Callable, Iterator, Optional
 
 import torch
@@ -36,10 +37,10 @@ import torch
 from ..runtime.listeners import RETURN_SLOT, TraceListener
 from ..schema.model import Instruction, ReturnInstruction, VarRef
 from .diverge_align import Alignment, row_var_names
-from .diverge_bounds import local_error, relative_error
+from .diverge_bounds import Scratch, local_error, relative_error
 from .diverge_memory import RowValues
 
-__all__ = ["RowListener", "RowInfo", "Recent", "side_context", "check_side", "cast_inputs", "replay_weights", "replay_dtype", "replay_is_keep", "model_place"]
+__all__ = ["RowListener", "RowInfo", "Recent", "side_context", "check_side", "cast_inputs", "replay_weights", "replay_dtype", "replay_is_keep", "model_place", "holds_cast"]
 
 
 class RowInfo:
@@ -65,6 +66,11 @@ class RowListener(TraceListener):
         self._kept_storage: dict[int, list] = {}
         self._last: dict[int, dict[str, torch.Tensor]] = {}  # force: id(frame) -> the values its names hold
         self._recent = Recent()
+        scratch = store.get("scratch") if store is not None else None
+        if scratch is None and store is not None:
+            scratch = store["scratch"] = Scratch()  # one set of work buffers for every run's errors
+        self._relative = functools.partial(relative_error, scratch=scratch)
+        self._local = functools.partial(local_error, scratch=scratch)
         self.carried: dict[tuple, float] = store.setdefault("carried", {}) if mode == "carry" else {}
         self.errors: dict[tuple, tuple[float, Optional[torch.dtype]]] = (
             store.setdefault("local", {}) if mode in ("replay", "force") else {})
@@ -168,7 +174,7 @@ class RowListener(TraceListener):
         reference = self.store["A"].get(key)
         if mode == "carry":
             if reference is not None:
-                self.carried[key] = self._recent.error(relative_error, value, reference)
+                self.carried[key] = self._recent.error(self._relative, value, reference)
             return None
         if mode == "force":
             self.store.setdefault("dtype", {})[key] = self.store["precision"] if value.is_floating_point() else None
@@ -192,14 +198,14 @@ class RowListener(TraceListener):
         lvalue = self.store["L"].pop(key, None)
         if lvalue is not None:
             dtype = self.store["dtype"].get(key)
-            self.errors[key] = (self._recent.error(local_error, lvalue, value) if lvalue.shape == value.shape
+            self.errors[key] = (self._recent.error(self._local, lvalue, value) if lvalue.shape == value.shape
                                 else float("inf"), dtype)
         reference = self.store["A"].pop(key, None)
         if reference is None or tuple(reference.shape) != tuple(value.shape):
             return None
         forced = self._recent.cast(reference, value.device, value.dtype)  # already cast to b's dtype by the force run
         if reference.is_floating_point() and forced.is_floating_point():
-            self._recent.known(local_error, reference, forced, 0.0)  # a later row that is these values: no error
+            self._recent.known(self._local, reference, forced, 0.0)  # a later row that is these values: no error
         return forced
 
     def local_errors(self) -> None:
@@ -212,7 +218,7 @@ class RowListener(TraceListener):
             reference = tables["A"].pop(key, None)
             if reference is None:
                 continue
-            self.errors[key] = (self._recent.error(local_error, lvalue, reference)
+            self.errors[key] = (self._recent.error(self._local, lvalue, reference)
                                 if lvalue.shape == reference.shape else float("inf"), dtypes.get(key))
 
     def _inserted(self, key: tuple, var: str, value: torch.Tensor, previous: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
@@ -221,7 +227,7 @@ class RowListener(TraceListener):
         statements after it start from a's values. A new name has no reference (not measured)."""
         if previous is None or previous.shape != value.shape or not value.is_floating_point():
             return None
-        self.store.setdefault("inserted", {})[key] = local_error(value, previous)
+        self.store.setdefault("inserted", {})[key] = self._local(value, previous)
         return previous.to(device=value.device, dtype=value.dtype)
 
     def on_block_enter(self, event: Any) -> None:
@@ -338,11 +344,12 @@ def _spans(x: torch.Tensor, ref: torch.Tensor) -> Optional[tuple]:
 def _span(value: torch.Tensor) -> Optional[tuple]:
     if type(value) is not torch.Tensor or value.layout != torch.strided:
         return None
-    expected = 1
-    for stride, size in sorted((s, n) for n, s in zip(value.shape, value.stride()) if n != 1):
-        if stride != expected:
-            return None  # gaps or overlaps: not every element of its span, or some twice
-        expected *= size
+    if not value.is_contiguous():  # contiguous: dense at once; else its strides, smallest first
+        expected = 1
+        for stride, size in sorted((s, n) for n, s in zip(value.shape, value.stride()) if n != 1):
+            if stride != expected:
+                return None  # gaps or overlaps: not every element of its span, or some twice
+            expected *= size
     try:
         version = value._version
     except (RuntimeError, AttributeError):
@@ -385,6 +392,38 @@ def replay_is_keep(model_a: torch.nn.Module, model_b: torch.nn.Module, dtype: to
         if not torch.equal(source.detach().to(device=tensor.device, dtype=dtype), tensor.detach()):
             return False
     return True
+
+
+CHECK_CHUNK = 1 << 16
+"""Elements compared at a time by `holds_cast` (its temporaries stay this small)."""
+
+
+def holds_cast(tensor: torch.Tensor, source: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether `tensor` (of `dtype`, on `source`'s device) is `source` cast to `dtype`, bit for bit
+    (compared as integers: -0.0 is not 0.0): then the replay reads `tensor` itself, not a new cast
+    of `source`. Float32 weights loaded from a bfloat16 checkpoint and their bfloat16 copy are so.
+    The first 64 elements are compared first (random float32 weights differ there at once), then
+    the rest in chunks of `CHECK_CHUNK`, never a cast of the whole tensor."""
+    if tensor.dtype != dtype or tensor.shape != source.shape or tensor.device != source.device \
+            or type(tensor.data) is not torch.Tensor or not tensor.is_contiguous() or not source.is_contiguous():
+        return False
+    bits = _BITS.get(dtype)
+    if bits is None:
+        return False
+    mine, theirs = tensor.detach().reshape(-1).view(bits), source.detach().reshape(-1)
+    n = mine.numel()
+    head = min(64, n)
+    if not torch.equal(theirs[:head].to(dtype).view(bits), mine[:head]):
+        return False
+    for start in range(head, n, CHECK_CHUNK):
+        end = min(start + CHECK_CHUNK, n)
+        if not torch.equal(theirs[start:end].to(dtype).view(bits), mine[start:end]):
+            return False
+    return True
+
+
+_BITS = {torch.float32: torch.int32, torch.float64: torch.int64, torch.float16: torch.int16,
+         torch.bfloat16: torch.int16}
 
 
 def _storage_id(value: torch.Tensor) -> int:
@@ -487,6 +526,8 @@ def replay_weights(model_a: torch.nn.Module, model_b: torch.nn.Module, dtype: to
             source = tensors_b.get(name)
             if source is None or source.shape != tensor.shape or not source.is_floating_point():
                 source = tensor
+            if source is not tensor and holds_cast(tensor, source, dtype):
+                continue  # a's tensor is b's cast already (a float32 copy of bfloat16 weights): no copy
             saved.append((tensor, tensor.data))
             tensor.data = source.detach().to(device=tensor.device, dtype=dtype)
         yield

@@ -142,3 +142,118 @@ def test_a_value_on_disk_comes_back_with_its_dtype_shape_and_strides(tmp_path):
     assert roomy.in_memory("a") and roomy.spill.held == x.untyped_storage().nbytes()
     roomy.pop("a"), roomy.pop("b")
     assert roomy.spill.held == 0
+
+
+# --- the fast path against a straightforward one -------------------------------------------------
+
+def _straightforward_error(x, ref, clamp_to=None, scratch=None):
+    """diverge_bounds' formula written out with no shortcut: no work buffers, no fast path."""
+    if x.shape != ref.shape:
+        return float("inf")
+    if x.numel() == 0:
+        return 0.0
+    if not x.is_floating_point() and not ref.is_floating_point():
+        return 1.0 - (x == ref).double().mean().item()
+    work = torch.float64 if torch.float64 in (x.dtype, ref.dtype) else torch.float32
+    ref, x = ref.to(work), x.to(work)
+    top = torch.finfo(clamp_to).max if clamp_to is not None and clamp_to.is_floating_point else float("inf")
+    if top != float("inf"):
+        ref = ref.clamp(-top, top)
+    mag = ref.abs()
+    scale = torch.where(mag < min(top, torch.finfo(work).max) / 2, mag, 0.0).max()
+    gap = (x - ref).abs() / (mag + scale)
+    gap = torch.where(x == ref, 0.0, gap)
+    gap = torch.nan_to_num(gap, nan=float("inf"), posinf=float("inf"))
+    return torch.where(torch.isnan(ref), 0.0, gap).max().item()
+
+
+def _straightforward(monkeypatch, *args, **kwargs):
+    """`diverge` with every shortcut of the runs taken out: each error computed from scratch by
+    `_straightforward_error`, no result or cast reused from the row before, every weight of b cast."""
+    import nnschemaparser.traces.diverge_runs as runs
+
+    monkeypatch.setattr(runs, "relative_error", _straightforward_error)
+    monkeypatch.setattr(runs, "local_error",
+                        lambda l, q, scratch=None: _straightforward_error(l, q, l.dtype if l.is_floating_point() else None))
+    monkeypatch.setattr(runs.Recent, "error", lambda self, fn, x, ref: fn(x, ref))
+    monkeypatch.setattr(runs.Recent, "cast", lambda self, v, device, dtype: v.to(device=device, dtype=dtype))
+    monkeypatch.setattr(runs.Recent, "known", lambda self, *a: None)
+    monkeypatch.setattr(runs, "holds_cast", lambda *a: False)
+    try:
+        return diverge(*args, **kwargs)
+    finally:
+        monkeypatch.undo()
+
+
+def _exactly_equal_tables(fast, slow) -> None:
+    assert list(fast["status"]) == list(slow["status"]) and list(fast["flagged"]) == list(slow["flagged"])
+    assert list(fast["out_var"]) == list(slow["out_var"]) and list(fast["line"]) == list(slow["line"])
+    for column in ("local_error", "carried_error", "bound"):
+        x = torch.tensor(fast[column].to_numpy(dtype=float), dtype=torch.float64)
+        y = torch.tensor(slow[column].to_numpy(dtype=float), dtype=torch.float64)
+        assert torch.equal(x.isnan(), y.isnan()), column
+        assert torch.equal(x[~x.isnan()], y[~y.isnan()]), column
+    assert fast["local_error"].notna().sum() > 10  # errors were measured, not all left out
+
+
+@pytest.mark.parametrize("build", [gpt2, llama], ids=["gpt2", "llama"])
+def test_a_bfloat16_copy_gives_the_table_the_straightforward_path_gives(monkeypatch, build):
+    model, inputs = build(seq=16)
+    other = copy.deepcopy(model).to(torch.bfloat16)
+    fast = diverge(model, other, inputs)
+    slow = _straightforward(monkeypatch, model, other, inputs)
+    _exactly_equal_tables(fast.table, slow.table)
+    assert fast.first is None and slow.first is None
+
+
+def test_a_planted_overflow_gives_the_table_the_straightforward_path_gives(monkeypatch):
+    from transformers.models.llama import modeling_llama
+
+    model, inputs = llama(seq=16)
+    old = "hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)"
+    variant, lines = variant_module(modeling_llama, {old: old.replace("self.variance_epsilon)", "self.variance_epsilon * 1e4)")})
+    other = same_weights(model, variant, "LlamaForCausalLM").to(torch.bfloat16)
+    fast = diverge(model, other, inputs)
+    _exactly_equal_tables(fast.table, _straightforward(monkeypatch, model, other, inputs).table)
+    assert fast.first is not None and fast.first.line in lines.values()
+
+
+def test_float32_weights_that_are_bfloat16_values_are_read_in_place_by_the_replay(monkeypatch):
+    from nnschemaparser.traces.diverge_runs import holds_cast, replay_weights
+
+    model, inputs = llama(seq=16)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).float())  # a float32 model loaded from a bfloat16 checkpoint
+    other = copy.deepcopy(model).to(torch.bfloat16)
+    data = {name: p.data_ptr() for name, p in model.named_parameters()}
+    with replay_weights(model, other, torch.float32):
+        assert all(p.data_ptr() == data[name] for name, p in model.named_parameters())  # no copy made
+    assert all(holds_cast(p, q, torch.float32) for p, q in zip(model.parameters(), other.parameters()))
+    changed = copy.deepcopy(other)
+    with torch.no_grad():
+        changed.model.layers[0].mlp.up_proj.weight.view(-1)[-1] += 1  # the last element differs: a copy
+    assert not holds_cast(model.model.layers[0].mlp.up_proj.weight, changed.model.layers[0].mlp.up_proj.weight,
+                          torch.float32)
+    zeros = torch.zeros(8)
+    assert not holds_cast(zeros, (-zeros).to(torch.bfloat16), torch.float32)  # -0.0 is not 0.0
+    _exactly_equal_tables(diverge(model, other, inputs).table, _straightforward(monkeypatch, model, other, inputs).table)
+
+
+def test_an_error_in_work_buffers_is_the_error_without_them():
+    from nnschemaparser.traces.diverge_bounds import Scratch
+
+    scratch = Scratch()
+    gen = torch.Generator().manual_seed(3)
+    ref = torch.randn(6, 40, generator=gen) * 3
+    cases = [(ref.to(torch.bfloat16), ref), (ref + 1e-3 * torch.randn(6, 40, generator=gen), ref),
+             (ref.t().to(torch.float16), ref.t()), (ref[:2].to(torch.bfloat16), ref[:2]),
+             (torch.randn(7, generator=gen).double(), torch.randn(7, generator=gen))]
+    for x, r in cases:
+        for clamp in (None, torch.bfloat16):
+            assert relative_error(x, r, clamp, scratch=scratch) == relative_error(x, r, clamp)
+    held = scratch._buffers[(torch.float32, ref.device)][0]
+    assert held.numel() == 240  # the largest row seen, not one buffer per row
+    big = torch.randn(Scratch.LIMIT + 1)  # past the limit: new tensors, nothing more held
+    assert relative_error(big.to(torch.bfloat16), big, scratch=scratch) == relative_error(big.to(torch.bfloat16), big)
+    assert scratch._buffers[(torch.float32, ref.device)][0] is held
