@@ -30,6 +30,7 @@ from torch import Tensor
 from ..schema.model import BlockInstruction, Instruction, OpInstruction, ReturnInstruction, VarRef
 from .functions import names_read
 from .instructions import NOT_TENSOR_TYPES, never_tensor, quote
+from .log_plan import KeptIds
 
 __all__ = ["ReportEmitters"]
 
@@ -94,12 +95,39 @@ class ReportEmitters:
         value = self.var(out)
         callee = ""
         if isinstance(instr, OpInstruction) and isinstance(instr.target, VarRef):
-            callee = ", " + self.var(instr.target.name)  # what the step's description reads
+            callee = self.var(instr.target.name)  # what the step's description reads
         elif isinstance(instr, BlockInstruction) and instr.callee_var is not None:
-            callee = ", " + self.var(instr.callee_var)
+            callee = self.var(instr.callee_var)
+        plan = getattr(self.ctx, "log_plan", None)
+        if plan is not None:
+            self.log_kept(instr, value, callee, plan.decision(instr, self.unit))
+            return
         self.line(f"if {self.is_tensor(value)}:")
         self.line(f"    {self.helper('log', log.steps.append)}(({self.instr_name(instr)}, {value}, "
-                  f"{value}._version{callee}))")
+                  f"{value}._version{', ' + callee if callee else ''}))")
+
+    def log_kept(self, instr: Instruction, value: str, callee: str, decision: Any) -> None:
+        """A kept logged program's lines (runtime/step_log.py): every tensor result counted, the
+        kept ones logged with their number, as the plan decided (`decision`)."""
+        log = self.ctx.log
+        count = self.helper("count", log.count)
+        self.line(f"if {self.is_tensor(value)}:")
+        self.line(f"    {count}[0] += 1")
+        if decision is False:
+            return
+        entry = f"({self.instr_name(instr)}, {value}, {value}._version, {count}[0]{', ' + callee if callee else ''})"
+        append = self.helper('log', log.steps.append)
+        if decision is True:
+            self.line(f"    {append}({entry})")
+            return
+        if not callee:
+            raise TypeError(f"a run-time keep decision for an instruction without a callee read at run time: {instr!r}")
+        if isinstance(decision, KeptIds):
+            test = "not in" if decision.default else "in"
+            self.line(f"    if {self.helper('id', id)}({callee}) {test} {self.const(decision.ids, 'kept_ids')}:")
+        else:
+            self.line(f"    if {self.const(decision, 'keeps')}({callee}):")
+        self.line(f"        {append}({entry})")
 
     def log_marks(self) -> tuple[list, list]:
         """(lines before the function's `try`, lines of its `finally`): a logged block's entry and

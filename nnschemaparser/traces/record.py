@@ -17,7 +17,7 @@ from .sampling import CaptureLimits
 from ..runtime.listeners import RETURN_SLOT
 from ..schema.errors import SchemaRunError
 from ..runtime.interpreter import SchemaInterpreter, outputs_list
-from .logged import capture_logged, logs_steps
+from .logged import capture_logged, logged_plan
 from .wrapped import check_keep_reaches
 from .recorder import ActivationRecorder
 from ..runtime.coverage import LiveCallDetector
@@ -139,11 +139,13 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
     try:
         detector = LiveCallDetector(block) if coverage else contextlib.nullcontext()
         with detector:  # what runs live, seen from the forwards' code objects
-            observe = recorder.keep.blocks_to_observe(block) if recorder.keep is not None and observe_all is False \
-                else None
-            if not coverage and not observe_all and logs_steps(block, scope, recorder, interventions):
-                outputs = outputs_list(capture_logged(recorder, block, scope))
+            logs, plan = (False, None) if coverage or observe_all else \
+                logged_plan(block, scope, recorder, interventions)
+            if logs:
+                outputs = outputs_list(capture_logged(recorder, block, scope, plan))
             else:
+                observe = recorder.keep.blocks_to_observe(block) if recorder.keep is not None and observe_all is False \
+                    else None
                 outputs = SchemaInterpreter(listeners=[recorder], observe=observe).run(block=block, scope=scope,
                                                                                        interventions=interventions)
     finally:
@@ -151,7 +153,8 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
             gc.enable()
     said = bool(getattr(recorder, "pending_warnings", None))
     recorder.emit_warnings(stacklevel=2)
-    if recorder.keep is not None and not said and not len(recorder.trace):
+    trace = recorder.trace  # what it kept, counted without building its steps
+    if recorder.keep is not None and not said and not trace._steps and not any(len(item) for item in trace._pending):
         import warnings
 
         from .missed import KeepMissedWarning, kept_nothing_message
