@@ -10,12 +10,16 @@ candidate's time over eager's time in the same round. Two pairs keep the same te
   hooks on 2 layers      forward hooks on the two layers, each cloning its first output (what
                          nnsight's `.save()` of a layer output keeps)
   keep 2 layer outputs   capture_run(schema, inputs, keep="call=layers.3, call=layers.17"): the same
-                         two tensors; only the caller (the root's layer loop) is observed, the 32
-                         layers run their plain generated code, counting the tensors they bind
+                         two tensors, through the kept logged program (traces/keep_plan.py): plain
+                         code that counts every tensor and appends the two kept ones
+  outputs, partly observed  the same selector run as `keep=` ran before the kept logged program: only
+                         the caller (the root's layer loop) observed, the 32 layers counted plain code
+                         (the recorder and the interpreter driven directly, as capture_run did)
   hooks in 2 layers      forward hooks on every module inside the two layers (and the layers), each
                          cloning its first output: every module output, no functional op's result
   keep 2 layers          capture_run(..., keep="layers.3, layers.17"): every step of the two layers
                          (ops and module outputs alike, 112 tensors); the other 30 layers counted
+  2 layers, partly observed  the same selector partly observed (as `keep=` ran before the kept logged program)
   keep, all observed     the same with observe_all=True (every block observed, as before issue 24.4)
   capture all            capture_run(schema, inputs): every step of every block
 
@@ -40,8 +44,9 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 from models import tiny_llama  # noqa: E402
 
-from nnschemaparser import NNParser  # noqa: E402
+from nnschemaparser import NNParser, SchemaInterpreter  # noqa: E402
 from nnschemaparser.traces.record import capture_run  # noqa: E402
+from nnschemaparser.traces.recorder import ActivationRecorder  # noqa: E402
 
 
 class LayerHooks:
@@ -65,6 +70,14 @@ class LayerHooks:
                 handle.remove()
 
 
+def partly_observed(schema, inputs: dict, keep: str) -> Any:
+    """A capture with `keep` as capture_run ran it before the kept logged program: the blocks the
+    selector can keep from observed, the others counted plain code (runtime/partial.py)."""
+    recorder = ActivationRecorder(keep=keep)
+    observe = recorder.keep.blocks_to_observe(schema)
+    return SchemaInterpreter(listeners=[recorder], observe=observe).run(block=schema, scope=dict(inputs))
+
+
 def interleaved(candidates: dict, rounds: int, inner: int, warm_each: bool = False) -> dict[str, list[float]]:
     """CPU time of `inner` calls of each candidate, one candidate after another, `rounds` times over
     (each called once first, untimed: programs compiled, caches filled; `warm_each`: also once,
@@ -83,7 +96,7 @@ def interleaved(candidates: dict, rounds: int, inner: int, warm_each: bool = Fal
     return samples
 
 
-def ratio_lines(samples: dict[str, list[float]], width: int = 22, digits: int = 2, quartiles: bool = False) -> list[str]:
+def ratio_lines(samples: dict[str, list[float]], width: int = 26, digits: int = 2, quartiles: bool = False) -> list[str]:
     """One line per candidate: the median over rounds of its time over eager's in the same round,
     with the range of those ratios (`quartiles`: their interquartile range)."""
     lines = []
@@ -147,8 +160,10 @@ def main() -> None:
         "eager": lambda: model(**inputs),
         "hooks on 2 layers": lambda: hooks.run(model, inputs),
         "keep 2 layer outputs": lambda: capture_run(schema, dict(inputs), keep=outputs),
+        "outputs, partly observed": lambda: partly_observed(schema, inputs, outputs),
         "hooks in 2 layers": lambda: inside.run(model, inputs),
         "keep 2 layers": lambda: capture_run(schema, dict(inputs), keep=keep),
+        "2 layers, partly observed": lambda: partly_observed(schema, inputs, keep),
         "keep, all observed": lambda: capture_run(schema, dict(inputs), keep=keep, observe_all=True),
         "capture all": lambda: capture_run(schema, dict(inputs)),
     }

@@ -9,7 +9,9 @@ candidate's time over eager's in the same round, the median over rounds (lowest-
   capture_run        capture_run(schema, inputs): every tensor, through the logged program (traces/logged.py)
   observed           capture_run(..., observe_all=True): the same capture, observed (the path before logged runs)
   hooks+clone        a forward hook on every module cloning its tensor outputs (bench_capture.HookCapture)
-  every module out   capture_run(keep="call=**"): each block's output where its caller binds it
+  every module out   capture_run(keep="call=**"): each block's output where its caller binds it, through
+                     the kept logged program (traces/keep_plan.py)
+  module out, observed  the same with observe_all=True (the observed path `keep=` ran before)
 
 The models are bench/models.py's dispatch-bound suite (a 32-layer tiny Llama, 16 tokens; a 12-layer
 tiny Mixtral; a tiny ViT; a 24-block ResNet at batch 1) and GPT-2 small at 64 tokens. Before timing,
@@ -87,7 +89,9 @@ def bench_model(key: str, rounds: int) -> None:
                       "capture_run": lambda: capture_run(schema, dict(inputs)),
                       "observed": lambda: capture_run(schema, dict(inputs), observe_all=True),
                       "hooks+clone": lambda: hooks.run(inputs),
-                      "every module out": lambda: capture_run(schema, dict(inputs), keep="call=**")}
+                      "every module out": lambda: capture_run(schema, dict(inputs), keep="call=**"),
+                      "module out, observed": lambda: capture_run(schema, dict(inputs), keep="call=**",
+                                                                  observe_all=True)}
         res = interleaved(candidates, rounds if key != "gpt2" else max(3, rounds // 2), inner)
     cells = "  ".join(f"{k} {r:5.2f}x ({lo:.2f}-{hi:.2f})" for k, (_, r, lo, hi) in list(res.items())[1:])
     print(f"{name:27s} eager {res['eager'][0] * 1e3:7.2f} ms  {cells}  exact {exact}  steps {steps[0]}/{steps[1]}, "

@@ -76,22 +76,27 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
 
     `keep` records only the steps a selector names (`"model.layers.3:hidden_states"`, `"op=*linear"`,
     `"call=model.layers.3"`, a list of terms; traces/selection.py): the others are not recorded, and
-    the kept steps keep the numbers and container ids they have in a capture of everything. Blocks
-    that hold nothing the selector can keep (and lead to nothing it can) run their plain generated
-    code, which only counts the tensors they bind (so the numbers stay right). `call=` keeps a
-    block's output where its caller binds it (what a forward hook on the module sees) and observes
-    only the blocks that call it: the layers themselves run unobserved. A call it names that a
-    block left unobserved makes through a value (a module passed in as an argument) cannot be
-    recorded: a `KeepMissedWarning` names it and the fix. `observe_all=True` observes every block
-    anyway: the one difference is that an in-place change, inside an unobserved block, of a value
-    kept from an observed one is then seen before it happens (the value kept as captured) rather
-    than after (the value dropped, `omitted` saying why).
+    the kept steps keep the numbers and container ids they have in a capture of everything. `call=`
+    keeps a block's output where its caller binds it (what a forward hook on the module sees).
 
     A capture of everything runs the schema's logged program (traces/logged.py): plain generated
     code appending each tensor result to a list, the trace's steps built from it when read, equal
-    to an observed capture's. `keep=`, `limits`, `interventions`, `coverage=True` and
-    `observe_all=True` run the observed program, which hears of every step as it happens (so does a
-    run that may bind inference tensors, which have no version counter: `logged.logs_steps`).
+    to an observed capture's. With `keep=` the selector is compiled into the code
+    (traces/keep_plan.py): the generated code appends only the kept tensors and counts the others,
+    each instruction's decision made where its code is written (or, for a callee read at run time,
+    by the module called). A schema whose closures bind tensors, with a selector whose block globs
+    tell their callers' paths apart, cannot be decided there and runs observed, as below.
+
+    `limits`, `interventions`, `coverage=True` and `observe_all=True` run the observed program,
+    which hears of every step as it happens (so does a run that may bind inference tensors, which
+    have no version counter: `logged.logged_plan`). With `keep=`, blocks that hold nothing the
+    selector can keep (and lead to nothing it can) then run their plain generated code, which only
+    counts the tensors they bind, and a `call=` term observes only the blocks that call what it
+    names. A call it names that a block left unobserved makes through a value (a module passed in
+    as an argument) cannot be recorded: a `KeepMissedWarning` names it and the fix. An in-place
+    change, inside an unobserved block, of a value kept from an observed one is seen after it
+    happens (the value dropped, `omitted` saying why); `observe_all=True`, like the logged program,
+    sees it before (the value kept as captured).
 
     `interventions` ({selector: fn or tensor}, traces/interventions.py) replaces the values the
     selectors name as the run goes: the trace holds the new values (their steps `edited`), and
