@@ -1,16 +1,19 @@
-"""A capture of everything from a logged run: the trace's steps built from the run's log.
+"""A capture from a logged run: the trace's steps built from the run's log.
 
-`capture_run` without `keep=`, `limits`, `interventions` or `coverage=True` runs the schema's
-logged program (runtime/step_log.py): plain generated code that appends `(instruction, value,
-version)` for each tensor result, with no call per step. `capture_logged` drives it with an
+`capture_run` without `limits`, `interventions` or `coverage=True` runs the schema's logged
+program (runtime/step_log.py): plain generated code that appends `(instruction, value, version)`
+for each tensor result, with no call per step; with `keep=`, the kept logged program its selector
+is compiled to (traces/keep_plan.py), which appends only the kept results, each with its number
+(`(instruction, value, version, number)`), and counts the others. `capture_logged` drives it with an
 `ActivationRecorder` and leaves the recorder and its trace as an observed capture would:
 
 - the root's inputs and outputs are recorded by the recorder as always (`on_run_start`,
   `on_run_end`);
 - in between, the trace's pending records hold one `LogSpan`, which becomes the very records an
   observed run makes (numbers, descriptions, op names, block paths, depths, container ids) when
-  the trace is read: step numbers are positions in the log, depths and block paths come from its
-  entry and exit marks, descriptions from the recorder's own tables;
+  the trace is read: step numbers are positions in the log (or the numbers a kept log carries),
+  depths and block paths come from its entry and exit marks, descriptions from the recorder's own
+  tables;
 - a value about to be changed in place by an instruction flagged `mutates` is copied first
   (`_MutationWatch`, the recorder's `on_before_mutation` on the log), and a value whose version
   counter moved otherwise is dropped at the run's end with the recorder's reason;
@@ -24,7 +27,7 @@ unchanged since the run, or it was dropped and keeps its tensor's metadata), exc
 caller can reach and reshape in place before reading the trace (the outputs, the root's scope),
 whose shapes are read at the run's end.
 
-Depends on runtime (step_log, listeners), recorder, tensor_walk and the schema.
+Depends on runtime (step_log, listeners), recorder, keep_plan, selection, tensor_walk and the schema.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from .selection import is_block_call
 from .recorder import ActivationRecorder
 from .tensor_walk import _shape, _storage_ptr, mutated_tensors, tensors_in
 
-__all__ = ["LogSpan", "capture_logged", "logged_plan", "logs_steps"]
+__all__ = ["LogSpan", "capture_logged", "logged_plan"]
 
 _DROPPED = ("changed in place after capture by an op the schema does not flag as mutating (e.g. inplace "
             "passed positionally); the value at capture time was not kept")
@@ -274,11 +277,6 @@ def logged_plan(block: Any, scope: Any, recorder: ActivationRecorder,
         return True, None
     plan, _ = keep_plan(block, recorder.keep)
     return plan is not None, plan
-
-
-def logs_steps(block: Any, scope: Any, recorder: ActivationRecorder, interventions: Any) -> bool:
-    """Whether `capture_run` records through a logged program (`logged_plan`)."""
-    return logged_plan(block, scope, recorder, interventions)[0]
 
 
 def _inference_tensors(block: ModelBlockSchema, scope: dict) -> bool:

@@ -209,3 +209,20 @@ def test_a_call_term_that_keeps_nothing_is_still_said_by_a_logged_capture():
     assert [w.filename for w in said] == [__file__] and "mlp" not in str(said[0].message)
     assert any(isinstance(item, LogSpan) for item in record.trace._pending)
     assert [s.op_name for s in record.trace.steps] == ["transformer.h.0.mlp"]
+
+
+def test_a_schema_captured_with_kept_logged_programs_is_freed_with_them():
+    import gc
+    import weakref
+
+    model, x = _Callees(), torch.randn(2, 4)
+    schema = _parse(model, {"x": x})
+    with torch.no_grad():
+        for keep in ("call=**", "op=Tensor.*", "layers.1"):
+            record = capture_run(schema, {"x": x}, keep=keep)
+            assert any(isinstance(item, LogSpan) for item in record.trace._pending)
+    assert keep_selector("call=**") in programs_for(schema)["logging-kept"]
+    gone = weakref.ref(schema)
+    del schema, record
+    gc.collect()
+    assert gone() is None  # the plans and programs hold the schema only weakly
