@@ -15,10 +15,13 @@ own: the lines written around an instruction that tell someone it ran. A program
   may change its operands in place, and marks each block's entry and exit (`(unit, position)`,
   `(None, position)`) in `log.marks`, so the depth and block path of every step are known after
   the run. The root block keeps a frame dict and logs it with the return that ran
-  (`log.returns`, with `(None, frame)` at its entry): the recorder's root scope.
+  (`log.returns`, with `(None, frame)` at its entry): the recorder's root scope. A *kept* logged
+  program (`ctx.log_plan`, a `log_plan.LogPlan`) counts every tensor result in `log.count[0]` and
+  appends only those its plan keeps, with their number (`log_kept`);
 - **plain**: none of these.
 
-Depends on the schema, `instructions` and `listeners` (the return slot).
+Depends on the schema, `instructions`, `functions` (the names an instruction reads), `listeners` (the
+return slot) and `log_plan`.
 """
 
 from __future__ import annotations
