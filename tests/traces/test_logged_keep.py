@@ -18,6 +18,7 @@ from nnschemaparser.runtime.step_log import KEEP_PROGRAMS
 from nnschemaparser.traces.keep_plan import keep_plan
 from nnschemaparser.traces.logged import LogSpan
 from nnschemaparser.traces.selection import keep_selector
+from nnschemaparser.validation import zoo
 
 from tests.support.diverge_models import gpt2, llama
 from tests.traces.test_logged_capture import InPlace, assert_same_trace
@@ -226,3 +227,19 @@ def test_a_schema_captured_with_kept_logged_programs_is_freed_with_them():
     del schema, record
     gc.collect()
     assert gone() is None  # the plans and programs hold the schema only weakly
+
+
+@pytest.mark.parametrize("case", zoo.fast_subset(), ids=lambda c: c.name)
+def test_a_kept_logged_capture_equals_the_observed_one_on_the_fast_zoo(case):
+    torch.manual_seed(0)
+    model = case.build().eval()
+
+    def fresh_inputs():  # a case's inputs may hold state a run changes (a KV cache): each run gets its own
+        torch.manual_seed(1)
+        return case.make_inputs(model)
+
+    schema = _parse(model, fresh_inputs())
+    with torch.no_grad():
+        logged = capture_run(schema, fresh_inputs(), keep="call=**, op=Tensor.*")
+        observed = capture_run(schema, fresh_inputs(), keep="call=**, op=Tensor.*", observe_all=True)
+    assert_same_trace(logged, observed)
