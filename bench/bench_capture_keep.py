@@ -1,6 +1,6 @@
 """A capture of two layers (`capture_run(keep=...)`) against eager and forward hooks, side by side in one process.
 
-    python bench/bench_capture_keep.py [--rounds N] [--inner N] [--layers 3,17]
+    python bench/bench_capture_keep.py [--rounds N] [--inner N] [--layers 3,17] [--before PATH]
 
 On the 32-layer tiny Llama of bench/models.py (hidden 64, 16 tokens), under torch.no_grad(), in
 interleaved rounds of CPU time (`time.process_time`); a ratio is the median over rounds of a
@@ -10,14 +10,18 @@ candidate's time over eager's time in the same round. Two pairs keep the same te
   hooks on 2 layers      forward hooks on the two layers, each cloning its first output (what
                          nnsight's `.save()` of a layer output keeps)
   keep 2 layer outputs   capture_run(schema, inputs, keep="call=layers.3, call=layers.17"): the same
-                         two tensors; only the caller (the root's layer loop) is observed, the 32
-                         layers run their plain generated code, counting the tensors they bind
+                         two tensors, through the kept logged program (traces/keep_plan.py): plain
+                         code that counts every tensor and appends the two kept ones
   hooks in 2 layers      forward hooks on every module inside the two layers (and the layers), each
                          cloning its first output: every module output, no functional op's result
   keep 2 layers          capture_run(..., keep="layers.3, layers.17"): every step of the two layers
                          (ops and module outputs alike, 112 tensors); the other 30 layers counted
   keep, all observed     the same with observe_all=True (every block observed, as before issue 24.4)
   capture all            capture_run(schema, inputs): every step of every block
+
+With --before PATH (a checkout of the package, e.g. `git worktree add --detach /tmp/before main`),
+that checkout is imported too (`nnschemaparser_before`, bench_step_run.load_before), parses the
+model itself, and its two kept captures are timed in the same rounds ("... (before)").
 
 Before timing it checks that every capture's outputs are torch.equal to eager's, that each kept
 capture holds exactly the full capture's steps it names (numbers, container ids, values) and that
@@ -83,7 +87,7 @@ def interleaved(candidates: dict, rounds: int, inner: int, warm_each: bool = Fal
     return samples
 
 
-def ratio_lines(samples: dict[str, list[float]], width: int = 22, digits: int = 2, quartiles: bool = False) -> list[str]:
+def ratio_lines(samples: dict[str, list[float]], width: int = 30, digits: int = 2, quartiles: bool = False) -> list[str]:
     """One line per candidate: the median over rounds of its time over eager's in the same round,
     with the range of those ratios (`quartiles`: their interquartile range)."""
     lines = []
@@ -137,7 +141,7 @@ def timed_llama(doc: str, rounds: int, inner: int, **more: Any) -> tuple:
 
 
 def main() -> None:
-    args, model, inputs, schema = timed_llama(__doc__, 7, 20, layers="3,17")
+    args, model, inputs, schema = timed_llama(__doc__, 7, 20, layers="3,17", before="")
     layers = [int(n) for n in args.layers.split(",")]
     keep = ", ".join(f"layers.{n}" for n in layers)
     outputs = ", ".join(f"call=layers.{n}" for n in layers)
@@ -152,6 +156,13 @@ def main() -> None:
         "keep, all observed": lambda: capture_run(schema, dict(inputs), keep=keep, observe_all=True),
         "capture all": lambda: capture_run(schema, dict(inputs)),
     }
+    if args.before:
+        from bench_step_run import load_before
+
+        before = load_before(args.before)
+        old = before.NNParser.parse_model(model=model, inputs_tensors_values=inputs)
+        candidates["keep 2 layer outputs (before)"] = lambda: before.capture_run(old, dict(inputs), keep=outputs)
+        candidates["keep 2 layers (before)"] = lambda: before.capture_run(old, dict(inputs), keep=keep)
     with torch.no_grad():
         print(check(model, schema, inputs, keep, outputs, hooks, layers))
         samples = interleaved(candidates, args.rounds, args.inner)

@@ -1,7 +1,7 @@
 """The write path at the recording floor: capture_run of everything, logged and observed, against eager and hooks.
 
     python bench/bench_logged_capture.py [--rounds N] [--models llama,mixtral,vit,resnet,gpt2] [--timer cpu|wall]
-                                         [--dataset] [--inputs 32]
+                                         [--dataset] [--inputs 32] [--before PATH]
 
 For each model, side by side in interleaved rounds (one torch thread, torch.no_grad()), each
 candidate's time over eager's in the same round, the median over rounds (lowest-highest):
@@ -9,7 +9,13 @@ candidate's time over eager's in the same round, the median over rounds (lowest-
   capture_run        capture_run(schema, inputs): every tensor, through the logged program (traces/logged.py)
   observed           capture_run(..., observe_all=True): the same capture, observed (the path before logged runs)
   hooks+clone        a forward hook on every module cloning its tensor outputs (bench_capture.HookCapture)
-  every module out   capture_run(keep="call=**"): each block's output where its caller binds it
+  every module out   capture_run(keep="call=**"): each block's output where its caller binds it, through
+                     the kept logged program (traces/keep_plan.py)
+  module out, observed  the same with observe_all=True (the observed path `keep=` ran before)
+
+With --before PATH (a checkout of the package, e.g. `git worktree add --detach /tmp/before main`),
+that checkout is imported too (bench_step_run.load_before), parses each model itself, and its
+`keep="call=**"` capture is timed in the same rounds ("every module out (before)").
 
 The models are bench/models.py's dispatch-bound suite (a 32-layer tiny Llama, 16 tokens; a 12-layer
 tiny Mixtral; a tiny ViT; a 24-block ResNet at batch 1) and GPT-2 small at 64 tokens. Before timing,
@@ -77,6 +83,9 @@ def interleaved(candidates: dict, rounds: int, inner: int, base: str = "eager") 
     return out
 
 
+BEFORE = None  # the package of --before PATH
+
+
 def bench_model(key: str, rounds: int) -> None:
     name, factory, inner = MODELS[key]
     model, inputs = factory()
@@ -93,7 +102,12 @@ def bench_model(key: str, rounds: int) -> None:
                       "capture_run": lambda: capture_run(schema, dict(inputs)),
                       "observed": lambda: capture_run(schema, dict(inputs), observe_all=True),
                       "hooks+clone": lambda: hooks.run(inputs),
-                      "every module out": lambda: capture_run(schema, dict(inputs), keep="call=**")}
+                      "every module out": lambda: capture_run(schema, dict(inputs), keep="call=**"),
+                      "module out, observed": lambda: capture_run(schema, dict(inputs), keep="call=**",
+                                                                  observe_all=True)}
+        if BEFORE is not None:
+            old = BEFORE.NNParser.parse_model(model=model, inputs_tensors_values=inputs)
+            candidates["every module out (before)"] = lambda: BEFORE.capture_run(old, dict(inputs), keep="call=**")
         res = interleaved(candidates, rounds if key != "gpt2" else max(3, rounds // 2), inner)
     cells = "  ".join(f"{k} {r:5.2f}x ({lo:.2f}-{hi:.2f})" for k, (_, r, lo, hi) in list(res.items())[1:])
     print(f"{name:27s} eager {res['eager'][0] * 1e3:7.2f} ms  {cells}  exact {exact}  steps {steps[0]}/{steps[1]}, "
@@ -150,10 +164,15 @@ def main() -> int:
     parser.add_argument("--dataset", action="store_true", help="capture_dataset against capture_run(keep=...)")
     parser.add_argument("--inputs", type=int, default=32)
     parser.add_argument("--retain", action="store_true", help="retain_freed_memory() first (process-wide)")
+    parser.add_argument("--before", metavar="PATH", help="a checkout whose keep='call=**' capture is timed alongside")
     args = parser.parse_args()
     if args.retain:
         print(f"retain_freed_memory(): {retain_freed_memory()}")
-    global CLOCK
+    global CLOCK, BEFORE
+    if args.before:
+        from bench_step_run import load_before
+
+        BEFORE = load_before(args.before)
     CLOCK = time.thread_time if args.timer == "cpu" else time.perf_counter
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, 1 thread, {args.rounds} rounds, {args.timer} time, 1-minute load "

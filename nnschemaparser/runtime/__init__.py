@@ -32,7 +32,8 @@ Its modules, each a noun:
   events, and `TraceListener`.
 - `partial`: partly observed runs (observed and counted plain programs for one set of blocks).
 - `step_log`: logged runs, plain code appending each tensor result to a per-run log (a capture of
-  everything, its records built when read).
+  everything, its records built when read), or only what a `log_plan.LogPlan` keeps (a `keep=`
+  selector compiled per instruction: the rest counted); `log_plan`: that plan's interface.
 - `interventions`: what `interventions=` plugs into a run (the listener the traces stage builds from
   selectors, handed over once by `use_interventions`), so the runtime reads no selector.
 - `reuse`: a patched run's block calls and Python function calls answered from a recorded clean

@@ -15,10 +15,13 @@ own: the lines written around an instruction that tell someone it ran. A program
   may change its operands in place, and marks each block's entry and exit (`(unit, position)`,
   `(None, position)`) in `log.marks`, so the depth and block path of every step are known after
   the run. The root block keeps a frame dict and logs it with the return that ran
-  (`log.returns`, with `(None, frame)` at its entry): the recorder's root scope.
+  (`log.returns`, with `(None, frame)` at its entry): the recorder's root scope. A *kept* logged
+  program (`ctx.log_plan`, a `log_plan.LogPlan`) counts every tensor result in `log.count[0]` and
+  appends only those its plan keeps, with their number (`log_kept`);
 - **plain**: none of these.
 
-Depends on the schema, `instructions` and `listeners` (the return slot).
+Depends on the schema, `instructions`, `functions` (the names an instruction reads), `listeners` (the
+return slot) and `log_plan`.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from torch import Tensor
 from ..schema.model import BlockInstruction, Instruction, OpInstruction, ReturnInstruction, VarRef
 from .functions import names_read
 from .instructions import NOT_TENSOR_TYPES, never_tensor, quote
+from .log_plan import KeptIds
 
 __all__ = ["ReportEmitters"]
 
@@ -94,12 +98,39 @@ class ReportEmitters:
         value = self.var(out)
         callee = ""
         if isinstance(instr, OpInstruction) and isinstance(instr.target, VarRef):
-            callee = ", " + self.var(instr.target.name)  # what the step's description reads
+            callee = self.var(instr.target.name)  # what the step's description reads
         elif isinstance(instr, BlockInstruction) and instr.callee_var is not None:
-            callee = ", " + self.var(instr.callee_var)
+            callee = self.var(instr.callee_var)
+        plan = getattr(self.ctx, "log_plan", None)
+        if plan is not None:
+            self.log_kept(instr, value, callee, plan.decision(instr, self.unit))
+            return
         self.line(f"if {self.is_tensor(value)}:")
         self.line(f"    {self.helper('log', log.steps.append)}(({self.instr_name(instr)}, {value}, "
-                  f"{value}._version{callee}))")
+                  f"{value}._version{', ' + callee if callee else ''}))")
+
+    def log_kept(self, instr: Instruction, value: str, callee: str, decision: Any) -> None:
+        """A kept logged program's lines (runtime/step_log.py): every tensor result counted, the
+        kept ones logged with their number, as the plan decided (`decision`)."""
+        log = self.ctx.log
+        count = self.helper("count", log.count)
+        self.line(f"if {self.is_tensor(value)}:")
+        self.line(f"    {count}[0] += 1")
+        if decision is False:
+            return
+        entry = f"({self.instr_name(instr)}, {value}, {value}._version, {count}[0]{', ' + callee if callee else ''})"
+        append = self.helper('log', log.steps.append)
+        if decision is True:
+            self.line(f"    {append}({entry})")
+            return
+        if not callee:
+            raise TypeError(f"a run-time keep decision for an instruction without a callee read at run time: {instr!r}")
+        if isinstance(decision, KeptIds):
+            test = "not in" if decision.default else "in"
+            self.line(f"    if {self.helper('id', id)}({callee}) {test} {self.const(decision.ids, 'kept_ids')}:")
+        else:
+            self.line(f"    if {self.const(decision, 'keeps')}({callee}):")
+        self.line(f"        {append}({entry})")
 
     def log_marks(self) -> tuple[list, list]:
         """(lines before the function's `try`, lines of its `finally`): a logged block's entry and

@@ -18,9 +18,19 @@ read: step numbers are positions, depths and block paths come from the marks.
 A schema with a generator block (a forward with `yield`) is not logged (`loggable`): a
 generator's stretches run at its consumer's depth, which entry and exit marks cannot say.
 
-Programs are cached per schema (in `programs_for`); one in use by a run is not lent to another.
+A *kept* logged program (`LoggingProgram(root, plan)`) logs only what a `LogPlan` keeps (a
+`keep=` selector compiled by traces/keep_plan.py): the code generator asks the plan, once per
+instruction and function, whether the tensor it binds is kept (`True`), only counted (`False`,
+`count[0] += 1`), or decided by the callee read at run time (`KeptIds`: the ids of the modules
+whose call is kept, or not; a callable for the rest). Every tensor result adds 1 to
+`StepLog.count[0]` and a kept one is logged as `(instruction, value, version, number[, callee])`,
+`number` the count after it: the step's number in a capture of everything. Marks and `before`
+calls are written as in the full log.
 
-Depends on the schema, `program` and `listeners`.
+Programs are cached per schema (in `programs_for`); kept ones per plan key too, a few at a time
+(`KEEP_PROGRAMS`); one in use by a run is not lent to another.
+
+Depends on the schema, `program`, `listeners` and `log_plan`.
 """
 
 from __future__ import annotations
@@ -32,12 +42,14 @@ from typing import Any, Callable, Optional
 from ..schema.model import ModelBlockSchema, YieldInstruction
 from .instructions import walk_instructions
 from .listeners import Observer
+from .log_plan import KeptIds, LogPlan
 from .program import Program, programs_for
 
-__all__ = ["StepLog", "LoggedRun", "LoggingProgram", "FUNCTION", "loggable", "run_logged"]
+__all__ = ["StepLog", "LoggedRun", "LoggingProgram", "LogPlan", "KeptIds", "FUNCTION", "loggable", "run_logged"]
 
 FUNCTION = "<function>"  # the mark of a closure's frame (its path and block are its caller's)
-_KEY, _LOCK = "logging", threading.Lock()
+_KEY, _KEPT_KEY, _LOCK = "logging", "logging-kept", threading.Lock()
+KEEP_PROGRAMS = 4  # kept logged programs (plans) compiled per schema at a time
 
 
 @dataclass(slots=True)
@@ -47,17 +59,19 @@ class LoggedRun:
     steps: list
     marks: list
     returns: list
+    count: Optional[int] = None  # a kept log's tensor results, logged or not (None: every one was logged)
 
 
 class StepLog:
     """The per-run lists a logged program's code appends to (kept across runs, emptied by `take`)."""
 
-    __slots__ = ("steps", "marks", "returns", "on_mutation")
+    __slots__ = ("steps", "marks", "returns", "count", "on_mutation")
 
     def __init__(self) -> None:
         self.steps: list = []
         self.marks: list = []
         self.returns: list = []
+        self.count: list = [0]  # a kept log's count of tensor results (its code adds to `count[0]`)
         # `on_mutation(instr, names, steps)`: an instruction is about to change its operands in place
         self.on_mutation: Optional[Callable[[Any, dict, list], None]] = None
 
@@ -65,9 +79,11 @@ class StepLog:
         if self.on_mutation is not None:
             self.on_mutation(instr, names, self.steps)
 
-    def take(self) -> LoggedRun:
-        """The run's lists, copied (the generated code keeps appending to these very objects)."""
-        taken = LoggedRun(self.steps.copy(), self.marks.copy(), self.returns.copy())
+    def take(self, counted: bool = False) -> LoggedRun:
+        """The run's lists, copied (the generated code keeps appending to these very objects);
+        `counted`: a kept log, whose `count` goes with them."""
+        taken = LoggedRun(self.steps.copy(), self.marks.copy(), self.returns.copy(),
+                          self.count[0] if counted else None)
         self.clear()
         return taken
 
@@ -75,6 +91,7 @@ class StepLog:
         self.steps.clear()
         self.marks.clear()
         self.returns.clear()
+        self.count[0] = 0
 
 
 class _FunctionMarks(Observer):
@@ -91,10 +108,11 @@ class _FunctionMarks(Observer):
 
 
 class LoggingProgram(Program):
-    """A plain program whose code logs each tensor result in `log` (see the module text)."""
+    """A plain program whose code logs each tensor result in `log`, or those `plan` keeps (see the module text)."""
 
-    def __init__(self, root: ModelBlockSchema):
+    def __init__(self, root: ModelBlockSchema, plan: Optional[LogPlan] = None):
         self.log = StepLog()
+        self.log_plan = plan
         super().__init__(root)
         self.frame_observer = _FunctionMarks(self.log)
         self.busy = False
@@ -123,14 +141,22 @@ def _why_not(root: ModelBlockSchema) -> Optional[str]:
 
 
 def run_logged(root: ModelBlockSchema, scope: dict,
-               on_mutation: Optional[Callable[[Any, dict, list], None]] = None) -> tuple[Any, LoggedRun]:
-    """Run `root` on `scope` with a logging program: (what forward returned, the run's log)."""
+               on_mutation: Optional[Callable[[Any, dict, list], None]] = None,
+               plan: Optional[LogPlan] = None) -> tuple[Any, LoggedRun]:
+    """Run `root` on `scope` with a logging program (with `plan`, the kept one compiled for its key):
+    (what forward returned, the run's log)."""
     with _LOCK:
-        program = programs_for(root).get(_KEY)
+        if plan is None:
+            cache, key = programs_for(root), _KEY
+        else:
+            cache, key = programs_for(root).setdefault(_KEPT_KEY, {}), plan.key
+        program = cache.get(key)
         if program is None or program.busy:
-            fresh = LoggingProgram(root)
+            fresh = LoggingProgram(root, plan)
             if program is None:
-                programs_for(root)[_KEY] = fresh
+                if plan is not None and len(cache) >= KEEP_PROGRAMS:
+                    cache.pop(next(iter(cache)))
+                cache[key] = fresh
             program = fresh
         program.busy = True
     log = program.log
@@ -138,7 +164,7 @@ def run_logged(root: ModelBlockSchema, scope: dict,
     log.on_mutation = on_mutation
     try:
         outputs = program.run_root(scope)
-        return outputs, log.take()
+        return outputs, log.take(plan is not None)
     finally:
         log.clear()
         log.on_mutation = None

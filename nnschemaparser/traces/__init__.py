@@ -3,8 +3,9 @@
 `text_trace` (the chronological text trace), `sampling` (bounded samples of tensors:
 `CaptureLimits`, `TensorSnapshot`), `descriptions` (a phrase per op), `tables` (per-step statistics,
 pandas), `trace` (`ActivationTrace`, `GradientTrace`, `TraceStep`), `recorder` (`ActivationRecorder`:
-values at capture time, gradient hooks), `record` (`capture_run`), `compare` (`compare_traces`),
-`frames` (diff DataFrames), `histograms` (bins and figures), `interventions` (`interventions=`:
+values at capture time, gradient hooks), `record` (`capture_run`, through a logged program, `logged`,
+with a `keep=` selector compiled into it by `keep_plan`), `compare` (`compare_traces`), `frames` (diff
+DataFrames), `histograms` (bins and figures), `interventions` (`interventions=`:
 selectors and the listener that replaces values; imported here so the runtime can read them),
 `steering` (`steer`, `attach`: steering vectors and SAEs as interventions), `patch_sites` (the sites,
 parts and state checks patching shares), `patching` (`activation_patching`), `attribution`

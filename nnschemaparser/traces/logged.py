@@ -1,16 +1,19 @@
-"""A capture of everything from a logged run: the trace's steps built from the run's log.
+"""A capture from a logged run: the trace's steps built from the run's log.
 
-`capture_run` without `keep=`, `limits`, `interventions` or `coverage=True` runs the schema's
-logged program (runtime/step_log.py): plain generated code that appends `(instruction, value,
-version)` for each tensor result, with no call per step. `capture_logged` drives it with an
+`capture_run` without `limits`, `interventions` or `coverage=True` runs the schema's logged
+program (runtime/step_log.py): plain generated code that appends `(instruction, value, version)`
+for each tensor result, with no call per step; with `keep=`, the kept logged program its selector
+is compiled to (traces/keep_plan.py), which appends only the kept results, each with its number
+(`(instruction, value, version, number)`), and counts the others. `capture_logged` drives it with an
 `ActivationRecorder` and leaves the recorder and its trace as an observed capture would:
 
 - the root's inputs and outputs are recorded by the recorder as always (`on_run_start`,
   `on_run_end`);
 - in between, the trace's pending records hold one `LogSpan`, which becomes the very records an
   observed run makes (numbers, descriptions, op names, block paths, depths, container ids) when
-  the trace is read: step numbers are positions in the log, depths and block paths come from its
-  entry and exit marks, descriptions from the recorder's own tables;
+  the trace is read: step numbers are positions in the log (or the numbers a kept log carries),
+  depths and block paths come from its entry and exit marks, descriptions from the recorder's own
+  tables;
 - a value about to be changed in place by an instruction flagged `mutates` is copied first
   (`_MutationWatch`, the recorder's `on_before_mutation` on the log), and a value whose version
   counter moved otherwise is dropped at the run's end with the recorder's reason;
@@ -24,21 +27,23 @@ unchanged since the run, or it was dropped and keeps its tensor's metadata), exc
 caller can reach and reshape in place before reading the trace (the outputs, the root's scope),
 whose shapes are read at the run's end.
 
-Depends on runtime (step_log, listeners), recorder, tensor_walk and the schema.
+Depends on runtime (step_log, listeners), recorder, keep_plan, selection, tensor_walk and the schema.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator, Optional
 
 import torch
 
 from ..runtime.step_log import FUNCTION, LoggedRun, loggable, run_logged
 from ..schema.model import BlockInstruction, ModelBlockSchema, OpInstruction
+from .keep_plan import KeepPlan, keep_plan
+from .selection import is_block_call
 from .recorder import ActivationRecorder
 from .tensor_walk import _shape, _storage_ptr, mutated_tensors, tensors_in
 
-__all__ = ["LogSpan", "capture_logged", "logs_steps"]
+__all__ = ["LogSpan", "capture_logged", "logged_plan"]
 
 _DROPPED = ("changed in place after capture by an op the schema does not flag as mutating (e.g. inplace "
             "passed positionally); the value at capture time was not kept")
@@ -47,12 +52,14 @@ _DROPPED = ("changed in place after capture by an op the schema does not flag as
 class LogSpan:
     """The activation steps of a logged run, in the trace's pending records until they are read."""
 
-    __slots__ = ("entries", "marks", "base", "describe", "dropped", "shapes")
+    __slots__ = ("entries", "marks", "base", "numbered", "describe", "dropped", "shapes")
 
     def __init__(self, run: LoggedRun, base: int, recorder: ActivationRecorder):
         self.entries = run.steps
         self.marks = run.marks
         self.base = base  # the number of the step before the first one (the root's inputs)
+        # a kept log's entries carry their number (from the base) as their fourth item, the callee after it
+        self.numbered = run.count is not None
         # not the recorder itself: it holds the trace, which holds this span (a cycle would keep the
         # values alive until a collection); until it is built, the span holds the schema it describes
         self.describe = _Descriptions(recorder)
@@ -62,8 +69,16 @@ class LogSpan:
     def __len__(self) -> int:
         return len(self.entries)
 
+    def number(self, position: int) -> int:
+        """The step number of the entry at `position`."""
+        return self.base + (self.entries[position][3] if self.numbered else position + 1)
+
     def records(self) -> list[list]:
         """The pending records (`recorder._build_steps`' layout) of these steps, as an observed run makes them."""
+        return list(self.iter_records())
+
+    def iter_records(self) -> Iterator[list]:
+        """`records()` one at a time (a caller looking for one may stop early)."""
         describe = self.describe
         ops, describe_op, describe_block = describe._ops, describe._describe_op, describe._describe_block
         marks, count = self.marks, len(self.marks)
@@ -72,9 +87,10 @@ class LogSpan:
         block: Any = None
         path = ""
         places: dict[int, tuple] = {}
-        records = []
         m = 0
-        number = self.base
+        number = base = self.base
+        numbered = self.numbered
+        at = 4 if numbered else 3  # where the callee is, when the entry has one
         for position, entry in enumerate(self.entries):
             while m < count and marks[m][1] <= position:
                 kind = marks[m][0]
@@ -90,14 +106,14 @@ class LogSpan:
                     stack.append(place)
                 block, path = stack[-1] if stack else (None, "")
                 m += 1
-            number += 1
+            number = base + entry[3] if numbered else number + 1
             instr, value = entry[0], entry[1]
             described = ops.get(id(instr))
             if described is None or described[2] is not instr:
                 if instr.__class__ is OpInstruction or isinstance(instr, OpInstruction):
-                    described = describe_op(instr, {instr.target.name: entry[3]} if len(entry) > 3 else {})
+                    described = describe_op(instr, {instr.target.name: entry[at]} if len(entry) > at else {})
                 else:
-                    described = describe_block(instr, {instr.callee_var: entry[3]} if len(entry) > 3 else {}, block)
+                    described = describe_block(instr, {instr.callee_var: entry[at]} if len(entry) > at else {}, block)
             omitted = dropped.get(position) if dropped else None
             shape = shapes.get(position) if shapes else None
             if shape is None:
@@ -106,9 +122,8 @@ class LogSpan:
                 except (RuntimeError, TypeError):  # a nested tensor has no single shape
                     shape = ()
             kept = None if omitted is not None else (value.detach() if value.requires_grad else value)
-            records.append([number, described[0], "activation", instr.out_var, described[1], path, kept,
-                            len(stack) - 1, omitted, (), shape, value.dtype])
-        return records
+            yield [number, described[0], "activation", instr.out_var, described[1], path, kept, len(stack) - 1,
+                   omitted, (), shape, value.dtype]
 
 
 class _Descriptions:
@@ -131,6 +146,7 @@ class _MutationWatch:
     def __init__(self, recorder: ActivationRecorder, base: int):
         self.recorder = recorder
         self.base = base
+        self.numbered = recorder.keep is not None  # a kept log: each entry carries its number
         self.indexed = 0
         self.storages: dict[int, list[int]] = {}
 
@@ -161,7 +177,7 @@ class _MutationWatch:
             ptr = _storage_ptr(tensor)
             for position in (storages.pop(ptr, None) if ptr else None) or ():
                 entry = entries[position]
-                value, number = entry[1], self.base + position + 1
+                value, number = entry[1], self.base + (entry[3] if self.numbered else position + 1)
                 if recorder.capture_grads and value.requires_grad and value._version == entry[2]:
                     recorder._tracked.add(number)
                     recorder._hook(value, number)
@@ -170,19 +186,22 @@ class _MutationWatch:
                 recorder.changed_in_place.add(number)
 
 
-def capture_logged(recorder: ActivationRecorder, block: ModelBlockSchema, scope: dict) -> Any:
-    """Run `block` on `scope` through its logged program, `recorder` recording as in an observed run;
-    returns what forward returned."""
+def capture_logged(recorder: ActivationRecorder, block: ModelBlockSchema, scope: dict,
+                   plan: Optional[KeepPlan] = None) -> Any:
+    """Run `block` on `scope` through its logged program (with `plan`, the recorder's `keep=`
+    compiled: traces/keep_plan.py), `recorder` recording as in an observed run; returns what
+    forward returned."""
     recorder.on_run_start(block, scope)
     base = recorder._count
-    outputs, run = run_logged(block, scope, _MutationWatch(recorder, base))
+    outputs, run = run_logged(block, scope, _MutationWatch(recorder, base), plan)
     span = LogSpan(run, base, recorder)
     entries = span.entries
+    count = len(entries) if run.count is None else run.count  # the tensor results, logged or not
     if run.returns:  # the root's frame as it returned (or as it entered, when no return ran)
         instr, frame = run.returns[-1]
         if instr is not None:
             recorder._return_vars = (list(instr.out_vars), instr.as_tuple)
-        if instr is not None or entries:
+        if instr is not None or count:
             recorder.root_frame = frame
     dropped, shapes = span.dropped, span.shapes
     # The tensors the caller gets back (outputs, the root's scope) may be reshaped in place before the
@@ -202,31 +221,62 @@ def capture_logged(recorder: ActivationRecorder, block: ModelBlockSchema, scope:
             value = entry[1]
             if value.requires_grad:
                 if capture_grads:
-                    number = span.base + position + 1
+                    number = span.number(position)
                     tracked.add(number)
                     if position not in dropped:
                         recorder._hook(value, number)
                 entries[position] = (entry[0], value.detach()) + entry[2:]
-    recorder._count += len(entries)
-    recorder._records.append(span)
-    recorder.on_run_end(outputs)
+    recorder._count += count
+    if recorder.keep is not None and recorder.keep.calls:
+        _end_with_calls(recorder, span, outputs)
+    else:
+        recorder._records.append(span)
+        recorder.on_run_end(outputs)
     return outputs
 
 
-def logs_steps(block: Any, scope: Any, recorder: ActivationRecorder, interventions: Any) -> bool:
-    """Whether `capture_run` records through the logged program: nothing asks for a decision per
-    step (no `keep=` selector, no `limits`, no `interventions`, a recorder whose class does not
+def _end_with_calls(recorder: ActivationRecorder, span: LogSpan, outputs: Any) -> None:
+    """The recorder's end of a kept run whose selector has `call=` terms. Its check that each such
+    term kept something (`missed.empty_call_terms`) reads the pending records: it is given, for each
+    term, the first of the span's records it matches (the span is walked only until every term has
+    one, so the rest of its records are still built when the trace is read), then the span."""
+    keep, records = recorder.keep, recorder._records
+    left = [t for t in keep.terms if t.call is not None]
+    witnesses = []
+    for record in span.iter_records():
+        hit = [t for t in left if t.matches(record[5], record[3], record[4], record[2], is_block_call(record[1]))]
+        if hit:
+            witnesses.append(record)
+            left = [t for t in left if t not in hit]
+            if not left:
+                break
+    at = len(records)
+    records.extend(witnesses)
+    recorder.on_run_end(outputs)
+    records[at:at + len(witnesses)] = [span]
+
+
+def logged_plan(block: Any, scope: Any, recorder: ActivationRecorder,
+                interventions: Any) -> tuple[bool, Optional[KeepPlan]]:
+    """(whether `capture_run` records through a logged program, the plan of its `keep=` selector):
+    nothing asks for a decision per step that the code cannot make (no `limits`, no
+    `interventions`, a `keep=` selector `keep_plan` can compile, a recorder whose class does not
     override the per-step hooks; `coverage=True` and `observe_all=True` are the caller's tests), no
-    inference tensor can come out (their version cannot be read: not under `torch.inference_mode()`,
-    none among the inputs, weights and buffers) and the schema can be logged
-    (`runtime.step_log.loggable`)."""
+    inference tensor can come out (their version cannot be read: not under
+    `torch.inference_mode()`, none among the inputs, weights and buffers) and the schema can be
+    logged (`runtime.step_log.loggable`)."""
     kind = type(recorder)
-    return (isinstance(block, ModelBlockSchema) and isinstance(scope, dict) and interventions is None
-            and not _inference_tensors(block, scope)
-            and recorder.keep is None and recorder.limits is None
+    if not (isinstance(block, ModelBlockSchema) and isinstance(scope, dict) and interventions is None
+            and recorder.limits is None
             and kind.on_instruction is ActivationRecorder.on_instruction
             and kind.on_before_mutation is ActivationRecorder.on_before_mutation
-            and kind.on_value is ActivationRecorder.on_value and loggable(block) is None)
+            and kind.on_value is ActivationRecorder.on_value and loggable(block) is None
+            and not _inference_tensors(block, scope)):
+        return False, None
+    if recorder.keep is None:
+        return True, None
+    plan, _ = keep_plan(block, recorder.keep)
+    return plan is not None, plan
 
 
 def _inference_tensors(block: ModelBlockSchema, scope: dict) -> bool:
@@ -236,6 +286,19 @@ def _inference_tensors(block: ModelBlockSchema, scope: dict) -> bool:
     if any(tensor.is_inference() for value in scope.values() for _, tensor in tensors_in(value)):
         return True
     module = block.module
-    if isinstance(module, torch.nn.Module):
-        return any(t.is_inference() for t in module.parameters()) or any(t.is_inference() for t in module.buffers())
+    if not isinstance(module, torch.nn.Module):
+        return False
+    # the module tree walked by hand: `parameters()` and `buffers()` name every module on the way,
+    # which costs about a millisecond a run on a 32-layer model
+    stack, seen = [module], set()
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        for tensors in (current._parameters, current._buffers):
+            for tensor in tensors.values():
+                if tensor is not None and tensor.is_inference():
+                    return True
+        stack.extend(child for child in current._modules.values() if child is not None)
     return False

@@ -18,7 +18,7 @@ and, for a step whose description reads the callee fetched at run time, what `_d
 `_describe_block` read of it: a module or a block call's target by identity (held, so its id is
 not reused), another callable by its owner's type and its name.
 
-A run `capture_run` would not log (`logs_steps`: an inference tensor among the inputs, a schema
+A run `capture_run` would not log (`logged.logged_plan`: an inference tensor among the inputs, a schema
 that cannot be logged) is left to the caller: `capture` gives None. The model's weights and buffers
 are checked for inference tensors once, when the object is made.
 

@@ -17,7 +17,7 @@ from .sampling import CaptureLimits
 from ..runtime.listeners import RETURN_SLOT
 from ..schema.errors import SchemaRunError
 from ..runtime.interpreter import SchemaInterpreter, outputs_list
-from .logged import capture_logged, logs_steps
+from .logged import capture_logged, logged_plan
 from .wrapped import check_keep_reaches
 from .recorder import ActivationRecorder
 from ..runtime.coverage import LiveCallDetector
@@ -76,22 +76,27 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
 
     `keep` records only the steps a selector names (`"model.layers.3:hidden_states"`, `"op=*linear"`,
     `"call=model.layers.3"`, a list of terms; traces/selection.py): the others are not recorded, and
-    the kept steps keep the numbers and container ids they have in a capture of everything. Blocks
-    that hold nothing the selector can keep (and lead to nothing it can) run their plain generated
-    code, which only counts the tensors they bind (so the numbers stay right). `call=` keeps a
-    block's output where its caller binds it (what a forward hook on the module sees) and observes
-    only the blocks that call it: the layers themselves run unobserved. A call it names that a
-    block left unobserved makes through a value (a module passed in as an argument) cannot be
-    recorded: a `KeepMissedWarning` names it and the fix. `observe_all=True` observes every block
-    anyway: the one difference is that an in-place change, inside an unobserved block, of a value
-    kept from an observed one is then seen before it happens (the value kept as captured) rather
-    than after (the value dropped, `omitted` saying why).
+    the kept steps keep the numbers and container ids they have in a capture of everything. `call=`
+    keeps a block's output where its caller binds it (what a forward hook on the module sees).
 
     A capture of everything runs the schema's logged program (traces/logged.py): plain generated
     code appending each tensor result to a list, the trace's steps built from it when read, equal
-    to an observed capture's. `keep=`, `limits`, `interventions`, `coverage=True` and
-    `observe_all=True` run the observed program, which hears of every step as it happens (so does a
-    run that may bind inference tensors, which have no version counter: `logged.logs_steps`).
+    to an observed capture's. With `keep=` the selector is compiled into the code
+    (traces/keep_plan.py): the generated code appends only the kept tensors and counts the others,
+    each instruction's decision made where its code is written (or, for a callee read at run time,
+    by the module called). A schema whose closures bind tensors, with a selector whose block globs
+    tell their callers' paths apart, cannot be decided there and runs observed, as below.
+
+    `limits`, `interventions`, `coverage=True` and `observe_all=True` run the observed program,
+    which hears of every step as it happens (so does a run that may bind inference tensors, which
+    have no version counter: `logged.logged_plan`). With `keep=`, blocks that hold nothing the
+    selector can keep (and lead to nothing it can) then run their plain generated code, which only
+    counts the tensors they bind, and a `call=` term observes only the blocks that call what it
+    names. A call it names that a block left unobserved makes through a value (a module passed in
+    as an argument) cannot be recorded: a `KeepMissedWarning` names it and the fix. An in-place
+    change, inside an unobserved block, of a value kept from an observed one is seen after it
+    happens (the value dropped, `omitted` saying why); `observe_all=True`, like the logged program,
+    sees it before (the value kept as captured).
 
     `interventions` ({selector: fn or tensor}, traces/interventions.py) replaces the values the
     selectors name as the run goes: the trace holds the new values (their steps `edited`), and
@@ -139,11 +144,13 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
     try:
         detector = LiveCallDetector(block) if coverage else contextlib.nullcontext()
         with detector:  # what runs live, seen from the forwards' code objects
-            observe = recorder.keep.blocks_to_observe(block) if recorder.keep is not None and observe_all is False \
-                else None
-            if not coverage and not observe_all and logs_steps(block, scope, recorder, interventions):
-                outputs = outputs_list(capture_logged(recorder, block, scope))
+            logs, plan = (False, None) if coverage or observe_all else \
+                logged_plan(block, scope, recorder, interventions)
+            if logs:
+                outputs = outputs_list(capture_logged(recorder, block, scope, plan))
             else:
+                observe = recorder.keep.blocks_to_observe(block) if recorder.keep is not None and observe_all is False \
+                    else None
                 outputs = SchemaInterpreter(listeners=[recorder], observe=observe).run(block=block, scope=scope,
                                                                                        interventions=interventions)
     finally:
@@ -151,7 +158,8 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
             gc.enable()
     said = bool(getattr(recorder, "pending_warnings", None))
     recorder.emit_warnings(stacklevel=2)
-    if recorder.keep is not None and not said and not len(recorder.trace):
+    trace = recorder.trace  # what it kept, counted without building its steps
+    if recorder.keep is not None and not said and not trace._steps and not any(len(item) for item in trace._pending):
         import warnings
 
         from .missed import KeepMissedWarning, kept_nothing_message

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from nnschemaparser import NNParser, capture_run
+from nnschemaparser import CaptureLimits, NNParser, capture_run
 from nnschemaparser.runtime.step_log import loggable
 from nnschemaparser.traces.logged import LogSpan
 from nnschemaparser.validation import zoo
@@ -160,7 +160,8 @@ def test_options_that_decide_per_step_keep_the_observed_path():
     model, inputs = gpt2(layers=1)
     schema = _parse(model, inputs)
     with torch.no_grad():
-        for options in ({"keep": "transformer.h.0"}, {"observe_all": True}):
+        for options in ({"keep": "transformer.h.0", "limits": CaptureLimits(max_tensors=10 ** 6)},
+                        {"observe_all": True}):
             record = capture_run(schema, dict(inputs), **options)
             assert not any(isinstance(item, LogSpan) for item in record.trace._pending)
         record = capture_run(schema, dict(inputs))

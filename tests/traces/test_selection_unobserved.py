@@ -1,5 +1,6 @@
-"""capture_run(keep=...) observes only the blocks the selector can keep from: the others run their plain
-generated code, counting tensors, and the kept steps are exactly those of a full capture filtered after."""
+"""A capture_run(keep=...) that decides per step (here: with `limits`) observes only the blocks the selector
+can keep from: the others run their plain generated code, counting tensors, and the kept steps are exactly
+those of a full capture filtered after. Without, the kept logged program runs (tests/traces/test_logged_keep.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from nnschemaparser import KeepMissedWarning, SchemaInterpreter, capture_run
+from nnschemaparser import CaptureLimits, KeepMissedWarning, SchemaInterpreter, capture_run
 from nnschemaparser.traces.recorder import ActivationRecorder
 from nnschemaparser.traces.selection import keep_selector
 from tests.support.debugger_models import llama_case
@@ -132,15 +133,23 @@ class _KeptThenBumped(nn.Module):
         return self.bump(self.scale(x))
 
 
+# A capture that must decide per step (here: limits) runs partly observed; without, the kept logged
+# program (traces/keep_plan.py) sees every in-place change and every call, as observe_all=True does.
+_PARTLY = {"limits": CaptureLimits(max_tensors=10 ** 6, max_bytes=10 ** 12)}
+
+
 def test_a_kept_value_changed_in_place_by_an_unobserved_block_is_dropped_and_says_why():
     x = torch.randn(3)
     schema = parse(_KeptThenBumped(), {"x": x})
-    fast = capture_run(schema, {"x": x.clone()}, keep="scale")
+    fast = capture_run(schema, {"x": x.clone()}, keep="scale", **_PARTLY)
     observed = capture_run(schema, {"x": x.clone()}, keep="scale", observe_all=True)
+    logged = capture_run(schema, {"x": x.clone()}, keep="scale")
     (kept,) = [s for s in observed.trace if s.out_var != "x"] or [None]
     assert kept is not None and torch.equal(kept.value, x * 3)  # observed everywhere: cloned before the add_
     (dropped,) = [s for s in fast.trace if s.container_id == kept.container_id]
     assert dropped.value is None and "not observe" in dropped.omitted and "observe_all=True" in dropped.omitted
+    (copied,) = [s for s in logged.trace if s.container_id == kept.container_id]
+    assert torch.equal(copied.value, x * 3) and copied.omitted is None
 
 
 class _Tagged(torch.Tensor):
@@ -272,15 +281,17 @@ def test_a_call_term_finds_callers_a_level_down_and_reports_a_call_it_could_not_
         calls_of_b = [s for s in full.trace if s.op_name == "b"]
         assert [s.block_path for s in calls_of_b] == ["a", "_Handing"]
         with pytest.warns(KeepMissedWarning, match=r"b called from a.*keep='a call=b'"):
-            missed = capture_run(schema, {"x": x}, keep="call=b")
+            missed = capture_run(schema, {"x": x}, keep="call=b", **_PARTLY)
         _same_steps(list(missed.trace), calls_of_b[1:])  # the call from the root, seen; a's was not
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            named = capture_run(schema, {"x": x}, keep="a call=b, _Handing call=b")
+            named = capture_run(schema, {"x": x}, keep="a call=b, _Handing call=b", **_PARTLY)
             everywhere = capture_run(schema, {"x": x}, keep="call=b", observe_all=True)
-            inner = capture_run(schema, {"x": x}, keep="call=c.inner")
+            logged = capture_run(schema, {"x": x}, keep="call=b")  # decided per instruction: both calls
+            inner = capture_run(schema, {"x": x}, keep="call=c.inner", **_PARTLY)
     _same_steps(list(named.trace), calls_of_b)
     _same_steps(list(everywhere.trace), calls_of_b)
+    _same_steps(list(logged.trace), calls_of_b)
     _same_steps(list(inner.trace), [s for s in full.trace if s.op_name == "c.inner"])
     observed = keep_selector("call=c.inner").blocks_to_observe(schema)
     assert {b.path for b in schema.iter_blocks() if id(b) in observed} == {"", "c"}  # c calls it, not a nor b
