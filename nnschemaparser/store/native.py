@@ -7,8 +7,8 @@ figures do not depend on how a machine vectorises it). `statistics.Summariser` u
 there and torch's reductions when it is not; the engine a unit was written with is in its commit
 ("statistics": `ENGINE` or "torch"), as the two round the last bits differently.
 
-How it is found: the library is built once per (source, compiler, flags, CPU) into
-`$NNSCHEMAPARSER_CACHE` (default `$XDG_CACHE_HOME/nnschemaparser` or `~/.cache/nnschemaparser`),
+How it is found: runtime/native_build.py builds the library once per (source, compiler, flags, CPU)
+into `$NNSCHEMAPARSER_CACHE` (default `$XDG_CACHE_HOME/nnschemaparser` or `~/.cache/nnschemaparser`),
 under `native/`, written to a temporary name and renamed (processes that build it at once do not
 clash). No compiler, a build that fails, or `NNSCHEMAPARSER_NATIVE=0` (read whenever a Summariser is
 made) leaves torch's reductions; `problem()` says why the kernel is not in use.
@@ -19,18 +19,13 @@ Depends on ctypes, numpy and torch only.
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
 import torch
+
+from ..runtime import native_build
 
 __all__ = ["ENGINE", "kernel", "problem", "switched_off", "Kernel"]
 
@@ -38,12 +33,7 @@ ENGINE = "native-2"  # the figures of _statistics.c, version 2 (nsp_statistics_v
 # version 1's ("native-1", which older stores record), and the reductions folded by the C code too
 _VERSION = 2
 _SOURCE = Path(__file__).with_name("_statistics.c")
-# -ffp-contract=off: no fused multiply-add, so every machine rounds each product and sum the same way
-_FLAGS = ("-O3", "-shared", "-fPIC", "-ffp-contract=off", "-fno-fast-math")
-_TUNED = ("-march=native", "-mprefer-vector-width=512")  # dropped where the compiler refuses them
-_BUILD_SECONDS = 120
 
-_state: dict = {}
 _DTYPE_OF = torch.Tensor.dtype.__get__
 _CPU_OF = torch.Tensor.is_cpu.__get__
 _LAYOUT_OF = torch.Tensor.layout.__get__
@@ -127,69 +117,14 @@ class Kernel:
         return out
 
 
-def _cache_root() -> Path:
-    named = os.environ.get("NNSCHEMAPARSER_CACHE")
-    if named:
-        return Path(named)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "nnschemaparser"
-
-
-def _cpu() -> str:
-    """What the CPU offers (its flags on Linux), so a cache shared between machines holds one build each."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as handle:
-            for line in handle:
-                if line.startswith(("flags", "Features")):
-                    return line
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _compiler() -> Optional[str]:
-    named = os.environ.get("CC")
-    return shutil.which(named) if named else (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang"))
-
-
-def _build(compiler: str, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    failures = []
-    for extra in (_TUNED, ()):
-        handle, tmp = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=".so", dir=target.parent)
-        os.close(handle)
-        try:
-            done = subprocess.run([compiler, *_FLAGS, *extra, "-o", tmp, str(_SOURCE), "-lm"],
-                                  capture_output=True, text=True, timeout=_BUILD_SECONDS)
-            if done.returncode == 0:
-                os.replace(tmp, target)
-                return
-            failures.append(done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"])
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-    raise RuntimeError(f"{compiler} could not build {_SOURCE.name}: {failures[-1][0]}")
-
-
 def switched_off() -> bool:
     """Whether `NNSCHEMAPARSER_NATIVE` is 0 (or no, off, false) now: read at each `Summariser()`, so a process can
     write one store with the kernel and the next with torch's reductions."""
-    return os.environ.get("NNSCHEMAPARSER_NATIVE", "1").strip().lower() in ("0", "no", "off", "false")
+    return native_build.switched_off()
 
 
 def _load() -> Kernel:
-    compiler = _compiler()
-    if compiler is None:
-        raise RuntimeError("no C compiler (cc, gcc or clang; or $CC) was found")
-    source = _SOURCE.read_bytes()
-    made = os.stat(compiler)
-    key = hashlib.sha256(b"\0".join([source, " ".join(_FLAGS + _TUNED).encode(), compiler.encode(),
-                                     f"{made.st_size}:{made.st_mtime_ns}".encode(), _cpu().encode(),
-                                     platform.machine().encode(), sys.platform.encode()])).hexdigest()[:20]
-    target = _cache_root() / "native" / f"statistics-{key}.so"
-    if not target.is_file():
-        _build(compiler, target)
-    library = ctypes.CDLL(str(target))
+    library, target = native_build.load(_SOURCE, "statistics")
     version = library.nsp_statistics_version
     version.restype = ctypes.c_int64
     if version() != _VERSION:
@@ -197,22 +132,15 @@ def _load() -> Kernel:
     return Kernel(library, target)
 
 
+_loaded = native_build.Loaded(_load)
+
+
 def kernel() -> Optional[Kernel]:
     """The statistics kernel of this process, built or loaded on the first call; None where it cannot be had
     or `switched_off()` (`problem()` says why)."""
-    if switched_off():
-        return None
-    if "kernel" not in _state:
-        try:
-            _state["kernel"], _state["problem"] = _load(), None
-        except Exception as exc:  # no compiler, a failed build, a cache that cannot be written: torch instead
-            _state["kernel"], _state["problem"] = None, f"{type(exc).__name__}: {exc}"
-    return _state["kernel"]
+    return _loaded.get()
 
 
 def problem() -> Optional[str]:
     """Why `kernel()` is None (None when it is not)."""
-    if switched_off():
-        return "NNSCHEMAPARSER_NATIVE is off"
-    kernel()
-    return _state["problem"]
+    return _loaded.problem()

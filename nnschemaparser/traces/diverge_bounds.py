@@ -35,7 +35,7 @@ float64: the error is read to a few digits, never summed) on the reference's dev
 Integer and bool rows are compared for equality only (error = the fraction of elements that differ,
 bound None, never flagged): a rounding upstream may move an index legitimately.
 
-Depends on torch only; never on views.
+Depends on torch and diverge_native (the common case's C kernel) only; never on views.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ import math
 from typing import Optional
 
 import torch
+
+from . import diverge_native
 
 __all__ = ["DEFAULT_FACTOR", "Scratch", "relative_error", "local_error", "least_precise", "bound_of"]
 
@@ -119,6 +121,10 @@ def relative_error(x: torch.Tensor, ref: torch.Tensor, clamp_to: Optional[torch.
         x = x.abs().to(work) if x.is_complex() else x.to(work)
     # a floating `x` of lower precision is promoted to `work` inside each op: no copy of its own
     top = torch.finfo(clamp_to).max if clamp_to is not None and clamp_to.is_floating_point else math.inf
+    if work is torch.float32 and not x.is_complex():  # the common case in C, the same float (diverge_native.py)
+        fast = diverge_native.error(x, ref, min(top, torch.finfo(work).max) / 2)
+        if fast is not None:
+            return fast
     biggest = _largest_magnitude(ref)
     if biggest < min(top, torch.finfo(work).max) / 2:  # the common case: nothing saturated, no NaN
         # x cast first (one pass, exact): a mixed-dtype subtraction is slower than the cast and the sub;

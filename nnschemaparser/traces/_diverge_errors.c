@@ -1,0 +1,123 @@
+/* diverge's per-row error, its common case, in two passes (traces/diverge_native.py; the rule in
+ * traces/diverge_bounds.py):
+ *
+ *   biggest = max |ref_i|                                  (pass 1)
+ *   gap     = max |((float)x_i - ref_i) / (|ref_i| + biggest)|   (pass 2)
+ *
+ * ref float32, x float32, bfloat16 or float16, both contiguous with n elements. Every operation is one
+ * float32 IEEE operation rounded to nearest (built with -ffp-contract=off -fno-fast-math: no fused
+ * multiply-add, no reassociation), as torch's elementwise float32 sub, abs, add and div are; the
+ * casts of x are exact; a max is the same in any order. So `gap` is the very float the torch path
+ * gives, element for element.
+ *
+ * Returns NSP_OK with *out = gap (> 0), NSP_ZERO_POS / NSP_ZERO_NEG where every quotient is +0 / -0
+ * (the caller gives the sign the torch path gives), or NSP_OTHER where the torch path must decide: a
+ * NaN or infinity in ref, biggest not below `limit`, a NaN or infinity among the quotients, or
+ * zeros of both signs. */
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define NSP_OK 0
+#define NSP_OTHER 1
+#define NSP_ZERO_POS 2
+#define NSP_ZERO_NEG 3
+
+int64_t nsp_diverge_errors_version(void) { return 1; }
+
+static inline float from_bf16(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static inline uint32_t bits_of(float f) {
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    return b;
+}
+
+/* float16 to float32, exact; no branch, so that the loop around it is vectorised */
+static inline float from_f16(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    uint32_t normal = sign | ((exp + 112u) << 23) | (man << 13);
+    uint32_t special = sign | 0x7f800000u | (man << 13);               /* infinity or NaN */
+    uint32_t subnormal = bits_of((float)man * 0x1p-24f) | sign;        /* zero or subnormal: man * 2^-24 */
+    uint32_t low = 0u - (uint32_t)(exp == 0), high = 0u - (uint32_t)(exp == 31);  /* all ones where true */
+    uint32_t b = (subnormal & low) | (special & high) | (normal & ~(low | high));
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+/* pass 2 for one x dtype: the largest |quotient| as bits. For a float >= +0 the order of its bits is
+ * the order of the floats, and an infinity or NaN is above every finite one: an integer max, which the
+ * compiler vectorises (a float max that must keep NaN out is not), finds both the answer and whether
+ * one was infinite or NaN. */
+#define GAP_LOOP(LOAD)                                                        \
+    for (int64_t i = 0; i < n; i++) {                                         \
+        float r = ref[i];                                                     \
+        uint32_t q = bits_of(fabsf((LOAD - r) / (fabsf(r) + biggest)));       \
+        best = q > best ? q : best;                                           \
+    }
+
+/* the signs of the (zero) quotients: `signs` has the sign bit where one is -0, `all` keeps it where all are */
+#define SIGN_LOOP(LOAD)                                                       \
+    for (int64_t i = 0; i < n; i++) {                                         \
+        float r = ref[i];                                                     \
+        uint32_t q = bits_of((LOAD - r) / (fabsf(r) + biggest));              \
+        signs |= q & 0x80000000u;                                             \
+        all &= q;                                                             \
+    }
+
+#define INF_BITS 0x7f800000u
+
+/* kind: 0 float32, 1 bfloat16, 2 float16 */
+int64_t nsp_diverge_error(const float *ref, const void *x, int64_t kind, int64_t n, double limit, float *out) {
+    uint32_t top = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t a = bits_of(fabsf(ref[i]));
+        top = a > top ? a : top;
+    }
+    if (top >= INF_BITS) /* a NaN or an infinity in ref */
+        return NSP_OTHER;
+    float biggest;
+    memcpy(&biggest, &top, sizeof biggest);
+    if (!((double)biggest < limit))
+        return NSP_OTHER;
+    uint32_t best = 0;
+    if (kind == 0) {
+        const float *v = (const float *)x;
+        GAP_LOOP(v[i])
+    } else if (kind == 1) {
+        const uint16_t *v = (const uint16_t *)x;
+        GAP_LOOP(from_bf16(v[i]))
+    } else if (kind == 2) {
+        const uint16_t *v = (const uint16_t *)x;
+        GAP_LOOP(from_f16(v[i]))
+    } else {
+        return NSP_OTHER;
+    }
+    if (best >= INF_BITS)
+        return NSP_OTHER;
+    if (best > 0) {
+        memcpy(out, &best, sizeof best);
+        return NSP_OK;
+    }
+    /* every quotient is zero: their signs (the sign of x_i - ref_i), which the torch path's answer shows */
+    uint32_t signs = 0, all = 0x80000000u;
+    if (kind == 0) {
+        const float *v = (const float *)x;
+        SIGN_LOOP(v[i])
+    } else if (kind == 1) {
+        const uint16_t *v = (const uint16_t *)x;
+        SIGN_LOOP(from_bf16(v[i]))
+    } else {
+        const uint16_t *v = (const uint16_t *)x;
+        SIGN_LOOP(from_f16(v[i]))
+    }
+    *out = 0.0f;
+    return !signs ? NSP_ZERO_POS : all ? NSP_ZERO_NEG : NSP_OTHER; /* zeros of both signs: torch's choice */
+}
