@@ -2,8 +2,8 @@
 
 The torch path of `diverge_bounds.relative_error` reads a row about six times (x cast to float32, the
 difference, `|ref|`, `|ref| + s`, the quotient, and two min-max passes for `s` and the answer). Its
-common case (float32 work, a contiguous CPU float32 reference, a contiguous float32, bfloat16 or
-float16 value, nothing saturated, no NaN) is two passes in C: `s`, then the largest quotient. Each
+common case (float32 work, a CPU float32 reference and a float32, bfloat16 or float16 value, both
+contiguous or views whose last dimension is contiguous, nothing saturated, no NaN) is two passes in C: `s`, then the largest quotient. Each
 element is rounded exactly as torch's float32 sub, abs, add and div round it (one IEEE operation
 each, no fused multiply-add: runtime/native_build.py's flags), so the answer is the very float the
 torch path gives, the sign of a zero answer included; the C code hands everything else back
@@ -25,10 +25,11 @@ from ..runtime import native_build
 
 __all__ = ["error", "available", "problem"]
 
-_VERSION = 1
+_VERSION = 2
 _SOURCE = Path(__file__).with_name("_diverge_errors.c")
 _KINDS = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 _OK, _ZERO_POS, _ZERO_NEG = 0, 2, 3
+_MAX_DIMS = 16  # MAX_DIMS of the C code
 
 
 def _load():
@@ -39,8 +40,8 @@ def _load():
         raise RuntimeError(f"{target} is version {version()} of the diverge errors, not {_VERSION}: delete it to rebuild")
     call = library.nsp_diverge_error
     call.restype = ctypes.c_int64
-    call.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_double,
-                     ctypes.POINTER(ctypes.c_float))
+    call.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                     ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_double, ctypes.POINTER(ctypes.c_float))
     return call
 
 
@@ -59,16 +60,28 @@ def problem() -> Optional[str]:
 
 def error(x: torch.Tensor, ref: torch.Tensor, limit: float) -> Optional[float]:
     """`relative_error(x, ref)`'s common case (float32 work): max |x - ref| / (|ref| + s), s = max |ref|,
-    where `ref` (float32) and `x` (float32, bfloat16 or float16) are contiguous CPU tensors of one numel,
-    s < `limit`, and no quotient is NaN or infinite; None anywhere else (the caller's torch path decides)."""
+    where `ref` (float32) and `x` (float32, bfloat16 or float16) are CPU tensors of one shape, both
+    contiguous or views whose last dimension is contiguous in both (a split, a transpose of the leading
+    dimensions), s < `limit`, and no quotient is NaN or infinite; None anywhere else (the caller's torch
+    path decides)."""
     call = _loaded.get()
     kind = _KINDS.get(x.dtype)
     if (call is None or kind is None or ref.dtype != torch.float32 or not ref.is_cpu or not x.is_cpu
-            or x.numel() != ref.numel() or not ref.is_contiguous() or not x.is_contiguous()
-            or ref.layout != torch.strided or x.layout != torch.strided):
+            or x.shape != ref.shape or ref.layout != torch.strided or x.layout != torch.strided):
+        return None
+    numel = ref.numel()
+    if numel == 0:
         return None
     out = ctypes.c_float()
-    status = call(ref.data_ptr(), x.data_ptr(), kind, ref.numel(), float(limit), ctypes.byref(out))
+    if ref.is_contiguous() and x.is_contiguous():
+        status = call(ref.data_ptr(), x.data_ptr(), kind, numel, 0, None, None, None, float(limit), ctypes.byref(out))
+    else:
+        ndim, sizes = ref.dim(), ref.shape
+        if not 0 < ndim <= _MAX_DIMS or (sizes[-1] != 1 and (ref.stride(-1) != 1 or x.stride(-1) != 1)):
+            return None
+        dims = ctypes.c_int64 * ndim
+        status = call(ref.data_ptr(), x.data_ptr(), kind, numel, ndim, dims(*sizes), dims(*ref.stride()),
+                      dims(*x.stride()), float(limit), ctypes.byref(out))
     if status == _OK:
         return out.value
     if status == _ZERO_POS:  # the torch path's max(-min, max) of +0s is -0.0

@@ -113,7 +113,30 @@ def test_what_the_common_case_does_not_cover_goes_back_to_the_torch_path(monkeyp
         assert diverge_native.error(bad_x, bad_ref, limit) is None
         expected = _torch_path(monkeypatch, relative_error, bad_x, bad_ref)
         assert _same_float(relative_error(bad_x, bad_ref), expected)
-    assert diverge_native.error(x[:, 1:], ref[:, 1:], math.inf) is None and diverge_native.error(x.ravel()[:3], ref, 9) is None
+    assert diverge_native.error(x.ravel()[:3], ref, math.inf) is None  # shapes differ
+    assert diverge_native.error(x[:, 1:], ref.t().contiguous().t()[:, 1:], math.inf) is None  # ref's rows strided
+
+
+@needs_kernel
+def test_views_whose_last_dimension_is_contiguous_give_the_torch_paths_float(monkeypatch):
+    g = torch.Generator().manual_seed(1)
+    base_ref = torch.randn(3, 6, 5, 8, generator=g) * 100
+    base_x = (base_ref + torch.randn(3, 6, 5, 8, generator=g)).to(torch.bfloat16)
+    views = [lambda t: t.transpose(0, 2), lambda t: t[:, 1:4], lambda t: t[..., 2:7], lambda t: t.split(3, dim=1)[1],
+             lambda t: t[..., 3:4], lambda t: t[:1].expand(4, 6, 5, 8), lambda t: t.permute(1, 0, 2, 3)[::2],
+             lambda t: t.reshape(18, 5, 8).transpose(0, 1)]
+    for view in views:
+        ref = view(base_ref)
+        assert not ref.is_contiguous()
+        for dtype in (torch.bfloat16, torch.float32, torch.float16):
+            value = view(base_x.to(dtype))
+            got = diverge_native.error(value, ref, math.inf)
+            expected = _torch_path(monkeypatch, relative_error, value, ref)
+            assert got is not None and _same_float(got, expected), (value.dtype, got, expected)
+            assert _same_float(relative_error(value, ref), expected)
+    same = base_ref.transpose(1, 2)
+    got = diverge_native.error(same.clone(), same, math.inf)  # x contiguous, ref a view: other strides
+    assert got == 0.0 and math.copysign(1.0, got) == -1.0
 
 
 def _counted(monkeypatch):
