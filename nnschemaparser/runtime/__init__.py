@@ -44,6 +44,8 @@ Its modules, each a noun:
   reports the instruction).
 - `interpreter`: the public driver (`SchemaInterpreter.run / call / step_run`: the stepped run's
   greenlet and generator, `source_code`).
+- `native_build`: a C source of the package built with the system compiler on first use into the
+  user's cache and loaded with ctypes (the store's statistics kernel, diverge's per-row errors).
 
 May import: `schema` only. It never imports the lowering: a schema runs without its source.
 """

@@ -11,7 +11,7 @@ selectors and the listener that replaces values; imported here so the runtime ca
 parts and state checks patching shares), `patching` (`activation_patching`), `attribution`
 (`attribution_patching`), `diverge` (two configurations compared by source statement: `diverge_align`
 pairs statements, `diverge_runs` the runs and their listener, `diverge_bounds` the errors and what a
-dtype explains), `diverge_compile` (where a `torch.compile`d model parts from eager: regions of the
+dtype explains, `diverge_native` their common case in C), `diverge_compile` (where a `torch.compile`d model parts from eager: regions of the
 generated code compiled with its backend, `compile_regions`, bounded by `compile_bound`), `heap` (`retain_freed_memory`: glibc's malloc keeps what a dropped
 capture freed, for the next one).
 
