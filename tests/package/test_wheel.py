@@ -47,6 +47,7 @@ def test_wheel_declares_the_widget_stack_and_carries_the_browser_files(wheel):
     assert {"nnschemaparser/widget/static/widget.js", "nnschemaparser/widget/static/widget.css"} <= names
     assert "nnschemaparser/runtime/program.py" in names and "nnschemaparser/examples/mlp.py" in names
     assert "nnschemaparser/store/_statistics.c" in names  # the store's statistics kernel, built on first use
+    assert "nnschemaparser/traces/_diverge_errors.c" in names  # diverge's per-row error kernel, built on first use
     assert not any(n.startswith(("tests/", "js/", "bench/")) for n in names)
     # neurarch-trace's names: the console script and `python -m neurarch_trace`
     assert {"neurarch_trace/__init__.py", "neurarch_trace/__main__.py"} <= names
@@ -80,6 +81,8 @@ def test_the_installed_wheel_imports_the_widget_and_renders_its_static_page(whee
         "import shutil\n"
         "from nnschemaparser.store import native\n"
         "assert native.kernel() is not None or not shutil.which('cc'), native.problem()  # built from the wheel's copy\n"
+        "from nnschemaparser.traces import diverge_native\n"
+        "assert diverge_native.available() or not shutil.which('cc'), diverge_native.problem()  # _diverge_errors.c shipped\n"
         f"page = widget.to_html({str(tmp_path / 'page.html')!r}).read_text()\n"
         "assert 'createStaticModel' in page and 'nnsp-data' in page\n"
         "print('ok', widget.step_index)\n")
