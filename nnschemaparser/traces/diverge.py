@@ -85,6 +85,14 @@ class DivergeLine:
         return f"{where}: {self.source.splitlines()[0] if self.source else ''} [{self.out_var}] ({err})"
 
 
+def _size(count: int) -> str:
+    """`512 B`, `16.0 KiB`, `1.5 MiB`, `2.0 GiB`: a small budget is not shown as 0.0 MiB."""
+    for unit, scale in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{int(count)} B"
+
+
 @dataclass
 class DivergeReport:
     """What `diverge` returns.
@@ -126,9 +134,9 @@ class DivergeReport:
         if self.timings:
             lines.append("timings: " + ", ".join(f"{k} {v:.3f}s" for k, v in self.timings.items()))
         if self.memory.get("files"):
-            lines.append(f"memory: held at most {self.memory['peak_held'] / 2 ** 20:.1f} MiB of row values, "
-                         f"{self.memory['files']} more ({self.memory['written'] / 2 ** 20:.1f} MiB) went to disk "
-                         f"past the budget of {self.memory['budget'] / 2 ** 20:.1f} MiB")
+            lines.append(f"memory: held at most {_size(self.memory['peak_held'])} of row values, "
+                         f"{self.memory['files']} more ({_size(self.memory['written'])}) went to disk "
+                         f"past the budget of {_size(self.memory['budget'])}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -114,6 +114,7 @@ def test_past_the_memory_budget_rows_go_to_disk_and_the_report_is_the_same():
     assert spilled.memory["files"] > 0 and spilled.memory["written"] > 0
     assert 0 < spilled.memory["peak_held"] <= 16_384
     assert "went to disk" in spilled.summary()
+    assert "past the budget of 16.0 KiB" in spilled.summary() and "0.0 MiB" not in spilled.summary()
     with pytest.raises(ValueError, match="memory_budget"):
         diverge(model, other, inputs, memory_budget=-1)
 
