@@ -43,7 +43,7 @@ from .selection import is_block_call
 from .recorder import ActivationRecorder
 from .tensor_walk import _shape, _storage_ptr, mutated_tensors, tensors_in
 
-__all__ = ["LogSpan", "capture_logged", "logged_plan"]
+__all__ = ["LogSpan", "capture_logged", "logged_plan", "inference_inputs", "module_holds_inference"]
 
 _DROPPED = ("changed in place after capture by an op the schema does not flag as mutating (e.g. inplace "
             "passed positionally); the value at capture time was not kept")
@@ -281,13 +281,35 @@ def logged_plan(block: Any, scope: Any, recorder: ActivationRecorder,
 
 def _inference_tensors(block: ModelBlockSchema, scope: dict) -> bool:
     """Whether the run may bind inference tensors, which have no version counter to log."""
+    return inference_inputs(scope) or module_holds_inference(block.module)
+
+
+def inference_inputs(scope: dict) -> bool:
+    """Whether a run on `scope` starts with inference tensors: under `torch.inference_mode()`, or one
+    among the inputs."""
     if torch.is_inference_mode_enabled():
         return True
-    if any(tensor.is_inference() for value in scope.values() for _, tensor in tensors_in(value)):
-        return True
-    module = block.module
+    return any(tensor.is_inference() for value in scope.values() for _, tensor in tensors_in(value))
+
+
+def module_holds_inference(module: Any) -> bool:
+    """Whether a parameter or buffer of `module` (or of a module under it) is an inference tensor."""
     if not isinstance(module, torch.nn.Module):
         return False
+    # the module tree walked by hand: `parameters()` and `buffers()` name every module on the way,
+    # which costs about a millisecond a run on a 32-layer model
+    stack, seen = [module], set()
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        for tensors in (current._parameters, current._buffers):
+            for tensor in tensors.values():
+                if tensor is not None and tensor.is_inference():
+                    return True
+        stack.extend(child for child in current._modules.values() if child is not None)
+    return False
     # the module tree walked by hand: `parameters()` and `buffers()` name every module on the way,
     # which costs about a millisecond a run on a 32-layer model
     stack, seen = [module], set()

@@ -38,9 +38,8 @@ from ..runtime.program import programs_for
 from ..runtime.step_log import loggable
 from ..schema.model import BlockInstruction, ModelBlockSchema
 from .estimate import check_fits, default_budget
-from .logged import LogSpan, capture_logged
+from .logged import LogSpan, capture_logged, inference_inputs, module_holds_inference
 from .recorder import ActivationRecorder
-from .tensor_walk import tensors_in
 
 __all__ = ["LoggedColumns", "StepFields"]
 
@@ -120,7 +119,7 @@ class LoggedColumns:
     def __init__(self, schema: ModelBlockSchema):
         self.schema = schema
         self.usable = (isinstance(schema, ModelBlockSchema) and loggable(schema) is None
-                       and not _module_inference(schema))
+                       and not module_holds_inference(schema.module))
 
     @property
     def meta(self) -> Optional[_SpanMeta]:
@@ -131,8 +130,7 @@ class LoggedColumns:
         """(outputs, step fields) of a capture of everything of `scope`, as `capture_run(schema, scope)` records it
         (its memory check included); None where capture_run would not log the run (the caller runs capture_run)."""
         schema = self.schema
-        if not self.usable or not isinstance(scope, dict) or torch.is_inference_mode_enabled() or any(
-                tensor.is_inference() for value in scope.values() for _, tensor in tensors_in(value)):
+        if not self.usable or not isinstance(scope, dict) or inference_inputs(scope):
             return None
         budget = default_budget()
         if budget is not None:
@@ -208,10 +206,3 @@ def _of_records(records: list[list]) -> StepFields:
     numbers, descriptions, slot_types, out_vars, op_names, paths, values, depths, omitted, _, shapes, dtypes = \
         map(list, zip(*records))
     return numbers, descriptions, slot_types, out_vars, op_names, paths, values, depths, omitted, shapes, dtypes
-
-
-def _module_inference(schema: ModelBlockSchema) -> bool:
-    module = schema.module
-    if isinstance(module, torch.nn.Module):
-        return any(t.is_inference() for t in module.parameters()) or any(t.is_inference() for t in module.buffers())
-    return False
