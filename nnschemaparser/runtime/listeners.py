@@ -66,6 +66,11 @@ class Observer:
     def before(self, instr: Instruction, frame: dict) -> None:
         """A mutating instruction is about to run (its operands may change in place)."""
 
+    # An observer whose `after` also takes the value the instruction bound (`after(instr, frame,
+    # value)`): its programs pass `f.get(out_var)` (a return: the return slot; else None), read in
+    # the generated code where the name is a constant, so `after` never reads the instruction.
+    after_takes_value = False
+
     def after(self, instr: Instruction, frame: dict) -> None:
         """A leaf instruction ran; its value (if any) is `frame[instr.out_var]`."""
 

@@ -33,6 +33,7 @@ from torch import Tensor
 from ..schema.model import BlockInstruction, Instruction, OpInstruction, ReturnInstruction, VarRef
 from .functions import names_read
 from .instructions import NOT_TENSOR_TYPES, never_tensor, quote
+from .listeners import RETURN_SLOT
 from .log_plan import KeptIds
 
 __all__ = ["ReportEmitters"]
@@ -73,15 +74,25 @@ class ReportEmitters:
                 self.line(f"    {self.helper('counted', counter)}[0] += 1")
             return
         after = self.helper("after", self.observer.after)
+        takes_value = getattr(self.observer, "after_takes_value", False)
         if self.ctx.tensor_results and not isinstance(instr, ReturnInstruction):
             out = instr.out_var
             if out and not never_tensor(instr):  # the observer hears of tensor results only
                 value = self.temp("value")
                 self.line(f"{value} = f.get({quote(out)})")
                 self.line(f"if {self.is_tensor(value)}:")
-                self.line(f"    {after}({self.instr_name(instr)}, f)")
+                self.line(f"    {after}({self.instr_name(instr)}, f{', ' + value if takes_value else ''})")
             return
-        self.line(f"{after}({self.instr_name(instr)}, f)")
+        self.line(f"{after}({self.instr_name(instr)}, f{', ' + self.bound_value(instr) if takes_value else ''})")
+
+    def bound_value(self, instr: Instruction) -> str:
+        """The value `instr` bound, as an expression over the frame `f` (for an observer whose
+        `after` takes it): its variable's, a return's waiting value, else None."""
+        if instr.out_var:
+            return f"f.get({quote(instr.out_var)})"
+        if isinstance(instr, ReturnInstruction):
+            return f"f.get({quote(RETURN_SLOT)})"
+        return "None"
 
     def log_after(self, instr: Instruction) -> None:
         """A logged program's line after `instr`: the tensor it bound, where an observed capture
