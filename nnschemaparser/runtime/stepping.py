@@ -6,8 +6,12 @@ switches back when it asks for the next step: two switches a step, the least a p
 can cost. What runs around them is kept to the bone, since it runs once per executed instruction
 (3,780 times in a forward of a 32-layer tiny Llama): a `StepInfo` is filled in slot by slot
 without a call of its `__init__`, in the observer's `after` itself (`SteppingObserver`: the
-function the generated code calls after each instruction), what it reads off an instruction is
-looked up once per instruction class, and the stepper switches with a bound method it keeps ready.
+function the generated code calls after each instruction), and the stepper switches with a bound
+method it keeps ready. The step never touches its instruction object: the generated code hands
+`after` the instruction's site (its function's list of instructions and a constant index) and the
+value it bound (read there with the name as a constant). A run reaches each of its thousands of
+instruction objects once and finds it cold in the cache: reading `out_var` off it and holding a
+reference to it cost about 0.4 us a step on the tiny Llama, more than the rest of `after`.
 
 Depends on `listeners`, `instructions` and the schema; `interpreter` drives it.
 """
@@ -33,15 +37,16 @@ __all__ = ["StepInfo", "CallPause", "Stepper", "SteppingObserver", "apply_edit",
 class StepInfo:
     """One executed instruction of a stepped run, with the live frames it can edit.
 
-    A step stores what only it knows (its index, value, frames, instruction and block path); the
-    rest is read when asked for, not copied at each step: `kind`, `out_var` and `location` are its
-    instruction's, `frame_depth` is the innermost of `scope_frames` (`len(scope_frames) - 1`). All
-    nine are dataclass fields all the same (`fields`, `asdict`, `replace`, `==` and the repr see
-    them). The stepper fills the stored slots without calling `__init__` (`SteppingObserver.after`,
-    `_step`): a slot added here must be set there too.
+    A step stores what only it knows (its index, value, frames, instruction's site and block path);
+    the rest is read when asked for, not copied at each step: `instruction` is looked up from its
+    site (the generated function's list of instructions and an index in it), `kind`, `out_var` and
+    `location` are its instruction's, `frame_depth` is the innermost of `scope_frames`
+    (`len(scope_frames) - 1`). All nine are dataclass fields all the same (`fields`, `asdict`,
+    `replace`, `==` and the repr see them). The stepper fills the stored slots without calling
+    `__init__` (`SteppingObserver.after`, `_step`): a slot added here must be set there too.
     """
 
-    __slots__ = ("step_index", "value", "scope_frames", "instruction", "block_path", "_run")
+    __slots__ = ("step_index", "value", "scope_frames", "_sites", "_site", "block_path", "_run")
 
     step_index: int
     kind: str = property(lambda self: instruction_kind(self.instruction),  # type: ignore[assignment]
@@ -52,7 +57,9 @@ class StepInfo:
                                 doc="The depth of the step's own frame in `scope_frames` (0: the root's).")
     value: Any
     scope_frames: tuple
-    instruction: Instruction
+    instruction: Instruction = property(lambda self: self._sites[self._site],  # type: ignore[assignment]
+                                        lambda self, instruction: self._place(instruction),
+                                        doc="The instruction that ran (looked up from the step's site).")
     block_path: str
     location: Optional[SourceLocation] = property(lambda self: self.instruction.location,  # type: ignore[assignment]
                                                   doc="Where the instruction comes from in the source.")
@@ -64,7 +71,7 @@ class StepInfo:
         self.step_index = step_index
         self.value = value
         self.scope_frames = scope_frames
-        self.instruction = instruction
+        self._place(instruction)
         self.block_path = block_path
         self._run = _run
         for name, given in (("kind", kind), ("out_var", out_var), ("frame_depth", frame_depth),
@@ -73,6 +80,11 @@ class StepInfo:
                 source = "scope_frames" if name == "frame_depth" else "instruction"
                 raise SchemaRunError(f"StepInfo: {name} is read from the {source.split('_')[-1]} "
                                      f"({getattr(self, name)!r}), got {given!r}; pass another {source} to change it")
+
+    def _place(self, instruction: Instruction) -> None:
+        """Make `instruction` the step's own site."""
+        self._sites = (instruction,)
+        self._site = 0
 
     @property
     def _notify(self) -> Optional[Callable[[EditEvent], None]]:
@@ -277,13 +289,15 @@ class SteppingObserver(EventObserver):
     instruction) is the step itself: the StepInfo is built here, slot by slot, and the run switches
     to its consumer, with no event and no call in between. Otherwise it is `EventObserver.after`.
 
-    Its programs pass `after` the value the instruction bound (`after_takes_value`), read in the
-    generated code with the variable's name as a constant: the step never reads the instruction
-    object, which a run touches once per step and finds cold in the cache (0.3 us a step on the
-    tiny Llama, bench/bench_step_run.py).
+    Its programs pass `after` the instruction's site (the generated function's list of
+    instructions and a constant index) and the value it bound, read in the generated code with the
+    variable's name as a constant (`Observer.after_takes_site`): a step neither reads nor takes a
+    reference to the instruction object, which a run reaches once per step and finds cold in the
+    cache (0.3 and 0.1-0.3 us a step on the tiny Llama, bench/bench_step_run.py). The step keeps the
+    site; its `instruction` is looked up when asked for.
     """
 
-    after_takes_value = True
+    after_takes_site = True
 
     def configure(self, listeners: Sequence[TraceListener], capture_values: bool = False) -> None:
         super().configure(listeners, capture_values)
@@ -291,10 +305,10 @@ class SteppingObserver(EventObserver):
         self._stepper: Optional[Stepper] = only[0] if not capture_values and len(only) == 1 and \
             type(only[0]) is Stepper else None
 
-    def after(self, instr: Instruction, frame: dict, value: Any) -> None:  # type: ignore[override]
+    def after(self, sites: list, site: int, frame: dict, value: Any) -> None:  # type: ignore[override]
         stepper = self._stepper
         if stepper is None:
-            EventObserver.after(self, instr, frame)
+            EventObserver.after(self, sites[site], frame)
             return
         if self.conditions:  # an if test or a while re-evaluation (spec 000)
             return
@@ -306,7 +320,8 @@ class SteppingObserver(EventObserver):
         info.step_index = index
         info.value = value
         info.scope_frames = frames
-        info.instruction = instr
+        info._sites = sites
+        info._site = site
         info.block_path = self.path
         info._run = stepper
         if stepper.edits:
@@ -324,7 +339,7 @@ def _step(index: int, value: Any, frames: tuple, instr: Instruction, path: str, 
     info.step_index = index
     info.value = value
     info.scope_frames = frames
-    info.instruction = instr
+    info._place(instr)
     info.block_path = path
     info._run = stepper
     return info

@@ -162,6 +162,11 @@ def test_step_info_reads_kind_out_var_depth_and_location_yet_copies_and_replaces
     moved = dataclasses.replace(step, instruction=other.instruction, kind=other.kind, out_var=other.out_var,
                                 location=other.location)
     assert moved.kind == other.kind and moved.location is other.location
+    # a step keeps its instruction's site (the generated function's list, an index), not the instruction
+    assert step.instruction is step._sites[step._site] and len(step._sites) > 1
+    placed = copy.copy(step)
+    placed.instruction = other.instruction
+    assert placed.instruction is other.instruction and placed.kind == other.kind and step.kind == "op"
 
 
 class _Statements(torch.nn.Module):
