@@ -11,7 +11,8 @@ method it keeps ready. The step never touches its instruction object: the genera
 `after` the instruction's site (its function's list of instructions and a constant index) and the
 value it bound (read there with the name as a constant). A run reaches each of its thousands of
 instruction objects once and finds it cold in the cache: reading `out_var` off it and holding a
-reference to it cost about 0.4 us a step on the tiny Llama, more than the rest of `after`.
+reference to it cost 0.3-0.65 us a step inside a run of the tiny Llama (bench/bench_step_pieces.py),
+more than the rest of `after`.
 
 Depends on `listeners`, `instructions` and the schema; `interpreter` drives it.
 """
@@ -293,8 +294,8 @@ class SteppingObserver(EventObserver):
     instructions and a constant index) and the value it bound, read in the generated code with the
     variable's name as a constant (`Observer.after_takes_site`): a step neither reads nor takes a
     reference to the instruction object, which a run reaches once per step and finds cold in the
-    cache (0.3 and 0.1-0.3 us a step on the tiny Llama, bench/bench_step_run.py). The step keeps the
-    site; its `instruction` is looked up when asked for.
+    cache (bench/bench_step_pieces.py). The step keeps the site; its `instruction` is looked up when
+    asked for.
     """
 
     after_takes_site = True
