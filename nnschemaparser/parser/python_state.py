@@ -37,9 +37,11 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import Any
+from typing import Any, Optional
 
 from torch import nn
+
+from .held_objects import HeldObjects
 
 __all__ = ["PythonState"]
 
@@ -95,7 +97,8 @@ def _own_classes(model: nn.Module) -> list[type]:
 class PythonState:
     """The Python state a forward of `model` can write, recorded now; `restore()` puts it back."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, held: bool = False) -> None:
+        self.held: Optional[HeldObjects] = HeldObjects() if held else None
         self.namespaces: list[tuple[dict, dict, list]] = []  # (dict, its copy, [(container, items)])
         self.classes: list[tuple[type, dict]] = []
         self.defaults: list[tuple[Any, list]] = []  # (container, items)
@@ -110,11 +113,13 @@ class PythonState:
                 held = [(value, items) for value in space.values()
                         if (items := _contents(value)) is not None]
                 self.namespaces.append((space, dict(space), held))
+                self._hold_space(space)
                 for value in list(space.values()):  # the module's own functions (helpers the forward calls)
                     if isinstance(value, types.FunctionType) and value.__module__ == cls.__module__:
                         self._function(value)
             attrs = {k: v for k, v in vars(cls).items() if not (k.startswith("__") and k.endswith("__"))}
             self.classes.append((cls, attrs))
+            self._hold_class(cls, attrs)
             for value in attrs.values():
                 self._function(value)
 
@@ -125,6 +130,7 @@ class PythonState:
         state = cls.__new__(cls)
         state.namespaces, state.classes, state.defaults, state.cells = [], [], [], []
         state.seen_functions = set()
+        state.held = HeldObjects()
         spaces: set[int] = set()
         todo, seen, classes = [fn], set(), set()
         while todo and len(seen) < _REACH:
@@ -140,12 +146,14 @@ class PythonState:
                 spaces.add(id(space))
                 held = [(item, items) for item in space.values() if (items := _contents(item)) is not None]
                 state.namespaces.append((space, dict(space), held))
+                state._hold_space(space)
             for name in _names(value.__code__):
                 named = space.get(name, _MISSING)
                 if isinstance(named, type) and not _foreign(named) and named not in classes:
                     classes.add(named)
                     attrs = {k: v for k, v in vars(named).items() if not (k.startswith("__") and k.endswith("__"))}
                     state.classes.append((named, attrs))
+                    state._hold_class(named, attrs)
                     todo.extend(v.__func__ if isinstance(v, (staticmethod, classmethod)) else v for v in attrs.values())
                 elif isinstance(named, types.FunctionType):
                     todo.append(named)
@@ -164,15 +172,37 @@ class PythonState:
         if not isinstance(fn, types.FunctionType) or id(fn) in self.seen_functions:
             return
         self.seen_functions.add(id(fn))
-        defaults = list(fn.__defaults__ or ()) + list((fn.__kwdefaults__ or {}).values())
-        for value in defaults:
+        code = fn.__code__
+        positional = code.co_varnames[:code.co_argcount][code.co_argcount - len(fn.__defaults__ or ()):]
+        defaults = list(zip(positional, fn.__defaults__ or ())) + list((fn.__kwdefaults__ or {}).items())
+        where = f"{fn.__module__}.{fn.__qualname__}"
+        for name, value in defaults:
             items = _contents(value)
             if items is not None:
                 self.defaults.append((value, items))
-        for cell in fn.__closure__ or ():
+            if self.held is not None:
+                self.held.add(f"{where}'s default {name}", value)
+        for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
             value = _cell_value(cell)
             self.cells.append((cell, value))
+            if self.held is not None and value is not _MISSING:
+                self.held.add(f"{where}'s closure variable {name}", value)
             self._function(value)  # a helper defined beside the class: its own cells and defaults
+
+    def _hold_space(self, space: dict) -> None:
+        """Fingerprint what a module's globals hold (dunders such as `__builtins__` aside)."""
+        if self.held is None:
+            return
+        where = space.get("__name__", "a module")
+        for key, value in list(space.items()):
+            if not (key.startswith("__") and key.endswith("__")):
+                self.held.add(f"{where}.{key}", value)
+
+    def _hold_class(self, cls: type, attrs: dict) -> None:
+        if self.held is not None:
+            where = f"{getattr(cls, '__module__', '?')}.{cls.__qualname__}"
+            for key, value in attrs.items():
+                self.held.add(f"{where}.{key}", value)
 
     def changed(self) -> list[str]:
         """What differs from the recorded state, one phrase each (nothing is put back)."""
@@ -182,16 +212,18 @@ class PythonState:
             out += [f"global {key!r} of {where} added" for key in space if key not in before]
             out += [f"global {key!r} of {where} rebound" for key, value in before.items()
                     if space.get(key, _MISSING) is not value]
-            out += [f"the items of a {type(value).__name__} held by {where} changed" for value, items in held
-                    if _differs(value, items)]
+            if self.held is None:  # else named below, with what is held deeper
+                out += [f"the items of a {type(value).__name__} held by {where} changed" for value, items in held
+                        if _differs(value, items)]
         for cls, attrs in self.classes:
             now = {k: v for k, v in vars(cls).items() if not (k.startswith("__") and k.endswith("__"))}
             out += [f"class attribute {cls.__name__}.{key} written" for key in now.keys() | attrs.keys()
                     if now.get(key, _MISSING) is not attrs.get(key, _MISSING)]
-        out += [f"a mutable default ({type(value).__name__}) changed" for value, items in self.defaults
-                if _differs(value, items)]
+        if self.held is None:
+            out += [f"a mutable default ({type(value).__name__}) changed" for value, items in self.defaults
+                    if _differs(value, items)]
         out += ["a closure variable rebound" for cell, value in self.cells if _cell_value(cell) is not value]
-        return out
+        return out + (self.held.changed() if self.held is not None else [])
 
     def restore(self) -> None:
         """Put back every recorded name, class attribute, container's items and cell."""

@@ -213,7 +213,7 @@ class StateWatch:
         self.held = [(dict(m._parameters), dict(m._buffers), dict(m._modules)) for m in self.modules]
         self.versions = [(m, name, t, t._version) for m in self.modules
                          for name, t in (*m._parameters.items(), *m._buffers.items()) if t is not None]
-        self.python = PythonState(model) if model is not None else None
+        self.python = PythonState(model, held=True) if model is not None else None
 
     def changes(self) -> list[str]:
         out = []

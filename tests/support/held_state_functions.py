@@ -38,6 +38,12 @@ def counted_bias(h: torch.Tensor, scale: float) -> torch.Tensor:
     return _mask(h, scale)
 
 
+def taken_count() -> int:
+    """Reads the counter `counted_bias` increments, and sets it back to 0."""
+    count, STATS.calls = STATS.calls, 0
+    return count
+
+
 def remembered_bias(h: torch.Tensor, scale: float) -> torch.Tensor:
     """Appends to a global deque."""
     RECENT.append(h.shape[1])
@@ -118,3 +124,12 @@ def reset() -> None:
 def scaled_bias(h: torch.Tensor, scale: float) -> torch.Tensor:
     """Reads (and writes nothing of) the global objects above: reusing it is exact."""
     return _mask(h, scale * (STATS.calls + len(STATS.cache) + len(RECENT) + 1) + TOTAL)
+
+
+
+def counted_causal_mask(*args, **kwargs):
+    """transformers' `create_causal_mask` that counts its calls on a global object."""
+    from transformers.masking_utils import create_causal_mask
+
+    STATS.calls += 1
+    return create_causal_mask(*args, **kwargs)

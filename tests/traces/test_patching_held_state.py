@@ -19,7 +19,8 @@ from nnschemaparser import NNParser, activation_patching  # noqa: E402
 from nnschemaparser.traces.patching import PatchingReuseWarning  # noqa: E402
 from tests.support import held_state_functions as hs  # noqa: E402
 from tests.support.held_state_functions import (closed_bias, counted_bias, defaulted_bias, filed_bias,  # noqa: E402
-                                                remembered_bias, seen_bias, stored_bias, summed_bias, tallied_bias)
+                                                remembered_bias, seen_bias, stored_bias, summed_bias, tallied_bias,
+                                                taken_count)
 
 
 class _Layer(nn.Module):
@@ -121,14 +122,15 @@ class _Defaulted(_Stack):
 
 
 class _ReadsCount(_Stack):
-    """Writes a global object's counter before the sites and reads it after them."""
+    """Counts on a global object before the sites, and takes the count after them (each whole run
+    leaves the counter at 0, so the parse's runs agree)."""
 
     def forward(self, x):
         h = self.embed(x)
         bias = counted_bias(h, 1e4)
         for layer in self.layers:
             h = layer(h, bias)
-        return h * hs.STATS.calls
+        return h * taken_count()
 
 
 _AT = "call=embed, call=layers.*"
@@ -189,7 +191,7 @@ def test_a_write_into_an_object_a_global_holds_turns_reuse_off_and_leaves_the_st
 def test_a_counter_written_before_the_sites_and_read_after_them_gives_the_metrics_of_plain_runs():
     (table, state, warned), (plain, plain_state, _) = _patch_twice(_ReadsCount)
     assert list(table["metric"]) == list(plain["metric"])  # each patched run reads the count the real run has
-    assert state == plain_state and state["STATS.calls"] == 2 + len(table)
+    assert state == plain_state and (table["effect"] != 0).all()
     assert any(re.search(rf"counted_bias wrote state \(.*{_MODULE}\.STATS\.calls", m) for m in warned), warned
 
 
@@ -215,3 +217,37 @@ class _ReadsAfterOnly(_Stack):
         for layer in self.layers:
             h = layer(h, bias)
         return h
+
+
+
+def test_a_transformers_mask_function_counting_on_a_global_object_turns_reuse_off(monkeypatch):
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.gpt2 import modeling_gpt2
+
+    monkeypatch.setattr(modeling_gpt2, "create_causal_mask", hs.counted_causal_mask)
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=32,
+                                     bos_token_id=0, eos_token_id=0, use_cache=False)
+    config._attn_implementation = "eager"
+    model = transformers.GPT2LMHeadModel(config).eval()
+    ids = torch.randint(0, 64, (1, 6), generator=torch.Generator().manual_seed(0))
+    other = ids.clone()
+    other[0, 3] = (other[0, 3] + 1) % 64
+    schema = NNParser.parse_model(model=model, inputs_tensors_values={"input_ids": ids.clone()})
+    at = "call=transformer.drop, call=transformer.h.*"
+
+    def metric(out) -> torch.Tensor:
+        return out.logits[0, -1, 0] - out.logits[0, -1, 1]
+
+    results = []
+    for reuse in (True, False):
+        hs.reset()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            table = activation_patching(schema, {"input_ids": ids}, {"input_ids": other}, metric, at=at, reuse=reuse)
+        results.append((table, hs.STATS.calls, [str(w.message) for w in caught]))
+    hs.reset()
+    (table, calls, warned), (plain, plain_calls, _) = results
+    assert calls == plain_calls == 2 + len(table)  # the mask is built in every run
+    assert list(table["metric"]) == list(plain["metric"])
+    assert any(re.search(rf"counted_causal_mask wrote state \(.*{_MODULE}\.STATS\.calls", m) for m in warned), warned
