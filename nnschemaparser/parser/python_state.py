@@ -35,9 +35,10 @@ Depends on torch only.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import types
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from torch import nn
 
@@ -160,6 +161,39 @@ class PythonState:
             todo.extend(_cell_value(cell) for cell in value.__closure__ or ())
         return state
 
+    def add_namespace(self, space: dict) -> None:
+        """Record one more module's globals (and, with `held`, what they hold)."""
+        held = [(item, items) for item in space.values() if (items := _contents(item)) is not None]
+        self.namespaces.append((space, dict(space), held))
+        self._hold_space(space)
+
+    @contextlib.contextmanager
+    def watching_run(self) -> Iterator[None]:
+        """While the `with` block runs, record the globals of each module whose code it runs, at the
+        first call into that module (before that code writes anything): state written by code the
+        model reaches at run time (a function found in a registry, a helper of a module run as is),
+        which no name in the model's code leads to. torch's, the standard library's, builtins' and
+        this package's modules are left out. A profile function does it (one that was set is still
+        called)."""
+        known = {id(space) for space, _, _ in self.namespaces}
+        before = sys.getprofile()
+
+        def profile(frame: Any, event: str, arg: Any) -> None:
+            if event == "call":
+                space = frame.f_globals
+                if id(space) not in known:
+                    known.add(id(space))
+                    if _watched_module(space.get("__name__")):
+                        self.add_namespace(space)
+            if before is not None:
+                before(frame, event, arg)
+
+        sys.setprofile(profile)
+        try:
+            yield
+        finally:
+            sys.setprofile(before)
+
     def _function(self, value: Any) -> None:
         if isinstance(value, (staticmethod, classmethod)):
             value = value.__func__
@@ -261,6 +295,18 @@ def _foreign(value: Any) -> bool:
     """torch's and builtins' own code, whose module state is not the model's."""
     name = getattr(value, "__module__", "") or ""
     return name == "builtins" or name == "torch" or name.startswith("torch.")
+
+
+_PACKAGE = __name__.split(".")[0]
+
+
+def _watched_module(name: Any) -> bool:
+    """Whether a module's globals are the user's or a library's state (not torch's, the standard
+    library's, builtins' or this package's; generated code, whose globals have no `__name__`, is out)."""
+    if type(name) is not str:
+        return False
+    top = name.split(".")[0]
+    return top not in ("torch", "builtins", _PACKAGE) and top not in sys.stdlib_module_names
 
 
 def _names(code: Any) -> list[str]:

@@ -25,6 +25,7 @@ Depends on torch, runtime.interpreter (a row's run), traces.interventions and pa
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -214,6 +215,11 @@ class StateWatch:
         self.versions = [(m, name, t, t._version) for m in self.modules
                          for name, t in (*m._parameters.items(), *m._buffers.items()) if t is not None]
         self.python = PythonState(model, held=True) if model is not None else None
+
+    def running(self) -> Any:
+        """Around the recorded run: also watch the globals of each module whose code the run reaches
+        (`PythonState.watching_run`)."""
+        return self.python.watching_run() if self.python is not None else contextlib.nullcontext()
 
     def changes(self) -> list[str]:
         out = []

@@ -44,6 +44,7 @@ Depends on runtime.reuse, traces.interventions and traces.patch_sites; pandas.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from typing import Any, Callable, Optional
 
@@ -107,8 +108,9 @@ def activation_patching(schema: ModelBlockSchema, clean: dict, corrupted: dict, 
                 pair.reuse.returned_value = None
                 return value
 
-            clean_metric = metric_value(metric, run_reusing(pair, schema, clean,
-                                                            look_at(item, clean_sites, number, copy=reuse)))
+            with watch.running() if reuse else contextlib.nullcontext():
+                clean_outputs = run_reusing(pair, schema, clean, look_at(item, clean_sites, number, copy=reuse))
+            clean_metric = metric_value(metric, clean_outputs)
             why = _why_not(watch, pair.reuse) if reuse else ["reuse=False"]
             if why and reuse:
                 warnings.warn(PatchingReuseWarning(
