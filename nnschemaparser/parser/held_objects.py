@@ -32,6 +32,7 @@ Depends on torch only.
 from __future__ import annotations
 
 import collections
+import functools
 import types
 from typing import Any
 
@@ -45,12 +46,15 @@ _PER_OBJECT = 3  # writes named per object (the rest are counted)
 _MISSING = object()
 _OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
            types.CodeType, staticmethod, classmethod, property, str, bytes, int, float, complex, bool, tuple,
-           frozenset, range, type(None))
-_BOOKKEEPING = ("logging",)  # modules whose objects' writes are bookkeeping, not computation
+           frozenset, range, type(None), functools.partial, type(functools.lru_cache(None)(len)))
+_BOOKKEEPING = ("logging", "typing")  # modules whose objects' writes are bookkeeping, not computation
+
+
+_SKIP = frozenset(_OPAQUE)  # exact types passed over without a look (the common case: a function, a str)
 
 
 def _label_key(label: str, key: Any) -> str:
-    if isinstance(key, (str, int, float, bool, type(None))) and len(text := repr(key)) <= 40:
+    if key is not _MISSING and isinstance(key, (str, int, float, bool, type(None))) and len(text := repr(key)) <= 40:
         return f"{label}[{text}]"
     return f"{label}[...]"
 
@@ -96,70 +100,92 @@ class HeldObjects:
     """Fingerprints of objects names hold (`add`), and `changed()`: the writes into them since."""
 
     def __init__(self) -> None:
-        self.items: list[tuple[str, str, Any, Any]] = []  # (label, kind, object, fingerprint)
+        # (parent's index or -1, the name or the step from the parent, kind, object, fingerprint);
+        # labels are spelled out only for a write (a watch takes thousands of fingerprints per sweep)
+        self.items: list[tuple[int, Any, str, Any, Any]] = []
         self.seen: set[int] = set()
 
     def add(self, label: str, value: Any, depth: int = _DEPTH) -> None:
         """Record `value` (named `label`) and, while `depth` allows, the objects it holds."""
-        if isinstance(value, _OPAQUE) or id(value) in self.seen:
+        if type(value) not in _SKIP:
+            self._add(-1, label, value, depth)
+
+    def _add(self, parent: int, step: Any, value: Any, depth: int) -> None:
+        if id(value) in self.seen or isinstance(value, _OPAQUE):
             return
         if isinstance(value, torch.Tensor):
             self.seen.add(id(value))
-            self.items.append((label, "tensor", value, _tensor_print(value)))
-            return
-        if isinstance(value, torch.Generator):
-            self.seen.add(id(value))
-            self.items.append((label, "generator", value, value.get_state()))
+            self.items.append((parent, step, "tensor", value, _tensor_print(value)))
             return
         if isinstance(value, dict):
             items, kind = dict(dict.items(value)), "dict"  # the stored items: a subclass's __getitem__ may make new ones
-            inner = [(_label_key(label, k), v) for k, v in items.items()]
         elif isinstance(value, (list, collections.deque)):
             items, kind = list.copy(value) if isinstance(value, list) else list(value), "list"
-            inner = [(f"{label}[...]", v) for v in items]
-        elif isinstance(value, bytearray):
-            items, kind, inner = bytes(value), "bytes", []
         elif isinstance(value, set):
-            items, kind, inner = set.copy(value), "set", []
+            items, kind = set.copy(value), "set"
+        elif isinstance(value, bytearray):
+            items, kind = bytes(value), "bytes"
+        elif type(value) is torch.Generator:
+            items, kind = value.get_state(), "generator"
         else:
             attrs = _attributes(value)
             if attrs is None:
                 return
             items, kind = dict(attrs), "object"
-            inner = [(f"{label}.{k}", v) for k, v in items.items()]
         self.seen.add(id(value))
-        self.items.append((label, kind, value, items))
+        here = len(self.items)
+        self.items.append((parent, step, kind, value, items))
         if depth > 1:
-            for name, item in inner:
-                self.add(name, item, depth - 1)
+            add, skip = self._add, _SKIP
+            if kind == "dict":
+                for key, item in items.items():
+                    if type(item) not in skip:
+                        add(here, ("[]", key), item, depth - 1)
+            elif kind == "object":
+                for key, item in items.items():
+                    if type(item) not in skip and not (type(key) is str and key[:2] == "__" == key[-2:]):
+                        add(here, (".", key), item, depth - 1)
+            elif kind == "list":
+                for item in items:
+                    if type(item) not in skip:
+                        add(here, ("[]", _MISSING), item, depth - 1)
+
+    def label(self, index: int) -> str:
+        """The name of the object at `index`: `module.STATS.cache[5]`."""
+        parent, step, *_ = self.items[index]
+        if parent < 0:
+            return step
+        base, (how, key) = self.label(parent), step
+        return f"{base}.{key}" if how == "." else _label_key(base, key)
 
     def changed(self) -> list[str]:
         """Each write seen, named (`module.STATS.calls`, `module.CACHE[5]`, `module.LOG[...]`)."""
         out: list[str] = []
-        for label, kind, value, before in self.items:
+        for index, (_, _, kind, value, before) in enumerate(self.items):
             if kind == "tensor":
                 if _tensor_changed(value, before):
-                    out.append(f"{label} (a tensor changed in place)")
+                    out.append(f"{self.label(index)} (a tensor changed in place)")
             elif kind == "generator":
                 if not torch.equal(value.get_state(), before):
-                    out.append(f"{label} (a generator drew numbers)")
+                    out.append(f"{self.label(index)} (a generator drew numbers)")
             elif kind in ("dict", "object"):
                 now = value if kind == "dict" else _attributes(value) or {}
                 if len(now) == len(before) and all(dict.get(now, k, _MISSING) is v for k, v in before.items()):
                     continue
                 keys = [k for k in [*before, *(k for k in dict.keys(now) if k not in before)]
                         if dict.get(now, k, _MISSING) is not before.get(k, _MISSING)]
-                named = [_label_key(label, k) if kind == "dict" else f"{label}.{k}" for k in keys[:_PER_OBJECT]]
-                out += named + ([f"{len(keys) - _PER_OBJECT} more of {label}"] if len(keys) > _PER_OBJECT else [])
+                label = self.label(index)
+                out += [_label_key(label, k) if kind == "dict" else f"{label}.{k}" for k in keys[:_PER_OBJECT]]
+                out += [f"{len(keys) - _PER_OBJECT} more of {label}"] if len(keys) > _PER_OBJECT else []
             elif kind == "list":
                 now = list.copy(value) if isinstance(value, list) else list(value)
                 if len(now) != len(before) or any(a is not b for a, b in zip(now, before)):
-                    out.append(f"{label}[...]")
+                    out.append(f"{self.label(index)}[...]")
             elif kind == "bytes":
                 if bytes(value) != before:
-                    out.append(f"{label}[...]")
+                    out.append(f"{self.label(index)}[...]")
             elif len(value) != len(before) or not value.issuperset(before):
-                out.append(f"{label}[...]")
+                out.append(f"{self.label(index)}[...]")
         return out
 
 

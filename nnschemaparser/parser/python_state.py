@@ -25,10 +25,18 @@ its module and of the modules of the functions its code names (followed through 
 and cells of each function reached (activation patching's check of a function call it would reuse,
 traces/patching.py).
 
+`PythonState(model, held=True)` and `reached_by` also fingerprint what those names hold, two levels
+in (parser/held_objects.py: a counter on a module-level object, a deque, a `defaultdict`, a cache
+dict on an object, a tensor changed in place), and `changed()` names each write into them
+(`module.STATS.calls`, `module.CACHE[5]`). `add_namespace(space)` records one more module's
+globals; `watching_run()` records, during a run, the globals of each module whose code the run
+reaches, at its first call (a function found at run time in a registry, which no name leads to).
+The parse does not ask for these (its runs only need `restore()`).
+
 `restore()` puts back what changed: rebound names their old object, added names removed,
 deleted ones restored, container contents their old items. It is shallow: a write inside an object
 held by one of these (a dict inside a global dict, an attribute of a global instance) and the
-globals of other modules (a library's own caches) are not put back.
+globals of other modules (a library's own caches) are not put back; nor is what `held` sees deeper.
 
 Depends on torch only.
 """
@@ -125,13 +133,19 @@ class PythonState:
                 self._function(value)
 
     @classmethod
-    def reached_by(cls, fn: Any) -> "PythonState":
-        """The Python state `fn`'s call can write through the names its code (and the code of the
-        functions those names hold, transitively) reads; see the module docstring."""
+    def empty(cls, held: bool = True) -> "PythonState":
+        """A state with nothing recorded yet (`add_namespace`, `watching_run` add to it)."""
         state = cls.__new__(cls)
         state.namespaces, state.classes, state.defaults, state.cells = [], [], [], []
         state.seen_functions = set()
-        state.held = HeldObjects()
+        state.held = HeldObjects() if held else None
+        return state
+
+    @classmethod
+    def reached_by(cls, fn: Any) -> "PythonState":
+        """The Python state `fn`'s call can write through the names its code (and the code of the
+        functions those names hold, transitively) reads; see the module docstring."""
+        state = cls.empty()
         spaces: set[int] = set()
         todo, seen, classes = [fn], set(), set()
         while todo and len(seen) < _REACH:
@@ -173,26 +187,26 @@ class PythonState:
         first call into that module (before that code writes anything): state written by code the
         model reaches at run time (a function found in a registry, a helper of a module run as is),
         which no name in the model's code leads to. torch's, the standard library's, builtins' and
-        this package's modules are left out. A profile function does it (one that was set is still
-        called)."""
+        this package's modules are left out. A trace function does it (CPython calls it for each new
+        Python frame only, never for C calls); a tracer already set (a debugger, coverage.py) is
+        called as before and its local tracer kept."""
         known = {id(space) for space, _, _ in self.namespaces}
-        before = sys.getprofile()
+        previous = sys.gettrace()
+        add = self.add_namespace
 
-        def profile(frame: Any, event: str, arg: Any) -> None:
-            if event == "call":
-                space = frame.f_globals
-                if id(space) not in known:
-                    known.add(id(space))
-                    if _watched_module(space.get("__name__")):
-                        self.add_namespace(space)
-            if before is not None:
-                before(frame, event, arg)
+        def trace(frame: Any, event: str, arg: Any) -> Any:
+            space = frame.f_globals
+            if id(space) not in known:
+                known.add(id(space))
+                if _watched_module(space.get("__name__")):
+                    add(space)
+            return previous(frame, event, arg) if previous is not None else None
 
-        sys.setprofile(profile)
+        sys.settrace(trace)
         try:
             yield
         finally:
-            sys.setprofile(before)
+            sys.settrace(previous)
 
     def _function(self, value: Any) -> None:
         if isinstance(value, (staticmethod, classmethod)):
