@@ -349,7 +349,8 @@ def checked_edits(edits: Any, keys: Sequence[str] = _EDIT_KEYS,
     checked: dict[int, list[dict]] = {}
     for step, entry in edits.items():
         if type(step) is not int or step < 1:
-            raise SchemaRunError(f"edits: {step!r} is not a step index (steps are ints counted from 1); {example}")
+            raise SchemaRunError(f"edits must map a step index (int) to an edit dict or a list of them: {step!r} is "
+                                 f"not a step index (steps are ints counted from 1); {example}")
         items = [entry] if isinstance(entry, dict) else entry
         if not isinstance(items, (list, tuple)) or not all(isinstance(item, dict) for item in items):
             raise SchemaRunError(f"edits[{step}] must be an edit dict or a list of them, got {type(entry).__name__}")
