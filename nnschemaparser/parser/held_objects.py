@@ -110,6 +110,13 @@ class HeldObjects:
         if type(value) not in _SKIP:
             self._add(-1, label, value, depth)
 
+    def add_names(self, where: str, names: Any) -> None:
+        """`add` each (name, value) of `names` as `where.name`, dunders (`__builtins__`) aside."""
+        skip, add = _SKIP, self._add
+        for key, value in names:
+            if type(value) not in skip and not (type(key) is str and key[:2] == "__" == key[-2:]):
+                add(-1, (where, key), value, _DEPTH)
+
     def _add(self, parent: int, step: Any, value: Any, depth: int) -> None:
         if id(value) in self.seen or isinstance(value, _OPAQUE):
             return
@@ -154,7 +161,7 @@ class HeldObjects:
         """The name of the object at `index`: `module.STATS.cache[5]`."""
         parent, step, *_ = self.items[index]
         if parent < 0:
-            return step
+            return step if type(step) is str else f"{step[0]}.{step[1]}"
         base, (how, key) = self.label(parent), step
         return f"{base}.{key}" if how == "." else _label_key(base, key)
 

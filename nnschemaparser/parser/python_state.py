@@ -220,37 +220,31 @@ class PythonState:
         if not isinstance(fn, types.FunctionType) or id(fn) in self.seen_functions:
             return
         self.seen_functions.add(id(fn))
-        code = fn.__code__
-        positional = code.co_varnames[:code.co_argcount][code.co_argcount - len(fn.__defaults__ or ()):]
-        defaults = list(zip(positional, fn.__defaults__ or ())) + list((fn.__kwdefaults__ or {}).items())
-        where = f"{fn.__module__}.{fn.__qualname__}"
-        for name, value in defaults:
-            items = _contents(value)
-            if items is not None:
-                self.defaults.append((value, items))
-            if self.held is not None:
-                self.held.add(f"{where}'s default {name}", value)
+        code, held = fn.__code__, self.held
+        if fn.__defaults__ or fn.__kwdefaults__:
+            positional = code.co_varnames[:code.co_argcount][code.co_argcount - len(fn.__defaults__ or ()):]
+            for name, value in [*zip(positional, fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).items()]:
+                items = _contents(value)
+                if items is not None:
+                    self.defaults.append((value, items))
+                if held is not None:
+                    held.add(f"{fn.__module__}.{fn.__qualname__}'s default {name}", value)
         for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
             value = _cell_value(cell)
             self.cells.append((cell, value))
-            if self.held is not None and value is not _MISSING:
-                self.held.add(f"{where}'s closure variable {name}", value)
+            if held is not None and value is not _MISSING:
+                held.add(f"{fn.__module__}.{fn.__qualname__}'s closure variable {name}", value)
             self._function(value)  # a helper defined beside the class: its own cells and defaults
 
     def _hold_space(self, space: dict) -> None:
         """Fingerprint what a module's globals hold (dunders such as `__builtins__` aside)."""
         if self.held is None:
             return
-        where = space.get("__name__", "a module")
-        for key, value in list(space.items()):
-            if not (key.startswith("__") and key.endswith("__")):
-                self.held.add(f"{where}.{key}", value)
+        self.held.add_names(space.get("__name__", "a module"), list(space.items()))
 
     def _hold_class(self, cls: type, attrs: dict) -> None:
         if self.held is not None:
-            where = f"{getattr(cls, '__module__', '?')}.{cls.__qualname__}"
-            for key, value in attrs.items():
-                self.held.add(f"{where}.{key}", value)
+            self.held.add_names(f"{getattr(cls, '__module__', '?')}.{cls.__qualname__}", attrs.items())
 
     def changed(self) -> list[str]:
         """What differs from the recorded state, one phrase each (nothing is put back)."""
