@@ -16,15 +16,16 @@ each object that object holds directly), and `changed()` names each write after 
 | list, deque, bytearray | its items by identity, so its length | an item set, added or removed |
 | set | its items | an item added or removed |
 | an instance with a `__dict__` (no class, module or function) | its attributes by identity | an attribute set, added or deleted |
-| a tensor | its version counter, data pointer and shape (a copy of an inference tensor, which has no version counter, up to `_COPY_LIMIT` elements) | a change in place, `set_`, a resize |
+| a tensor | version counter, data pointer, shape (an inference tensor: a copy, `_COPY_LIMIT`) | a write in place |
 | a `torch.Generator` | its state | numbers drawn from it |
 
 Not seen: writes three levels in or deeper (`STATE.cache[key].append(x)`), into tuples' and
 frozensets' items, inside objects without a `__dict__` (`__slots__`, C types such as a numpy array
 or `random.Random`), into an inference tensor above `_COPY_LIMIT` elements (only a new data pointer
-or shape), into the function objects themselves (`fn.calls += 1`, an `lru_cache`'s table), and
-`logging`'s own objects (a logger's level cache), which are bookkeeping and are skipped on purpose.
-Names spelled as dunders (`__builtins__`, `__spec__`) are not looked into.
+or shape), into functions and what wraps them (`fn.calls += 1`, an `lru_cache`'s table, a
+`functools.partial`), and `logging`'s and `typing`'s own objects (a logger's level cache), which are
+bookkeeping and are skipped on purpose. Names and attributes spelled as dunders (`__builtins__`,
+`__spec__`, `__wrapped__`) are not looked into.
 
 Depends on torch only.
 """
@@ -104,18 +105,26 @@ class HeldObjects:
         # labels are spelled out only for a write (a watch takes thousands of fingerprints per sweep)
         self.items: list[tuple[int, Any, str, Any, Any]] = []
         self.seen: set[int] = set()
+        self.refused: list[str] = []  # objects that could not be fingerprinted, said by `changed()`
 
     def add(self, label: str, value: Any, depth: int = _DEPTH) -> None:
         """Record `value` (named `label`) and, while `depth` allows, the objects it holds."""
         if type(value) not in _SKIP:
-            self._add(-1, label, value, depth)
+            self._root(label, value, depth)
 
     def add_names(self, where: str, names: Any) -> None:
         """`add` each (name, value) of `names` as `where.name`, dunders (`__builtins__`) aside."""
-        skip, add = _SKIP, self._add
+        skip, add = _SKIP, self._root
         for key, value in names:
             if type(value) not in skip and not (type(key) is str and key[:2] == "__" == key[-2:]):
-                add(-1, (where, key), value, _DEPTH)
+                add((where, key), value, _DEPTH)
+
+    def _root(self, step: Any, value: Any, depth: int) -> None:
+        try:
+            self._add(-1, step, value, depth)
+        except Exception as exc:  # an object whose own code refuses to be read (a subclass's __iter__)
+            name = step if type(step) is str else f"{step[0]}.{step[1]}"
+            self.refused.append(f"{name} could not be fingerprinted ({type(exc).__name__}: {exc})")
 
     def _add(self, parent: int, step: Any, value: Any, depth: int) -> None:
         if id(value) in self.seen or isinstance(value, _OPAQUE):
@@ -125,7 +134,7 @@ class HeldObjects:
             self.items.append((parent, step, "tensor", value, _tensor_print(value)))
             return
         if isinstance(value, dict):
-            items, kind = dict(dict.items(value)), "dict"  # the stored items: a subclass's __getitem__ may make new ones
+            items, kind = dict(dict.items(value)), "dict"  # stored items: a subclass's __getitem__ may make new ones
         elif isinstance(value, (list, collections.deque)):
             items, kind = list.copy(value) if isinstance(value, list) else list(value), "list"
         elif isinstance(value, set):
@@ -167,33 +176,37 @@ class HeldObjects:
 
     def changed(self) -> list[str]:
         """Each write seen, named (`module.STATS.calls`, `module.CACHE[5]`, `module.LOG[...]`)."""
-        out: list[str] = []
+        out: list[str] = list(self.refused)
         for index, (_, _, kind, value, before) in enumerate(self.items):
-            if kind == "tensor":
-                if _tensor_changed(value, before):
-                    out.append(f"{self.label(index)} (a tensor changed in place)")
-            elif kind == "generator":
-                if not torch.equal(value.get_state(), before):
-                    out.append(f"{self.label(index)} (a generator drew numbers)")
-            elif kind in ("dict", "object"):
-                now = value if kind == "dict" else _attributes(value) or {}
-                if len(now) == len(before) and all(dict.get(now, k, _MISSING) is v for k, v in before.items()):
-                    continue
-                keys = [k for k in [*before, *(k for k in dict.keys(now) if k not in before)]
-                        if dict.get(now, k, _MISSING) is not before.get(k, _MISSING)]
-                label = self.label(index)
-                out += [_label_key(label, k) if kind == "dict" else f"{label}.{k}" for k in keys[:_PER_OBJECT]]
-                out += [f"{len(keys) - _PER_OBJECT} more of {label}"] if len(keys) > _PER_OBJECT else []
-            elif kind == "list":
-                now = list.copy(value) if isinstance(value, list) else list(value)
-                if len(now) != len(before) or any(a is not b for a, b in zip(now, before)):
-                    out.append(f"{self.label(index)}[...]")
-            elif kind == "bytes":
-                if bytes(value) != before:
-                    out.append(f"{self.label(index)}[...]")
-            elif len(value) != len(before) or not value.issuperset(before):
-                out.append(f"{self.label(index)}[...]")
+            try:
+                out += self._written(index, kind, value, before)
+            except Exception as exc:
+                out.append(f"{self.label(index)} could not be compared ({type(exc).__name__}: {exc})")
         return out
+
+    def _written(self, index: int, kind: str, value: Any, before: Any) -> list[str]:
+        """The writes into the object at `index` since its fingerprint `before`."""
+        if kind == "tensor":
+            return [f"{self.label(index)} (a tensor changed in place)"] if _tensor_changed(value, before) else []
+        if kind == "generator":
+            return [] if torch.equal(value.get_state(), before) else [f"{self.label(index)} (a generator drew numbers)"]
+        if kind in ("dict", "object"):
+            now = value if kind == "dict" else _attributes(value) or {}
+            if len(now) == len(before) and all(dict.get(now, k, _MISSING) is v for k, v in before.items()):
+                return []
+            keys = [k for k in [*before, *(k for k in dict.keys(now) if k not in before)]
+                    if dict.get(now, k, _MISSING) is not before.get(k, _MISSING)]
+            label = self.label(index)
+            out = [_label_key(label, k) if kind == "dict" else f"{label}.{k}" for k in keys[:_PER_OBJECT]]
+            return out + ([f"{len(keys) - _PER_OBJECT} more of {label}"] if len(keys) > _PER_OBJECT else [])
+        if kind == "list":
+            now = list.copy(value) if isinstance(value, list) else list(value)
+            same = len(now) == len(before) and all(a is b for a, b in zip(now, before))
+        elif kind == "bytes":
+            same = bytes(value) == before
+        else:  # a set
+            same = len(value) == len(before) and value.issuperset(before)
+        return [] if same else [f"{self.label(index)}[...]"]
 
 
 def _tensor_changed(value: torch.Tensor, before: tuple) -> bool:

@@ -108,6 +108,7 @@ class PythonState:
 
     def __init__(self, model: nn.Module, held: bool = False) -> None:
         self.held: Optional[HeldObjects] = HeldObjects() if held else None
+        self.unwatched: list[str] = []  # modules `watching_run` could not record, said by `changed()`
         self.namespaces: list[tuple[dict, dict, list]] = []  # (dict, its copy, [(container, items)])
         self.classes: list[tuple[type, dict]] = []
         self.defaults: list[tuple[Any, list]] = []  # (container, items)
@@ -139,6 +140,7 @@ class PythonState:
         state.namespaces, state.classes, state.defaults, state.cells = [], [], [], []
         state.seen_functions = set()
         state.held = HeldObjects() if held else None
+        state.unwatched = []
         return state
 
     @classmethod
@@ -199,7 +201,11 @@ class PythonState:
             if id(space) not in known:
                 known.add(id(space))
                 if _watched_module(space.get("__name__")):
-                    add(space)
+                    try:
+                        add(space)
+                    except Exception as exc:  # never into the run: `changed()` says it was not watched
+                        self.unwatched.append(f"the globals of {space.get('__name__')} could not be watched "
+                                              f"({type(exc).__name__}: {exc})")
             return previous(frame, event, arg) if previous is not None else None
 
         sys.settrace(trace)
@@ -265,7 +271,7 @@ class PythonState:
             out += [f"a mutable default ({type(value).__name__}) changed" for value, items in self.defaults
                     if _differs(value, items)]
         out += ["a closure variable rebound" for cell, value in self.cells if _cell_value(cell) is not value]
-        return out + (self.held.changed() if self.held is not None else [])
+        return out + (self.held.changed() if self.held is not None else []) + self.unwatched
 
     def restore(self) -> None:
         """Put back every recorded name, class attribute, container's items and cell."""

@@ -17,9 +17,10 @@ projection (GPT-2's `transformer.h.*.attn:attn_output occurrence=1`, Llama's
 `StateWatch`: what a recorded run wrote outside its arguments (parameters and buffers, module
 attributes, the Python state `parser.python_state` records with what its names hold, the random
 generators; `running()` around the recorded run adds the globals of each module the run's code
-reaches), so that a replay that would skip such a write is turned off, with the reason. `function_watch(fn)`: the same check
-around one function call of the recorded run (the Python state the function reaches,
-`PythonState.reached_by`, and the random generators), `runtime.reuse.CallReuse.watch`.
+reaches), so that a replay that would skip such a write is turned off, with the reason.
+`function_watch(fn)`: the same check around one function call of the recorded run (the Python state
+the function reaches, `PythonState.reached_by`, and the random generators),
+`runtime.reuse.CallReuse.watch`.
 
 Depends on torch, runtime.interpreter (a row's run), traces.interventions and parser.python_state.
 """

@@ -46,8 +46,8 @@ def test_a_collective_run_without_a_process_group_says_how_to_start_one():
 @pytest.mark.parametrize("edits, message", [
     ([(2, {})], r"edits must map a step index \(int\) to an edit dict or a list of them, got list; "
                 r"e\.g\. \{5: \[\{'values': whole_value, 'placement': 'shard:0'\}\]\}"),
-    ({0: {"values": torch.zeros(2)}}, r"edits must map a step index \(int\) to an edit dict or a list of them: 0 is not "
-                                      r"a step index \(steps are ints counted from 1\); e\.g\."),
+    ({0: {"values": torch.zeros(2)}}, r"edits must map a step index \(int\) to an edit dict or a list of them: "
+                                      r"0 is not a step index \(steps are ints counted from 1\); e\.g\."),
     ({3: "values"}, r"edits\[3\] must be an edit dict or a list of them, got str"),
     ({3: {"value": torch.zeros(2)}}, r"edits\[3\]: unknown key 'value'; an edit takes values, out_var, frame_depth, "
                                      r"placement, shape, dtype"),

@@ -106,3 +106,23 @@ def test_a_run_watch_records_the_globals_of_modules_reached_at_run_time_and_keep
         sys.settrace(before)
     assert "bump" in calls  # the tracer that was set still saw the call
     assert state.changed() == ["held_objects_reached.STATE['n']"]
+
+
+class _Refusing(collections.deque):
+    def __iter__(self):
+        raise RuntimeError("no iterating me")
+
+
+def test_a_module_whose_globals_cannot_be_fingerprinted_is_said_and_the_run_goes_on():
+    module = types.ModuleType("held_objects_refusing")
+    exec("def run():\n    return 3\n", module.__dict__)
+    module.ODD = _Refusing()
+    state = PythonState.empty()
+    with state.watching_run():
+        assert module.run() == 3  # the refusal stays out of the run
+    assert state.changed() == ["held_objects_refusing.ODD could not be fingerprinted (RuntimeError: no iterating me)"]
+
+
+def test_an_object_that_refuses_to_be_read_is_said_not_skipped():
+    held = _watch(ODD=_Refusing(), FINE=[1])
+    assert held.changed() == ["m.ODD could not be fingerprinted (RuntimeError: no iterating me)"]
