@@ -349,27 +349,37 @@ def _step(index: int, value: Any, frames: tuple, instr: Instruction, path: str, 
 _EDIT_KEYS = ("values", "shape", "dtype", "frame_depth", "out_var")
 
 
-def checked_edits(edits: Any) -> dict[int, list[dict]]:
-    """`edits` of step_run as {step: [edit kwargs, ...]}, or a SchemaRunError naming the first bad entry."""
-    example = "e.g. {5: [{'values': torch.zeros(2, 32)}]}"
+def _needs_values(edit: dict) -> Optional[str]:
+    return None if "values" in edit else "an edit needs 'values' (the new value)"
+
+
+def checked_edits(edits: Any, keys: Sequence[str] = _EDIT_KEYS,
+                  example: str = "e.g. {5: [{'values': torch.zeros(2, 32)}]}",
+                  check: Callable[[dict], Optional[str]] = _needs_values) -> dict[int, list[dict]]:
+    """`edits` of step_run as {step: [edit kwargs, ...]} (each edit a copy), or a SchemaRunError
+    naming the first bad entry. A collective run checks its own `edits=` with its `keys`, `example`
+    and `check(edit)` (what is wrong with one edit's values, a phrase, or None;
+    distributed/collective_parts.py)."""
     if not isinstance(edits, dict):
-        raise SchemaRunError(f"edits must map step_index (int) -> list of edit dicts, got {type(edits).__name__}; {example}")
+        raise SchemaRunError(f"edits must map a step index (int) to an edit dict or a list of them, got "
+                             f"{type(edits).__name__}; {example}")
     checked: dict[int, list[dict]] = {}
     for step, entry in edits.items():
         if type(step) is not int or step < 1:
-            raise SchemaRunError(f"edits must map step_index (int) -> list of edit dicts: {step!r} is not a step index; "
-                             f"steps are ints counted from 1; {example}")
+            raise SchemaRunError(f"edits must map a step index (int) to an edit dict or a list of them: {step!r} is "
+                                 f"not a step index (steps are ints counted from 1); {example}")
         items = [entry] if isinstance(entry, dict) else entry
         if not isinstance(items, (list, tuple)) or not all(isinstance(item, dict) for item in items):
             raise SchemaRunError(f"edits[{step}] must be an edit dict or a list of them, got {type(entry).__name__}")
         for item in items:
-            unknown = [key for key in item if key not in _EDIT_KEYS]
+            unknown = [key for key in item if key not in keys]
             if unknown:
-                raise SchemaRunError(f"edits[{step}]: unknown key {unknown[0]!r}; an edit takes {', '.join(_EDIT_KEYS)}")
-            if "values" not in item:
-                raise SchemaRunError(f"edits[{step}]: an edit needs 'values' (the new value)")
+                raise SchemaRunError(f"edits[{step}]: unknown key {unknown[0]!r}; an edit takes {', '.join(keys)}")
+            problem = check(item)
+            if problem is not None:
+                raise SchemaRunError(f"edits[{step}]: {problem}")
             depth = item.get("frame_depth")
             if depth is not None and (type(depth) is not int or depth < 0):
                 raise SchemaRunError(f"edits[{step}]: frame_depth must be a non-negative int, got {depth!r}")
-        checked[step] = list(items)
+        checked[step] = [dict(item) for item in items]
     return checked
