@@ -227,9 +227,9 @@ if hasattr(os, "register_at_fork"):  # a forked child has no watch thread, and m
     os.register_at_fork(after_in_child=_PIN._reset_locks)
 
 
-def capture_started() -> Optional[int]:
-    """Before a capture runs: the heap's bytes in use (the token for `capture_ended`), or None where
-    no pin is placed. A pin holding more than the bound is released here."""
+def capture_started() -> Optional[tuple[int, int]]:
+    """Before a capture runs: the heap's bytes in use and its top chunk's start (the token for
+    `capture_ended`), or None where no pin is placed. A pin holding more than the bound is released."""
     glibc = _PIN.lib()
     if glibc is None:
         if _PIN.address:  # switched off by retain_freed_memory() since
@@ -238,12 +238,14 @@ def capture_started() -> Optional[int]:
     with _PIN.lock:
         if _PIN.address and _PIN.retained(glibc) > _PIN.bound:
             _PIN.release()
-        return glibc.mallinfo2().uordblks
+        info = glibc.mallinfo2()
+        return info.uordblks, glibc.top_start(info)
 
 
-def capture_ended(token: Optional[int]) -> None:
+def capture_ended(token: Optional[tuple[int, int]]) -> None:
     """After a capture returned its values: a pin above them when the capture grew the heap by
-    `MIN_CAPTURE_BYTES` or more and the present pin (if any) is not above them already."""
+    `MIN_CAPTURE_BYTES` or more and no pin stands above them already (none, or the capture's blocks
+    went past it)."""
     if token is None:
         return
     glibc = _PIN.lib()
@@ -251,12 +253,13 @@ def capture_ended(token: Optional[int]) -> None:
         return
     with _PIN.lock:
         info = glibc.mallinfo2()
-        kept = info.uordblks - token
+        kept, top = info.uordblks - token[0], glibc.top_start(info)
         _PIN.last = time.monotonic()
         if kept < MIN_CAPTURE_BYTES:
             return
         _PIN.bound = max(_PIN.bound, kept)
-        if not _PIN.address or glibc.top_start(info) != _PIN.end:  # no pin, or blocks in use above it
+        # blocks in use above the pin that the capture did not make (the top moved before it) need no new one
+        if not _PIN.address or (top != _PIN.end and top > token[1]):
             if not _PIN.place(glibc):
                 return
         _PIN.start_watch()
@@ -266,9 +269,10 @@ def capture_ended(token: Optional[int]) -> None:
 def release_capture_memory() -> int:
     """Give back now the heap memory kept for the next capture; the bytes it held (0 when none).
 
-    Frees the pin (see `traces/capture_memory.py`): glibc then trims the top of its heap as it would
-    have when the last capture was dropped. The next capture places a new pin, unless
-    `keep_capture_memory(False)`. Safe to call anywhere, any number of times.
+    Frees the pin (see `traces/capture_memory.py`) and calls glibc's `malloc_trim(0)`, so the pages
+    the dropped captures freed go back to the system (with any other free pages of the heap). The
+    next capture places a new pin, unless `keep_capture_memory(False)`. Safe to call anywhere, any
+    number of times.
 
         >>> release_capture_memory()  # doctest: +SKIP
         104857600
