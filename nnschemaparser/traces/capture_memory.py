@@ -22,10 +22,11 @@ Bounds (what `CaptureMemory` reports):
   cache or the last run's metadata, may sit among the freed values, where glibc's trim of the top
   alone would not reach; the trim returns the process's other free heap pages too, which later
   allocations there fault in again, once);
-- at most the largest capture's heap bytes: the heap bytes freed since the pin was placed
-  (`retained_bytes`, mallinfo2's free bytes less the top, over what they were) are checked against the most one capture
-  kept (`bound_bytes`) at each capture's start and by the watch (every second while a pin stands);
-  past it, the pin is released;
+- about the largest capture's heap bytes at most: the heap bytes freed since the pin was placed
+  (`retained_bytes`, mallinfo2's free bytes less the top, over what they were) are checked against
+  the most one capture kept, an eighth more and 1 MiB (`bound_bytes`: a dropped capture frees a
+  little more than its values, its record and the run's temporaries) at each capture's start and
+  by the watch (every second while a pin stands); past it, the pin is released;
 - a pin stays where it is while the captures fit below it; a capture that grew the heap above it
   gets a new pin at the new top (the old one is freed);
 - never placed: with another malloc than glibc's (jemalloc, tcmalloc preloaded; other systems),
@@ -79,8 +80,8 @@ class CaptureMemory:
     `enabled`: captures place a pin (`keep_capture_memory`); `reason`: why no pin can be placed in
     this process ("" where one can); `pin_bytes`: the pin block's size (0 when none; its pages are
     untouched but the first); `retained_bytes`: heap bytes freed since the pin was placed, kept
-    below it; `bound_bytes`: the most one capture kept since the last release (past it the pin
-    goes); `idle_seconds`: how long after the last capture the pin stays; `placed`, `placed_fails`:
+    below it; `bound_bytes`: the most one capture kept since the last release, an eighth more
+    and 1 MiB (past it the pin goes; 0 when no capture kept enough for a pin); `idle_seconds`: how long after the last capture the pin stays; `placed`, `placed_fails`:
     pins placed, and captures that could not get one, since the process started."""
 
     enabled: bool
@@ -162,6 +163,11 @@ class _Pin:
                                    "freed memory")
         return self.glibc if self.enabled and not self.reason and not heap.retaining() else None
 
+    def limit(self) -> int:
+        """The most the pin may keep: the most one capture kept, an eighth more and `MIN_CAPTURE_BYTES`
+        (a dropped capture frees a little more than its values: its record, the run's temporaries)."""
+        return self.bound + self.bound // 8 + MIN_CAPTURE_BYTES if self.bound else 0
+
     def retained(self, glibc: _Glibc) -> int:
         info = glibc.mallinfo2()
         return max(0, info.fordblks - info.keepcost - self.free_base) if self.address else 0
@@ -211,7 +217,7 @@ class _Pin:
                     self.wake.wait()
                     continue
                 left = self.last + self.idle_seconds - time.monotonic()
-                if left <= 0 or (self.glibc is not None and self.retained(self.glibc) > self.bound):
+                if left <= 0 or (self.glibc is not None and self.retained(self.glibc) > self.limit()):
                     self.release()
                     continue
                 self.wake.wait(min(left, _WATCH_PERIOD))
@@ -236,7 +242,7 @@ def capture_started() -> Optional[tuple[int, int]]:
             release_capture_memory()
         return None
     with _PIN.lock:
-        if _PIN.address and _PIN.retained(glibc) > _PIN.bound:
+        if _PIN.address and _PIN.retained(glibc) > _PIN.limit():
             _PIN.release()
         info = glibc.mallinfo2()
         return info.uordblks, glibc.top_start(info)
@@ -314,5 +320,5 @@ def capture_memory_held() -> CaptureMemory:
         reason = _PIN.reason or ("" if not heap.retaining() else
                                  "retain_freed_memory() was called: the process keeps freed memory already")
         return CaptureMemory(enabled=_PIN.enabled, reason=reason, pin_bytes=_PIN.size if _PIN.address else 0,
-                             retained_bytes=retained, bound_bytes=_PIN.bound, idle_seconds=_PIN.idle_seconds,
+                             retained_bytes=retained, bound_bytes=_PIN.limit(), idle_seconds=_PIN.idle_seconds,
                              placed=_PIN.placed, placed_fails=_PIN.placed_fails)
