@@ -15,7 +15,8 @@ candidate's time over eager's in the same round, the median over rounds (lowest-
 
 With --before PATH (a checkout of the package, e.g. `git worktree add --detach /tmp/before main`),
 that checkout is imported too (bench_step_run.load_before), parses each model itself, and its
-`keep="call=**"` capture is timed in the same rounds ("every module out (before)").
+`keep="call=**"` capture is timed in the same rounds ("every module out (before)"); with `--dataset`,
+its capture_dataset too ("capture_dataset (before)").
 
 The models are bench/models.py's dispatch-bound suite (a 32-layer tiny Llama, 16 tokens; a 12-layer
 tiny Mixtral; a tiny ViT; a 24-block ResNet at batch 1) and GPT-2 small at 64 tokens. Before timing,
@@ -145,6 +146,15 @@ def bench_dataset(rounds: int, count: int) -> None:
                       "capture_run": lambda: [capture_run(schema, dict(scope)) for scope in inputs],
                       "capture_dataset": store,
                       "capture_dataset (records)": records_store}
+        if BEFORE is not None:
+            old = BEFORE.NNParser.parse_model(model=model, inputs_tensors_values=example)
+
+            def before_store():
+                path = scratch / f"s{next(stores)}"
+                BEFORE.capture_dataset(old, inputs, path, keep=keep, progress=False)
+                shutil.rmtree(path)
+
+            candidates["capture_dataset (before)"] = before_store
         try:
             res = interleaved(candidates, rounds, 1)
         finally:
@@ -154,6 +164,10 @@ def bench_dataset(rounds: int, count: int) -> None:
     print(f"tiny Llama, {count} inputs, keep={keep!r}: eager {res['eager'][0] / count * 1e3:.2f} ms/input; over eager: "
           + "  ".join(f"{k} {r:5.2f}x ({lo:.2f}-{hi:.2f})" for k, (_, r, lo, hi) in list(res.items())[1:])
           + f"; capture_dataset / capture_run(keep) {over:.2f}x, with the records {before:.2f}x (medians)", flush=True)
+    if BEFORE is not None:
+        print(f"  the checkout before: capture_dataset / capture_run(keep) "
+              f"{res['capture_dataset (before)'][0] / res['capture_run(keep)'][0]:.2f}x; this one over it "
+              f"{res['capture_dataset'][0] / res['capture_dataset (before)'][0]:.3f}x (medians)", flush=True)
 
 
 def main() -> int:
