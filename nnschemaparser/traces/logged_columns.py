@@ -15,8 +15,10 @@ value (`tests/store/test_logged_columns.py`).
 What a span's metadata depends on, and is compared: each step's instruction (by identity), the
 marks (the blocks entered and left, and where), the step numbers' base (the root's input count),
 and, for a step whose description reads the callee fetched at run time, what `_describe_op` /
-`_describe_block` read of it: a module or a block call's target by identity (held, so its id is
-not reused), another callable by its owner's type and its name.
+`_describe_block` read of it: the callees' types first (which decide how each is compared), then a
+module or a block call's target by identity (held, so its id is not reused; one `map(operator.is_)`),
+a builtin method by its owner's type and its name (read with `map`), another callable by its owner's
+type and its name.
 
 A run `capture_run` would not log (`logged.logged_plan`: an inference tensor among the inputs, a schema
 that cannot be logged) is left to the caller: `capture` gives None. The model's weights and buffers
