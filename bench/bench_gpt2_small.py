@@ -1,6 +1,6 @@
 """GPT-2 small: every capture verb against eager and forward hooks, with the page faults each one takes.
 
-    python bench/bench_gpt2_small.py [--rounds N] [--inputs N] [--mode both|default|retain]
+    python bench/bench_gpt2_small.py [--rounds N] [--inputs N] [--mode all|default|no-pin|retain]
 
 GPT-2 small (bench/models.py: 124M parameters from its config, random weights, 64 tokens), one torch
 thread, torch.no_grad(). Side by side in interleaved rounds of one process, each candidate's CPU time
@@ -21,9 +21,13 @@ The last two are per input and also compared with each other (the target of issu
 capture_dataset <= 1.3x capture_run(keep=...) on the tiny Llama). Before timing, the capture's
 outputs are checked torch.equal to eager's.
 
-`--mode retain` calls `retain_freed_memory()` first (traces/heap.py: glibc keeps what a dropped
-capture freed), for the whole process, eager included, as a user's process would; `--mode default`
-leaves malloc as it is; `--mode both` (the default) runs the two, each in a fresh process.
+`--mode default` is what a user gets: glibc's malloc as it is, and captures keeping the heap a
+dropped capture freed for the next one while they run (traces/capture_memory.py: a block pinned
+at the heap's top, released after 10 s without a capture or by `release_capture_memory()`);
+`--mode no-pin` switches that off (`keep_capture_memory(False)`: glibc trims the freed values and the
+next capture faults them in again); `--mode retain` calls `retain_freed_memory()` first
+(traces/heap.py: two `mallopt` parameters, for the whole process, eager included, as a user's
+process would). `--mode all` (the default) runs the three, each in a fresh process.
 """
 
 from __future__ import annotations
@@ -47,7 +51,8 @@ sys.path.insert(0, str(HERE.parent))
 from bench_capture import HookCapture, same  # noqa: E402
 from models import gpt2_small  # noqa: E402
 
-from nnschemaparser import NNParser, SchemaInterpreter, capture_dataset, capture_run, retain_freed_memory  # noqa: E402
+from nnschemaparser import (NNParser, SchemaInterpreter, capture_dataset, capture_memory_held, capture_run,  # noqa: E402
+                            keep_capture_memory, retain_freed_memory)
 
 KEEP = "h.1"
 
@@ -92,6 +97,8 @@ def candidates(model, inputs, schema, batch: list, scratch: Path) -> dict:
 def run(mode: str, rounds: int, count: int) -> None:
     torch.set_num_threads(1)
     retained = retain_freed_memory() if mode == "retain" else None
+    if mode == "no-pin":
+        keep_capture_memory(False)
     model, inputs = gpt2_small()
     schema = NNParser.parse_model(model=model, inputs_tensors_values=inputs)
     generator = torch.Generator().manual_seed(1)
@@ -115,8 +122,13 @@ def run(mode: str, rounds: int, count: int) -> None:
                         samples[key].append((spent / per, minflt / per, system / per))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    held = capture_memory_held()
     setting = (f"retain_freed_memory() (mmap threshold {retained.mmap_threshold >> 20} MiB, trim threshold "
-               f"{retained.trim_threshold >> 20} MiB)" if retained else "glibc malloc's defaults")
+               f"{retained.trim_threshold >> 20} MiB)" if retained else
+               "glibc malloc's defaults, keep_capture_memory(False)" if mode == "no-pin" else
+               f"glibc malloc's defaults, captures' pin ({held.placed} placed, {held.placed_fails} not placed, "
+               f"{held.retained_bytes / 2 ** 20:.0f} MiB kept below it at the end"
+               f"{', ' + held.reason if held.reason else ''})")
     print(f"mode {mode}: {setting}; {steps} steps, capture outputs exact {exact}; 1-minute load {os.getloadavg()[0]:.2f}")
     print(f"  {'candidate':18s} {'ms':>8s}  {'over eager':>19s}  {'faults (most)':>15s}  {'sys ms':>6s}")
     for key, rows in samples.items():
@@ -134,14 +146,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--inputs", type=int, default=8)
-    parser.add_argument("--mode", choices=("both", "default", "retain"), default="both")
+    parser.add_argument("--mode", choices=("all", "default", "no-pin", "retain"), default="all")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, 1 thread, {args.rounds} rounds, process CPU time; ratios to eager in the "
           f"same round: median (lowest-highest); faults and sys ms: per call, median", flush=True)
-    if args.mode != "both":
+    if args.mode != "all":
         run(args.mode, args.rounds, args.inputs)
         return 0
-    for mode in ("default", "retain"):
+    for mode in ("default", "no-pin", "retain"):
         command = [sys.executable, __file__, "--mode", mode, "--rounds", str(args.rounds), "--inputs", str(args.inputs)]
         out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
         print("\n".join(out.splitlines()[1:]), flush=True)

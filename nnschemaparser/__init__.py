@@ -54,6 +54,7 @@ from .traces.attribution import attribution_patching
 from .traces.recorder import ActivationRecorder
 from .traces.estimate import CaptureEstimate, CaptureTooLargeError, estimate_capture
 from .traces.heap import HeapRetention, retain_freed_memory
+from .traces.capture_memory import CaptureMemory, capture_memory_held, keep_capture_memory, release_capture_memory
 from .traces.dropped import CaptureLimitWarning
 from .traces.missed import KeepMissedWarning
 from .traces.wrapped import KeepWrappedError
@@ -136,6 +137,7 @@ __all__ = [
     "capture_logical", "LogicalTrace", "LogicalCaptureError", "compare_logical", "diverge_logical",
     "estimate_capture", "CaptureEstimate", "CaptureTooLargeError", "CaptureLimitWarning", "KeepMissedWarning",
     "KeepWrappedError", "TokenBatches", "retain_freed_memory", "HeapRetention",
+    "release_capture_memory", "keep_capture_memory", "capture_memory_held", "CaptureMemory",
 ]
 
 # torch.distributed: collective stepping across ranks, pipeline stages (nnschemaparser/distributed/)

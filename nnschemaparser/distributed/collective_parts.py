@@ -4,7 +4,8 @@
 logical edit: a DTensor's own shard, a replicated value, or a `torch.chunk` piece), and the
 fingerprints the ranks compare (of an instruction, of an edit's value). Used by `collective`.
 
-Depends on the runtime's StepInfo and the schema's errors only.
+Depends on the runtime's StepInfo and `stepping.checked_edits` (the shape of `edits=`, shared with
+step_run), and the schema's errors only.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..runtime.interpreter import CallPause, StepInfo
-from ..schema.errors import EditError, SchemaRunError
+from ..runtime.stepping import checked_edits
+from ..schema.errors import EditError
 
 __all__ = ["CollectiveBreakpoint", "local_part", "is_dtensor", "placement_of", "step_fingerprint",
            "value_fingerprint", "planned_edits", "EDIT_KEYS"]
@@ -164,34 +166,21 @@ def value_fingerprint(values: Any) -> int:
 
 
 def planned_edits(edits: Any) -> dict[int, list[dict]]:
-    """`edits=` of a collective run as {step index: [edit keywords, ...]}, or a SchemaRunError naming
-    the first bad entry. Each edit is `run.edit`'s: the whole (logical) value and how it is placed."""
+    """`edits=` of a collective run as {step index: [edit keywords, ...]}, in step order, or a
+    SchemaRunError naming the first bad entry (`runtime.stepping.checked_edits`, with this run's
+    keys). Each edit is `run.edit`'s: the whole (logical) value and how it is placed."""
     example = "e.g. {5: [{'values': whole_value, 'placement': 'shard:0'}]}"
-    if not isinstance(edits, dict):
-        raise SchemaRunError(f"edits must map a step index (int) to an edit dict or a list of them, got "
-                             f"{type(edits).__name__}; {example}")
-    checked: dict[int, list[dict]] = {}
-    for step, entry in edits.items():
-        if type(step) is not int or step < 1:
-            raise SchemaRunError(f"edits: {step!r} is not a step index (steps are ints counted from 1); {example}")
-        items = [entry] if isinstance(entry, dict) else entry
-        if not isinstance(items, (list, tuple)) or not all(isinstance(item, dict) for item in items):
-            raise SchemaRunError(f"edits[{step}] must be an edit dict or a list of them, got {type(entry).__name__}")
-        for item in items:
-            unknown = [key for key in item if key not in EDIT_KEYS]
-            if unknown:
-                raise SchemaRunError(f"edits[{step}]: unknown key {unknown[0]!r}; an edit takes {', '.join(EDIT_KEYS)}")
-            values = item.get("values")
-            if not isinstance(values, torch.Tensor) or is_dtensor(values):
-                raise SchemaRunError(f"edits[{step}]: 'values' must be the whole (logical) value as a plain tensor, "
-                                     f"got {type(values).__name__}")
-            depth = item.get("frame_depth")
-            if depth is not None and (type(depth) is not int or depth < 0):
-                raise SchemaRunError(f"edits[{step}]: frame_depth must be a non-negative int, got {depth!r}")
-            if item.get("placement") is not None:
-                try:
-                    placement_of(item["placement"])
-                except EditError as exc:
-                    raise SchemaRunError(f"edits[{step}]: {exc}") from None
-        checked[step] = [dict(item) for item in items]
-    return dict(sorted(checked.items()))
+    return dict(sorted(checked_edits(edits, EDIT_KEYS, example, _edit_problem).items()))
+
+
+def _edit_problem(edit: dict) -> Optional[str]:
+    """What is wrong with one planned edit's value or placement, or None."""
+    values = edit.get("values")
+    if not isinstance(values, torch.Tensor) or is_dtensor(values):
+        return f"'values' must be the whole (logical) value as a plain tensor, got {type(values).__name__}"
+    if edit.get("placement") is not None:
+        try:
+            placement_of(edit["placement"])
+        except EditError as exc:
+            return str(exc)
+    return None

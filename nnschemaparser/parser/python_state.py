@@ -25,21 +25,32 @@ its module and of the modules of the functions its code names (followed through 
 and cells of each function reached (activation patching's check of a function call it would reuse,
 traces/patching.py).
 
+`PythonState(model, held=True)` and `reached_by` also fingerprint what those names hold, two levels
+in (parser/held_objects.py: a counter on a module-level object, a deque, a `defaultdict`, a cache
+dict on an object, a tensor changed in place), and `changed()` names each write into them
+(`module.STATS.calls`, `module.CACHE[5]`). `add_namespace(space)` records one more module's
+globals; `watching_run()` records, during a run, the globals of each module whose code the run
+reaches, at its first call (a function found at run time in a registry, which no name leads to).
+The parse does not ask for these (its runs only need `restore()`).
+
 `restore()` puts back what changed: rebound names their old object, added names removed,
 deleted ones restored, container contents their old items. It is shallow: a write inside an object
 held by one of these (a dict inside a global dict, an attribute of a global instance) and the
-globals of other modules (a library's own caches) are not put back.
+globals of other modules (a library's own caches) are not put back; nor is what `held` sees deeper.
 
 Depends on torch only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import types
-from typing import Any
+from typing import Any, Iterator, Optional
 
 from torch import nn
+
+from .held_objects import HeldObjects
 
 __all__ = ["PythonState"]
 
@@ -95,7 +106,9 @@ def _own_classes(model: nn.Module) -> list[type]:
 class PythonState:
     """The Python state a forward of `model` can write, recorded now; `restore()` puts it back."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, held: bool = False) -> None:
+        self.held: Optional[HeldObjects] = HeldObjects() if held else None
+        self.unwatched: list[str] = []  # modules `watching_run` could not record, said by `changed()`
         self.namespaces: list[tuple[dict, dict, list]] = []  # (dict, its copy, [(container, items)])
         self.classes: list[tuple[type, dict]] = []
         self.defaults: list[tuple[Any, list]] = []  # (container, items)
@@ -110,21 +123,31 @@ class PythonState:
                 held = [(value, items) for value in space.values()
                         if (items := _contents(value)) is not None]
                 self.namespaces.append((space, dict(space), held))
+                self._hold_space(space)
                 for value in list(space.values()):  # the module's own functions (helpers the forward calls)
                     if isinstance(value, types.FunctionType) and value.__module__ == cls.__module__:
                         self._function(value)
             attrs = {k: v for k, v in vars(cls).items() if not (k.startswith("__") and k.endswith("__"))}
             self.classes.append((cls, attrs))
+            self._hold_class(cls, attrs)
             for value in attrs.values():
                 self._function(value)
+
+    @classmethod
+    def empty(cls, held: bool = True) -> "PythonState":
+        """A state with nothing recorded yet (`add_namespace`, `watching_run` add to it)."""
+        state = cls.__new__(cls)
+        state.namespaces, state.classes, state.defaults, state.cells = [], [], [], []
+        state.seen_functions = set()
+        state.held = HeldObjects() if held else None
+        state.unwatched = []
+        return state
 
     @classmethod
     def reached_by(cls, fn: Any) -> "PythonState":
         """The Python state `fn`'s call can write through the names its code (and the code of the
         functions those names hold, transitively) reads; see the module docstring."""
-        state = cls.__new__(cls)
-        state.namespaces, state.classes, state.defaults, state.cells = [], [], [], []
-        state.seen_functions = set()
+        state = cls.empty()
         spaces: set[int] = set()
         todo, seen, classes = [fn], set(), set()
         while todo and len(seen) < _REACH:
@@ -140,17 +163,56 @@ class PythonState:
                 spaces.add(id(space))
                 held = [(item, items) for item in space.values() if (items := _contents(item)) is not None]
                 state.namespaces.append((space, dict(space), held))
+                state._hold_space(space)
             for name in _names(value.__code__):
                 named = space.get(name, _MISSING)
                 if isinstance(named, type) and not _foreign(named) and named not in classes:
                     classes.add(named)
                     attrs = {k: v for k, v in vars(named).items() if not (k.startswith("__") and k.endswith("__"))}
                     state.classes.append((named, attrs))
+                    state._hold_class(named, attrs)
                     todo.extend(v.__func__ if isinstance(v, (staticmethod, classmethod)) else v for v in attrs.values())
                 elif isinstance(named, types.FunctionType):
                     todo.append(named)
             todo.extend(_cell_value(cell) for cell in value.__closure__ or ())
         return state
+
+    def add_namespace(self, space: dict) -> None:
+        """Record one more module's globals (and, with `held`, what they hold)."""
+        held = [(item, items) for item in space.values() if (items := _contents(item)) is not None]
+        self.namespaces.append((space, dict(space), held))
+        self._hold_space(space)
+
+    @contextlib.contextmanager
+    def watching_run(self) -> Iterator[None]:
+        """While the `with` block runs, record the globals of each module whose code it runs, at the
+        first call into that module (before that code writes anything): state written by code the
+        model reaches at run time (a function found in a registry, a helper of a module run as is),
+        which no name in the model's code leads to. torch's, the standard library's, builtins' and
+        this package's modules are left out. A trace function does it (CPython calls it for each new
+        Python frame only, never for C calls); a tracer already set (a debugger, coverage.py) is
+        called as before and its local tracer kept."""
+        known = {id(space) for space, _, _ in self.namespaces}
+        previous = sys.gettrace()
+        add = self.add_namespace
+
+        def trace(frame: Any, event: str, arg: Any) -> Any:
+            space = frame.f_globals
+            if id(space) not in known:
+                known.add(id(space))
+                if _watched_module(space.get("__name__")):
+                    try:
+                        add(space)
+                    except Exception as exc:  # never into the run: `changed()` says it was not watched
+                        self.unwatched.append(f"the globals of {space.get('__name__')} could not be watched "
+                                              f"({type(exc).__name__}: {exc})")
+            return previous(frame, event, arg) if previous is not None else None
+
+        sys.settrace(trace)
+        try:
+            yield
+        finally:
+            sys.settrace(previous)
 
     def _function(self, value: Any) -> None:
         if isinstance(value, (staticmethod, classmethod)):
@@ -164,15 +226,31 @@ class PythonState:
         if not isinstance(fn, types.FunctionType) or id(fn) in self.seen_functions:
             return
         self.seen_functions.add(id(fn))
-        defaults = list(fn.__defaults__ or ()) + list((fn.__kwdefaults__ or {}).values())
-        for value in defaults:
-            items = _contents(value)
-            if items is not None:
-                self.defaults.append((value, items))
-        for cell in fn.__closure__ or ():
+        code, held = fn.__code__, self.held
+        if fn.__defaults__ or fn.__kwdefaults__:
+            positional = code.co_varnames[:code.co_argcount][code.co_argcount - len(fn.__defaults__ or ()):]
+            for name, value in [*zip(positional, fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).items()]:
+                items = _contents(value)
+                if items is not None:
+                    self.defaults.append((value, items))
+                if held is not None:
+                    held.add(f"{fn.__module__}.{fn.__qualname__}'s default {name}", value)
+        for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
             value = _cell_value(cell)
             self.cells.append((cell, value))
+            if held is not None and value is not _MISSING:
+                held.add(f"{fn.__module__}.{fn.__qualname__}'s closure variable {name}", value)
             self._function(value)  # a helper defined beside the class: its own cells and defaults
+
+    def _hold_space(self, space: dict) -> None:
+        """Fingerprint what a module's globals hold (dunders such as `__builtins__` aside)."""
+        if self.held is None:
+            return
+        self.held.add_names(space.get("__name__", "a module"), list(space.items()))
+
+    def _hold_class(self, cls: type, attrs: dict) -> None:
+        if self.held is not None:
+            self.held.add_names(f"{getattr(cls, '__module__', '?')}.{cls.__qualname__}", attrs.items())
 
     def changed(self) -> list[str]:
         """What differs from the recorded state, one phrase each (nothing is put back)."""
@@ -182,16 +260,18 @@ class PythonState:
             out += [f"global {key!r} of {where} added" for key in space if key not in before]
             out += [f"global {key!r} of {where} rebound" for key, value in before.items()
                     if space.get(key, _MISSING) is not value]
-            out += [f"the items of a {type(value).__name__} held by {where} changed" for value, items in held
-                    if _differs(value, items)]
+            if self.held is None:  # else named below, with what is held deeper
+                out += [f"the items of a {type(value).__name__} held by {where} changed" for value, items in held
+                        if _differs(value, items)]
         for cls, attrs in self.classes:
             now = {k: v for k, v in vars(cls).items() if not (k.startswith("__") and k.endswith("__"))}
             out += [f"class attribute {cls.__name__}.{key} written" for key in now.keys() | attrs.keys()
                     if now.get(key, _MISSING) is not attrs.get(key, _MISSING)]
-        out += [f"a mutable default ({type(value).__name__}) changed" for value, items in self.defaults
-                if _differs(value, items)]
+        if self.held is None:
+            out += [f"a mutable default ({type(value).__name__}) changed" for value, items in self.defaults
+                    if _differs(value, items)]
         out += ["a closure variable rebound" for cell, value in self.cells if _cell_value(cell) is not value]
-        return out
+        return out + (self.held.changed() if self.held is not None else []) + self.unwatched
 
     def restore(self) -> None:
         """Put back every recorded name, class attribute, container's items and cell."""
@@ -229,6 +309,18 @@ def _foreign(value: Any) -> bool:
     """torch's and builtins' own code, whose module state is not the model's."""
     name = getattr(value, "__module__", "") or ""
     return name == "builtins" or name == "torch" or name.startswith("torch.")
+
+
+_PACKAGE = __name__.split(".")[0]
+
+
+def _watched_module(name: Any) -> bool:
+    """Whether a module's globals are the user's or a library's state (not torch's, the standard
+    library's, builtins' or this package's; generated code, whose globals have no `__name__`, is out)."""
+    if type(name) is not str:
+        return False
+    top = name.split(".")[0]
+    return top not in ("torch", "builtins", _PACKAGE) and top not in sys.stdlib_module_names
 
 
 def _names(code: Any) -> list[str]:

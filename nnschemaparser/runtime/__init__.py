@@ -41,7 +41,7 @@ Its modules, each a noun:
   activation patching; `reuse_values`: what those calls' arguments and results are compared by.
 - `stepping`: what a stepped run yields (`StepInfo`, `CallPause`), edits (`apply_edit`), and what
   pauses it (`Stepper`; `SteppingObserver`, whose `after` builds each step where the generated code
-  reports the instruction).
+  reports the instruction, from the instruction's site and the value the code hands it).
 - `interpreter`: the public driver (`SchemaInterpreter.run / call / step_run`: the stepped run's
   greenlet and generator, `source_code`).
 - `native_build`: a C source of the package built with the system compiler on first use into the

@@ -66,6 +66,13 @@ class Observer:
     def before(self, instr: Instruction, frame: dict) -> None:
         """A mutating instruction is about to run (its operands may change in place)."""
 
+    # An observer whose `after` takes the instruction's site and the value it bound instead,
+    # `after(sites, k, frame, value)` with `sites[k]` the instruction: its programs pass a list of
+    # the generated function's instructions and a constant index (no reference to the instruction
+    # object itself, which a run finds cold in the cache), and `f.get(out_var)` (a return: the
+    # return slot; else None) read with the name as a constant (stepping.SteppingObserver).
+    after_takes_site = False
+
     def after(self, instr: Instruction, frame: dict) -> None:
         """A leaf instruction ran; its value (if any) is `frame[instr.out_var]`."""
 

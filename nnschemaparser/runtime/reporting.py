@@ -5,7 +5,9 @@ own: the lines written around an instruction that tell someone it ran. A program
 
 - **observed** (`ctx.observer`): `before(instr, f)` ahead of an instruction that may change its
   operands in place, `after(instr, f)` after each leaf (only where a tensor was bound, with
-  `ctx.tensor_results`), `before_call` ahead of sub-block calls (`ctx.observe_calls`);
+  `ctx.tensor_results`; `after(sites, k, f, value)` for an observer that takes the site,
+  `Observer.after_takes_site`: a stepped run's), `before_call` ahead of sub-block calls
+  (`ctx.observe_calls`);
 - **counted** (`ctx.counter`, runtime/partial.py): `counter[0] += 1` where an observed run would
   report a tensor;
 - **logged** (`ctx.log`, a `step_log.StepLog`, runtime/step_log.py): plain code (fast locals) that
@@ -33,6 +35,7 @@ from torch import Tensor
 from ..schema.model import BlockInstruction, Instruction, OpInstruction, ReturnInstruction, VarRef
 from .functions import names_read
 from .instructions import NOT_TENSOR_TYPES, never_tensor, quote
+from .listeners import RETURN_SLOT
 from .log_plan import KeptIds
 
 __all__ = ["ReportEmitters"]
@@ -73,15 +76,39 @@ class ReportEmitters:
                 self.line(f"    {self.helper('counted', counter)}[0] += 1")
             return
         after = self.helper("after", self.observer.after)
+        sited = getattr(self.observer, "after_takes_site", False)
         if self.ctx.tensor_results and not isinstance(instr, ReturnInstruction):
             out = instr.out_var
             if out and not never_tensor(instr):  # the observer hears of tensor results only
                 value = self.temp("value")
                 self.line(f"{value} = f.get({quote(out)})")
                 self.line(f"if {self.is_tensor(value)}:")
-                self.line(f"    {after}({self.instr_name(instr)}, f)")
+                where = f"{self.site(instr)}, f, {value}" if sited else f"{self.instr_name(instr)}, f"
+                self.line(f"    {after}({where})")
             return
-        self.line(f"{after}({self.instr_name(instr)}, f)")
+        where = f"{self.site(instr)}, f, {self.bound_value(instr)}" if sited else f"{self.instr_name(instr)}, f"
+        self.line(f"{after}({where})")
+
+    def site(self, instr: Instruction) -> str:
+        """`sites, k`: the function's list of reported instructions and `instr`'s index in it
+        (for an observer whose `after` takes a site, `Observer.after_takes_site`)."""
+        sites = self.helper("sites", [])
+        index = self.__dict__.setdefault("_site_index", {})
+        k = index.get(id(instr))
+        if k is None:
+            listed = self.env[sites]
+            k = index[id(instr)] = len(listed)
+            listed.append(instr)
+        return f"{sites}, {k}"
+
+    def bound_value(self, instr: Instruction) -> str:
+        """The value `instr` bound, as an expression over the frame `f` (for an observer whose
+        `after` takes it): its variable's, a return's waiting value, else None."""
+        if instr.out_var:
+            return f"f.get({quote(instr.out_var)})"
+        if isinstance(instr, ReturnInstruction):
+            return f"f.get({quote(RETURN_SLOT)})"
+        return "None"
 
     def log_after(self, instr: Instruction) -> None:
         """A logged program's line after `instr`: the tensor it bound, where an observed capture

@@ -6,8 +6,13 @@ switches back when it asks for the next step: two switches a step, the least a p
 can cost. What runs around them is kept to the bone, since it runs once per executed instruction
 (3,780 times in a forward of a 32-layer tiny Llama): a `StepInfo` is filled in slot by slot
 without a call of its `__init__`, in the observer's `after` itself (`SteppingObserver`: the
-function the generated code calls after each instruction), what it reads off an instruction is
-looked up once per instruction class, and the stepper switches with a bound method it keeps ready.
+function the generated code calls after each instruction), and the stepper switches with a bound
+method it keeps ready. The step never touches its instruction object: the generated code hands
+`after` the instruction's site (its function's list of instructions and a constant index) and the
+value it bound (read there with the name as a constant). A run reaches each of its thousands of
+instruction objects once and finds it cold in the cache: reading `out_var` off it and holding a
+reference to it cost 0.3-0.65 us a step inside a run of the tiny Llama (bench/bench_step_pieces.py),
+more than the rest of `after`.
 
 Depends on `listeners`, `instructions` and the schema; `interpreter` drives it.
 """
@@ -20,10 +25,10 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from .instructions import operand_reader
-from .listeners import (RETURN_SLOT, CallEvent, EditEvent, EventObserver, InstructionEvent, TraceListener,
+from .listeners import (CallEvent, EditEvent, EventObserver, InstructionEvent, TraceListener,
                         instruction_kind)
 from ..schema.errors import EditError, SchemaRunError
-from ..schema.model import Instruction, ReturnInstruction, SourceLocation
+from ..schema.model import Instruction, SourceLocation
 from ..schema.notation import operand_text
 
 __all__ = ["StepInfo", "CallPause", "Stepper", "SteppingObserver", "apply_edit", "checked_edits"]
@@ -33,15 +38,16 @@ __all__ = ["StepInfo", "CallPause", "Stepper", "SteppingObserver", "apply_edit",
 class StepInfo:
     """One executed instruction of a stepped run, with the live frames it can edit.
 
-    A step stores what only it knows (its index, value, frames, instruction and block path); the
-    rest is read when asked for, not copied at each step: `kind`, `out_var` and `location` are its
-    instruction's, `frame_depth` is the innermost of `scope_frames` (`len(scope_frames) - 1`). All
-    nine are dataclass fields all the same (`fields`, `asdict`, `replace`, `==` and the repr see
-    them). The stepper fills the stored slots without calling `__init__` (`SteppingObserver.after`,
-    `_step`): a slot added here must be set there too.
+    A step stores what only it knows (its index, value, frames, instruction's site and block path);
+    the rest is read when asked for, not copied at each step: `instruction` is looked up from its
+    site (the generated function's list of instructions and an index in it), `kind`, `out_var` and
+    `location` are its instruction's, `frame_depth` is the innermost of `scope_frames`
+    (`len(scope_frames) - 1`). All nine are dataclass fields all the same (`fields`, `asdict`,
+    `replace`, `==` and the repr see them). The stepper fills the stored slots without calling
+    `__init__` (`SteppingObserver.after`, `_step`): a slot added here must be set there too.
     """
 
-    __slots__ = ("step_index", "value", "scope_frames", "instruction", "block_path", "_run")
+    __slots__ = ("step_index", "value", "scope_frames", "_sites", "_site", "block_path", "_run")
 
     step_index: int
     kind: str = property(lambda self: instruction_kind(self.instruction),  # type: ignore[assignment]
@@ -52,7 +58,9 @@ class StepInfo:
                                 doc="The depth of the step's own frame in `scope_frames` (0: the root's).")
     value: Any
     scope_frames: tuple
-    instruction: Instruction
+    instruction: Instruction = property(lambda self: self._sites[self._site],  # type: ignore[assignment]
+                                        lambda self, instruction: self._place(instruction),
+                                        doc="The instruction that ran (looked up from the step's site).")
     block_path: str
     location: Optional[SourceLocation] = property(lambda self: self.instruction.location,  # type: ignore[assignment]
                                                   doc="Where the instruction comes from in the source.")
@@ -64,7 +72,7 @@ class StepInfo:
         self.step_index = step_index
         self.value = value
         self.scope_frames = scope_frames
-        self.instruction = instruction
+        self._place(instruction)
         self.block_path = block_path
         self._run = _run
         for name, given in (("kind", kind), ("out_var", out_var), ("frame_depth", frame_depth),
@@ -73,6 +81,11 @@ class StepInfo:
                 source = "scope_frames" if name == "frame_depth" else "instruction"
                 raise SchemaRunError(f"StepInfo: {name} is read from the {source.split('_')[-1]} "
                                      f"({getattr(self, name)!r}), got {given!r}; pass another {source} to change it")
+
+    def _place(self, instruction: Instruction) -> None:
+        """Make `instruction` the step's own site."""
+        self._sites = (instruction,)
+        self._site = 0
 
     @property
     def _notify(self) -> Optional[Callable[[EditEvent], None]]:
@@ -275,7 +288,17 @@ class SteppingObserver(EventObserver):
     """The observer of a stepped run's programs. When the stepper is the run's one instruction
     listener and values are not captured, its `after` (which the generated code calls after every
     instruction) is the step itself: the StepInfo is built here, slot by slot, and the run switches
-    to its consumer, with no event and no call in between. Otherwise it is `EventObserver.after`."""
+    to its consumer, with no event and no call in between. Otherwise it is `EventObserver.after`.
+
+    Its programs pass `after` the instruction's site (the generated function's list of
+    instructions and a constant index) and the value it bound, read in the generated code with the
+    variable's name as a constant (`Observer.after_takes_site`): a step neither reads nor takes a
+    reference to the instruction object, which a run reaches once per step and finds cold in the
+    cache (bench/bench_step_pieces.py). The step keeps the site; its `instruction` is looked up when
+    asked for.
+    """
+
+    after_takes_site = True
 
     def configure(self, listeners: Sequence[TraceListener], capture_values: bool = False) -> None:
         super().configure(listeners, capture_values)
@@ -283,21 +306,14 @@ class SteppingObserver(EventObserver):
         self._stepper: Optional[Stepper] = only[0] if not capture_values and len(only) == 1 and \
             type(only[0]) is Stepper else None
 
-    def after(self, instr: Instruction, frame: dict) -> None:
+    def after(self, sites: list, site: int, frame: dict, value: Any) -> None:  # type: ignore[override]
         stepper = self._stepper
         if stepper is None:
-            EventObserver.after(self, instr, frame)
+            EventObserver.after(self, sites[site], frame)
             return
         if self.conditions:  # an if test or a while re-evaluation (spec 000)
             return
         stepper.index = index = stepper.index + 1
-        out = instr.out_var
-        if out:  # a return binds no variable (`ReturnInstruction.out_vars`): its value waits in the frame
-            value = frame.get(out)
-        elif instr.__class__ is ReturnInstruction or isinstance(instr, ReturnInstruction):
-            value = frame.get(RETURN_SLOT)
-        else:
-            value = None
         frames = self._frames_tuple
         if frames is None:
             frames = self.frames_tuple()
@@ -305,7 +321,8 @@ class SteppingObserver(EventObserver):
         info.step_index = index
         info.value = value
         info.scope_frames = frames
-        info.instruction = instr
+        info._sites = sites
+        info._site = site
         info.block_path = self.path
         info._run = stepper
         if stepper.edits:
@@ -323,7 +340,7 @@ def _step(index: int, value: Any, frames: tuple, instr: Instruction, path: str, 
     info.step_index = index
     info.value = value
     info.scope_frames = frames
-    info.instruction = instr
+    info._place(instr)
     info.block_path = path
     info._run = stepper
     return info
@@ -332,27 +349,37 @@ def _step(index: int, value: Any, frames: tuple, instr: Instruction, path: str, 
 _EDIT_KEYS = ("values", "shape", "dtype", "frame_depth", "out_var")
 
 
-def checked_edits(edits: Any) -> dict[int, list[dict]]:
-    """`edits` of step_run as {step: [edit kwargs, ...]}, or a SchemaRunError naming the first bad entry."""
-    example = "e.g. {5: [{'values': torch.zeros(2, 32)}]}"
+def _needs_values(edit: dict) -> Optional[str]:
+    return None if "values" in edit else "an edit needs 'values' (the new value)"
+
+
+def checked_edits(edits: Any, keys: Sequence[str] = _EDIT_KEYS,
+                  example: str = "e.g. {5: [{'values': torch.zeros(2, 32)}]}",
+                  check: Callable[[dict], Optional[str]] = _needs_values) -> dict[int, list[dict]]:
+    """`edits` of step_run as {step: [edit kwargs, ...]} (each edit a copy), or a SchemaRunError
+    naming the first bad entry. A collective run checks its own `edits=` with its `keys`, `example`
+    and `check(edit)` (what is wrong with one edit's values, a phrase, or None;
+    distributed/collective_parts.py)."""
     if not isinstance(edits, dict):
-        raise SchemaRunError(f"edits must map step_index (int) -> list of edit dicts, got {type(edits).__name__}; {example}")
+        raise SchemaRunError(f"edits must map a step index (int) to an edit dict or a list of them, got "
+                             f"{type(edits).__name__}; {example}")
     checked: dict[int, list[dict]] = {}
     for step, entry in edits.items():
         if type(step) is not int or step < 1:
-            raise SchemaRunError(f"edits must map step_index (int) -> list of edit dicts: {step!r} is not a step index; "
-                             f"steps are ints counted from 1; {example}")
+            raise SchemaRunError(f"edits must map a step index (int) to an edit dict or a list of them: {step!r} is "
+                                 f"not a step index (steps are ints counted from 1); {example}")
         items = [entry] if isinstance(entry, dict) else entry
         if not isinstance(items, (list, tuple)) or not all(isinstance(item, dict) for item in items):
             raise SchemaRunError(f"edits[{step}] must be an edit dict or a list of them, got {type(entry).__name__}")
         for item in items:
-            unknown = [key for key in item if key not in _EDIT_KEYS]
+            unknown = [key for key in item if key not in keys]
             if unknown:
-                raise SchemaRunError(f"edits[{step}]: unknown key {unknown[0]!r}; an edit takes {', '.join(_EDIT_KEYS)}")
-            if "values" not in item:
-                raise SchemaRunError(f"edits[{step}]: an edit needs 'values' (the new value)")
+                raise SchemaRunError(f"edits[{step}]: unknown key {unknown[0]!r}; an edit takes {', '.join(keys)}")
+            problem = check(item)
+            if problem is not None:
+                raise SchemaRunError(f"edits[{step}]: {problem}")
             depth = item.get("frame_depth")
             if depth is not None and (type(depth) is not int or depth < 0):
                 raise SchemaRunError(f"edits[{step}]: frame_depth must be a non-negative int, got {depth!r}")
-        checked[step] = list(items)
+        checked[step] = [dict(item) for item in items]
     return checked

@@ -13,7 +13,8 @@ parts and state checks patching shares), `patching` (`activation_patching`), `at
 pairs statements, `diverge_runs` the runs and their listener, `diverge_bounds` the errors and what a
 dtype explains, `diverge_native` their common case in C), `diverge_compile` (where a `torch.compile`d model parts from eager: regions of the
 generated code compiled with its backend, `compile_regions`, bounded by `compile_bound`), `heap` (`retain_freed_memory`: glibc's malloc keeps what a dropped
-capture freed, for the next one).
+capture freed, for the next one, process-wide), `capture_memory` (the capture-owned, bounded
+alternative on by default: a block pinned at the heap's top, `release_capture_memory`).
 
 May import: `schema`, `runtime` (listener interface, interpreter), `parser`.
 """

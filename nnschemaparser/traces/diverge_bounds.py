@@ -129,18 +129,14 @@ def relative_error(x: torch.Tensor, ref: torch.Tensor, clamp_to: Optional[torch.
     if biggest < min(top, torch.finfo(work).max) / 2:  # the common case: nothing saturated, no NaN
         # x cast first (one pass, exact): a mixed-dtype subtraction is slower than the cast and the sub;
         # max |d / m| is max |d| / m, m > 0, read off the smallest and the largest in one pass
-        if scratch is None or x.numel() > scratch.LIMIT:
-            diff = x.to(work).sub_(ref) if x.dtype != work else torch.sub(x, ref)
-            gap = _largest_magnitude(diff.div_(ref.abs().add_(biggest)))
-        else:  # the same operations, each element rounded alike, in buffers held across rows
-            diff, mag = scratch.pair(x.numel(), work, ref.device)
-            diff, mag = diff.view(x.shape), mag.view(ref.shape)
-            if x.dtype != work:
-                diff.copy_(x).sub_(ref)
-            else:
-                torch.sub(x, ref, out=diff)
-            torch.abs(ref, out=mag)
-            gap = _largest_magnitude(diff.div_(mag.add_(biggest)))
+        diff, mag = _work_pair(scratch, x.numel(), work, ref.device)
+        diff, mag = diff.view(x.shape), mag.view(ref.shape)
+        if x.dtype != work:
+            diff.copy_(x).sub_(ref)
+        else:
+            torch.sub(x, ref, out=diff)
+        torch.abs(ref, out=mag)
+        gap = _largest_magnitude(diff.div_(mag.add_(biggest)))
         if gap == gap and gap != math.inf:
             return gap
     mag = ref.abs()
@@ -154,6 +150,15 @@ def relative_error(x: torch.Tensor, ref: torch.Tensor, clamp_to: Optional[torch.
     gap = torch.nan_to_num_(gap, nan=math.inf, posinf=math.inf)  # x NaN, inf - inf of opposite signs
     gap = torch.where(torch.isnan(ref), 0.0, gap)
     return gap.max().item()
+
+
+def _work_pair(scratch: Optional[Scratch], numel: int, dtype: torch.dtype,
+               device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two flat work tensors: views of `scratch`'s buffers, or new ones for a row past its `LIMIT`
+    (or with no scratch), so both cases run the same operations."""
+    if scratch is None or numel > scratch.LIMIT:
+        return torch.empty(numel, dtype=dtype, device=device), torch.empty(numel, dtype=dtype, device=device)
+    return scratch.pair(numel, dtype, device)
 
 
 def _largest_magnitude(value: torch.Tensor) -> float:

@@ -26,6 +26,10 @@ either parameter turns its adaptive thresholds off for good):
 The same settings can be given before the process starts, with no code:
 `GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824`.
 
+Captures need none of this by default: `traces/capture_memory.py` keeps the heap a dropped capture
+freed for the next one with a block pinned at the heap's top, bounded and released on its own
+(`release_capture_memory()`); once this function has been called, it places no pin.
+
 Only glibc's malloc has these parameters: elsewhere (macOS, Windows, musl, or a process whose
 `malloc` is another allocator's, preloaded) the call raises OSError and changes nothing.
 
@@ -38,7 +42,7 @@ import ctypes
 import ctypes.util
 from dataclasses import dataclass
 
-__all__ = ["HeapRetention", "retain_freed_memory"]
+__all__ = ["HeapRetention", "find_glibc", "retain_freed_memory", "retaining"]
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -55,23 +59,43 @@ class HeapRetention:
     libc_version: str
 
 
-def _glibc() -> tuple[ctypes.CDLL, str]:
-    """glibc, when it is this process's C library and its malloc is the one in use; OSError otherwise."""
+_RETAINING = False  # set once retain_freed_memory() succeeded: the process keeps freed memory for good
+
+
+def retaining() -> bool:
+    """Whether `retain_freed_memory()` was called in this process (and succeeded)."""
+    return _RETAINING
+
+
+def find_glibc() -> tuple[ctypes.CDLL | None, str, str]:
+    """(glibc, its version, "") when it is this process's C library and its malloc is the one in use;
+    otherwise (None, "", why): "not glibc" or "another malloc" (jemalloc, tcmalloc preloaded)."""
     name = ctypes.util.find_library("c") or "libc.so.6"
     try:
         libc = ctypes.CDLL(name)
         version = libc.gnu_get_libc_version
     except (OSError, AttributeError):
-        raise OSError("retain_freed_memory: this process's C library is not glibc, whose malloc parameters it sets; "
-                      "nothing was changed. Call it only on Linux with glibc (check sys.platform and "
-                      "platform.libc_ver()).") from None
+        return None, "", "not glibc"
     version.restype = ctypes.c_char_p
     release = version().decode()
     in_use = ctypes.cast(ctypes.CDLL(None).malloc, ctypes.c_void_p).value
     if in_use != ctypes.cast(libc.malloc, ctypes.c_void_p).value:
+        return None, release, "another malloc"
+    return libc, release, ""
+
+
+def _glibc() -> tuple[ctypes.CDLL, str]:
+    """glibc, when it is this process's C library and its malloc is the one in use; OSError otherwise."""
+    libc, release, problem = find_glibc()
+    if problem == "not glibc":
+        raise OSError("retain_freed_memory: this process's C library is not glibc, whose malloc parameters it sets; "
+                      "nothing was changed. Call it only on Linux with glibc (check sys.platform and "
+                      "platform.libc_ver()).")
+    if problem:
         raise OSError("retain_freed_memory: this process's malloc is not glibc's (an allocator such as jemalloc "
                       "or tcmalloc is preloaded), so glibc's parameters would change nothing; nothing was changed. "
                       "Use that allocator's own settings to keep freed memory, or run without it.")
+    assert libc is not None
     return libc, release
 
 
@@ -103,4 +127,6 @@ def retain_freed_memory(mmap_threshold: int = MAX_MMAP_THRESHOLD, trim_threshold
     for param, value in ((_M_MMAP_THRESHOLD, mmap_threshold), (_M_TRIM_THRESHOLD, trim_threshold)):
         if libc.mallopt(param, value) != 1:
             raise OSError(f"retain_freed_memory: glibc {release} refused mallopt({param}, {value})")
+    global _RETAINING
+    _RETAINING = True
     return HeapRetention(mmap_threshold, trim_threshold, release)

@@ -15,16 +15,20 @@ projection (GPT-2's `transformer.h.*.attn:attn_output occurrence=1`, Llama's
 `model.layers.*.self_attn:attn_output occurrence=1`): after it, a slice of the last axis is no head.
 
 `StateWatch`: what a recorded run wrote outside its arguments (parameters and buffers, module
-attributes, the Python state `parser.python_state` records, the random generators), so that a replay
-that would skip such a write is turned off, with the reason. `function_watch(fn)`: the same check
-around one function call of the recorded run (the Python state the function reaches,
-`PythonState.reached_by`, and the random generators), `runtime.reuse.CallReuse.watch`.
+attributes, the Python state `parser.python_state` records with what its names hold, the random
+generators; `running()` around the recorded run adds the globals of each module the run's code
+reaches), so that a replay that would skip such a write is turned off, with the reason.
+`function_watch(fn)`: the same check around one function call of the recorded run (the Python state
+the function reaches, `PythonState.reached_by`, and the random generators),
+`runtime.reuse.CallReuse.watch`.
 
 Depends on torch, runtime.interpreter (a row's run), traces.interventions and parser.python_state.
 """
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -213,7 +217,12 @@ class StateWatch:
         self.held = [(dict(m._parameters), dict(m._buffers), dict(m._modules)) for m in self.modules]
         self.versions = [(m, name, t, t._version) for m in self.modules
                          for name, t in (*m._parameters.items(), *m._buffers.items()) if t is not None]
-        self.python = PythonState(model) if model is not None else None
+        self.python = PythonState(model, held=True) if model is not None else None
+
+    def running(self) -> Any:
+        """Around the recorded run: also watch the globals of each module whose code the run reaches
+        (`PythonState.watching_run`)."""
+        return self.python.watching_run() if self.python is not None else contextlib.nullcontext()
 
     def changes(self) -> list[str]:
         out = []
@@ -244,11 +253,21 @@ DREW = "drew random numbers"  # what `function_watch` reports of a call that dre
 def function_watch(fn: Any) -> Callable[[], list]:
     """Before a call of `fn`: the check that lists, after it, what the call wrote outside its
     arguments (Python state it reaches, random numbers drawn)."""
-    python = PythonState.reached_by(fn)
+    tracer = sys.gettrace()  # a run watched by `StateWatch.running`: its trace function skips this bookkeeping
+    sys.settrace(None)
+    try:
+        python = PythonState.reached_by(fn)
+    finally:
+        sys.settrace(tracer)
     rng = rng_state()
 
     def wrote() -> list[str]:
-        out = python.changed()
+        tracer = sys.gettrace()
+        sys.settrace(None)
+        try:
+            out = python.changed()
+        finally:
+            sys.settrace(tracer)
         if not _same_rng(rng, rng_state()):
             out.append(DREW)
         return out

@@ -21,11 +21,25 @@ the calls of Python functions (`create_causal_mask`), that the blocks holding si
 patched run, until the patch is applied, a call of the same block or function with bit-identical
 arguments returns the recorded result. Reuse is turned off, with a `PatchingReuseWarning` naming
 why, when the clean run wrote state a skipped call would not write again (parameters, buffers,
-module attributes, module globals and class attributes of the model's code), drew random numbers
-(dropout in training mode), or made a function call that wrote Python state it reaches (its
-module's globals, those of the functions it names, their defaults and cells:
-`patch_sites.function_watch`). A function call that changed an argument in place is not reused
-(the warning names it); the rest still is.
+module attributes, module globals and class attributes of the model's code and of every module
+whose code the clean run reached), drew random numbers (dropout in training mode), or made a
+function call that wrote Python state it reaches (its module's globals, those of the functions it
+names, their defaults and cells: `patch_sites.function_watch`). A function call that changed an
+argument in place is not reused (the warning names it); the rest still is.
+
+How deep the watch looks (parser/held_objects.py): a name rebound, and writes two levels into the
+objects globals, class attributes, closure cells and defaults hold, each named in the warning:
+`module.STATS.calls += 1`, `module.COUNTS[k] += 1` (a `defaultdict`), `module.CACHE[k] = v`,
+`module.LOG.append(x)` (a list or a deque), `module.SEEN.add(x)`, `module.TABLES[k].append(x)`,
+`module.STATE.cache[k] = v`, `module.TOTAL.add_(1)` (a tensor's version counter and data pointer), a
+global `torch.Generator` drawn from. Not seen, so such a call is reused when its arguments match:
+writes three levels in or deeper, into tuples, objects without a `__dict__` (`__slots__`, numpy
+arrays, `random.Random`: Python's and numpy's random generators are not checked), through a module
+object from another module's code (`m.STATE.x = 1`, seen only when the run called code of `m`
+first),
+into function objects (`fn.calls += 1`, an `lru_cache`'s table), `logging`'s objects, the standard
+library's and torch's module state, and writes to files or the network. Pass `reuse=False` when the
+model's code keeps state like that.
 
 A site that is a block call's result (`call=`) is patched where the call returns, in a run of the
 observed blocks compiled plain (`runtime.reuse.run_plain`: the call's number in the recording
@@ -44,6 +58,7 @@ Depends on runtime.reuse, traces.interventions and traces.patch_sites; pandas.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from typing import Any, Callable, Optional
 
@@ -107,8 +122,9 @@ def activation_patching(schema: ModelBlockSchema, clean: dict, corrupted: dict, 
                 pair.reuse.returned_value = None
                 return value
 
-            clean_metric = metric_value(metric, run_reusing(pair, schema, clean,
-                                                            look_at(item, clean_sites, number, copy=reuse)))
+            with watch.running() if reuse else contextlib.nullcontext():
+                clean_outputs = run_reusing(pair, schema, clean, look_at(item, clean_sites, number, copy=reuse))
+            clean_metric = metric_value(metric, clean_outputs)
             why = _why_not(watch, pair.reuse) if reuse else ["reuse=False"]
             if why and reuse:
                 warnings.warn(PatchingReuseWarning(

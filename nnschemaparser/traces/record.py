@@ -26,6 +26,7 @@ from ..schema.model import ModelBlockSchema, coverage_frame
 from .trace import ActivationTrace, GradientTrace
 from .dropped import warn_dropped
 from .estimate import check_fits, default_budget
+from .capture_memory import capture_ended, capture_started
 
 __all__ = ["ExecutionRecord", "capture_run"]
 
@@ -141,6 +142,7 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
     collecting = gc.isenabled()
     if collecting:
         gc.disable()
+    heap_token = capture_started()  # the heap a dropped capture freed, kept for this one (capture_memory.py)
     try:
         detector = LiveCallDetector(block) if coverage else contextlib.nullcontext()
         with detector:  # what runs live, seen from the forwards' code objects
@@ -156,6 +158,7 @@ def capture_run(block: ModelBlockSchema, scope: dict, capture_grads: bool = Fals
     finally:
         if collecting:
             gc.enable()
+    capture_ended(heap_token)
     said = bool(getattr(recorder, "pending_warnings", None))
     recorder.emit_warnings(stacklevel=2)
     trace = recorder.trace  # what it kept, counted without building its steps

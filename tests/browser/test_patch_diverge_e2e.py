@@ -59,7 +59,13 @@ def _screens(page, target, folder: Path, stem: str) -> None:
         for width in (1280, 900):
             page.set_viewport_size({"width": width, "height": 1100})
             page.wait_for_timeout(400)
-            target.scroll_into_view_if_needed()
+            # tall enough for the whole view below JupyterLab's sticky toolbar, its bottom edge at the
+            # viewport's: an element scrolled to the top edge would sit under the toolbar
+            height = target.evaluate("el => el.getBoundingClientRect().height")
+            page.set_viewport_size({"width": width, "height": max(1100, int(height) + 400)})
+            page.wait_for_timeout(200)
+            target.evaluate("el => el.scrollIntoView({block: 'end'})")
+            page.wait_for_timeout(200)
             target.screenshot(path=str(folder / f"{stem}-{width}-{theme}.png"))
     _menu(page, "Settings", "Theme", "JupyterLab Light")
     page.locator("body[data-jp-theme-light='true']").wait_for(state="attached", timeout=30_000)

@@ -162,3 +162,55 @@ def test_step_info_reads_kind_out_var_depth_and_location_yet_copies_and_replaces
     moved = dataclasses.replace(step, instruction=other.instruction, kind=other.kind, out_var=other.out_var,
                                 location=other.location)
     assert moved.kind == other.kind and moved.location is other.location
+    # a step keeps its instruction's site (the generated function's list, an index), not the instruction
+    assert step.instruction is step._sites[step._site] and len(step._sites) > 1
+    placed = copy.copy(step)
+    placed.instruction = other.instruction
+    assert placed.instruction is other.instruction and placed.kind == other.kind and step.kind == "op"
+
+
+class _Statements(torch.nn.Module):
+    """Steps of every kind of value: an op's tensor, a non-tensor, an expression statement, a
+    `del`, a closure's own steps, an in-place call, and two returns (one per branch)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x, flag: bool = True):
+        h = self.fc(x)
+        n = h.shape[-1] * 2
+        scratch = h + n
+        scratch.mul_(0.5)
+        del scratch
+        h.size()
+        double = lambda t: t * 2  # noqa: E731
+        h = double(h)
+        if flag:
+            return h.relu()
+        return h - 1, n
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_a_step_value_is_what_the_frame_binds_for_every_kind_of_instruction(flag):
+    """The stepped program passes its observer each step's value itself (the variable read with its
+    name in the generated code, the return slot for a return, None otherwise): a step shows what the
+    event path, which reads the instruction, shows at the same instruction, in every frame."""
+    torch.manual_seed(0)
+    model, x = _Statements(), torch.randn(2, 4)
+    schema = NNParser.parse_model(model=model, inputs_tensors_values={"x": x, "flag": flag})
+    reference = Reference()
+    with torch.no_grad():
+        SchemaInterpreter(listeners=[reference]).run(schema, {"x": x, "flag": flag})
+        alone = SchemaInterpreter()
+        steps = [(s.kind, s.out_var, _frozen(s.value)) for s in alone.step_run(schema, {"x": x, "flag": flag})]
+        expected = model(x, flag)
+    kinds = {kind for kind, _, _ in steps}
+    assert {"op", "block", "function", "return", "delete"} <= kinds, kinds
+    assert any(value is None for _, _, value in steps), "a step that binds nothing shows None"
+    assert len(steps) == len(reference.rows)
+    for (kind, out_var, value), row in zip(steps, reference.rows):
+        assert (kind, out_var) == (row["kind"], row["out_var"])
+        assert _same(value, row["value"]), f"{kind} {out_var!r}: {value!r} != {row['value']!r}"
+    outputs = alone.step_outputs
+    assert _same(outputs[0], expected) if flag else _same(tuple(outputs), expected)
