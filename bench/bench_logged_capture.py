@@ -15,7 +15,8 @@ candidate's time over eager's in the same round, the median over rounds (lowest-
 
 With --before PATH (a checkout of the package, e.g. `git worktree add --detach /tmp/before main`),
 that checkout is imported too (bench_step_run.load_before), parses each model itself, and its
-`keep="call=**"` capture is timed in the same rounds ("every module out (before)").
+`keep="call=**"` capture is timed in the same rounds ("every module out (before)"); with `--dataset`,
+its capture_dataset too ("capture_dataset (before)").
 
 The models are bench/models.py's dispatch-bound suite (a 32-layer tiny Llama, 16 tokens; a 12-layer
 tiny Mixtral; a tiny ViT; a 24-block ResNet at batch 1) and GPT-2 small at 64 tokens. Before timing,
@@ -79,7 +80,7 @@ def interleaved(candidates: dict, rounds: int, inner: int, base: str = "eager") 
     out = {}
     for key, times in samples.items():
         ratios = [x / e for x, e in zip(times, samples[base])]
-        out[key] = (statistics.median(times), statistics.median(ratios), min(ratios), max(ratios))
+        out[key] = (statistics.median(times), statistics.median(ratios), min(ratios), max(ratios), min(times))
     return out
 
 
@@ -109,7 +110,7 @@ def bench_model(key: str, rounds: int) -> None:
             old = BEFORE.NNParser.parse_model(model=model, inputs_tensors_values=inputs)
             candidates["every module out (before)"] = lambda: BEFORE.capture_run(old, dict(inputs), keep="call=**")
         res = interleaved(candidates, rounds if key != "gpt2" else max(3, rounds // 2), inner)
-    cells = "  ".join(f"{k} {r:5.2f}x ({lo:.2f}-{hi:.2f})" for k, (_, r, lo, hi) in list(res.items())[1:])
+    cells = "  ".join(f"{k} {r:5.2f}x ({lo:.2f}-{hi:.2f})" for k, (_, r, lo, hi, _) in list(res.items())[1:])
     print(f"{name:27s} eager {res['eager'][0] * 1e3:7.2f} ms  {cells}  exact {exact}  steps {steps[0]}/{steps[1]}, "
           f"module outputs {modules}, hooked {len(hooks.values)}", flush=True)
 
@@ -145,6 +146,15 @@ def bench_dataset(rounds: int, count: int) -> None:
                       "capture_run": lambda: [capture_run(schema, dict(scope)) for scope in inputs],
                       "capture_dataset": store,
                       "capture_dataset (records)": records_store}
+        if BEFORE is not None:
+            old = BEFORE.NNParser.parse_model(model=model, inputs_tensors_values=example)
+
+            def before_store():
+                path = scratch / f"s{next(stores)}"
+                BEFORE.capture_dataset(old, inputs, path, keep=keep, progress=False)
+                shutil.rmtree(path)
+
+            candidates["capture_dataset (before)"] = before_store
         try:
             res = interleaved(candidates, rounds, 1)
         finally:
@@ -152,8 +162,14 @@ def bench_dataset(rounds: int, count: int) -> None:
     over = res["capture_dataset"][0] / res["capture_run(keep)"][0]
     before = res["capture_dataset (records)"][0] / res["capture_run(keep)"][0]
     print(f"tiny Llama, {count} inputs, keep={keep!r}: eager {res['eager'][0] / count * 1e3:.2f} ms/input; over eager: "
-          + "  ".join(f"{k} {r:5.2f}x ({lo:.2f}-{hi:.2f})" for k, (_, r, lo, hi) in list(res.items())[1:])
-          + f"; capture_dataset / capture_run(keep) {over:.2f}x, with the records {before:.2f}x (medians)", flush=True)
+          + "  ".join(f"{k} {r:5.2f}x ({lo:.2f}-{hi:.2f})" for k, (_, r, lo, hi, _) in list(res.items())[1:])
+          + f"; capture_dataset / capture_run(keep) {over:.2f}x, with the records {before:.2f}x (medians), "
+          f"{res['capture_dataset'][4] / res['capture_run(keep)'][4]:.2f}x (lowest times)", flush=True)
+    if BEFORE is not None:
+        print(f"  the checkout before: capture_dataset / capture_run(keep) "
+              f"{res['capture_dataset (before)'][0] / res['capture_run(keep)'][0]:.2f}x; this one over it "
+              f"{res['capture_dataset'][0] / res['capture_dataset (before)'][0]:.3f}x (medians), "
+              f"{res['capture_dataset'][4] / res['capture_dataset (before)'][4]:.3f}x (lowest times)", flush=True)
 
 
 def main() -> int:

@@ -1,7 +1,8 @@
 """The store stage (after `files`, before `widget`), activations as a dataset: many inputs captured into an on-disk store, read back and queried.
 
 `manifest` (the layout on disk, the schema identity, the manifest and the commit records),
-`statistics` (the per-step statistics of an input's values), `native` (their one-pass C kernel,
+`statistics` (the per-step statistics of an input's values), `torch_figures` (their torch engine's
+reductions), `native` (their one-pass C kernel,
 `_statistics.c`, built on first use), `step_table` (the statistics' columns: the Parquet schema and
 a unit's Arrow table), `step_names` (an input's step fields: the logged run's columns where it can, and
 the per-schema caches of their metadata), `shards` (safetensors files,

@@ -48,7 +48,7 @@ So each column is:
 
 Measured against `tensor_statistics` (an independent float64 computation) in tests/store/test_writer.py.
 
-Depends on torch and numpy (and native.py); never on the runtime or views.
+Depends on torch and numpy (and native.py, torch_figures.py: the "torch" engine's reductions); never on the runtime or views.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ import torch
 
 from . import native
 from .native import ENGINE
+from .torch_figures import finish, reduce_one, reduce_rows
 
 __all__ = ["SMALL", "summarise", "Summariser", "Figures"]
 
@@ -84,27 +85,6 @@ def _prepared(value: torch.Tensor) -> torch.Tensor:
     return data
 
 
-def _reduce(matrix: torch.Tensor, scratch: Any = None) -> torch.Tensor:
-    """[6, rows] float64 of a [rows, n] matrix: sum, min, max, magnitude sum, least magnitude, 2-norm."""
-    if scratch is not None:
-        magnitude = torch.abs(matrix, out=scratch[:matrix.numel()].view(matrix.shape))
-    else:
-        magnitude = matrix.abs()
-    return torch.stack([matrix.sum(1), matrix.amin(1), matrix.amax(1), magnitude.sum(1), magnitude.amin(1),
-                        torch.linalg.vector_norm(matrix, dim=1)]).to(_F64)
-
-
-def _reduce_one(tensor: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
-    """`_reduce` of one large tensor as one row: the same figures, its min and max from one `torch.aminmax`
-    pass (on CPU, aminmax over a whole tensor reads it once; along a dimension it is several times slower
-    than amin and amax, so the stacked groups keep those)."""
-    flat = tensor.reshape(-1)  # a view when it is flat already
-    magnitude = torch.abs(flat, out=scratch[:flat.numel()])
-    low, high = torch.aminmax(flat)
-    return torch.stack([flat.sum(), low, high, magnitude.sum(), magnitude.amin(),
-                        torch.linalg.vector_norm(flat)]).to(_F64).unsqueeze(1)
-
-
 def _getter(positions: Sequence[int]) -> Callable[[Sequence[Any]], tuple]:
     """A C-level `lambda seq: tuple(seq[i] for i in positions)`."""
     if not positions:
@@ -123,6 +103,8 @@ _LAYOUT_OF = torch.Tensor.layout.__get__
 _NUMEL_OF = torch.Tensor.numel
 _CONTIGUOUS_OF = torch.Tensor.is_contiguous
 _PTR_OF = torch.Tensor.data_ptr
+_SHAPE_OF = torch.Tensor.shape.__get__
+_STRIDE_OF = torch.Tensor.stride
 
 
 def _alias_firsts(positions: Sequence[int], ptrs: list, numels: list, dtypes: list, contiguous: list) -> list[int]:
@@ -162,13 +144,13 @@ class _Plan:
         # distinct objects as firsts (so no two firsts are one object): together, `firsts` again
         place = {i: k for k, i in enumerate(tensors)}
         repeated = [(place[i], place[j]) for i, j in zip(tensors, self.firsts) if i != j]
-        self.repeat_from = np.asarray([a for a, _ in repeated], dtype=np.int64)
-        self.repeat_to = np.asarray([b for _, b in repeated], dtype=np.int64)
+        self.repeats_of = (_getter([a for a, _ in repeated]), _getter([b for _, b in repeated])) if repeated else None
         self.distinct_count = len(distinct)
         self.take_distinct = _getter(distinct)
         dv = self.take_distinct(values)
         self.dtypes = list(map(_DTYPE_OF, dv))
         self.grads = list(map(_GRAD_OF, dv))
+        self.any_grad = any(self.grads)
         self.cpus = list(map(_CPU_OF, dv))
         self.layouts = list(map(_LAYOUT_OF, dv))
         others = [i for i, cpu in zip(distinct, self.cpus) if not cpu]
@@ -191,8 +173,7 @@ class _Plan:
         # dtype) keys; together that is `_alias_firsts` giving `aliases` again
         where = {i: k for k, i in enumerate(native)}
         pairs = [(k, where[j]) for k, (i, j) in enumerate(zip(native, self.aliases)) if i != j]
-        self.alias_from = np.asarray([a for a, _ in pairs], dtype=np.int64)
-        self.alias_to = np.asarray([b for _, b in pairs], dtype=np.int64)
+        self.aliases_of = (_getter([a for a, _ in pairs]), _getter([b for _, b in pairs])) if pairs else None
         keyed = [k for k, (i, j, c, m) in enumerate(zip(native, self.aliases, self.native_contiguous,
                                                         self.native_numels)) if i == j and c and m]
         self.take_keyed = _getter(keyed)
@@ -247,6 +228,12 @@ class _Plan:
                                       np.asarray([numel_of[i] for i in members], dtype=np.int64),
                                       np.asarray(own, dtype=np.int64),
                                       np.asarray([where[members[j]] for j in own], dtype=np.int64), irregular))
+        # the groups whose irregular members are all native views: their sizes and strides are read with `map`, and
+        # the kernel's arrays of them made again only when they differ from the last input's
+        self.views = [(_getter([i for _, i, _ in irregular]), np.asarray([j for j, _, _ in irregular], dtype=np.int64))
+                      if irregular and not any(p for _, _, p in irregular) else None
+                      for _, _, _, _, _, irregular in self.by_dtype]
+        self._view_arrays: list = [None] * len(self.by_dtype)  # per group: (shapes, strides, ndims, sizes, strides)
         self.prepared_empty = [i for i in empty if i in is_prepared]
         # where each value's figures come from: a reduced row, the absent row, or the empty row
         absent_row, empty_row = self.rows, self.rows + 1
@@ -270,20 +257,25 @@ class _Plan:
         self.repeats = np.asarray([(i, j) for i, j in zip(tensors, self.firsts) if j != i], dtype=np.int64).reshape(-1, 2)
         numels[self.repeats[:, 0]] = numels[self.repeats[:, 1]]
 
-    def matches(self, values: Sequence[Any]) -> bool:
-        """Whether `values` fall the way this plan's did (the shapes of what is reduced aside)."""
+    def matches(self, values: Sequence[Any], dtypes: Optional[Sequence[Any]] = None) -> bool:
+        """Whether `values` fall the way this plan's did (the shapes of what is reduced aside). `dtypes`: each
+        value's dtype where it is a tensor, read by the caller, none of the values requiring grad (`Summariser`)."""
         if len(values) != self.n or list(map(_TYPE_OF, values)) != self.types:
             return False
         ids = list(map(_ID_OF, self.take_tensors(values)))
         if len(set(ids)) != self.distinct_count:
             return False
-        if len(self.repeat_from):
-            objects = np.fromiter(ids, np.uint64, len(ids))
-            if not np.array_equal(objects[self.repeat_from], objects[self.repeat_to]):
+        if self.repeats_of is not None:  # each repeat is its first's object (ids compared as tuples, in C)
+            repeats, firsts = self.repeats_of
+            if repeats(ids) != firsts(ids):
                 return False
         dv = self.take_distinct(values)
-        if (list(map(_DTYPE_OF, dv)) != self.dtypes or list(map(_GRAD_OF, dv)) != self.grads
-                or list(map(_CPU_OF, dv)) != self.cpus or list(map(_LAYOUT_OF, dv)) != self.layouts):
+        if dtypes is not None:  # the caller's reads: the distinct values' dtypes taken from them, and no grad
+            if len(dtypes) != self.n or list(self.take_distinct(dtypes)) != self.dtypes or self.any_grad:
+                return False
+        elif list(map(_DTYPE_OF, dv)) != self.dtypes or list(map(_GRAD_OF, dv)) != self.grads:
+            return False
+        if list(map(_CPU_OF, dv)) != self.cpus or list(map(_LAYOUT_OF, dv)) != self.layouts:
             return False
         if self.metas and [v.is_meta for v in self.take_others(values)] != self.metas:
             return False
@@ -294,13 +286,13 @@ class _Plan:
         if list(map(_CONTIGUOUS_OF, nv)) != self.native_contiguous:
             return False
         ptrs = list(map(_PTR_OF, nv))
-        at = np.fromiter(ptrs, np.int64, len(ptrs))
-        if len(self.alias_from) and not np.array_equal(at[self.alias_from], at[self.alias_to]):
+        if self.aliases_of is not None and self.aliases_of[0](ptrs) != self.aliases_of[1](ptrs):
             return False
+        # distinct (address, count, dtype) keys: at once where the addresses are distinct already
         keyed = self.take_keyed(ptrs)
-        if len(set(zip(keyed, self.keyed_numels, self.keyed_dtypes))) != len(keyed):
+        if len(set(keyed)) != len(keyed) and len(set(zip(keyed, self.keyed_numels, self.keyed_dtypes))) != len(keyed):
             return False
-        self._checked = (values, at)
+        self._checked = (values, np.fromiter(ptrs, np.int64, len(ptrs)))
         return True
 
     def kernel_figures(self, values: Sequence[Any], kernel: Any) -> Optional["Figures"]:
@@ -321,9 +313,15 @@ class _Plan:
         raw = np.empty((self.rows, 9), dtype=np.float64)
         held = []  # what is converted or copied here lives until the kernel has read it
         most = kernel.MAX_DIMS
-        for dtype, rows, numels, own, own_at, irregular in self.by_dtype:
+        for g, (dtype, rows, numels, own, own_at, irregular) in enumerate(self.by_dtype):
             ptrs = np.zeros(len(rows), dtype=np.int64)
             ptrs[own] = native_ptrs[own_at]
+            views = self.views[g]
+            if views is not None:
+                arrays = self._views_of(g, views, values, len(rows), most)
+                if arrays is not None:
+                    raw[rows] = kernel.raw(dtype, ptrs, numels, *arrays)
+                    continue
             ndims = np.zeros(len(rows), dtype=np.int64)
             sizes: list[int] = []
             strides: list[int] = []
@@ -352,6 +350,26 @@ class _Plan:
                 return None
         return self._figures_of(values, _kernel_table(raw, self.numel.numpy()))
 
+    def _views_of(self, g: int, views: tuple, values: Sequence[Any], count: int, most: int) -> Optional[tuple]:
+        """(ndims, sizes, strides) for the kernel of group `g`, whose irregular members are native views (not
+        contiguous: `matches`), their sizes and strides read now; None where one has more than `most` dimensions
+        (the caller copies it)."""
+        take, at = views
+        tensors = take(values)
+        shapes, strides = list(map(_SHAPE_OF, tensors)), list(map(_STRIDE_OF, tensors))
+        last = self._view_arrays[g]
+        if last is not None and last[0] == shapes and last[1] == strides:
+            return last[2:]
+        dims = list(map(len, shapes))
+        if max(dims) > most:
+            return None
+        ndims = np.zeros(count, dtype=np.int64)
+        ndims[at] = dims
+        arrays = (ndims, np.fromiter((n for shape in shapes for n in shape), np.int64, sum(dims)),
+                  np.fromiter((n for stride in strides for n in stride), np.int64, sum(dims)))
+        self._view_arrays[g] = (shapes, strides) + arrays
+        return arrays
+
     def figures(self, values: Sequence[Any]) -> Optional["Figures"]:
         """The statistics of `values` (which `matches` this plan) from torch's reductions; None when what is
         reduced changed shape or place (the values need a plan of their own)."""
@@ -372,7 +390,7 @@ class _Plan:
                 return None
             matrix = rows.reshape(count, -1)
             matrices.append(matrix)
-            parts.append(_reduce(matrix))
+            parts.append(reduce_rows(matrix))
         if self.large:
             scratch: dict[torch.dtype, torch.Tensor] = {}
             for i, dtype, shape in self.large:
@@ -384,11 +402,11 @@ class _Plan:
                     buffer = scratch[dtype] = torch.empty(max(math.prod(s) for _, d, s in self.large if d == dtype),
                                                           dtype=dtype)
                 matrices.append(tensor.unsqueeze(0))  # a view: a flat copy held here would cost fresh pages
-                parts.append(_reduce_one(tensor, buffer))
+                parts.append(reduce_one(tensor, buffer))
         for i in self.empty:
             if data[i].numel() != 0:
                 return None
-        return self._figures_of(values, _finish(parts, matrices, self.numel) if parts else np.empty((0, 9)))
+        return self._figures_of(values, finish(parts, matrices, self.numel) if parts else np.empty((0, 9)))
 
     def _figures_of(self, values: Sequence[Any], reduced: np.ndarray) -> "Figures":
         """Every value's figures from those of the reduced rows: repeats, aliases, absent and empty values."""
@@ -405,28 +423,6 @@ class _Plan:
 _CONSTANT_ROWS = np.array([[_NAN] * 9, [_NAN, _NAN, _NAN, _NAN, 0.0, 0.0, 0.0, 0.0, _NAN]])
 
 
-def _finish(parts: list[torch.Tensor], matrices: list[torch.Tensor], numel: torch.Tensor) -> np.ndarray:
-    """[rows, 9] float64 (mean, std, min, max, abs_sum, l2, n_nan, n_inf, frac_zero) of the reduced rows.
-
-    A row holds no NaN or inf when its sums are finite, and no zero when its least magnitude is not 0:
-    only the other rows are counted (`_count_zeros`, `_unfinished_rows`)."""
-    f = torch.cat(parts, 1)  # [6, rows]: sum, min, max, magnitude sum, least magnitude, 2-norm
-    total, low, high, abs_sum, least, l2 = f
-    var = (l2 * l2 - total * total / numel) / (numel - 1)
-    std = torch.where(var > 0, var.clamp(min=0).sqrt(), torch.where(var == var, 0.0, _NAN))
-    std = torch.where(numel > 1, std, _NAN)
-    none = torch.zeros_like(total)
-    table = torch.stack([total / numel, std, low, high, abs_sum, l2, none, none, none], 1).numpy()
-    finite = total.isfinite() & abs_sum.isfinite() & l2.isfinite()
-    zeros = (finite & (least == 0)).nonzero().flatten()
-    if zeros.numel():
-        _count_zeros(table, zeros.tolist(), matrices)
-    unfinished = (~finite).nonzero().flatten()
-    if unfinished.numel():
-        _unfinished_rows(table, unfinished.tolist(), f.index_select(1, unfinished).t().tolist(), matrices)
-    return table
-
-
 def _kernel_table(raw: np.ndarray, numel: np.ndarray) -> np.ndarray:
     """[rows, 9] float64 (mean, std, min, max, abs_sum, l2, n_nan, n_inf, frac_zero) from the kernel's raw
     figures (sum, min, max, magnitude sum, least magnitude, sum of squares, NaN, inf and zero counts)."""
@@ -439,51 +435,6 @@ def _kernel_table(raw: np.ndarray, numel: np.ndarray) -> np.ndarray:
         table = np.stack([total / numel, std, np.where(holds_nan, _NAN, low), np.where(holds_nan, _NAN, high),
                           abs_sum, np.sqrt(squares), nans, infs, zeros / numel], 1)
     return table
-
-
-def _locate(rows: list[int], matrices: list[torch.Tensor]) -> dict[int, list[tuple[int, int]]]:
-    """{matrix index: [(row, its row in that matrix)]} of sorted reduced rows (a matrix: a stacked group, or a
-    large tensor with a leading dimension of 1)."""
-    bounds = np.cumsum([m.shape[0] for m in matrices]).tolist()
-    found: dict[int, list[tuple[int, int]]] = {}
-    which = 0
-    for row in rows:
-        while row >= bounds[which]:
-            which += 1
-        found.setdefault(which, []).append((row, row - (bounds[which - 1] if which else 0)))
-    return found
-
-
-def _count_zeros(table: np.ndarray, rows: list[int], matrices: list[torch.Tensor]) -> None:
-    """frac_zero of rows with finite sums whose least magnitude is 0, counted exactly (per matrix, one pass
-    over those rows)."""
-    for which, places in _locate(rows, matrices).items():
-        matrix = matrices[which]
-        local = torch.tensor([r for _, r in places])
-        counts = (matrix.index_select(0, local) == 0).reshape(len(places), -1).sum(1).numpy()
-        table[[row for row, _ in places], 8] = counts / matrix[0].numel()
-
-
-def _unfinished_rows(table: np.ndarray, rows: list[int], figures: list[list], matrices: list[torch.Tensor]) -> None:
-    """Rows whose sums are not finite: they hold NaN or inf (counted exactly, and zeros with them), or their
-    sums overflow the dtype (an attention mask of float32 minima) and are redone in float64."""
-    located = {row: (which, r) for which, places in _locate(rows, matrices).items() for row, r in places}
-    for row, (total, low, high, abs_sum, _, l2) in zip(rows, figures):
-        which, r = located[row]
-        data = matrices[which][r]
-        numel = data.numel()
-        nans, infs, zeros = int(torch.isnan(data).sum()), int(torch.isinf(data).sum()), int((data == 0).sum())
-        if not nans and not infs:  # nothing but the overflow made the sums infinite
-            wide = data.to(_F64)
-            total, abs_sum, l2 = wide.sum().item(), wide.abs().sum().item(), torch.linalg.vector_norm(wide).item()
-        if nans:  # torch's min, max and mean propagate NaN
-            low = high = _NAN
-        if numel > 1:
-            var = (l2 * l2 - total * total / numel) / (numel - 1)
-            std = math.sqrt(var) if var > 0 else (0.0 if var == var else _NAN)
-        else:
-            std = _NAN
-        table[row] = (total / numel, std, low, high, abs_sum, l2, nans, infs, zeros / numel)
 
 
 class Figures:
@@ -540,12 +491,15 @@ class Summariser:
     def _figures(self, plan: _Plan, values: Sequence[Any]) -> Optional[Figures]:
         return plan.kernel_figures(values, self.kernel) if self.kernel is not None else plan.figures(values)
 
-    def __call__(self, values: Sequence[Any], key: Any = None) -> Figures:
+    def __call__(self, values: Sequence[Any], key: Any = None, dtypes: Optional[Sequence[Any]] = None) -> Figures:
         """The figures of `values`. `key` (hashable) names a kind of input whose plan is kept apart: the rows of
         a padded batch (store/rows.py) have as many kinds as lengths, each planned once; the last plan of each
-        of `_KEYS` keys is kept. The figures do not depend on the key: a plan is used only where it matches."""
+        of `_KEYS` keys is kept. The figures do not depend on the key: a plan is used only where it matches.
+        `dtypes`: each value's dtype where it is a tensor, as the caller has just read it, with no value
+        requiring grad (the logged columns': traces/logged_columns.py); the plan's check takes them instead of
+        reading them again."""
         plan = self.plan if key is None else self.plans.get(key)
-        if plan is not None and plan.matches(values):
+        if plan is not None and plan.matches(values, dtypes):
             figures = self._figures(plan, values)
             if figures is not None:
                 return figures

@@ -68,6 +68,9 @@ class StepNames:
         self.last: Optional[tuple] = None  # the previous input's metadata lists, container ids and keep flags
         self.summarise = Summariser()  # its plan is reused from input to input (statistics.py)
         self.warned = False  # whether a keep that kept nothing over an input was said (`_summarise_one`)
+        # the dtypes of the last logged input's values, as its columns read them (none of its values requires
+        # grad): the summariser's plan check takes them (`Summariser.__call__`); None after another capture
+        self.dtypes: Optional[list] = None
 
     def steady(self, fields: tuple) -> tuple:
         """(numbers, slot types, block paths, out vars, op names, descriptions, depths, shapes, dtype texts,
@@ -113,10 +116,12 @@ class StepNames:
                run: Optional[Callable] = None) -> tuple[list, tuple]:
         """(outputs, step fields) of one input's capture of everything, under `torch.no_grad()`: the logged
         run's columns where capture_run would log it and no `run` or `interventions` is given."""
+        self.dtypes = None
         with torch.no_grad():
             if run is None and interventions is None and self.logged is not None and self.logged.schema is schema:
                 got = self.logged.capture(scope)
                 if got is not None:
+                    self.dtypes = got[1][10]
                     return got
             record = (run or capture_run)(schema, scope, interventions=interventions)
         return record.outputs, step_fields(record.trace)

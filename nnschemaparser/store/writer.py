@@ -407,7 +407,8 @@ def _summarise_one(unit: _Unit, schema: ModelBlockSchema, scope: dict, sample: i
     meta = (numbers, cids, slot_types, block_paths, out_vars, op_names, descriptions, depths, dtypes, omitted, named,
             keepable)
     if rows == 1 and mask is None:  # an input that is one sample, as it is
-        return _write_sample(unit, sample, meta, shapes, values, values, names.summarise(values), None, batching)
+        return _write_sample(unit, sample, meta, shapes, values, values, names.summarise(values, dtypes=names.dtypes),
+                             None, batching)
     parts = batching.split(values, rows) if rows > 1 else [None] * len(values)
     axis = batching.axis
     row_shapes = shapes if rows == 1 else [

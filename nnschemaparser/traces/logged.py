@@ -32,6 +32,7 @@ Depends on runtime (step_log, listeners), recorder, keep_plan, selection, tensor
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Iterator, Optional
 
 import torch
@@ -44,6 +45,10 @@ from .recorder import ActivationRecorder
 from .tensor_walk import _shape, _storage_ptr, mutated_tensors, tensors_in
 
 __all__ = ["LogSpan", "capture_logged", "logged_plan", "inference_inputs", "module_holds_inference"]
+
+_VALUE, _LOGGED_VERSION = operator.itemgetter(1), operator.itemgetter(2)
+_VERSION_OF = torch.Tensor._version.__get__
+_GRAD_OF = torch.Tensor.requires_grad.__get__
 
 _DROPPED = ("changed in place after capture by an op the schema does not flag as mutating (e.g. inplace "
             "passed positionally); the value at capture time was not kept")
@@ -209,13 +214,18 @@ def capture_logged(recorder: ActivationRecorder, block: ModelBlockSchema, scope:
     reachable = {id(tensor) for _, tensor in tensors_in(outputs)}
     if recorder.root_frame is not None:
         reachable.update(id(value) for value in recorder.root_frame.values() if isinstance(value, torch.Tensor))
-    for position, entry in enumerate(entries):
-        value = entry[1]
-        if value._version != entry[2]:
-            dropped[position] = _DROPPED
-        elif id(value) in reachable:
-            shapes[position] = _shape(value)
-    if torch.is_grad_enabled():  # hooks, and detached values (a kept value holds no graph)
+    # the versions and ids read with `map` and compared as lists (in C); the steps walked only where one differs
+    values = list(map(_VALUE, entries))
+    if list(map(_VERSION_OF, values)) != list(map(_LOGGED_VERSION, entries)):
+        for position, entry in enumerate(entries):
+            if entry[1]._version != entry[2]:
+                dropped[position] = _DROPPED
+    ids = list(map(id, values))
+    if not reachable.isdisjoint(ids):
+        for position in [p for p, i in enumerate(ids) if i in reachable]:
+            if position not in dropped:
+                shapes[position] = _shape(values[position])
+    if torch.is_grad_enabled() and any(map(_GRAD_OF, values)):  # hooks, and detached values (no graph kept)
         capture_grads, tracked = recorder.capture_grads, recorder._tracked
         for position, entry in enumerate(entries):
             value = entry[1]

@@ -15,8 +15,10 @@ value (`tests/store/test_logged_columns.py`).
 What a span's metadata depends on, and is compared: each step's instruction (by identity), the
 marks (the blocks entered and left, and where), the step numbers' base (the root's input count),
 and, for a step whose description reads the callee fetched at run time, what `_describe_op` /
-`_describe_block` read of it: a module or a block call's target by identity (held, so its id is
-not reused), another callable by its owner's type and its name.
+`_describe_block` read of it: the callees' types first (which decide how each is compared), then a
+module or a block call's target by identity (held, so its id is not reused; one `map(operator.is_)`),
+a builtin method by its owner's type and its name (read with `map`), another callable by its owner's
+type and its name.
 
 A run `capture_run` would not log (`logged.logged_plan`: an inference tensor among the inputs, a schema
 that cannot be logged) is left to the caller: `capture` gives None. The model's weights and buffers
@@ -43,7 +45,7 @@ from .recorder import ActivationRecorder
 
 __all__ = ["LoggedColumns", "StepFields"]
 
-_INSTR, _VALUE = operator.itemgetter(0), operator.itemgetter(1)
+_INSTR, _VALUE, _CALLEE = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(3)
 _SELF, _NAME = operator.attrgetter("__self__"), operator.attrgetter("__name__")  # of a builtin method
 _SHAPE_OF = torch.Tensor.shape.__get__
 _DTYPE_OF = torch.Tensor.dtype.__get__
@@ -56,7 +58,8 @@ StepFields = tuple
 class _SpanMeta:
     """The metadata of one span's steps and what it was worked out from."""
 
-    __slots__ = ("instrs", "marks", "base", "callee_at", "block_calls", "callees", "keys", "columns")
+    __slots__ = ("instrs", "marks", "base", "callee_at", "take_callees", "kinds", "take_builtin", "take_same",
+                 "take_others", "keys", "same", "columns")
 
     def __init__(self, span: LogSpan, records: list[list]):
         entries = span.entries
@@ -64,14 +67,37 @@ class _SpanMeta:
         self.marks = list(span.marks)
         self.base = span.base
         self.callee_at = [p for p, entry in enumerate(entries) if len(entry) > 3]
-        self.block_calls = [isinstance(self.instrs[p], BlockInstruction) for p in self.callee_at]
-        self.callees = [entries[p][3] for p in self.callee_at]  # held: their ids stay theirs
-        self.keys = _callee_keys(self.block_calls, self.callees)
+        self.take_callees = _getter(self.callee_at)
+        callees = [entries[p][3] for p in self.callee_at]
+        self.kinds = list(map(type, callees))
+        # by what the recorder's `_describe_op` / `_describe_block` read of the callee: a builtin method of an op
+        # (most callees: `x.view`), its owner's type and its name; a module or a block call's target, the object
+        # itself (held, so its id stays its own); another callable, its owner's type and name
+        method, module = types.BuiltinMethodType, torch.nn.Module
+        builtin, same, others = [], [], []
+        for k, (p, callee, kind) in enumerate(zip(self.callee_at, callees, self.kinds)):
+            block = isinstance(self.instrs[p], BlockInstruction)
+            (builtin if kind is method and not block else same if block or isinstance(callee, module) else
+             others).append(k)
+        self.take_builtin, self.take_same, self.take_others = _getter(builtin), _getter(same), _getter(others)
+        self.same = self.take_same(callees)
+        self.keys = self._keys(callees)
         n = len(records)
         # numbers, descriptions, slot types, out vars, op names, block paths, depths; and omitted when nothing is
         self.columns = ([r[0] for r in records], [r[1] for r in records], ["activation"] * n,
                         [r[3] for r in records], [r[4] for r in records], [r[5] for r in records],
                         [r[7] for r in records], [None] * n)
+
+    def _keys(self, callees: list) -> tuple:
+        """The owners' types and the names of the builtin methods (read with `map`), and what is read of the
+        other callables that are neither modules nor block targets (few)."""
+        builtin = self.take_builtin(callees)
+        others = []
+        for callee in self.take_others(callees):
+            owner = getattr(callee, "__self__", None)
+            name = getattr(callee, "__name__", None)
+            others.append((type(owner) if owner is not None else None, name if isinstance(name, str) else type(callee)))
+        return list(map(type, map(_SELF, builtin))), list(map(_NAME, builtin)), others
 
     def fits(self, span: LogSpan) -> bool:
         entries = span.entries
@@ -79,35 +105,25 @@ class _SpanMeta:
             return False
         if list(map(_INSTR, entries)) != self.instrs:
             return False
-        at = self.callee_at
-        if not at:
+        if not self.callee_at:
             return True
         try:
-            callees = [entries[p][3] for p in at]
+            callees = list(map(_CALLEE, self.take_callees(entries)))
         except IndexError:  # pragma: no cover - an instruction's log line has a fixed arity
             return False
-        return _callee_keys(self.block_calls, callees) == self.keys
+        if list(map(type, callees)) != self.kinds:  # the kinds decide how each callee is compared
+            return False
+        return all(map(operator.is_, self.take_same(callees), self.same)) and self._keys(callees) == self.keys
 
 
-def _callee_keys(block_calls: list[bool], callees: list) -> tuple:
-    """What a step's description reads of its callee (the recorder's `_describe_op` / `_describe_block`): for a
-    module or a block call's target (`block_calls`) its id; for a builtin method of an op (most callees: `x.view`)
-    its owner's type and its name, read with `map`; for another callable its owner's type and name as the
-    recorder reads them."""
-    module, method = torch.nn.Module, types.BuiltinMethodType
-    kinds = list(map(type, callees))
-    builtin = [c for c, kind, block in zip(callees, kinds, block_calls) if kind is method and not block]
-    others = []
-    for callee, kind, block in zip(callees, kinds, block_calls):
-        if kind is method and not block:
-            continue
-        if block or isinstance(callee, module):
-            others.append(id(callee))
-        else:
-            owner = getattr(callee, "__self__", None)
-            name = getattr(callee, "__name__", None)
-            others.append((type(owner) if owner is not None else None, name if isinstance(name, str) else type(callee)))
-    return kinds, list(map(type, map(_SELF, builtin))), list(map(_NAME, builtin)), others
+def _getter(positions: list[int]) -> Any:
+    """A C-level `lambda seq: tuple(seq[i] for i in positions)`."""
+    if not positions:
+        return lambda seq: ()
+    if len(positions) == 1:
+        only = positions[0]
+        return lambda seq: (seq[only],)
+    return operator.itemgetter(*positions)
 
 
 _KEY = "logged columns"  # the last span metadata of a schema's runs, kept in its cache of programs

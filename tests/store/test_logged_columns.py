@@ -61,6 +61,25 @@ class Chooser(nn.Module):
         return act(self.fc(x))
 
 
+class ModuleChooser(nn.Module):
+    """A module fetched at run time that differs from input to input (compared by identity): the step's
+    description differs, nothing else."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x):
+        layer = self.a if bool(x.sum() > 0) else self.b
+        return torch.relu(layer(x))
+
+
+def _module_chooser():
+    torch.manual_seed(0)
+    model = ModuleChooser().eval()
+    return model, NNParser.parse_model(model=model, inputs_tensors_values={"x": torch.ones(2, 8)})
+
+
 def _chooser():
     torch.manual_seed(0)
     model = Chooser().eval()
@@ -77,7 +96,9 @@ MODELS = {"gpt2": (tiny_gpt2, lambda: token_inputs(3)),
           "llama": (_llama, lambda: [dict(s, use_cache=False) for s in token_inputs(3)]),
           "in_place": (_in_place, lambda: [{"x": torch.randn(2, 8, generator=torch.Generator().manual_seed(i))}
                                            for i in range(3)]),
-          "chooser": (_chooser, lambda: [{"x": torch.ones(2, 8)}, {"x": -torch.ones(2, 8)}, {"x": torch.ones(2, 8)}])}
+          "chooser": (_chooser, lambda: [{"x": torch.ones(2, 8)}, {"x": -torch.ones(2, 8)}, {"x": torch.ones(2, 8)}]),
+          "module_chooser": (_module_chooser, lambda: [{"x": torch.ones(2, 8)}, {"x": -torch.ones(2, 8)},
+                                                       {"x": torch.ones(2, 8)}])}
 
 
 def _bits(table: np.ndarray) -> np.ndarray:
@@ -110,7 +131,7 @@ def test_logged_columns_equal_the_trace_records_and_their_statistics(name):
         ours, theirs = Summariser()(values), Summariser()(others)
         assert np.array_equal(_bits(ours.table), _bits(theirs.table))
         assert np.array_equal(ours.counted, theirs.counted) and np.array_equal(ours.numels, theirs.numels)
-    if name == "chooser":  # another callee, another description: the metadata is worked out again
+    if name in ("chooser", "module_chooser"):  # another callee, another description: the metadata is worked out again
         assert metas[1] is not metas[0] and metas[2] is not metas[1]
         assert len({tuple(m.columns[1]) for m in metas}) == 2
     else:
@@ -160,3 +181,21 @@ def test_llama_store_equals_the_records_path(tmp_path, monkeypatch):
     slow = _store(schema, inputs, tmp_path / "records", False, monkeypatch, keep="layers.1", batch_axis=None)
     _assert_same_rows(fast, slow)
     assert fast.steps["kept"].any()
+
+
+def test_llama_statistics_with_the_columns_dtypes_equal_a_fresh_summary():
+    """The plan check takes the logged columns' dtypes instead of reading them (store/step_names.py): the figures
+    of every input equal a fresh summariser's, bit for bit."""
+    _, schema = _llama()
+    names = StepNames(None, schema)
+    for scope in [dict(s, use_cache=False) for s in token_inputs(3)]:
+        _, fields = names.fields(schema, dict(scope))
+        assert names.dtypes is fields[10]
+        values = fields[6]
+        ours, fresh = names.summarise(values, dtypes=names.dtypes), Summariser()(values)
+        assert np.array_equal(_bits(ours.table), _bits(fresh.table))
+        assert np.array_equal(ours.numels, fresh.numels) and np.array_equal(ours.counted, fresh.counted)
+    plan = names.summarise.plan
+    assert plan is not None and plan.matches(values, names.dtypes)
+    assert not plan.matches(values, [None] * len(values))  # the dtypes given are the ones compared
+

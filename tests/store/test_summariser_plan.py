@@ -67,28 +67,32 @@ def test_inputs_run_alike_reuse_the_plan_and_give_fresh_figures(engine):
     assert rows[12][6] is None and rows[13][6] is None and rows[11][4] == 0.0
 
 
+# one change each from an input's values as `_values` makes them
+CHANGES = {
+    "a repeat becomes another object": lambda v: v.__setitem__(3, v[1].clone()),
+    "two objects become one": lambda v: v.__setitem__(15, v[1]),
+    "a repeat becomes another value's repeat": lambda v: v.__setitem__(3, v[4]),
+    "a view becomes a copy": lambda v: v.__setitem__(2, v[1].clone().view(64)),
+    "a copy becomes a view of an earlier value": lambda v: v.__setitem__(15, v[1].view(4, 16)),
+    "a dtype changes": lambda v: v.__setitem__(15, v[15].double()),
+    "a shape changes, same count": lambda v: v.__setitem__(15, v[15].reshape(16, 4)),
+    "a shape changes in a group": lambda v: v.__setitem__(4, torch.randn(2, 8, 9)),
+    "a large tensor changes shape": lambda v: v.__setitem__(8, torch.randn(SMALL + 9)),
+    "an empty tensor fills": lambda v: v.__setitem__(11, torch.ones(2, 3)),
+    "a tensor becomes None": lambda v: v.__setitem__(4, None),
+    "None becomes a tensor": lambda v: v.__setitem__(12, torch.ones(3)),
+    "a tensor requires grad": lambda v: v.__setitem__(15, v[15].clone().requires_grad_()),
+    "a tensor becomes sparse": lambda v: v.__setitem__(15, v[15].to_sparse()),
+    "a tensor becomes meta": lambda v: v.__setitem__(15, v[15].to("meta")),
+    "a view loses its contiguity": lambda v: v.__setitem__(2, v[1].t()),
+    "one value fewer": lambda v: v.pop(),
+}
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_value_that_falls_another_way_makes_a_new_plan(engine):
     base = _values(0)
-    changes = {
-        "a repeat becomes another object": lambda v: v.__setitem__(3, v[1].clone()),
-        "two objects become one": lambda v: v.__setitem__(15, v[1]),
-        "a repeat becomes another value's repeat": lambda v: v.__setitem__(3, v[4]),
-        "a view becomes a copy": lambda v: v.__setitem__(2, v[1].clone().view(64)),
-        "a copy becomes a view of an earlier value": lambda v: v.__setitem__(15, v[1].view(4, 16)),
-        "a dtype changes": lambda v: v.__setitem__(15, v[15].double()),
-        "a shape changes, same count": lambda v: v.__setitem__(15, v[15].reshape(16, 4)),
-        "a shape changes in a group": lambda v: v.__setitem__(4, torch.randn(2, 8, 9)),
-        "a large tensor changes shape": lambda v: v.__setitem__(8, torch.randn(SMALL + 9)),
-        "an empty tensor fills": lambda v: v.__setitem__(11, torch.ones(2, 3)),
-        "a tensor becomes None": lambda v: v.__setitem__(4, None),
-        "None becomes a tensor": lambda v: v.__setitem__(12, torch.ones(3)),
-        "a tensor requires grad": lambda v: v.__setitem__(15, v[15].clone().requires_grad_()),
-        "a tensor becomes sparse": lambda v: v.__setitem__(15, v[15].to_sparse()),
-        "a tensor becomes meta": lambda v: v.__setitem__(15, v[15].to("meta")),
-        "a view loses its contiguity": lambda v: v.__setitem__(2, v[1].t()),
-        "one value fewer": lambda v: v.pop(),
-    }
+    changes = CHANGES
     for what, change in changes.items():
         values = _values(5)
         change(values)
@@ -122,3 +126,78 @@ def test_the_kernel_reads_only_values_whose_layout_was_checked():
     fine = _values(2)
     assert _same(plan.kernel_figures(fine, summariser.kernel).rows(), summarise(fine, native.ENGINE))
     assert plan._checked is None  # the values are not held after the figures
+
+
+def _dtypes(values: list) -> list:
+    return [v.dtype if isinstance(v, torch.Tensor) else None for v in values]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_callers_dtypes_stand_in_for_the_plans_reads(engine):
+    """`dtypes=` (a logged input's columns: none of its values requires grad) replaces the plan check's reads of
+    the dtypes and grad flags: each change still makes a new plan, and the figures are a fresh plan's."""
+    base = _values(0)
+    for what, change in CHANGES.items():
+        if what == "a tensor requires grad":  # outside what `dtypes=` promises
+            continue
+        values = _values(5)
+        change(values)
+        summariser = Summariser(engine)
+        summariser(base, dtypes=_dtypes(base))
+        before = summariser.plan
+        assert _same(summariser(values, dtypes=_dtypes(values)).rows(), summarise(values, engine)), what
+        if engine == "torch" or what not in _SHAPE_ONLY:
+            assert summariser.plan is not before, what
+    summariser = Summariser(engine)
+    summariser(base, dtypes=_dtypes(base))
+    plan, again = summariser.plan, _values(1)
+    assert _same(summariser(again, dtypes=_dtypes(again)).rows(), summarise(again, engine))
+    assert summariser.plan is plan
+    changed = _dtypes(again)
+    changed[1] = torch.float64  # what the caller says is what is compared
+    assert not plan.matches(again, changed)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_views_whose_strides_change_are_read_with_their_own_strides(engine):
+    """A view that stays a view of the same shape with other strides (the kernel's sizes and strides of the last
+    input are reused only while they repeat) gives its own figures."""
+    g = torch.Generator().manual_seed(7)
+    first = torch.randn(16, 4, generator=g)
+    second = torch.randn(4, 32, generator=g)
+    summariser = Summariser(engine)
+    a = [first, first.t(), torch.randn(3, generator=g)]
+    summariser(a)
+    plan = summariser.plan
+    b = [torch.randn(16, 4, generator=g), second[:, ::2], torch.randn(3, generator=g)]  # strides (32, 2), not (1, 4)
+    assert not b[1].is_contiguous() and b[1].shape == a[1].shape and b[1].stride() != a[1].stride()
+    got = summariser(b).rows()
+    assert _same(got, summarise(b, engine)) and summariser.plan is plan
+    if engine != "torch":  # the kernel's figures of a view are its contiguous copy's (torch's depend on the group)
+        assert got[1] == summarise([b[1].contiguous()], engine)[0]
+    c = [first * 2, (first * 2).t(), torch.randn(3, generator=g)]
+    assert _same(summariser(c).rows(), summarise(c, engine)) and summariser.plan is plan
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_values_at_one_address_with_other_counts_keep_the_plan(engine):
+    """Two contiguous values at one address with other element counts (a flat tensor and its prefix) are told
+    apart by their counts: the plan holds, and a value that starts sharing another's whole key makes a new one."""
+    g = torch.Generator().manual_seed(8)
+
+    def values(seed):
+        x = torch.randn(64, generator=torch.Generator().manual_seed(seed))
+        return [x, x[:32], torch.randn(5, generator=g)]
+
+    summariser = Summariser(engine)
+    summariser(values(0))
+    plan = summariser.plan
+    for seed in (1, 2):
+        v = values(seed)
+        assert _same(summariser(v).rows(), summarise(v, engine)) and summariser.plan is plan
+    x = torch.randn(64, generator=g)
+    same = [x, x.view(8, 8).reshape(64)[:64], torch.randn(5, generator=g)]  # now one key: a view of the first
+    assert _same(summariser(same).rows(), summarise(same, engine))
+    if engine != "torch":
+        assert summariser.plan is not plan
+
