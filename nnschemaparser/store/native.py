@@ -67,6 +67,9 @@ class Kernel:
             call.argtypes = (ctypes.c_int64,) * 3 + (ctypes.c_void_p,) * 3 + (ctypes.c_int64, ctypes.c_double,
                                                                               ctypes.c_double, ctypes.c_void_p)
             self._folds[dtype] = call
+        self._merge = library.nsp_merge
+        self._merge.restype = ctypes.c_int64
+        self._merge.argtypes = (ctypes.c_int64,) + (ctypes.c_void_p,) * 4 + (ctypes.c_double, ctypes.c_double)
 
     def fold(self, values: Sequence[torch.Tensor], count: int, k: int, bins: int, low: float,
              high: float) -> Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
@@ -93,6 +96,29 @@ class Kernel:
                 counts.data_ptr()) != 0:
             raise MemoryError("store reductions kernel: no memory for the histograms")
         return mean, m2, counts
+
+    def merge(self, n_a: int, mean_a: torch.Tensor, m2_a: torch.Tensor, n_b: int, mean_b: torch.Tensor,
+              m2_b: torch.Tensor) -> bool:
+        """Chan's merge of (n_b, mean_b, m2_b) into (n_a, mean_a, m2_a), in place: the figures reductions.py's
+        `_merge` gives, bit for bit (`nsp_merge` in _statistics.c). False, and nothing changed, where the four
+        are not contiguous CPU float64 tensors of one size with mean_a and m2_a apart from the others."""
+        size = mean_a.numel()
+        four = (mean_a, m2_a, mean_b, m2_b)
+        for t in four:
+            if t.dtype != torch.float64 or not t.is_cpu or t.layout != torch.strided or t.numel() != size \
+                    or not t.is_contiguous():
+                return False
+        if n_a < 1 or n_b < 1 or size == 0:
+            return False
+        spans = [(t.data_ptr(), t.data_ptr() + 8 * size) for t in four]
+        for i in (0, 1):  # what is written overlaps nothing else (torch's ops would read it before writing)
+            for j, (start, end) in enumerate(spans):
+                if i != j and spans[i][0] < end and start < spans[i][1]:
+                    return False
+        n = n_a + n_b
+        self._merge(size, mean_a.data_ptr(), m2_a.data_ptr(), mean_b.data_ptr(), m2_b.data_ptr(), n_b / n,
+                    n_a * n_b / n)
+        return True
 
     def figures(self, tensors: Sequence[torch.Tensor], dtype: torch.dtype) -> np.ndarray:
         """The raw figures of `tensors`, all of `dtype` (float32 or float64; float32 takes float16 and bfloat16

@@ -165,3 +165,32 @@ def test_the_fold_kernel_over_random_rows_gives_the_straightforward_sums_and_tor
             assert _same(mean[j], want_mean) and _same(m2[j], want_m2)
             bins = _bin_counts(torch.stack(values[j * k:(j + 1) * k]).reshape(1, -1), 64, -8.0, 8.0, True)[0]
             assert torch.equal(counts[j], bins)
+
+
+@needs_kernel
+def test_the_merge_kernel_gives_torchs_chan_merge_bit_for_bit_in_place():
+    from nnschemaparser.store.reductions import _merge
+
+    g = torch.Generator().manual_seed(14)
+    for n_a, n_b, size in ((1, 1, 1), (3, 8, 777), (64, 7, 4096), (10 ** 6, 3, 50)):
+        mean_a, m2_a = _rows(g, size, torch.float64), _rows(g, size, torch.float64).abs()
+        mean_b, m2_b = _rows(g, size, torch.float64), _rows(g, size, torch.float64).abs()
+        _, want_mean, want_m2 = _merge(n_a, mean_a, m2_a, n_b, mean_b, m2_b)
+        own_mean, own_m2 = mean_a.clone(), m2_a.clone()
+        assert native.kernel().merge(n_a, own_mean, own_m2, n_b, mean_b, m2_b)
+        assert _same(own_mean, want_mean) and _same(own_m2, want_m2)
+
+
+@needs_kernel
+def test_the_merge_kernel_leaves_to_torch_what_it_cannot_merge_in_place():
+    kernel = native.kernel()
+    rows = torch.randn(4, 16, dtype=torch.float64)
+    one = torch.randn(16, dtype=torch.float64)
+    before = rows.clone()
+    assert not kernel.merge(2, rows[0], rows[0], 3, one, one)  # the mean and M2 are one array
+    assert not kernel.merge(2, rows[0], rows[1], 3, rows[0], one)  # what is written is also read
+    assert not kernel.merge(2, rows[:, 0], rows[1], 3, one[:4], one[:4])  # a strided view
+    assert not kernel.merge(2, rows[0].float(), rows[1].float(), 3, one.float(), one.float())  # not float64
+    assert not kernel.merge(2, rows[0], rows[1], 3, one[:8], one[:8])  # another size
+    assert torch.equal(rows, before)
+    assert kernel.merge(2, rows[0], rows[1], 3, rows[2], rows[3])  # rows of one tensor, apart: fine
