@@ -1,6 +1,6 @@
 """Where a store's writing time goes: CPU time of each stage of the writer, per input.
 
-    python bench/bench_store_stages.py [llama|gpt2] [KEEP [INPUTS [ROUNDS]]]
+    python bench/bench_store_stages.py [llama|gpt2] [KEEP [INPUTS [ROUNDS]]] [--retain]
 
 Writes one store (64 tiny-Llama inputs or 16 GPT-2 small inputs, one block, the attention outputs kept,
 as bench_store.py's write part; or `KEEP` kept, over `INPUTS` inputs: `llama layers.1 32` is
@@ -8,7 +8,9 @@ bench_logged_capture.py's `--dataset`) after a warm-up store (`ROUNDS` stores: t
 counter: the capture, the step fields and metadata, the statistics (the plan check and the figures),
 the clones, the queueing and folding of the reductions, the shards, the Parquet table and the commit.
 The stages nest (the commit holds the fold of the last queues and the shard write), so the rows do not
-add up to the total; the wrappers add about a microsecond a call. One torch thread.
+add up to the total; the wrappers add about a microsecond a call. One torch thread. `--retain` calls
+`retain_freed_memory()` first (as bench_gpt2_small.py's `--mode retain`). The C kernel's calls (statistics,
+fold, merge) and the weights' digest are rows of their own.
 """
 
 from __future__ import annotations
@@ -29,11 +31,13 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 from models import gpt2_small, tiny_llama  # noqa: E402
 
+import nnschemaparser.store.manifest as manifest  # noqa: E402
+import nnschemaparser.store.native as native  # noqa: E402
 import nnschemaparser.store.statistics as statistics  # noqa: E402
 import nnschemaparser.store.step_names as step_names  # noqa: E402
 import nnschemaparser.store.step_table as step_table  # noqa: E402
 import nnschemaparser.store.writer as writer  # noqa: E402
-from nnschemaparser import NNParser, capture_dataset  # noqa: E402
+from nnschemaparser import NNParser, capture_dataset, retain_freed_memory  # noqa: E402
 
 STAGES = [(step_names.StepNames, "fields", "capture and step fields"), (step_names, "capture_run", "  capture_run (not logged)"),
           (step_names.LoggedColumns, "capture", "  logged capture, as columns"),
@@ -41,17 +45,23 @@ STAGES = [(step_names.StepNames, "fields", "capture and step fields"), (step_nam
           (step_names.StepNames, "steady", "metadata (steady)"), (statistics.Summariser, "__call__", "statistics"),
           (statistics._Plan, "__init__", "  a new plan"), (statistics._Plan, "matches", "  plan check"),
           (statistics._Plan, "figures", "  figures (torch)"), (statistics._Plan, "kernel_figures", "  figures (kernel)"),
+          (native.Kernel, "raw", "    the C kernel's statistics"),
           (writer._Unit, "keep", "clones"),
           (writer._Unit, "reduce", "queueing reductions"), (writer._Unit, "fold", "folding reductions"),
+          (native.Kernel, "fold", "  the C kernel's fold"), (native.Kernel, "merge", "  the C kernel's merges"),
           (writer, "write_shard", "shards"), (step_table.StepColumns, "table", "Arrow table"),
-          (writer._Unit, "commit", "commit (Parquet, shards, last fold)")]
+          (writer._Unit, "commit", "commit (Parquet, shards, last fold)"),
+          (manifest, "weights_fingerprint", "weights digest (once a store)")]
 
 
 def main() -> int:
     torch.set_num_threads(1)
+    if "--retain" in sys.argv:
+        sys.argv.remove("--retain")
+        retain_freed_memory()
     which = sys.argv[1] if len(sys.argv) > 1 else "llama"
     if which not in ("llama", "gpt2"):
-        print("usage: python bench/bench_store_stages.py [llama|gpt2] [KEEP [INPUTS [ROUNDS]]]", file=sys.stderr)
+        print("usage: python bench/bench_store_stages.py [llama|gpt2] [KEEP [INPUTS [ROUNDS]]] [--retain]", file=sys.stderr)
         return 2
     model, example = tiny_llama() if which == "llama" else gpt2_small()
     keep, count = ("layers.*.self_attn:attn_output", 64) if which == "llama" else ("h.*.attn:attn_output", 16)

@@ -25,6 +25,7 @@ Depends on torch and store.shards; never on the runtime or views.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -145,12 +146,16 @@ def _fold_stacked(states: list["ReductionState"], batches: list[tuple[list, list
         state.count += k
         if state.element_note:
             continue
-        if state.element_shape is None:
+        if state.element_shape is None:  # the rows of this fold's own new tensors, held as they are
             state.element_shape, state.element_n = shape, k
-            state.element_mean, state.element_m2 = mean[j].clone(), m2[j].clone()
+            state.element_mean, state.element_m2 = mean[j], m2[j]
         elif shape == state.element_shape:
-            state.element_n, state.element_mean, state.element_m2 = _merge(
-                state.element_n, state.element_mean, state.element_m2, k, mean[j], m2[j])
+            if kernel is not None and kernel.merge(state.element_n, state.element_mean, state.element_m2, k, mean[j],
+                                                   m2[j]):
+                state.element_n += k  # merged in place by the C code, as `_merge` would give them
+            else:
+                state.element_n, state.element_mean, state.element_m2 = _merge(
+                    state.element_n, state.element_mean, state.element_m2, k, mean[j], m2[j])
         else:
             state._element_off(f"shapes differ ({list(state.element_shape)} and {list(shape)} at sample {first[j]})")
     # per channel, from the per-element figures: each position of a channel holds k values, so the
@@ -402,8 +407,9 @@ def encode_states(states: dict[str, ReductionState]) -> tuple[dict[str, torch.Te
         state = states[name]
         for key in ("element_mean", "element_m2", "channel_mean", "channel_m2", "histogram"):
             value = getattr(state, key)
-            if value is not None:
-                tensors[f"{index}.{key}"] = value.contiguous()
+            if value is not None:  # a state's per-element figures may be a row of a fold's tensor: written as a view
+                # (write_shard reads its bytes); safetensors' own encoder (big-endian machines) wants tensors apart
+                tensors[f"{index}.{key}"] = value.contiguous() if sys.byteorder == "little" else value.clone()
         items.append({"variable": name, "count": state.count,
                       "element_shape": list(state.element_shape) if state.element_shape is not None else None,
                       "element_n": state.element_n, "element_note": state.element_note,

@@ -72,12 +72,15 @@ GROUP = 10000000  # elements: the most stacked at once (256 KiB of float32)
 _KEYS = 64  # kinds of input (`Summariser.__call__`'s key) whose last plans a summariser keeps
 _F64 = torch.float64
 _NATIVE = (torch.float32, torch.float64)
+_NARROW = {torch.float16: native.KINDS[torch.float16], torch.bfloat16: native.KINDS[torch.bfloat16]}
 
 
 def _prepared(value: torch.Tensor) -> torch.Tensor:
     data = value.detach() if value.requires_grad else value
     if data.is_complex():
         data = data.abs()
+    elif data.is_neg():  # a negated view (the imaginary part of a conjugate): its values, not its memory
+        data = data.resolve_neg()
     if data.device.type != "cpu":
         data = data.to("cpu")
     if data.dtype not in _NATIVE:
@@ -105,6 +108,7 @@ _CONTIGUOUS_OF = torch.Tensor.is_contiguous
 _PTR_OF = torch.Tensor.data_ptr
 _SHAPE_OF = torch.Tensor.shape.__get__
 _STRIDE_OF = torch.Tensor.stride
+_NEG_OF = torch.Tensor.is_neg
 
 
 def _alias_firsts(positions: Sequence[int], ptrs: list, numels: list, dtypes: list, contiguous: list) -> list[int]:
@@ -121,9 +125,10 @@ class _Plan:
 
     The decisions, for each value in order: not a tensor, or one torch cannot summarise (sparse, meta)
     -> absent; the same object as an earlier value, or (a CPU float32/float64 strided tensor without
-    grad, contiguous) over the same elements as an earlier one -> that one's figures; empty -> the
-    empty figures; otherwise reduced, as it is or converted first (`_prepared`), in the stacked group
-    of its dtype and shape (under SMALL elements) or alone. `matches` checks, with C-level passes over
+    grad, not a negated view, contiguous) over the same elements as an earlier one -> that one's
+    figures; empty -> the empty figures; otherwise reduced, as it is or converted first (`_prepared`;
+    the kernel reads a CPU float16 or bfloat16 tensor as it lies instead), in the stacked group of its
+    dtype and shape (under SMALL elements) or alone. `matches` checks, with C-level passes over
     the values (types, object identities, dtypes, grad flags, devices, layouts, element counts,
     addresses and contiguity), that the same decisions hold for other values; the shapes of what is
     reduced are checked as it is stacked (`figures` gives None when they moved), so a plan reused gives what a
@@ -158,7 +163,7 @@ class _Plan:
         self.metas = [values[i].is_meta for i in others]
         strided = torch.strided
         native = [i for i, d, g, c, lay in zip(distinct, self.dtypes, self.grads, self.cpus, self.layouts)
-                  if c and d in _NATIVE and lay == strided and not g]
+                  if c and d in _NATIVE and lay == strided and not g and not values[i].is_neg()]
         self.native, self.take_native = native, _getter(native)
         nv = self.take_native(values)
         self.native_numels = list(map(_NUMEL_OF, nv))
@@ -217,12 +222,16 @@ class _Plan:
         # view (not contiguous: its sizes and strides are read each time) or a value converted first
         self.by_dtype = []
         contiguous_of = dict(zip(native, self.native_contiguous))
+        cpu_of = dict(zip(distinct, self.cpus))
+        narrow = {i: _NARROW[values[i].dtype] for i in self.prepared if cpu_of[i] and values[i].dtype in _NARROW}
         for dtype in _NATIVE:
             rows = [row for row, i in enumerate(order) if data[i].dtype == dtype]
             if rows:
                 members = [order[row] for row in rows]
                 own = [j for j, i in enumerate(members) if i in is_native]
-                irregular = [(j, i, i in is_prepared) for j, i in enumerate(members)
+                # (position, value, converted first, what the kernel reads there: native.KINDS's code of a
+                # float16 or bfloat16 CPU tensor read as it lies, widened in the C code; else 0)
+                irregular = [(j, i, i in is_prepared, narrow.get(i, 0)) for j, i in enumerate(members)
                              if i in is_prepared or not contiguous_of[i]]
                 self.by_dtype.append((dtype, np.asarray(rows, dtype=np.int64),
                                       np.asarray([numel_of[i] for i in members], dtype=np.int64),
@@ -230,8 +239,9 @@ class _Plan:
                                       np.asarray([where[members[j]] for j in own], dtype=np.int64), irregular))
         # the groups whose irregular members are all native views: their sizes and strides are read with `map`, and
         # the kernel's arrays of them made again only when they differ from the last input's
-        self.views = [(_getter([i for _, i, _ in irregular]), np.asarray([j for j, _, _ in irregular], dtype=np.int64))
-                      if irregular and not any(p for _, _, p in irregular) else None
+        self.views = [(_getter([i for _, i, _, _ in irregular]), np.asarray([j for j, _, _, _ in irregular],
+                                                                             dtype=np.int64))
+                      if irregular and not any(p for _, _, p, _ in irregular) else None
                       for _, _, _, _, _, irregular in self.by_dtype]
         self._view_arrays: list = [None] * len(self.by_dtype)  # per group: (shapes, strides, ndims, sizes, strides)
         self.prepared_empty = [i for i in empty if i in is_prepared]
@@ -281,7 +291,7 @@ class _Plan:
             return False
         nv = self.take_native(values)
         numels = list(map(_NUMEL_OF, nv))
-        if numels != self.native_numels:
+        if numels != self.native_numels or any(map(_NEG_OF, nv)):  # the kernel reads memory: no negated view
             return False
         if list(map(_CONTIGUOUS_OF, nv)) != self.native_contiguous:
             return False
@@ -323,11 +333,21 @@ class _Plan:
                     raw[rows] = kernel.raw(dtype, ptrs, numels, *arrays)
                     continue
             ndims = np.zeros(len(rows), dtype=np.int64)
+            kinds = None
             sizes: list[int] = []
             strides: list[int] = []
-            for j, i, prepared in irregular:  # in member order: the C code takes the sizes in that order
+            for j, i, prepared, kind in irregular:  # in member order: the C code takes the sizes in that order
                 tensor = values[i]
-                if prepared:
+                if kind and not tensor.is_neg():  # float16 or bfloat16 on the CPU (the plan's): read where it lies
+                    if tensor.numel() != numels[j]:
+                        return None
+                    if kinds is None:
+                        kinds = np.zeros(len(rows), dtype=np.int64)
+                    kinds[j] = kind
+                    ptrs[j] = tensor.data_ptr()
+                    if tensor.is_contiguous():
+                        continue
+                elif prepared:
                     tensor = _prepared(tensor)
                     if tensor.dtype != dtype or tensor.numel() != numels[j]:
                         return None
@@ -344,7 +364,7 @@ class _Plan:
                 sizes += tensor.shape
                 strides += tensor.stride()
             raw[rows] = kernel.raw(dtype, ptrs, numels, ndims, np.asarray(sizes, dtype=np.int64),
-                                   np.asarray(strides, dtype=np.int64))
+                                   np.asarray(strides, dtype=np.int64), kinds)
         for i in self.prepared_empty:
             if values[i].numel() != 0:
                 return None
