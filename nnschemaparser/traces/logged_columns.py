@@ -39,6 +39,7 @@ from ..runtime.interpreter import outputs_list
 from ..runtime.program import programs_for
 from ..runtime.step_log import loggable
 from ..schema.model import BlockInstruction, ModelBlockSchema
+from .capture_memory import capture_ended, capture_started
 from .estimate import check_fits, default_budget
 from .logged import LogSpan, capture_logged, inference_inputs, module_holds_inference
 from .recorder import ActivationRecorder
@@ -155,7 +156,9 @@ class LoggedColumns:
                              "limit_policy='latest' keeps the last values that fit (memory_check=False runs it anyway)")
         recorder = ActivationRecorder()
         recorder.defer_warnings = True
+        heap_token = capture_started()  # the heap the last input's dropped values freed (capture_memory.py)
         outputs = outputs_list(capture_logged(recorder, schema, scope))
+        capture_ended(heap_token)
         recorder.emit_warnings(stacklevel=3)
         return outputs, self.fields(recorder.trace._pending)
 
