@@ -10,7 +10,9 @@ with the reason it could not be had; `switched_off()` is `NNSCHEMAPARSER_NATIVE=
 false), read at each call, which leaves every kernel out (the callers use torch instead).
 
 Used by the store's statistics kernel (store/native.py) and diverge's per-row errors
-(traces/diverge_native.py). Depends on the standard library only.
+(traces/diverge_native.py). What both need (half-width floats widened exactly) is in the header
+`_nsp_floats.h` beside this module, on the include path of every build; the headers' text is part
+of the cache key, so a changed header builds the libraries again. Depends on the standard library only.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ __all__ = ["FLAGS", "TUNED", "load", "switched_off", "cache_root", "Loaded"]
 
 # -ffp-contract=off: no fused multiply-add, so every machine rounds each product and sum the same way
 FLAGS = ("-O3", "-shared", "-fPIC", "-ffp-contract=off", "-fno-fast-math")
+HEADERS = Path(__file__).resolve().parent  # the shared headers (`_nsp_*.h`) the sources include
 TUNED = ("-march=native", "-mprefer-vector-width=512")  # dropped where the compiler refuses them
 _BUILD_SECONDS = 120
 
@@ -69,7 +72,7 @@ def _build(compiler: str, source: Path, target: Path) -> None:
         handle, tmp = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=".so", dir=target.parent)
         os.close(handle)
         try:
-            done = subprocess.run([compiler, *FLAGS, *extra, "-o", tmp, str(source), "-lm"],
+            done = subprocess.run([compiler, *FLAGS, *extra, f"-I{HEADERS}", "-o", tmp, str(source), "-lm"],
                                   capture_output=True, text=True, timeout=_BUILD_SECONDS)
             if done.returncode == 0:
                 os.replace(tmp, target)
@@ -92,7 +95,7 @@ def load(source: Path, stem: str) -> tuple[ctypes.CDLL, Path]:
     compiler = _compiler()
     if compiler is None:
         raise RuntimeError("no C compiler (cc, gcc or clang; or $CC) was found")
-    text = Path(source).read_bytes()
+    text = Path(source).read_bytes() + b"".join(header.read_bytes() for header in sorted(HEADERS.glob("_nsp_*.h")))
     made = os.stat(compiler)
     key = hashlib.sha256(b"\0".join([text, " ".join(FLAGS + TUNED).encode(), compiler.encode(),
                                      f"{made.st_size}:{made.st_mtime_ns}".encode(), _cpu().encode(),

@@ -36,31 +36,7 @@
 
 enum { KIND_SAME = 0, KIND_F16 = 1, KIND_BF16 = 2 };
 
-static inline float from_bf16(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static inline uint32_t bits_of(float f) {
-    uint32_t b;
-    memcpy(&b, &f, sizeof b);
-    return b;
-}
-
-/* float16 to float32, exact; no branch, so that the loop around it is vectorised */
-static inline float from_f16(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-    uint32_t normal = sign | ((exp + 112u) << 23) | (man << 13);
-    uint32_t special = sign | 0x7f800000u | (man << 13);               /* infinity or NaN */
-    uint32_t subnormal = bits_of((float)man * 0x1p-24f) | sign;        /* zero or subnormal: man * 2^-24 */
-    uint32_t low = 0u - (uint32_t)(exp == 0), high = 0u - (uint32_t)(exp == 31);  /* all ones where true */
-    uint32_t b = (subnormal & low) | (special & high) | (normal & ~(low | high));
-    float f;
-    memcpy(&f, &b, sizeof f);
-    return f;
-}
+#include "_nsp_floats.h"
 
 /* One tensor's running figures, lane by lane, between the pieces it is read in. */
 #define STATE(NAME, T)                                                                      \

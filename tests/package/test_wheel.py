@@ -48,6 +48,7 @@ def test_wheel_declares_the_widget_stack_and_carries_the_browser_files(wheel):
     assert "nnschemaparser/runtime/program.py" in names and "nnschemaparser/examples/mlp.py" in names
     assert "nnschemaparser/store/_statistics.c" in names  # the store's statistics kernel, built on first use
     assert "nnschemaparser/traces/_diverge_errors.c" in names  # diverge's per-row error kernel, built on first use
+    assert "nnschemaparser/runtime/_nsp_floats.h" in names  # the header both kernels include
     assert not any(n.startswith(("tests/", "js/", "bench/")) for n in names)
     # neurarch-trace's names: the console script and `python -m neurarch_trace`
     assert {"neurarch_trace/__init__.py", "neurarch_trace/__main__.py"} <= names
