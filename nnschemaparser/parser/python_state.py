@@ -44,6 +44,7 @@ Depends on torch only.
 from __future__ import annotations
 
 import contextlib
+import gc
 import sys
 import types
 from typing import Any, Iterator, Optional
@@ -189,16 +190,20 @@ class PythonState:
         first call into that module (before that code writes anything): state written by code the
         model reaches at run time (a function found in a registry, a helper of a module run as is),
         which no name in the model's code leads to. torch's, the standard library's, builtins' and
-        this package's modules are left out. A trace function does it (CPython calls it for each new
+        this package's modules are left out, and so is code run by the garbage collector's callbacks
+        (`gc.callbacks`). A trace function does it (CPython calls it for each new
         Python frame only, never for C calls); a tracer already set (a debugger, coverage.py) is
         called as before and its local tracer kept."""
         known = {id(space) for space, _, _ in self.namespaces}
         previous = sys.gettrace()
         add = self.add_namespace
+        # the garbage collector's callbacks (gc.callbacks: a profiler's timer, hypothesis's) run inside
+        # the run whenever a collection starts or stops, but are no code of the model's
+        collector = {code for code in map(_code_of, gc.callbacks) if code is not None}
 
         def trace(frame: Any, event: str, arg: Any) -> Any:
             space = frame.f_globals
-            if id(space) not in known:
+            if id(space) not in known and not (collector and _called_by(frame, collector)):
                 known.add(id(space))
                 if _watched_module(space.get("__name__")):
                     try:
@@ -338,3 +343,18 @@ def _cell_value(cell: Any) -> Any:
         return cell.cell_contents
     except ValueError:  # an empty cell
         return _MISSING
+
+
+def _code_of(callback: Any) -> Optional[types.CodeType]:
+    """The code object a callable runs first (a function's, a bound method's), or None."""
+    callback = getattr(callback, "__func__", callback)
+    return getattr(callback, "__code__", None)
+
+
+def _called_by(frame: Any, codes: set) -> bool:
+    """Whether `frame` runs inside a call of one of `codes` (itself, or a frame below it)."""
+    while frame is not None:
+        if frame.f_code in codes:
+            return True
+        frame = frame.f_back
+    return False

@@ -6,6 +6,7 @@ reuse off with a `PatchingReuseWarning` naming it, and the state and the table e
 
 from __future__ import annotations
 
+import gc
 import re
 import warnings
 
@@ -17,6 +18,7 @@ pytest.importorskip("pandas")
 
 from nnschemaparser import NNParser, activation_patching  # noqa: E402
 from nnschemaparser.traces.patching import PatchingReuseWarning  # noqa: E402
+from tests.support import gc_timer  # noqa: E402
 from tests.support import held_state_functions as hs  # noqa: E402
 from tests.support.held_state_functions import (closed_bias, counted_bias, defaulted_bias, filed_bias,  # noqa: E402
                                                 remembered_bias, seen_bias, stored_bias, summed_bias, tallied_bias,
@@ -207,6 +209,27 @@ def test_state_read_but_not_written_keeps_reuse_on():
     finally:
         hs.reset()
     assert table.attrs["reuse"] == "on" and table.attrs["reused"] > 0
+    assert list(table["metric"]) == list(plain["metric"])
+
+
+def test_a_garbage_collector_callback_that_rebinds_its_globals_during_the_clean_run_keeps_reuse_on():
+    # a callback in gc.callbacks runs inside the clean run at every collection (here, with a threshold
+    # of 1, many): what it writes is no state of the model's, and must not turn reuse off
+    schema, clean, corrupted = _build(_ReadsAfterOnly)
+    thresholds = gc.get_threshold()
+    gc.callbacks.append(gc_timer.on_collection)
+    seen = gc_timer.SEEN
+    gc.set_threshold(1, 1, 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PatchingReuseWarning)
+            table = activation_patching(schema, clean, corrupted, _metric, at=_AT)
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.callbacks.remove(gc_timer.on_collection)
+    assert gc_timer.SEEN > seen  # it ran, during the sweep
+    assert table.attrs["reuse"] == "on" and table.attrs["reused"] > 0
+    plain = activation_patching(schema, clean, corrupted, _metric, at=_AT, reuse=False)
     assert list(table["metric"]) == list(plain["metric"])
 
 
