@@ -9,7 +9,8 @@ replaced forward) and the state a lazy module's first call changes; `dispatch` r
 that dispatch a forward to another implementation (`use_experts_implementation`) the way they do;
 `live_calls` marks what the live-call detector saw live code reach, and replays Python's and
 numpy's RNG for verification; `state_guard` (`preserved_state`) puts back what a parse's run wrote,
-with `python_state` for the Python state outside the model (globals, class attributes, defaults).
+with `python_state` for the Python state outside the model (globals, class attributes, defaults;
+what they hold, two levels in, fingerprinted by `held_objects`).
 
 May import: `schema`, `lowering`, `runtime`.
 """
