@@ -33,6 +33,8 @@ CHILD = textwrap.dedent("""
     setting = sys.argv[1]
     if setting == "off":
         keep_capture_memory(False)
+    elif setting == "idle":  # long enough that a slow machine cannot pass it between a capture and a look
+        keep_capture_memory(idle_seconds=60.0)
 
     def faults():
         return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -65,6 +67,15 @@ CHILD = textwrap.dedent("""
             del record
             model(**inputs)
         out.update(faults=counts[2:], held=held())
+        if setting == "idle":
+            # no capture for longer than idle_seconds: the watch thread releases the pin the loop left
+            keep_capture_memory(idle_seconds=0.2)
+            deadline = time.monotonic() + 30
+            while capture_memory_held().pin_bytes and time.monotonic() < deadline:
+                time.sleep(0.05)
+            out["after_idle"] = held()
+            print(json.dumps(out))
+            sys.exit(0)
         if setting == "pin":
             out["released_first"] = release_capture_memory()
             # a pin placed now that every cache of the run is made: nothing long-lived lands below it
@@ -89,13 +100,6 @@ CHILD = textwrap.dedent("""
         capture_memory.capture_started()
         out["after_bound_check"] = held()
         if setting == "pin":
-            # no capture for longer than idle_seconds: the watch thread releases it
-            keep_capture_memory(idle_seconds=0.2)
-            capture_run(schema, dict(inputs))
-            out["before_idle"] = held()
-            time.sleep(2.5)
-            out["after_idle"] = held()
-            keep_capture_memory(idle_seconds=10.0)
             capture_run(schema, dict(inputs))
             out["switched_off"] = dataclasses.asdict(keep_capture_memory(False))
         else:  # switched on again, once retain_freed_memory() keeps freed memory for the whole process
@@ -172,14 +176,23 @@ def test_later_captures_reuse_the_freed_heap_and_release_gives_it_back(pinned, u
 
 
 @pytest.mark.skipif(not GLIBC, reason="the pin is placed only with glibc's malloc")
-def test_pin_is_released_past_its_bound_after_idle_and_when_switched_off(pinned):
+def test_pin_is_released_past_its_bound_and_when_switched_off(pinned):
     two = pinned["two_dropped"]
     assert two["pin_bytes"] > 0 and two["retained_bytes"] > two["bound_bytes"]  # two captures' worth below it
     assert pinned["after_bound_check"]["pin_bytes"] == 0  # a capture's start gives it back
-    assert pinned["before_idle"]["pin_bytes"] > 0 and pinned["before_idle"]["idle_seconds"] == 0.2
-    assert pinned["after_idle"]["pin_bytes"] == 0  # the watch thread released it
     off = pinned["switched_off"]
     assert not off["enabled"] and off["pin_bytes"] == 0 and off["retained_bytes"] == 0
+
+
+@pytest.mark.skipif(not GLIBC, reason="the pin is placed only with glibc's malloc")
+def test_pin_is_released_by_the_watch_once_no_capture_ran_for_idle_seconds():
+    # a separate process: a capture after a release may land wholly in the holes the released captures
+    # left below blocks still in use, where no pin can be placed (nor is needed); the loop's pin stands
+    idle = run_child("idle")
+    held = idle["held"]
+    assert held["pin_bytes"] > 0 and held["idle_seconds"] == 60.0 and held["retained_bytes"] <= held["bound_bytes"]
+    after = idle["after_idle"]
+    assert after["pin_bytes"] == 0 and after["retained_bytes"] == 0 and after["idle_seconds"] == 0.2
 
 
 @pytest.mark.skipif(not GLIBC, reason="retain_freed_memory needs glibc")
@@ -252,4 +265,6 @@ def test_capture_dataset_inputs_reuse_the_heap_the_last_input_freed():
     pinned, unpinned = child("pin"), child("off")
     assert pinned["placed"] >= 1 and unpinned["placed"] == 0
     # the store's own files and buffers fault too, alike in both: the capture's values are what differ
-    assert sorted(pinned["faults"])[1] * 2 <= sorted(unpinned["faults"])[1], (pinned, unpinned)
+    # summed over three stores: the first store after the one that placed the pin may find no freed
+    # heap below it, and glibc's adaptive thresholds now and then spare one unpinned store its faults
+    assert sum(pinned["faults"]) * 2 <= sum(unpinned["faults"]), (pinned, unpinned)
