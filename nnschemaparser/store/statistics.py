@@ -64,7 +64,7 @@ from . import native
 from .native import ENGINE
 from .torch_figures import finish, reduce_one, reduce_rows
 
-__all__ = ["SMALL", "summarise", "Summariser", "Figures"]
+__all__ = ["SMALL", "summarise", "Summariser", "Figures", "ColumnReads"]
 
 _NAN = float("nan")
 SMALL = 16384  # elements: tensors below this are stacked with those of their dtype and shape
@@ -129,8 +129,8 @@ class _Plan:
     figures; empty -> the empty figures; otherwise reduced, as it is or converted first (`_prepared`;
     the kernel reads a CPU float16 or bfloat16 tensor as it lies instead), in the stacked group of its
     dtype and shape (under SMALL elements) or alone. `matches` checks, with C-level passes over
-    the values (types, object identities, dtypes, grad flags, devices, layouts, element counts,
-    addresses and contiguity), that the same decisions hold for other values; the shapes of what is
+    the values (types, object identities, dtypes, grad flags, devices, layouts, element counts or the
+    caller's shapes, addresses and contiguity), that the same decisions hold for other values; the shapes of what is
     reduced are checked as it is stacked (`figures` gives None when they moved), so a plan reused gives what a
     plan made afresh gives, bit for bit.
     """
@@ -165,14 +165,23 @@ class _Plan:
         native = [i for i, d, g, c, lay in zip(distinct, self.dtypes, self.grads, self.cpus, self.layouts)
                   if c and d in _NATIVE and lay == strided and not g and not values[i].is_neg()]
         self.native, self.take_native = native, _getter(native)
+        in_native = set(native)
+        unread = [i for i in distinct if i not in in_native]  # whose layouts `matches` reads (few)
+        self.take_unread = _getter(unread)
+        self.others_layouts = [values[i].layout for i in unread]
         nv = self.take_native(values)
         self.native_numels = list(map(_NUMEL_OF, nv))
         self.native_dtypes = [values[i].dtype for i in native]
         self.native_contiguous = list(map(_CONTIGUOUS_OF, nv))
+        try:  # what `matches` compares with the caller's shapes (a nested tensor has none: its counts are read)
+            self.native_shapes: Optional[list] = list(map(_SHAPE_OF, nv))
+        except (RuntimeError, TypeError):
+            self.native_shapes = None
         ptrs = list(map(_PTR_OF, nv))
         self.aliases = _alias_firsts(native, ptrs, self.native_numels, self.native_dtypes, self.native_contiguous)
-        # the addresses of the values last checked (here or by `matches`), which the kernel reads: (values, ptrs)
-        self._checked: Optional[tuple] = (values, np.fromiter(ptrs, np.int64, len(ptrs)))
+        # the addresses of the values last checked (here or by `matches`), which the kernel reads: (values, ptrs,
+        # the caller's shapes of the values or None)
+        self._checked: Optional[tuple] = (values, np.fromiter(ptrs, np.int64, len(ptrs)), None)
         # what `matches` checks of the addresses (the element counts, dtypes and contiguity being the plan's):
         # each alias at its first's address, and the firsts that could be aliased at distinct (address, count,
         # dtype) keys; together that is `_alias_firsts` giving `aliases` again
@@ -267,9 +276,18 @@ class _Plan:
         self.repeats = np.asarray([(i, j) for i, j in zip(tensors, self.firsts) if j != i], dtype=np.int64).reshape(-1, 2)
         numels[self.repeats[:, 0]] = numels[self.repeats[:, 1]]
 
-    def matches(self, values: Sequence[Any], dtypes: Optional[Sequence[Any]] = None) -> bool:
+    def matches(self, values: Sequence[Any], dtypes: Optional[Sequence[Any]] = None,
+                shapes: Optional[Sequence[Any]] = None) -> bool:
         """Whether `values` fall the way this plan's did (the shapes of what is reduced aside). `dtypes`: each
-        value's dtype where it is a tensor, read by the caller, none of the values requiring grad (`Summariser`)."""
+        value's dtype where it is a tensor, read by the caller, none of the values requiring grad (`Summariser`);
+        `shapes`: each value's shape where it is a tensor, read by the caller (they stand in for the element
+        counts: equal shapes, equal counts).
+
+        Each fact is read with one `map` over the values and compared as one list: what costs is the count of
+        torch reads per tensor (about 0.1 us each), so the native values are read for four only (device,
+        negation, contiguity, address): their layout is not read, as `data_ptr` raises for every layout but the
+        strided one (sparse, compressed, mkldnn), which fails the check; their element counts are the caller's
+        shapes where it gives them."""
         if len(values) != self.n or list(map(_TYPE_OF, values)) != self.types:
             return False
         ids = list(map(_ID_OF, self.take_tensors(values)))
@@ -285,24 +303,35 @@ class _Plan:
                 return False
         elif list(map(_DTYPE_OF, dv)) != self.dtypes or list(map(_GRAD_OF, dv)) != self.grads:
             return False
-        if list(map(_CPU_OF, dv)) != self.cpus or list(map(_LAYOUT_OF, dv)) != self.layouts:
+        if list(map(_CPU_OF, dv)) != self.cpus:
+            return False
+        if self.others_layouts and list(map(_LAYOUT_OF, self.take_unread(values))) != self.others_layouts:
             return False
         if self.metas and [v.is_meta for v in self.take_others(values)] != self.metas:
             return False
         nv = self.take_native(values)
-        numels = list(map(_NUMEL_OF, nv))
-        if numels != self.native_numels or any(map(_NEG_OF, nv)):  # the kernel reads memory: no negated view
+        if shapes is not None and self.native_shapes is not None and len(shapes) == self.n:
+            if list(self.take_native(shapes)) != self.native_shapes:
+                return False
+        else:
+            shapes = None
+            if list(map(_NUMEL_OF, nv)) != self.native_numels:
+                return False
+        if any(map(_NEG_OF, nv)):  # the kernel reads memory: no negated view
             return False
-        if list(map(_CONTIGUOUS_OF, nv)) != self.native_contiguous:
+        try:  # raises for a layout other than strided (read nowhere else for these values)
+            if list(map(_CONTIGUOUS_OF, nv)) != self.native_contiguous:
+                return False
+            ptrs = list(map(_PTR_OF, nv))
+        except RuntimeError:
             return False
-        ptrs = list(map(_PTR_OF, nv))
         if self.aliases_of is not None and self.aliases_of[0](ptrs) != self.aliases_of[1](ptrs):
             return False
         # distinct (address, count, dtype) keys: at once where the addresses are distinct already
         keyed = self.take_keyed(ptrs)
         if len(set(keyed)) != len(keyed) and len(set(zip(keyed, self.keyed_numels, self.keyed_dtypes))) != len(keyed):
             return False
-        self._checked = (values, np.fromiter(ptrs, np.int64, len(ptrs)))
+        self._checked = (values, np.fromiter(ptrs, np.int64, len(ptrs)), shapes)
         return True
 
     def kernel_figures(self, values: Sequence[Any], kernel: Any) -> Optional["Figures"]:
@@ -328,7 +357,7 @@ class _Plan:
             ptrs[own] = native_ptrs[own_at]
             views = self.views[g]
             if views is not None:
-                arrays = self._views_of(g, views, values, len(rows), most)
+                arrays = self._views_of(g, views, values, checked[2], len(rows), most)
                 if arrays is not None:
                     raw[rows] = kernel.raw(dtype, ptrs, numels, *arrays)
                     continue
@@ -370,13 +399,15 @@ class _Plan:
                 return None
         return self._figures_of(values, _kernel_table(raw, self.numel.numpy()))
 
-    def _views_of(self, g: int, views: tuple, values: Sequence[Any], count: int, most: int) -> Optional[tuple]:
+    def _views_of(self, g: int, views: tuple, values: Sequence[Any], known: Optional[Sequence[Any]], count: int,
+                  most: int) -> Optional[tuple]:
         """(ndims, sizes, strides) for the kernel of group `g`, whose irregular members are native views (not
-        contiguous: `matches`), their sizes and strides read now; None where one has more than `most` dimensions
-        (the caller copies it)."""
+        contiguous: `matches`), their sizes and strides read now (the sizes are the caller's shapes, `known`, where
+        `matches` compared them); None where one has more than `most` dimensions (the caller copies it)."""
         take, at = views
         tensors = take(values)
-        shapes, strides = list(map(_SHAPE_OF, tensors)), list(map(_STRIDE_OF, tensors))
+        shapes = list(take(known)) if known is not None else list(map(_SHAPE_OF, tensors))
+        strides = list(map(_STRIDE_OF, tensors))
         last = self._view_arrays[g]
         if last is not None and last[0] == shapes and last[1] == strides:
             return last[2:]
@@ -489,6 +520,17 @@ class Figures:
         return out
 
 
+class ColumnReads(list):
+    """Each value's dtype (the list) and `shapes`, each value's shape, as a capture's columns read them: what a
+    caller hands `Summariser` as `dtypes` so that the plan check reads neither again."""
+
+    __slots__ = ("shapes",)
+
+    def __init__(self, dtypes: Sequence[Any], shapes: Sequence[Any]):
+        super().__init__(dtypes)
+        self.shapes = shapes
+
+
 class Summariser:
     """`summarise` for a run of inputs: the plan of the last input is reused while the next one's values
     fall the same way (`_Plan.matches`), which a schema run the same way on each input does; the
@@ -511,15 +553,20 @@ class Summariser:
     def _figures(self, plan: _Plan, values: Sequence[Any]) -> Optional[Figures]:
         return plan.kernel_figures(values, self.kernel) if self.kernel is not None else plan.figures(values)
 
-    def __call__(self, values: Sequence[Any], key: Any = None, dtypes: Optional[Sequence[Any]] = None) -> Figures:
+    def __call__(self, values: Sequence[Any], key: Any = None, dtypes: Optional[Sequence[Any]] = None,
+                 shapes: Optional[Sequence[Any]] = None) -> Figures:
         """The figures of `values`. `key` (hashable) names a kind of input whose plan is kept apart: the rows of
         a padded batch (store/rows.py) have as many kinds as lengths, each planned once; the last plan of each
         of `_KEYS` keys is kept. The figures do not depend on the key: a plan is used only where it matches.
         `dtypes`: each value's dtype where it is a tensor, as the caller has just read it, with no value
         requiring grad (the logged columns': traces/logged_columns.py); the plan's check takes them instead of
-        reading them again."""
+        reading them again. `shapes`: each value's shape where it is a tensor, as the caller has just read it
+        (the logged columns'), which the check compares instead of reading the element counts; where `dtypes` is
+        a `ColumnReads`, its `shapes` are taken."""
+        if shapes is None:
+            shapes = getattr(dtypes, "shapes", None)
         plan = self.plan if key is None else self.plans.get(key)
-        if plan is not None and plan.matches(values, dtypes):
+        if plan is not None and plan.matches(values, dtypes, shapes):
             figures = self._figures(plan, values)
             if figures is not None:
                 return figures

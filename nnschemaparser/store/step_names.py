@@ -20,7 +20,7 @@ from ..traces.logged_columns import LoggedColumns
 from ..traces.record import capture_run
 from ..traces.selection import KeepSelector, is_block_call
 from ..traces.trace import container_id
-from .statistics import Summariser
+from .statistics import ColumnReads, Summariser
 
 __all__ = ["StepNames", "step_fields"]
 
@@ -68,9 +68,9 @@ class StepNames:
         self.last: Optional[tuple] = None  # the previous input's metadata lists, container ids and keep flags
         self.summarise = Summariser()  # its plan is reused from input to input (statistics.py)
         self.warned = False  # whether a keep that kept nothing over an input was said (`_summarise_one`)
-        # the dtypes of the last logged input's values, as its columns read them (none of its values requires
-        # grad): the summariser's plan check takes them (`Summariser.__call__`); None after another capture
-        self.dtypes: Optional[list] = None
+        # the dtypes and shapes of the last logged input's values, as its columns read them (none of its values
+        # requires grad): the summariser's plan check takes them (`Summariser.__call__`); None after another capture
+        self.dtypes: Optional[ColumnReads] = None
 
     def steady(self, fields: tuple) -> tuple:
         """(numbers, slot types, block paths, out vars, op names, descriptions, depths, shapes, dtype texts,
@@ -121,7 +121,7 @@ class StepNames:
             if run is None and interventions is None and self.logged is not None and self.logged.schema is schema:
                 got = self.logged.capture(scope)
                 if got is not None:
-                    self.dtypes = got[1][10]
+                    self.dtypes = ColumnReads(got[1][10], got[1][9])  # with the shapes the columns read
                     return got
             record = (run or capture_run)(schema, scope, interventions=interventions)
         return record.outputs, step_fields(record.trace)

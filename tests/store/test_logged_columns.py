@@ -184,13 +184,13 @@ def test_llama_store_equals_the_records_path(tmp_path, monkeypatch):
 
 
 def test_llama_statistics_with_the_columns_dtypes_equal_a_fresh_summary():
-    """The plan check takes the logged columns' dtypes instead of reading them (store/step_names.py): the figures
-    of every input equal a fresh summariser's, bit for bit."""
+    """The plan check takes the logged columns' dtypes and shapes instead of reading the dtypes and element counts
+    (store/step_names.py): the figures of every input equal a fresh summariser's, bit for bit."""
     _, schema = _llama()
     names = StepNames(None, schema)
     for scope in [dict(s, use_cache=False) for s in token_inputs(3)]:
         _, fields = names.fields(schema, dict(scope))
-        assert names.dtypes is fields[10]
+        assert names.dtypes == fields[10] and names.dtypes.shapes is fields[9]
         values = fields[6]
         ours, fresh = names.summarise(values, dtypes=names.dtypes), Summariser()(values)
         assert np.array_equal(_bits(ours.table), _bits(fresh.table))
@@ -198,4 +198,8 @@ def test_llama_statistics_with_the_columns_dtypes_equal_a_fresh_summary():
     plan = names.summarise.plan
     assert plan is not None and plan.matches(values, names.dtypes)
     assert not plan.matches(values, [None] * len(values))  # the dtypes given are the ones compared
+    assert plan.matches(values, names.dtypes, names.dtypes.shapes)
+    moved = list(names.dtypes.shapes)
+    moved[plan.native[-1]] = tuple(moved[plan.native[-1]]) + (1,)
+    assert not plan.matches(values, names.dtypes, moved)  # and so are the shapes given
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from nnschemaparser.store import native
-from nnschemaparser.store.statistics import SMALL, Summariser, summarise
+from nnschemaparser.store.statistics import SMALL, ColumnReads, Summariser, summarise
 
 # each test runs with torch's reductions and with the C kernel (where this machine builds it)
 ENGINES = ["torch", pytest.param(native.ENGINE, marks=pytest.mark.skipif(
@@ -84,11 +84,17 @@ CHANGES = {
     "a tensor requires grad": lambda v: v.__setitem__(15, v[15].clone().requires_grad_()),
     "a tensor becomes sparse": lambda v: v.__setitem__(15, v[15].to_sparse()),
     "a tensor becomes meta": lambda v: v.__setitem__(15, v[15].to("meta")),
+    "a tensor becomes a CSR matrix": lambda v: v.__setitem__(15, v[15].to_sparse_csr()),
+    "a view becomes sparse": lambda v: v.__setitem__(5, v[5].contiguous().to_sparse()),
+    "a tensor becomes mkldnn": lambda v: v.__setitem__(15, v[15].to_mkldnn()),
+    "a tensor becomes a negated view": lambda v: v.__setitem__(15, torch._neg_view(v[15])),
+    "a view becomes a negated view": lambda v: v.__setitem__(2, torch._neg_view(v[1]).view(64)),
     "a view loses its contiguity": lambda v: v.__setitem__(2, v[1].t()),
     "one value fewer": lambda v: v.pop(),
 }
 
 
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta state")
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_value_that_falls_another_way_makes_a_new_plan(engine):
     base = _values(0)
@@ -132,6 +138,7 @@ def _dtypes(values: list) -> list:
     return [v.dtype if isinstance(v, torch.Tensor) else None for v in values]
 
 
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta state")
 @pytest.mark.parametrize("engine", ENGINES)
 def test_the_callers_dtypes_stand_in_for_the_plans_reads(engine):
     """`dtypes=` (a logged input's columns: none of its values requires grad) replaces the plan check's reads of
@@ -201,3 +208,41 @@ def test_values_at_one_address_with_other_counts_keep_the_plan(engine):
     if engine != "torch":
         assert summariser.plan is not plan
 
+
+
+def _reads(values: list) -> ColumnReads:
+    return ColumnReads(_dtypes(values), [tuple(v.shape) if isinstance(v, torch.Tensor) and not v.is_sparse_csr else ()
+                                         for v in values])
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta state")
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_callers_shapes_stand_in_for_the_element_counts(engine):
+    """`dtypes=ColumnReads(dtypes, shapes)` (what the store's logged columns hand over): the shapes are compared
+    instead of reading the element counts; each change still makes a new plan (a shape that changes with the
+    same count too, the shapes being compared), with a fresh plan's figures, and the views are read with the
+    caller's sizes."""
+    base = _values(0)
+    for what, change in CHANGES.items():
+        if what == "a tensor requires grad":  # outside what `dtypes=` promises
+            continue
+        values = _values(5)
+        change(values)
+        summariser = Summariser(engine)
+        summariser(base, dtypes=_reads(base))
+        before = summariser.plan
+        assert _same(summariser(values, dtypes=_reads(values)).rows(), summarise(values, engine)), what
+        assert summariser.plan is not before, what
+    summariser = Summariser(engine)
+    summariser(base, dtypes=_reads(base))
+    plan = summariser.plan
+    for seed in (1, 2):
+        again = _values(seed)
+        assert _same(summariser(again, dtypes=_reads(again)).rows(), summarise(again, engine))
+        assert summariser.plan is plan
+    again = _values(3)
+    reads = _reads(again)
+    assert plan.matches(again, reads, reads.shapes)
+    reads.shapes[8] = (SMALL + 6,)  # what the caller says is what is compared: the large tensor's count moved
+    assert not plan.matches(again, reads, reads.shapes)
+    assert plan.matches(again, reads)  # without shapes, the counts are read
