@@ -256,15 +256,23 @@ KERNEL(nsp_summary_f64, double, one_f64)
 /* The fold of a unit's reductions (reductions.py, `_fold_stacked`): `count` variables, each with k occurrences of
  * `size` elements, occurrence i of variable j contiguous at ptrs[j * k + i]. For each element c of variable j:
  * mean[j * size + c] = (x_0 + x_1 + ... + x_{k-1}) / k and m2[j * size + c] = (x_0 - mean)^2 + ... (in float64,
- * added in occurrence order: the blocks of columns below change which elements are worked on together, never
- * the order of an element's sums). counts[j * (bins + 3) + b] is incremented by the histogram of its values:
+ * added in occurrence order, from 0.0: the blocks of columns below change which elements are worked on together,
+ * never the order of an element's sums). counts[j * (bins + 3) + b] is incremented by the histogram of its values:
  * b = 0 below low, 1..bins the bins, bins + 1 at or above high, bins + 2 NaN. A value's bin is worked out in
  * the precision BT (float for float32 values, double for float64) as reductions.py's `_bin_counts` does it with
- * torch: t = (x - low) * (bins / (high - low)), clamped to [-1, bins], plus 1, truncated. The bins of a block
- * are worked out first (a loop without branches, which the compiler vectorises), then counted into HISTS
- * histograms in turn (so that consecutive elements of one bin do not wait on each other's increment), added
- * together at the end: the counts are integers, the same in any order. */
-#define BLOCK 512
+ * torch: t = (x - low) * (bins / (high - low)), clamped to [-1, bins], plus 1, truncated.
+ *
+ * Two passes over each block of columns (a few KiB of each occurrence, in the cache for the second): the sums,
+ * V columns at a time with the k occurrences added in registers (one vectorised loop over the V columns inside
+ * the loop over the occurrences: no load or store of the running sums per occurrence); then the squared
+ * deviations the same way, with each value's bin worked out in the same loop (no branch: the compiler vectorises
+ * it) into a buffer of the block's bins, counted at the end of the block into HISTS histograms in turn (so that
+ * consecutive elements of one bin do not wait on each other's increment), added together at the end: the counts
+ * are integers, the same in any order. The figures are those of the block-per-occurrence passes before (version 2),
+ * bit for bit, but for the sign of a NaN where a column meets two NaNs of other signs (or +inf and -inf): which of
+ * two NaNs an addition keeps is the compiler's choice of operand order. */
+#define FOLD_V 16     /* columns worked on together: the running sums of one float64 vector register pair */
+#define FOLD_CELLS 8192 /* values of a block (its columns times k): its bins' buffer, 32 KiB */
 #define HISTS 4
 
 /* the next block of an occurrence asked of memory while this one is worked on in the cache (its first pass
@@ -276,40 +284,62 @@ KERNEL(nsp_summary_f64, double, one_f64)
 #define PREFETCH(p, n, T) (void)0
 #endif
 
-/* the three loops over a block's columns, each its own function so that the compiler vectorises it over
- * the columns (inlined into one loop nest it may vectorise over the occurrences instead, with gathers) */
-#define FOLD_PARTS(SUFFIX, T, BT)                                                           \
-    static __attribute__((noinline)) void sum_##SUFFIX(double *restrict s, const T *restrict x, int64_t w) { \
-        for (int64_t c = 0; c < w; c++) s[c] += (double)x[c];                               \
-    }                                                                                       \
-    static __attribute__((noinline)) void squares_##SUFFIX(double *restrict d2, const double *restrict mu, \
-                                                           const T *restrict x, int64_t w) { \
-        for (int64_t c = 0; c < w; c++) {                                                   \
-            double d = (double)x[c] - mu[c];                                                \
-            d2[c] += d * d;                                                                 \
-        }                                                                                   \
-    }                                                                                       \
-    static __attribute__((noinline)) void bins_##SUFFIX(int32_t *restrict b, const T *restrict x, int64_t w, \
-                                                        BT lo_t, BT scale, BT top, int32_t nan_bin) { \
-        const BT under = (BT)-1, one = (BT)1;                                               \
-        for (int64_t c = 0; c < w; c++) {                                                   \
-            const BT t = ((BT)x[c] - lo_t) * scale;                                         \
-            BT u = t > under ? t : under; /* NaN: under, and its bin replaced below */      \
-            u = u < top ? u : top;                                                          \
-            const int32_t bin = (int32_t)(u + one);                                         \
-            b[c] = t != t ? nan_bin : bin;                                                  \
-        }                                                                                   \
-    }
-
-FOLD_PARTS(f32, float, float)
-FOLD_PARTS(f64, double, double)
-
 static void count_bins(int64_t *restrict hists, int64_t width, const int32_t *restrict b, int64_t w) {
     int64_t c = 0;
     for (; c + HISTS <= w; c += HISTS)
         for (int h = 0; h < HISTS; h++) hists[h * width + b[c + h]]++;
     for (; c < w; c++) hists[b[c]]++;
 }
+
+/* the two passes over columns [c0, c0 + w) of one variable's k occurrences (x[i] + c0); bins into b (k * w) */
+#define FOLD_BLOCK(SUFFIX, T, BT)                                                           \
+    static void block_##SUFFIX(const T *const *restrict x, int64_t k, int64_t c0, int64_t w, double kd, \
+                               double *restrict mu, double *restrict q, int32_t *restrict b, \
+                               BT lo_t, BT scale, BT top, int32_t nan_bin) {                \
+        const BT under = (BT)-1, one = (BT)1;                                               \
+        int64_t c = 0;                                                                      \
+        for (; c + FOLD_V <= w; c += FOLD_V) {                                              \
+            double s[FOLD_V], d2[FOLD_V];                                                   \
+            for (int v = 0; v < FOLD_V; v++) s[v] = 0.0, d2[v] = 0.0;                       \
+            for (int64_t i = 0; i < k; i++) {                                               \
+                const T *restrict xi = x[i] + c0 + c;                                       \
+                for (int v = 0; v < FOLD_V; v++) s[v] += (double)xi[v];                     \
+            }                                                                               \
+            for (int v = 0; v < FOLD_V; v++) s[v] = s[v] / kd;                              \
+            for (int64_t i = 0; i < k; i++) {                                               \
+                const T *restrict xi = x[i] + c0 + c;                                       \
+                int32_t *restrict bi = b + i * w + c;                                       \
+                for (int v = 0; v < FOLD_V; v++) {                                          \
+                    const double d = (double)xi[v] - s[v];                                  \
+                    d2[v] += d * d;                                                         \
+                    const BT t = ((BT)xi[v] - lo_t) * scale;                                \
+                    BT u = t > under ? t : under; /* NaN: under, and its bin replaced below */ \
+                    u = u < top ? u : top;                                                  \
+                    const int32_t bin = (int32_t)(u + one);                                 \
+                    bi[v] = t != t ? nan_bin : bin;                                         \
+                }                                                                           \
+            }                                                                               \
+            for (int v = 0; v < FOLD_V; v++) mu[c + v] = s[v], q[c + v] = d2[v];            \
+        }                                                                                   \
+        for (; c < w; c++) { /* the last columns, one at a time, in the same order */       \
+            double s = 0.0, d2 = 0.0;                                                       \
+            for (int64_t i = 0; i < k; i++) s += (double)x[i][c0 + c];                      \
+            s = s / kd;                                                                     \
+            for (int64_t i = 0; i < k; i++) {                                               \
+                const T xv = x[i][c0 + c];                                                  \
+                const double d = (double)xv - s;                                            \
+                d2 += d * d;                                                                \
+                const BT t = ((BT)xv - lo_t) * scale;                                       \
+                BT u = t > under ? t : under;                                               \
+                u = u < top ? u : top;                                                      \
+                b[i * w + c] = t != t ? nan_bin : (int32_t)(u + one);                       \
+            }                                                                               \
+            mu[c] = s, q[c] = d2;                                                           \
+        }                                                                                   \
+    }
+
+FOLD_BLOCK(f32, float, float)
+FOLD_BLOCK(f64, double, double)
 
 #define FOLD(NAME, T, BT, SUFFIX)                                                           \
     int64_t NAME(int64_t count, int64_t k, int64_t size, const int64_t *ptrs, double *mean, double *m2, \
@@ -318,25 +348,25 @@ static void count_bins(int64_t *restrict hists, int64_t width, const int32_t *re
         const int32_t nan_bin = (int32_t)bins + 2;                                          \
         const int64_t width = bins + 3;                                                     \
         const double kd = (double)k;                                                        \
+        /* a block's columns: FOLD_CELLS values in all, at least FOLD_V columns */          \
+        int64_t block = FOLD_CELLS / k / FOLD_V * FOLD_V;                                   \
+        if (block < FOLD_V) block = FOLD_V;                                                 \
         int64_t *hists = (int64_t *)calloc((size_t)(HISTS * width), sizeof(int64_t));       \
-        if (!hists) return -1;                                                              \
+        int32_t *b = (int32_t *)malloc((size_t)(block * k) * sizeof(int32_t));              \
+        const T **x = (const T **)malloc((size_t)k * sizeof(T *));                          \
+        if (!hists || !b || !x) {                                                           \
+            free(hists), free(b), free(x);                                                  \
+            return -1;                                                                      \
+        }                                                                                   \
         for (int64_t j = 0; j < count; j++) {                                               \
-            const int64_t *own = ptrs + j * k;                                              \
+            for (int64_t i = 0; i < k; i++) x[i] = (const T *)(intptr_t)ptrs[j * k + i];    \
             double *mu = mean + j * size, *q = m2 + j * size;                               \
-            for (int64_t c0 = 0; c0 < size; c0 += BLOCK) {                                  \
-                const int64_t w = size - c0 < BLOCK ? size - c0 : BLOCK;                    \
-                double *s = mu + c0, *d2 = q + c0;                                          \
-                int32_t b[BLOCK];                                                           \
-                for (int64_t c = 0; c < w; c++) s[c] = 0.0, d2[c] = 0.0;                    \
-                for (int64_t i = 0; i < k; i++) sum_##SUFFIX(s, (const T *)(intptr_t)own[i] + c0, w); \
-                for (int64_t c = 0; c < w; c++) s[c] = s[c] / kd;                           \
-                for (int64_t i = 0; i < k; i++) {                                           \
-                    const T *x = (const T *)(intptr_t)own[i] + c0;                          \
-                    squares_##SUFFIX(d2, s, x, w);                                          \
-                    bins_##SUFFIX(b, x, w, lo_t, scale, top, nan_bin);                      \
-                    count_bins(hists, width, b, w);                                         \
-                    PREFETCH(x + w, size - c0 - w < BLOCK ? size - c0 - w : BLOCK, T);      \
-                }                                                                           \
+            for (int64_t c0 = 0; c0 < size; c0 += block) {                                  \
+                const int64_t w = size - c0 < block ? size - c0 : block;                    \
+                const int64_t next = size - c0 - w < block ? size - c0 - w : block;        \
+                for (int64_t i = 0; i < k; i++) PREFETCH(x[i] + c0 + w, next, T);           \
+                block_##SUFFIX(x, k, c0, w, kd, mu + c0, q + c0, b, lo_t, scale, top, nan_bin); \
+                count_bins(hists, width, b, w * k);                                         \
             }                                                                               \
             int64_t *hist = counts + j * width;                                             \
             for (int h = 0; h < HISTS; h++)                                                 \
@@ -345,7 +375,7 @@ static void count_bins(int64_t *restrict hists, int64_t width, const int32_t *re
                     hists[h * width + c] = 0;                                               \
                 }                                                                           \
         }                                                                                   \
-        free(hists);                                                                        \
+        free(hists), free(b), free(x);                                                      \
         return 0;                                                                           \
     }
 

@@ -40,9 +40,10 @@ def _values(count: int, k: int, size: int, dtype: torch.dtype, seed: int = 0) ->
 
 @needs_kernel
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("size", [1, 511, 512, 1300])  # under, at and over the C code's block of columns
-def test_the_fold_kernel_sums_in_occurrence_order_and_counts_as_torch_bins(dtype, size):
-    count, k = 3, 7
+@pytest.mark.parametrize("size", [1, 17, 511, 512, 1300])  # under, at and over the C code's blocks of columns
+@pytest.mark.parametrize("k", [1, 7, 70])  # the block's width is 8192 values over k, in 16s (at least 16)
+def test_the_fold_kernel_sums_in_occurrence_order_and_counts_as_torch_bins(dtype, size, k):
+    count = 3 if k > 1 else 5
     values = _values(count, k, max(size, 16), dtype)[:]
     values = [v[:size].clone() for v in values]
     mean, m2, counts = native.kernel().fold(values, count, k, 64, -4.0, 4.0)
