@@ -164,8 +164,7 @@ def _fold_stacked(states: list["ReductionState"], batches: list[tuple[list, list
     if shape and math.prod(shape):
         channels = shape[-1]
         means = mean.reshape(count, -1, channels)
-        channel_mean = means.mean(1)
-        channel_m2 = m2.reshape(count, -1, channels).sum(1) + (means - channel_mean.unsqueeze(1)).square_().sum(1) * k
+        channel_mean, channel_m2 = _channel_figures(means, m2.reshape(count, -1, channels), k)
         for j, state in enumerate(states):
             state._channel_merge(means.shape[1] * k, channel_mean[j].clone(), channel_m2[j].clone(), channels, first[j])
     elif not shape:
@@ -181,6 +180,31 @@ def _fold_stacked(states: list["ReductionState"], batches: list[tuple[list, list
             norms = [n if n is not None else c for n, c in zip(norms, computed)]
         state._offer(list(zip(norms, samples, steps)))
     return True
+
+
+_CHANNEL_CHUNK = 1 << 17  # elements (1 MiB of float64) of squared deviations worked out at once
+
+
+def _channel_figures(means: torch.Tensor, m2: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each variable's per-channel mean and M2 ([count, channels]) from its per-element ones ([count, positions,
+    channels], k values each): `means.mean(1)` and `m2.sum(1) + (means - mean).square().sum(1) * k`, the squared
+    deviations worked out a few variables at a time (about _CHANNEL_CHUNK elements) in one buffer, not in a new
+    array of all of them (fresh pages, out of the cache), each variable's sum over its positions being the one
+    torch gives over the whole stack, bit for bit."""
+    channel_mean = means.mean(1)
+    sums = m2.sum(1)
+    count, positions, channels = means.shape
+    step = max(1, _CHANNEL_CHUNK // max(1, positions * channels))
+    if step >= count:
+        return channel_mean, sums + (means - channel_mean.unsqueeze(1)).square_().sum(1) * k
+    deviations = torch.empty_like(sums)
+    buffer = torch.empty((step, positions, channels), dtype=means.dtype)
+    for at in range(0, count, step):
+        end = min(count, at + step)
+        part = buffer[:end - at]
+        torch.sub(means[at:end], channel_mean[at:end].unsqueeze(1), out=part)
+        torch.sum(part.square_(), 1, out=deviations[at:end])
+    return channel_mean, sums + deviations * k
 
 
 def _torch_figures(stacked: torch.Tensor, count: int, k: int, shape: tuple, size: int, reference: "ReductionState",

@@ -3,9 +3,10 @@ against torch over the stacked occurrences: the same figures up to float64 round
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from nnschemaparser.store.reductions import Reduction, ReductionState
+from nnschemaparser.store.reductions import Reduction, ReductionState, _channel_figures
 
 
 def _occurrences(n: int, shape: tuple, seed: int = 0) -> list[torch.Tensor]:
@@ -144,3 +145,16 @@ def test_a_large_variable_folded_a_few_columns_at_a_time_gives_one_pass_figures_
         assert torch.allclose(a, b, rtol=1e-12, atol=1e-14, equal_nan=True), name
     assert (whole.underflow, whole.overflow, whole.nan) == (chunked.underflow, chunked.overflow, chunked.nan)
     assert whole.nan == 1 and whole.count == chunked.count == 7
+
+
+@pytest.mark.parametrize("count,positions,channels", [(23, 64, 768), (11, 64, 3072), (7, 768, 64), (3, 1, 5), (40, 4, 8)])
+def test_channel_figures_worked_out_a_few_variables_at_a_time_equal_the_whole_stack_s(count, positions, channels):
+    """The per-channel figures of a fold, the squared deviations summed a few variables at a time in one buffer,
+    are those of torch's reductions over the whole stack, bit for bit (the store's reductions do not change)."""
+    g = torch.Generator().manual_seed(count)
+    means = torch.randn(count, positions, channels, generator=g, dtype=torch.float64)
+    m2 = torch.rand(count, positions, channels, generator=g, dtype=torch.float64)
+    whole_mean = means.mean(1)
+    whole_m2 = m2.sum(1) + (means - whole_mean.unsqueeze(1)).square_().sum(1) * 8
+    mean, got = _channel_figures(means, m2, 8)
+    assert torch.equal(mean, whole_mean) and torch.equal(got, whole_m2)
