@@ -330,6 +330,30 @@ class SteppingObserver(EventObserver):
                 info.edit(**edit)
         stepper.switch(info)
 
+    def step(self, sites: list, site: int, frame: dict, value: Any) -> Optional[StepInfo]:
+        """`after` of a run of generators (runtime/step_generators.py): the same StepInfo, returned
+        for the generated code to `yield` instead of switched out; None in an if / while test. Only
+        a run whose stepper is its one instruction listener takes that path."""
+        if self.conditions:
+            return None
+        stepper = self._stepper
+        stepper.index = index = stepper.index + 1
+        frames = self._frames_tuple
+        if frames is None:
+            frames = self.frames_tuple()
+        info = _new(StepInfo)
+        info.step_index = index
+        info.value = value
+        info.scope_frames = frames
+        info._sites = sites
+        info._site = site
+        info.block_path = self.path
+        info._run = stepper
+        if stepper.edits:
+            for edit in stepper.edits.get(index, ()):
+                info.edit(**edit)
+        return info
+
 
 _new = object.__new__
 
