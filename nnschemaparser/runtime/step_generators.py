@@ -260,7 +260,10 @@ class GeneratorProgram(Program):
             try:
                 result = (yield from out.function(out.frame)) if kind is _Body else (yield out)
             except BaseException as exc:  # noqa: BLE001 - the worker's code handles it (or it comes back)
-                worker.parent = getcurrent()
+                try:
+                    worker.parent = getcurrent()
+                except ValueError:  # dropped on another thread: the worker's frames go with its thread
+                    raise exc from None
                 out = worker.throw(exc)
             else:
                 worker.parent = getcurrent()
