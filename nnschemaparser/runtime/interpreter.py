@@ -290,23 +290,21 @@ class SchemaInterpreter:
             _give_back_generators(block, program)
             return (yield from self._greenlet_steps(block, scope, edits))
         stepper.switch = pause_in_worker
-        chain = program.steps(scope)
+        outcome: list = []
+        chain = program.steps(scope, outcome)
         owner = threading.get_ident()
         get_ident = threading.get_ident
         finished = False
         try:
             for listener in listeners[:-1]:  # the stepper needs no start
                 listener.on_run_start(block, scope)
-            advance = chain.__next__
-            try:
-                while True:
-                    item = advance()
-                    yield item
-                    if get_ident() != owner:
-                        raise SchemaRunError("a stepped run can only be advanced from the thread that started it; "
-                                             "call next() on it from that thread (or start a step_run per thread)")
-            except StopIteration as stop:
-                item = stop.value
+            # Once per step: a `for` over the chain (its result waits in `outcome`), the thread asked.
+            for item in chain:
+                yield item
+                if get_ident() != owner:
+                    raise SchemaRunError("a stepped run can only be advanced from the thread that started it; "
+                                         "call next() on it from that thread (or start a step_run per thread)")
+            item = outcome[0]
             finished = True
         finally:
             stepper.ended = True

@@ -270,16 +270,18 @@ class GeneratorProgram(Program):
                 out = worker.switch(result)
 
     # -- the run -------------------------------------------------------------------------------------
-    def steps(self, scope: dict) -> Iterator[Any]:
-        """The stepped run of the root with `scope`: yields its steps, returns what forward returns."""
+    def steps(self, scope: dict, outcome: list) -> Iterator[Any]:
+        """The stepped run of the root with `scope`: yields its steps; what forward returns is
+        appended to `outcome` (a `for` over the steps, the cheapest loop, drops a return value)."""
         root = self.root
         args, kwargs = self.root_arguments(scope)
         if root.skip_reason is not None or root.signature is None:
-            return (yield from self.in_worker(self.call_block, (root, args, kwargs), {}))
-        if self._lent or self._lent is None:
+            outcome.append((yield from self.in_worker(self.call_block, (root, args, kwargs), {})))
+        elif self._lent or self._lent is None:
             with self.lending():
-                return (yield from self.gen_invoker(root)(args, kwargs))
-        return (yield from self.gen_invoker(root)(args, kwargs))
+                outcome.append((yield from self.gen_invoker(root)(args, kwargs)))
+        else:
+            outcome.append((yield from self.gen_invoker(root)(args, kwargs)))
 
 
 # Names the rewritten code reads, put in each function's globals next to the originals.
