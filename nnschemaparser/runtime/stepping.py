@@ -2,8 +2,9 @@
 listener that pauses the run at each step (`Stepper`).
 
 A stepped run executes in a greenlet and switches to its consumer once per step, and the consumer
-switches back when it asks for the next step: two switches a step, the least a paused generator
-can cost. What runs around them is kept to the bone, since it runs once per executed instruction
+switches back when it asks for the next step: two switches a step. A run that can stay in generated
+code runs its blocks as generators instead and yields each step (`step_generators`; the StepInfo
+is built by `SteppingObserver.step`, the same slots as `after`). What runs around them is kept to the bone, since it runs once per executed instruction
 (3,780 times in a forward of a 32-layer tiny Llama): a `StepInfo` is filled in slot by slot
 without a call of its `__init__`, in the observer's `after` itself (`SteppingObserver`: the
 function the generated code calls after each instruction), and the stepper switches with a bound
