@@ -9,21 +9,23 @@ told around its body in the generator itself (what `observed_run` does around a 
 The consumer's `next()` resumes the chain of `yield from` (a few levels, tens of ns each) where a
 greenlet run pays two switches a step (bench/bench_step_run.py).
 
-What the generators cannot yield through is code that is not generated: a library function, a
-decorator of a forward, a module's hooks or its own `__call__`, a closure the schema made (which
-foreign code may call back). Such a call runs in a *worker* greenlet (pooled, one per level of
-nesting): when the foreign code calls a block back (its body: the `function` of the program's
-block units), the worker switches the body to the chain, which runs it as a generator (steps
-yielded as above) and switches its result back; a plain function of the schema that steps there
-(a closure's body) pauses by switching its StepInfo to the chain, which yields it. A decorated
-block costs four switches a call, not two a step. Whatever the callable, a call is foreign
-unless its type is a C function, method or slot wrapper (torch's ops, a tensor's methods).
+What the generators cannot yield through is code that is not generated. Only code the program
+hands a block to can call one: a forward's decorators, a module's hooks or its own `__call__` (the
+block's invoker runs there), and, kept out of this path, blocks lent to live code (`lending`),
+closures the schema makes and generator blocks (`generator_steps_possible`,
+`GeneratorProgram.stays_generated`). So a library function or a C op is called in place, and a
+block with code around it runs its regular invoker in a *worker* greenlet (pooled, one per level
+of nesting): when that code calls the block's body (the `function` of the program's block units),
+the worker switches the body to the chain, which runs it as a generator (steps yielded as above)
+and switches its result back. A decorated block costs four switches a call, not two a step. A
+`part` of a deeply nested statement and a live child (`call_live`) run in a worker too; a plain
+function's step there pauses by switching its StepInfo to the chain, which yields it.
 
 Kept for the greenlet run (`SchemaInterpreter._steps`): captures, other instruction listeners,
-interventions, pauses before calls, a schema with a generator expression (its elements run
-wherever the generator is iterated), and `GENERATOR_STEPS = False`.
+interventions, pauses before calls, the schemas and lent blocks above, and
+`GENERATOR_STEPS = False`.
 
-Depends on `program`, `codegen`, `hooks`, `stepping` and `listeners`.
+Depends on the schema, `program`, `codegen`, `functions`, `hooks`, `lending`, `instructions` and `stepping`.
 """
 
 from __future__ import annotations

@@ -214,3 +214,32 @@ def test_a_model_whose_blocks_live_code_reaches_steps_in_a_greenlet():
     _assert_same_steps(new, old)
     assert "lin" in {step.block_path for step in new}
     assert torch.equal(new_out[0], model(x))
+
+
+def test_a_statement_nested_past_pythons_limits_steps_the_same_through_its_part(tmp_path):
+    import importlib.util
+    import sys
+
+    depth = 16
+    lines = ["from torch import nn", "", "", "class Nested(nn.Module):", "    def forward(self, x):", "        y = x + 1"]
+    for level in range(depth):
+        indent = "        " + "    " * level
+        lines += [f"{indent}for i{level} in range(1):", f"{indent}    y = y * 2 + {level}"]
+    lines.append("        return y - 1")
+    path = tmp_path / "nested_model.py"
+    path.write_text("\n".join(lines) + "\n")
+    spec = importlib.util.spec_from_file_location("nested_model", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["nested_model"] = module
+    try:
+        spec.loader.exec_module(module)
+        model, x = module.Nested(), torch.randn(2, 3)
+        schema = NNParser.parse_model(model=model, inputs_tensors_values={"x": x})
+        new, new_out, new_path = _steps(schema, {"x": x}, True)
+        assert new_path == ["idle_generators"]
+        assert _programs(schema)["idle_generators"][0]._parts, "the deep statement was compiled apart"
+        old, old_out, _ = _steps(schema, {"x": x}, False)
+        _assert_same_steps(new, old)
+        assert torch.equal(new_out[0], model(x)) and torch.equal(old_out[0], model(x))
+    finally:
+        sys.modules.pop("nested_model", None)
