@@ -13,7 +13,10 @@ per step. The candidates, each adding a piece of what a stepped run pays:
   observed, no-op step           the stepped run's observed program, its one listener's hook returning at once
   + two switches a step          that hook switching to the consumer's greenlet and back (a bare generator)
   steps built, no switch         the stepped run's observer and stepper, every StepInfo built, the switch a no-op
-  step_run                       every step of SchemaInterpreter().step_run, iterated to the end
+  step_run, greenlet             step_run through the greenlet run (`step_generators.GENERATOR_STEPS = False`):
+                                 two switches a step
+  step_run                       every step of SchemaInterpreter().step_run, iterated to the end (its blocks
+                                 run as generators, runtime/step_generators.py)
 
 Last, the bytes of C stack greenlet copies out and back at each pause (`stack_saved`).
 
@@ -44,6 +47,7 @@ from models import small_resnet, tiny_llama, tiny_mixtral, tiny_vit  # noqa: E40
 from nnschemaparser import NNParser, SchemaInterpreter  # noqa: E402
 from nnschemaparser.runtime.interpreter import _borrow, _give_back  # noqa: E402
 from nnschemaparser.runtime.listeners import TraceListener  # noqa: E402
+from nnschemaparser.runtime import step_generators  # noqa: E402
 
 FACTORIES = {"llama": tiny_llama, "mixtral": tiny_mixtral, "vit": tiny_vit, "resnet": small_resnet}
 
@@ -118,10 +122,14 @@ def built(package, schema, inputs):
     return run
 
 
-def stepped(interpreter, schema, inputs):
+def stepped(interpreter, schema, inputs, generators=True):
     def run():
-        for _ in interpreter.step_run(schema, dict(inputs)):
-            pass
+        step_generators.GENERATOR_STEPS = generators
+        try:
+            for _ in interpreter.step_run(schema, dict(inputs)):
+                pass
+        finally:
+            step_generators.GENERATOR_STEPS = True
     return run
 
 
@@ -156,6 +164,7 @@ def main() -> int:
         "observed, no-op step": lambda: SchemaInterpreter(listeners=[NoOpStep()]).run(schema, dict(inputs)),
         "+ two switches a step": switches(schema, inputs),
         "steps built, no switch": built("nnschemaparser", schema, inputs),
+        "step_run, greenlet": stepped(stepper, schema, inputs, generators=False),
         "step_run": stepped(stepper, schema, inputs),
     }
     if args.before:
@@ -183,7 +192,9 @@ def main() -> int:
     for key, times in samples.items():
         ratios = [t / e for t, e in zip(times, samples["eager"])]
         extra = ""
-        if key.startswith("steps built"):
+        if key == "step_run":
+            extra = f"  +{(medians[key] - medians['steps built, no switch']) / steps * 1e6:.2f} us/step over steps built"
+        elif key.startswith("steps built"):
             extra = f"  +{(medians[key] - medians['observed, no-op step']) / steps * 1e6:.2f} us/step over the no-op step"
         elif previous is not None and not key.endswith("(before)") and key != "run" and key != "observed, no-op step":
             extra = f"  +{(medians[key] - medians[previous]) / steps * 1e6:.2f} us/step"

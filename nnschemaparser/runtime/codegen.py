@@ -88,13 +88,14 @@ _OPERATORS = {operator.add: "{0} + {1}", operator.sub: "{0} - {1}", operator.mul
 class Generated:
     """One function compiled from generated text: the callable, its text, and what it was made of."""
 
-    __slots__ = ("function", "source", "mode", "filename")
+    __slots__ = ("function", "source", "mode", "filename", "positions")
 
-    def __init__(self, function: Callable, source: str, mode: str, filename: str):
+    def __init__(self, function: Callable, source: str, mode: str, filename: str, positions: tuple = ()):
         self.function = function
         self.source = source
         self.mode = mode
         self.filename = filename
+        self.positions = positions  # each line's source position (what `recompile` puts back)
 
 
 _CODE_CACHE: dict = {}
@@ -403,7 +404,7 @@ class CodeGenerator(ReadEmitters, ReportEmitters, StatementEmitters):
             function.__kwdefaults__ = kw or None
         function.__qualname__ = self.unit.qualname
         register_lines(filename, self.lines)
-        return Generated(function, text, "frame" if self.frame else "locals", filename)
+        return Generated(function, text, "frame" if self.frame else "locals", filename, tuple(positions))
 
     # -- instruction lists ------------------------------------------------------------------------
 
@@ -574,3 +575,18 @@ def _attribute_name(op: Any) -> Optional[str]:
     return None
 
 
+def recompile(generated: Generated, env: dict, name: str, rewrite: Callable[[ast.Module], ast.Module]) -> Callable:
+    """A variant of `generated`'s function: its text parsed again, positioned as the original, passed
+    through `rewrite` (an `ast` transformer keeping positions), compiled over `env`. A stepped run of
+    generators makes its block functions this way (runtime/step_generators.py)."""
+    tree = ast.parse(generated.source)
+    positions = generated.positions
+    for node in ast.walk(tree):
+        if hasattr(node, "lineno") and node.lineno is not None:
+            node.lineno, node.end_lineno, node.col_offset, node.end_col_offset = positions[node.lineno - 1]
+    tree = ast.fix_missing_locations(rewrite(tree))
+    module_code = builtins.compile(tree, generated.filename, "exec")
+    code = next(c for c in module_code.co_consts if hasattr(c, "co_code"))
+    function = types.FunctionType(code, env, name)
+    function.__qualname__ = generated.function.__qualname__
+    return function

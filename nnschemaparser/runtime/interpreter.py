@@ -31,7 +31,9 @@ import greenlet
 from .binding import live_signature
 from .interventions import InterventionListener, intervention_listener
 from .partial import give_back_partial, partial_programs
+from . import step_generators
 from .program import Program, programs_for
+from .step_generators import GeneratorProgram, generator_steps_possible, pause_in_worker
 from ..schema.errors import EditError, SchemaRunError
 from .listeners import EventObserver, StepAbandoned, Observer, TraceListener
 from .stepping import CallPause, StepInfo, Stepper, SteppingObserver, apply_edit, checked_edits
@@ -204,6 +206,16 @@ class SchemaInterpreter:
     def _steps(self, block: ModelBlockSchema, scope: dict, edits: Optional[dict[int, list[dict]]],
                pause_before_calls: bool = False,
                intervening: Optional[InterventionListener] = None) -> Generator[StepInfo, None, list]:
+        """The steps of a run: a chain of generators where it can be (runtime/step_generators.py),
+        else a run in a greenlet that switches to the consumer at each step."""
+        if step_generators.GENERATOR_STEPS and not pause_before_calls and intervening is None and \
+                not self.capture_values and generator_steps_possible(block, _programs(block)):
+            return self._generator_steps(block, scope, edits)
+        return self._greenlet_steps(block, scope, edits, pause_before_calls, intervening)
+
+    def _greenlet_steps(self, block: ModelBlockSchema, scope: dict, edits: Optional[dict[int, list[dict]]],
+                        pause_before_calls: bool = False,
+                        intervening: Optional[InterventionListener] = None) -> Generator[StepInfo, None, list]:
         stepper = Stepper(edits, self.listeners, pause_before_calls)
         listeners = [*self.listeners, stepper]
         if intervening is not None:  # before the stepper, so a step shows the new value
@@ -251,6 +263,11 @@ class SchemaInterpreter:
                     pass
             if runner.dead:
                 _give_back(block, program, observer, pause_before_calls, stepping=True)
+        return self._finish(listeners, stepper, item, intervening)
+
+    def _finish(self, listeners: list, stepper: Stepper, item: Any,
+                intervening: Optional[InterventionListener]) -> list:
+        """The end of a stepped run that returned `item`: listeners told, outputs stored, edits checked."""
         for listener in listeners[:-1]:
             listener.on_run_end(item)
         self.step_outputs = outputs_list(item)
@@ -262,6 +279,43 @@ class SchemaInterpreter:
             intervening.finish()
         return self.step_outputs
 
+
+    def _generator_steps(self, block: ModelBlockSchema, scope: dict,
+                         edits: Optional[dict[int, list[dict]]]) -> Generator[StepInfo, None, list]:
+        """`_steps` as a chain of generators (runtime/step_generators.py): no greenlet switch a step."""
+        stepper = Stepper(edits, self.listeners)
+        listeners = [*self.listeners, stepper]
+        program, observer = _borrow_generators(block, listeners)
+        if observer._stepper is None or not program.stays_generated():  # another instruction listener, or lending
+            _give_back_generators(block, program)
+            return (yield from self._greenlet_steps(block, scope, edits))
+        stepper.switch = pause_in_worker
+        outcome: list = []
+        chain = program.steps(scope, outcome)
+        owner = threading.get_ident()
+        get_ident = threading.get_ident
+        finished = False
+        try:
+            for listener in listeners[:-1]:  # the stepper needs no start
+                listener.on_run_start(block, scope)
+            # Once per step: a `for` over the chain (its result waits in `outcome`), the thread asked.
+            for item in chain:
+                yield item
+                if get_ident() != owner:
+                    raise SchemaRunError("a stepped run can only be advanced from the thread that started it; "
+                                         "call next() on it from that thread (or start a step_run per thread)")
+            item = outcome[0]
+            finished = True
+        finally:
+            stepper.ended = True
+            if not finished and chain.gi_frame is not None and chain.gi_frame.f_lasti >= 0 and get_ident() == owner:
+                try:
+                    chain.throw(StepAbandoned())
+                except (StepAbandoned, StopIteration):
+                    pass
+            if chain.gi_frame is None:
+                _give_back_generators(block, program)
+        return self._finish(listeners, stepper, item, None)
 
 def _adopt(runner: greenlet.greenlet) -> None:
     """Make the current greenlet the one the run's end (or its error) goes to."""
@@ -293,6 +347,25 @@ def _borrow(block: ModelBlockSchema, listeners: Sequence[TraceListener], capture
         program, observer = _compile_observed(block, calls, tensors, stepping)
     observer.configure(listeners, capture_values)
     return program, observer
+
+
+def _borrow_generators(block: ModelBlockSchema, listeners: Sequence[TraceListener]) -> tuple:
+    """A GeneratorProgram of `block` (and its observer), configured for `listeners`."""
+    idle = _programs(block).setdefault("idle_generators", [])
+    try:
+        program = idle.pop() if idle else GeneratorProgram(block, SteppingObserver())
+    except IndexError:  # another thread took the last one
+        program = GeneratorProgram(block, SteppingObserver())
+    program.observer.configure(listeners, False)
+    return program, program.observer
+
+
+def _give_back_generators(block: ModelBlockSchema, program: GeneratorProgram) -> None:
+    program.observer.reset()
+    program.observer.configure(())
+    idle = _programs(block).setdefault("idle_generators", [])
+    if len(idle) < 4:
+        idle.append(program)
 
 
 def _idle_key(calls: bool, tensors: bool, stepping: bool = False) -> str:

@@ -95,6 +95,7 @@ class CompiledFunction:
         generated = CodeGenerator(program, self, frame=self.frame, generator=self.lazy).generate()
         self.function = generated.function
         self.source = generated.source
+        self.generated = generated
 
     @property
     def block(self) -> ModelBlockSchema:
@@ -497,10 +498,21 @@ class Program:
     def run_root(self, scope: dict) -> Any:
         """Run the root block with `scope` mapping input names to values; returns what forward returns."""
         root = self.root
+        args, kwargs = self.root_arguments(scope)
+        if root.skip_reason is not None or root.signature is None:
+            return self.call_block(root, args, kwargs)
+        if self._lent or self._lent is None:
+            with self.lending():
+                return self.call_block(root, args, kwargs)
+        return self.call_block(root, args, kwargs)
+
+    def root_arguments(self, scope: dict) -> tuple:
+        """(args, kwargs) of the root's call for the inputs `scope`, or a SchemaRunError naming a
+        missing or unknown input."""
+        root = self.root
         sig = root.signature
         if root.skip_reason is not None or sig is None:
-            live = entry_signature(root.module, None)
-            return self.call_block(root, *root_call(live, scope, f"{root.name}.forward"))
+            return root_call(entry_signature(root.module, None), scope, f"{root.name}.forward")
         known = set(sig.params) | set(sig.kwonly) | ({sig.vararg} if sig.vararg else set())
         unknown = [k for k in scope if k not in known and sig.kwarg is None]
         if unknown:
@@ -512,11 +524,7 @@ class Program:
             raise SchemaRunError(f"scope is missing the input{'s' if len(missing) > 1 else ''} "
                                  f"{', '.join(map(repr, missing))} of {root.name}.forward; pass them as "
                                  f"scope={{{', '.join(repr(m) + ': ...' for m in missing)}}}")
-        args, kwargs = root_call(entry_signature(root.module, sig), scope, f"{root.name}.forward")
-        if self._lent or self._lent is None:
-            with self.lending():
-                return self.call_block(root, args, kwargs)
-        return self.call_block(root, args, kwargs)
+        return root_call(entry_signature(root.module, sig), scope, f"{root.name}.forward")
 
     def call_root(self, args: tuple, kwargs: dict) -> Any:
         """Run the root block as `model(*args, **kwargs)`: the arguments are passed as given."""

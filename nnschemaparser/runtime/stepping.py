@@ -2,8 +2,9 @@
 listener that pauses the run at each step (`Stepper`).
 
 A stepped run executes in a greenlet and switches to its consumer once per step, and the consumer
-switches back when it asks for the next step: two switches a step, the least a paused generator
-can cost. What runs around them is kept to the bone, since it runs once per executed instruction
+switches back when it asks for the next step: two switches a step. A run that can stay in generated
+code runs its blocks as generators instead and yields each step (`step_generators`; the StepInfo
+is built by `SteppingObserver.step`, the same slots as `after`). What runs around them is kept to the bone, since it runs once per executed instruction
 (3,780 times in a forward of a 32-layer tiny Llama): a `StepInfo` is filled in slot by slot
 without a call of its `__init__`, in the observer's `after` itself (`SteppingObserver`: the
 function the generated code calls after each instruction), and the stepper switches with a bound
@@ -329,6 +330,30 @@ class SteppingObserver(EventObserver):
             for edit in stepper.edits.get(index, ()):
                 info.edit(**edit)
         stepper.switch(info)
+
+    def step(self, sites: list, site: int, frame: dict, value: Any) -> Optional[StepInfo]:
+        """`after` of a run of generators (runtime/step_generators.py): the same StepInfo, returned
+        for the generated code to `yield` instead of switched out; None in an if / while test. Only
+        a run whose stepper is its one instruction listener takes that path."""
+        if self.conditions:
+            return None
+        stepper = self._stepper
+        stepper.index = index = stepper.index + 1
+        frames = self._frames_tuple
+        if frames is None:
+            frames = self.frames_tuple()
+        info = _new(StepInfo)
+        info.step_index = index
+        info.value = value
+        info.scope_frames = frames
+        info._sites = sites
+        info._site = site
+        info.block_path = self.path
+        info._run = stepper
+        if stepper.edits:
+            for edit in stepper.edits.get(index, ()):
+                info.edit(**edit)
+        return info
 
 
 _new = object.__new__
