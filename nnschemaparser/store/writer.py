@@ -28,7 +28,6 @@ import io
 import itertools
 import os
 import shutil
-import sys
 import time
 import warnings
 from dataclasses import dataclass, field, replace
@@ -41,6 +40,7 @@ import torch
 from ..files.file_format import FileLimits, dump_json
 from ..schema.model import ModelBlockSchema
 from ..traces.selection import KeepSelector
+from .held import holdable, shared_clones
 from .guard import FOLDERS, LOCK_FILE, check_no_links
 from .manifest import (Commit, SchemaIdentity, StoreIncompleteError, StoreMismatchError, StoreOptions, read_commits,
                        read_manifest, schema_identity, sync_write, unit_name, weights_difference, write_commit,
@@ -186,7 +186,7 @@ class _Unit:
         which clones it then if anything but the unit still holds its storage), a contiguous CPU clone otherwise."""
         tensor = value.detach() if value.requires_grad else value
         nbytes = tensor.numel() * tensor.element_size()
-        if _holdable(tensor, nbytes):
+        if holdable(tensor, nbytes):
             self.unsettled.append(tensor)
         else:
             tensor = tensor.to("cpu").clone(memory_format=torch.contiguous_format)
@@ -203,45 +203,8 @@ class _Unit:
         then the input's reductions are queued with the tensors as kept."""
         clones: dict[int, torch.Tensor] = {}
         if self.unsettled:
-            held = {id(tensor): tensor for tensor in self.unsettled}
-            # the bases of held views: a view keeps its base's tensor alive (and owns its Python object: one
-            # reference however many views), so a base is the unit's too when nothing else refers to it
-            bases: dict[int, torch.Tensor] = {}
-            for tensor in held.values():
-                base = tensor._base
-                if base is not None:
-                    bases[id(base)] = base
-            base = None
-            mine: dict[int, int] = {}  # storage -> the tensors on it that are the unit's (held, or their bases)
-            foreign: set[int] = set()  # storages someone else refers to (through a base of a held view)
-            for key in itertools.chain(held, (k for k in bases if k not in held)):
-                tensor = held.get(key)
-                if tensor is None:
-                    tensor = bases[key]
-                    # its references: the views' one, `bases`, `tensor` and the call's argument
-                    if sys.getrefcount(tensor) != 4:
-                        foreign.add(tensor.untyped_storage().data_ptr())
-                ptr = tensor.untyped_storage().data_ptr()
-                mine[ptr] = mine.get(ptr, 0) + 1
-            # the unit's own references to each tensor object: the shard, `unsettled`, the deferred reductions
-            refs: dict[int, int] = {}
-            for tensor in itertools.chain(self.unsettled, self.shard.values(),
-                                          (entry[1] for entry in self.deferred if entry is not None)):
-                refs[id(tensor)] = refs.get(id(tensor), 0) + 1
-            for key in list(held):
-                tensor = held[key]
-                storage = tensor.untyped_storage()
-                # anyone else's reference: to the storage (another tensor on it; `storage` is one reference), or to
-                # the tensor object (the caller's input, a module's attribute; `held`, `tensor` and the call's
-                # argument are three, and a base of held views has `bases` and the views' one)
-                if (_use_count(storage) != mine[storage.data_ptr()] + 1
-                        or sys.getrefcount(tensor) != refs.get(key, 0) + (5 if key in bases else 3)):
-                    foreign.add(storage.data_ptr())
-            for key in list(held):  # every tensor on a storage someone else can reach is cloned
-                tensor = held[key]
-                if tensor.untyped_storage().data_ptr() in foreign:
-                    clones[key] = tensor.clone()
-            del tensor, storage, bases
+            clones = shared_clones(self.unsettled, itertools.chain(
+                self.shard.values(), (entry[1] for entry in self.deferred if entry is not None)))
             if clones:
                 for name, tensor in self.shard.items():
                     if id(tensor) in clones:
@@ -346,29 +309,6 @@ class _Unit:
             raise _WriteFailed(writing, exc) from exc
         self.commit_sizes = commit.sizes
         return commit
-
-
-def _holdable(tensor: torch.Tensor, nbytes: int) -> bool:
-    """Whether `keep` may hold `tensor` itself: a plain dense CPU tensor, contiguous, neither conjugated nor negated,
-    that is the whole of its storage (a view of part of one would hold the rest alive, and share it)."""
-    if type(tensor) is not torch.Tensor or tensor.device.type != "cpu" or tensor.layout != torch.strided:
-        return False
-    if not tensor.is_contiguous() or tensor.is_conj() or tensor.is_neg() or _use_count is None:
-        return False
-    try:
-        return tensor.untyped_storage().nbytes() == nbytes and nbytes > 0
-    except (RuntimeError, NotImplementedError):  # a storage without data (meta, fake, a wrapper subclass)
-        return False
-
-
-def _storage_use_count() -> Optional[Callable[[Any], int]]:
-    count = getattr(torch._C, "_storage_Use_Count", None)
-    return None if count is None else (lambda storage: count(storage._cdata))
-
-
-# how many references a storage has (its tensors, and Python storage objects): None where torch does not say,
-# and `keep` then clones every tensor
-_use_count = _storage_use_count()
 
 
 class _WriteFailed(Exception):

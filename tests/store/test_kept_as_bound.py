@@ -5,6 +5,7 @@ is stored as it was when bound, equal (torch.equal) to a forward hook's clone at
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -60,7 +61,8 @@ def _refilled(data: list):
         yield buffer
 
 
-def test_kept_values_are_stored_as_bound_whatever_changes_them_later(tmp_path):
+@pytest.mark.parametrize("refill", [True, False], ids=["one-buffer", "fresh-inputs"])
+def test_kept_values_are_stored_as_bound_whatever_changes_them_later(tmp_path, refill):
     torch.manual_seed(0)
     data = [torch.randn(1, 6) for _ in range(5)]  # one row each: every input is one sample
     model = Net()
@@ -68,7 +70,7 @@ def test_kept_values_are_stored_as_bound_whatever_changes_them_later(tmp_path):
     model.bump.last = None
     expected = _bound_values(_copy(model), data)
     model.bump.last = None
-    store = capture_dataset(schema, _refilled(data), tmp_path / "s", keep="bump:hidden,bump:kept,bump:flat", block_size=8,
+    store = capture_dataset(schema, _refilled(data) if refill else [x.clone() for x in data], tmp_path / "s", keep="bump:hidden,bump:kept,bump:flat", block_size=8,
                             progress=False)
     store = TraceStore(tmp_path / "s")
     steps = store.steps
