@@ -1,8 +1,8 @@
 """Kept values the store's writer holds as the run made them, instead of cloning them (writer.py's `_Unit`).
 
-`holdable(tensor)`: a plain dense CPU tensor, contiguous, neither conjugated nor negated, that is the
-whole of its storage, may be held. `shared_clones(held, others)`, once the input's run and record
-are gone, clones every held tensor that anything but the writer can still reach, so that no later
+`holdable(tensor)`: a plain dense CPU tensor of at least `HOLD_BYTES` (64 KiB), contiguous, neither
+conjugated nor negated, that is the whole of its storage, may be held. `shared_clones(held, others)`,
+once the input's run and record are gone, clones every held tensor that anything but the writer can still reach, so that no later
 run (a module that kept it) or input (a buffer the caller fills again) can write into what a shard
 will hold: a storage with more references than the writer's tensors on it (and the bases of its
 views) make, or a tensor object with more references than the writer's own, is someone else's too,
@@ -19,7 +19,10 @@ from typing import Any, Callable, Iterable, Optional
 
 import torch
 
-__all__ = ["holdable", "shared_clones"]
+__all__ = ["holdable", "shared_clones", "HOLD_BYTES"]
+
+# bytes: a smaller value is cloned at once (a clone of a few KiB costs less than the reference checks of holding it)
+HOLD_BYTES = 64 * 1024
 
 
 def _storage_use_count() -> Optional[Callable[[Any], int]]:
@@ -33,14 +36,17 @@ _use_count = _storage_use_count()
 
 
 def holdable(tensor: torch.Tensor, nbytes: int) -> bool:
-    """Whether the writer may hold `tensor` (of `nbytes`) itself: a plain dense CPU tensor, contiguous, neither
-    conjugated nor negated, that is the whole of its storage (a view of part of one would hold the rest alive)."""
-    if type(tensor) is not torch.Tensor or tensor.device.type != "cpu" or tensor.layout != torch.strided:
+    """Whether the writer may hold `tensor` (of `nbytes`) itself: a plain dense CPU tensor of at least `HOLD_BYTES`,
+    contiguous, neither conjugated nor negated, that is the whole of its storage (a view of part of one would
+    hold the rest alive)."""
+    if nbytes < HOLD_BYTES or type(tensor) is not torch.Tensor or tensor.device.type != "cpu":
+        return False
+    if tensor.layout != torch.strided:
         return False
     if not tensor.is_contiguous() or tensor.is_conj() or tensor.is_neg() or _use_count is None:
         return False
     try:
-        return tensor.untyped_storage().nbytes() == nbytes and nbytes > 0
+        return tensor.untyped_storage().nbytes() == nbytes
     except (RuntimeError, NotImplementedError):  # a storage without data (meta, fake, a wrapper subclass)
         return False
 

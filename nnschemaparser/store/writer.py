@@ -8,12 +8,14 @@ capture_run would log it, otherwise capture_run: step_names.py), computes the
 statistics of every step, puts the tensors the keep selector names (the root's inputs always:
 they reopen a sample in the inspector) into the current shard (flushed to a file once it would pass
 `shard_bytes`), and folds them into the unit's reductions. A kept value is held as the run made it,
-not cloned, when it is a contiguous CPU tensor that is the whole of its storage: once the input's
+not cloned, when it is a contiguous CPU tensor of at least 64 KiB that is the whole of its storage
+(held.py): once the input's
 record is gone (`_Unit.settle`, before the next input is read), one that anything else still refers
 to (the caller's input, a module that keeps it, a view or base of it: the storage's and the tensor
 object's reference counts say) is cloned then, so no later run or input can write into what the
-shard holds. (The capture already stores a value changed in place during its own run as it was bound.) At the end of a block its statistics
-Parquet and its reductions are written and synced, then its commit record is renamed into place:
+shard holds. (The capture already stores a value changed in place during its own run as it was
+bound.) At the end of a block its statistics Parquet and its reductions are written and synced, then
+its commit record is renamed into place:
 a process killed at any point loses at most the block it was writing, whose leftover files a
 later run removes before it writes that block again.
 

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from nnschemaparser import NNParser, TraceStore, capture_dataset
+from nnschemaparser.store import held
 
 
 class Bump(nn.Module):
@@ -62,7 +63,8 @@ def _refilled(data: list):
 
 
 @pytest.mark.parametrize("refill", [True, False], ids=["one-buffer", "fresh-inputs"])
-def test_kept_values_are_stored_as_bound_whatever_changes_them_later(tmp_path, refill):
+def test_kept_values_are_stored_as_bound_whatever_changes_them_later(tmp_path, monkeypatch, refill):
+    monkeypatch.setattr(held, "HOLD_BYTES", 1)  # every value held, however small (64 KiB and up by default)
     torch.manual_seed(0)
     data = [torch.randn(1, 6) for _ in range(5)]  # one row each: every input is one sample
     model = Net()
@@ -70,8 +72,9 @@ def test_kept_values_are_stored_as_bound_whatever_changes_them_later(tmp_path, r
     model.bump.last = None
     expected = _bound_values(_copy(model), data)
     model.bump.last = None
-    store = capture_dataset(schema, _refilled(data) if refill else [x.clone() for x in data], tmp_path / "s", keep="bump:hidden,bump:kept,bump:flat", block_size=8,
-                            progress=False)
+    source = _refilled(data) if refill else [x.clone() for x in data]
+    capture_dataset(schema, source, tmp_path / "s", keep="bump:hidden,bump:kept,bump:flat", block_size=8,
+                    progress=False)
     store = TraceStore(tmp_path / "s")
     steps = store.steps
     for sample, (x, (hidden, kept)) in enumerate(zip(data, expected)):
