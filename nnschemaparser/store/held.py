@@ -26,6 +26,10 @@ HOLD_BYTES = 64 * 1024
 
 
 def _storage_use_count() -> Optional[Callable[[Any], int]]:
+    if sys.version_info >= (3, 14) or not getattr(sys, "_is_gil_enabled", lambda: True)():
+        # the reference counts `shared_clones` expects are CPython 3.9-3.13's with the GIL (3.14 may borrow a
+        # local's reference): elsewhere nothing is held, every kept value is cloned as before
+        return None
     count = getattr(torch._C, "_storage_Use_Count", None)
     return None if count is None else (lambda storage: count(storage._cdata))
 
