@@ -6,7 +6,7 @@ Writes one store (64 tiny-Llama inputs or 16 GPT-2 small inputs, one block, the 
 as bench_store.py's write part; or `KEEP` kept, over `INPUTS` inputs: `llama layers.1 32` is
 bench_logged_capture.py's `--dataset`) after a warm-up store (`ROUNDS` stores: the one of least CPU time), with the writer's stages wrapped by a CPU-time
 counter: the capture, the step fields and metadata, the statistics (the plan check and the figures),
-the clones, the queueing and folding of the reductions, the shards, the Parquet table and the commit.
+the clones (and the settling of the values held as they were), the queueing and folding of the reductions, the shards, the Parquet table and the commit.
 The stages nest (the commit holds the fold of the last queues and the shard write), so the rows do not
 add up to the total; the wrappers add about a microsecond a call. One torch thread. `--retain` calls
 `retain_freed_memory()` first (as bench_gpt2_small.py's `--mode retain`). The C kernel's calls (statistics,
@@ -46,7 +46,7 @@ STAGES = [(step_names.StepNames, "fields", "capture and step fields"), (step_nam
           (statistics._Plan, "__init__", "  a new plan"), (statistics._Plan, "matches", "  plan check"),
           (statistics._Plan, "figures", "  figures (torch)"), (statistics._Plan, "kernel_figures", "  figures (kernel)"),
           (native.Kernel, "raw", "    the C kernel's statistics"),
-          (writer._Unit, "keep", "clones"),
+          (writer._Unit, "keep", "clones"), (writer._Unit, "settle", "settle (clones of values shared)"),
           (writer._Unit, "reduce", "queueing reductions"), (writer._Unit, "fold", "folding reductions"),
           (native.Kernel, "fold", "  the C kernel's fold"), (native.Kernel, "merge", "  the C kernel's merges"),
           (writer, "write_shard", "shards"), (step_table.StepColumns, "table", "Arrow table"),

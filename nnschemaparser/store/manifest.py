@@ -112,9 +112,9 @@ def _tensor_digest(tensor: Any) -> str:
         else:
             step = max(1, _WINDOW // width)
             last = flat.numel() - step
-            pieces = [flat[(last * i) // (_WINDOWS - 1):][:step] for i in range(_WINDOWS)]
-        for piece in pieces:
-            digest.update(piece.to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
+            pieces = [flat.narrow(0, (last * i) // (_WINDOWS - 1), step) for i in range(_WINDOWS)]
+        for piece in pieces:  # hashed from the tensor's memory (a CPU piece is not copied)
+            digest.update(piece.to("cpu").contiguous().view(torch.uint8).numpy())
         return digest.hexdigest()[:24]
     except (RuntimeError, TypeError):  # a dtype without a byte view
         return "-"

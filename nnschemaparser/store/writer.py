@@ -5,10 +5,17 @@ and options: `StoreMismatchError` otherwise). `write_rank` walks the inputs, tak
 sample ids that are its own (block `b` belongs to rank `b % world`) and not yet committed, and for
 each input captures every step under `torch.no_grad()` (the logged run read as columns where
 capture_run would log it, otherwise capture_run: step_names.py), computes the
-statistics of every step, clones the tensors the keep selector names (the root's inputs always:
+statistics of every step, puts the tensors the keep selector names (the root's inputs always:
 they reopen a sample in the inspector) into the current shard (flushed to a file once it would pass
-`shard_bytes`), and folds them into the unit's reductions. At the end of a block its statistics
-Parquet and its reductions are written and synced, then its commit record is renamed into place:
+`shard_bytes`), and folds them into the unit's reductions. A kept value is held as the run made it,
+not cloned, when it is a contiguous CPU tensor of at least 64 KiB that is the whole of its storage
+(held.py): once the input's
+record is gone (`_Unit.settle`, before the next input is read), one that anything else still refers
+to (the caller's input, a module that keeps it, a view or base of it: the storage's and the tensor
+object's reference counts say) is cloned then, so no later run or input can write into what the
+shard holds. (The capture already stores a value changed in place during its own run as it was
+bound.) At the end of a block its statistics Parquet and its reductions are written and synced, then
+its commit record is renamed into place:
 a process killed at any point loses at most the block it was writing, whose leftover files a
 later run removes before it writes that block again.
 
@@ -20,6 +27,7 @@ from __future__ import annotations
 import errno
 import gc
 import io
+import itertools
 import os
 import shutil
 import time
@@ -34,6 +42,7 @@ import torch
 from ..files.file_format import FileLimits, dump_json
 from ..schema.model import ModelBlockSchema
 from ..traces.selection import KeepSelector
+from .held import holdable, shared_clones
 from .guard import FOLDERS, LOCK_FILE, check_no_links
 from .manifest import (Commit, SchemaIdentity, StoreIncompleteError, StoreMismatchError, StoreOptions, read_commits,
                        read_manifest, schema_identity, sync_write, unit_name, weights_difference, write_commit,
@@ -170,17 +179,63 @@ class _Unit:
         self.shards: list[tuple[str, int]] = []
         self.states: dict[str, ReductionState] = {}
         self.pending: dict[str, list] = {}  # variable -> [values, samples, steps, l2s] not folded yet
+        self.unsettled: list[torch.Tensor] = []  # tensors of the current input kept as they were (`settle`)
+        self.deferred: list[tuple] = []  # the current input's reductions, queued by `settle`
 
     def keep(self, key: str, value: torch.Tensor) -> torch.Tensor:
-        """Clone `value` into the current shard (flushing it first when it would pass shard_bytes)."""
+        """Put `value` into the current shard (flushing it first when it would pass shard_bytes): the tensor
+        itself when it is a plain CPU tensor, contiguous and the whole of its storage (held until `settle`,
+        which clones it then if anything but the unit still holds its storage), a contiguous CPU clone otherwise."""
         tensor = value.detach() if value.requires_grad else value
-        tensor = tensor.to("cpu").clone(memory_format=torch.contiguous_format)
         nbytes = tensor.numel() * tensor.element_size()
+        if holdable(tensor, nbytes):
+            self.unsettled.append(tensor)
+        else:
+            tensor = tensor.to("cpu").clone(memory_format=torch.contiguous_format)
         if self.shard and self.shard_bytes + nbytes > self.options.shard_bytes:
             self.flush()
         self.shard[key] = tensor
         self.shard_bytes += nbytes
         return tensor
+
+    def settle(self) -> None:
+        """After an input's run and its record are gone (before the next input is read): a tensor `keep` held
+        as it was is cloned now if anything but the unit still holds its storage (the caller's inputs, a
+        module that kept it, a view of it), so no later run or input can write into what the unit writes;
+        then the input's reductions are queued with the tensors as kept."""
+        clones: dict[int, torch.Tensor] = {}
+        if self.unsettled:
+            clones = shared_clones(self.unsettled, itertools.chain(
+                self.shard.values(), (entry[1] for entry in self.deferred if entry is not None)))
+            if clones:
+                for name, tensor in self.shard.items():
+                    if id(tensor) in clones:
+                        self.shard[name] = clones[id(tensor)]
+            self.unsettled = []
+        self.replay(clones)
+
+    def defer(self, variable: str, tensor: torch.Tensor, mask: Any, batching: Batching, sample: int, step: int,
+              l2: float) -> None:
+        """Queue an occurrence of kept `tensor` (`batching.masked(tensor, mask)` when `mask` is not None) once the
+        input is settled (or before a shard is written, whichever comes first)."""
+        self.deferred.append((variable, tensor, mask, batching, sample, step, l2))
+
+    def sample_done(self) -> None:
+        """A sample's occurrences are deferred: `input_done` runs where they are queued."""
+        self.deferred.append(None)
+
+    def replay(self, clones: Optional[dict] = None) -> None:
+        """Queue the deferred occurrences and run the deferred `input_done`s, in the order `_write_sample` made them
+        (so the folds take the same batches as when each was queued at once)."""
+        deferred, self.deferred = self.deferred, []
+        for entry in deferred:
+            if entry is None:
+                self.input_done()
+                continue
+            variable, tensor, mask, batching, sample, step, l2 = entry
+            if clones:
+                tensor = clones.get(id(tensor), tensor)
+            self.reduce(variable, tensor if mask is None else batching.masked(tensor, mask), sample, step, l2)
 
     def reduce(self, variable: str, value: torch.Tensor, sample: int, step: int, l2: float) -> None:
         """Queue an occurrence of `variable` (folded in by `input_done` or the commit)."""
@@ -219,6 +274,7 @@ class _Unit:
     def flush(self) -> int:
         if not self.shard:
             return 0
+        self.replay()
         self.fold()  # the queues hold tensors of this shard only
         name = f"tensors/{self.name}-{len(self.shards):03d}.safetensors"
         try:
@@ -365,6 +421,7 @@ def write_rank(root: Path, schema: ModelBlockSchema, inputs: Iterable[Any], opti
                 unit = _Unit(root, block, sample, options, names.summarise.kernel)
             written = _capture_one(unit, schema, scope if scope is not None else as_scope(item, schema), sample, names,
                                    batching, interventions, run)
+            unit.settle()  # the run's record is gone: what the unit kept as it was is checked (cloned if shared)
             summary.captured += 1
             summary.samples.append(sample)
             if progress is not None:
@@ -463,12 +520,11 @@ def _write_sample(unit: _Unit, sample: int, meta: tuple, shapes: list, values: l
         if named[i]:
             variable = f"{block_paths[i]}:{out_vars[i]}"
             count = seen[variable] = seen.get(variable, 0) + 1
-            occurrence = value if counted[i] is values[i] else batching.masked(value, mask)
-            unit.reduce(variable if count == 1 else f"{variable}#{count}", occurrence, sample, numbers[i],
-                        figures.l2(i))
+            unit.defer(variable if count == 1 else f"{variable}#{count}", value,
+                       None if counted[i] is values[i] else mask, batching, sample, numbers[i], figures.l2(i))
     if mask is not None:
         written += unit.keep(f"{sample}/{MASK_KEY}", mask).numel()
-    unit.input_done()
+    unit.sample_done()
     unit.samples.append(sample)
     return written
 
