@@ -3,12 +3,12 @@ listener that pauses the run at each step (`Stepper`).
 
 A stepped run executes in a greenlet and switches to its consumer once per step, and the consumer
 switches back when it asks for the next step: two switches a step. A run that can stay in generated
-code runs its blocks as generators instead and yields each step (`step_generators`; the StepInfo
-is built by `SteppingObserver.step`, the same slots as `after`). What runs around them is kept to the bone, since it runs once per executed instruction
-(3,780 times in a forward of a 32-layer tiny Llama): a `StepInfo` is filled in slot by slot
-without a call of its `__init__`, in the observer's `after` itself (`SteppingObserver`: the
-function the generated code calls after each instruction), and the stepper switches with a bound
-method it keeps ready. The step never touches its instruction object: the generated code hands
+code runs its blocks as generators instead and yields each step (runtime/step_generators.py). What
+runs around them is kept to the bone, since it runs once per executed instruction (3,780 times in a
+forward of a 32-layer tiny Llama): a `StepInfo` is filled in slot by slot without a call of its
+`__init__` (`SteppingObserver.step`), and the observer's `after` (the function the generated code
+calls after each instruction) switches it out with a bound method the stepper keeps ready.
+The step never touches its instruction object: the generated code hands
 `after` the instruction's site (its function's list of instructions and a constant index) and the
 value it bound (read there with the name as a constant). A run reaches each of its thousands of
 instruction objects once and finds it cold in the cache: reading `out_var` off it and holding a
@@ -312,29 +312,15 @@ class SteppingObserver(EventObserver):
         if stepper is None:
             EventObserver.after(self, sites[site], frame)
             return
-        if self.conditions:  # an if test or a while re-evaluation (spec 000)
-            return
-        stepper.index = index = stepper.index + 1
-        frames = self._frames_tuple
-        if frames is None:
-            frames = self.frames_tuple()
-        info = _new(StepInfo)
-        info.step_index = index
-        info.value = value
-        info.scope_frames = frames
-        info._sites = sites
-        info._site = site
-        info.block_path = self.path
-        info._run = stepper
-        if stepper.edits:
-            for edit in stepper.edits.get(index, ()):
-                info.edit(**edit)
-        stepper.switch(info)
+        info = self.step(sites, site, frame, value)
+        if info is not None:
+            stepper.switch(info)
 
     def step(self, sites: list, site: int, frame: dict, value: Any) -> Optional[StepInfo]:
-        """`after` of a run of generators (runtime/step_generators.py): the same StepInfo, returned
-        for the generated code to `yield` instead of switched out; None in an if / while test. Only
-        a run whose stepper is its one instruction listener takes that path."""
+        """The step of the instruction at `sites[site]`, which bound `value`; None in an if test or a
+        while re-evaluation (spec 000). `after` switches it out to the consumer's greenlet; a run of
+        generators (runtime/step_generators.py) `yield`s it. Only a run whose stepper is its one
+        instruction listener takes either path."""
         if self.conditions:
             return None
         stepper = self._stepper
