@@ -180,11 +180,25 @@ class GeneratorProgram(Program):
         cache = self.bare if bare else self.generators
         function = cache.get(id(block))
         if function is None:
-            unit = self.unit(block)
-            env = unit.generated.function.__globals__
+            generated = self.unit(block).generated
+            env = generated.function.__globals__
             rewrite = _Rewrite(self, env, None if bare else weakref.ref(block))
-            function = cache[id(block)] = recompile(unit.generated, env, unit.generated.function.__name__,
-                                                    rewrite.module)
+            # blocks of one source (a model's layers) share the rewritten code: what the rewrite decides
+            # rests on the text and on what each global name of it is (`_Rewrite._kind`)
+            key = (generated.source, generated.filename, generated.positions, bare,
+                   tuple(map(rewrite._kind, generated.function.__code__.co_names)))
+            made = _GENERATOR_CODE.get(key)
+            if made is None:
+                function = recompile(generated, env, generated.function.__name__, rewrite.module)
+                if len(_GENERATOR_CODE) >= _GENERATOR_CODE_LIMIT:
+                    _GENERATOR_CODE.clear()
+                _GENERATOR_CODE[key] = (function.__code__, tuple(rewrite.invokers))
+            else:
+                code, invokers = made
+                rewrite.bind(invokers)
+                function = types.FunctionType(code, env, generated.function.__name__)
+                function.__qualname__ = generated.function.__qualname__
+            cache[id(block)] = function
         return function
 
     def gen_invoker(self, block: ModelBlockSchema) -> Callable[[Any, dict], Any]:
@@ -288,6 +302,9 @@ class GeneratorProgram(Program):
 
 # Names the rewritten code reads, put in each function's globals next to the originals.
 _STEP, _ENTER, _LEAVE, _FAIL, _BLOCK = "_nsp_step", "_nsp_enter", "_nsp_leave", "_nsp_fail", "_nsp_block"
+# rewritten code objects by (text, file, positions, bare, the kinds of its global names): the envs differ
+_GENERATOR_CODE: dict = {}
+_GENERATOR_CODE_LIMIT = 4096
 _CALL_VALUE, _FOREIGN = "_nsp_call_value", "_nsp_foreign"
 _LOCAL_STEP, _LOCAL_RESULT, _LOCAL_ERROR = "_nsp_s", "_nsp_r", "_nsp_e"
 
@@ -308,6 +325,24 @@ class _Rewrite(ast.NodeTransformer):
         env[_STEP] = observer.step
         env[_CALL_VALUE] = program.gen_call_value
         env[_FOREIGN] = program.in_worker
+        self.invokers: list[str] = []  # the generated names of the blocks it calls (`bind` makes them)
+        if block_ref is not None:
+            self._bind_observe()
+
+    def bind(self, invokers: tuple) -> None:
+        """Put into this env what the code rewritten for another block of the same text reads."""
+        env, program = self.env, self.program
+        for name in invokers:
+            gen_name = "_nsp_gen" + name
+            if gen_name not in env:
+                env[gen_name] = program.lazy_gen_invoker(program._invoker_names[(id(env), name)], env, gen_name)
+
+    def _bind_observe(self) -> None:
+        """What the code `_observe` writes reads: the block and the observer's block events."""
+        self.env[_BLOCK] = self.block_ref
+        observer = self.program.observer
+        self.env[_ENTER], self.env[_LEAVE], self.env[_FAIL] = observer.enter_block, observer.exit_block, \
+            observer.fail_block
 
     def module(self, tree: ast.Module) -> ast.Module:
         function = tree.body[0]
@@ -357,9 +392,8 @@ class _Rewrite(ast.NodeTransformer):
             kind = self._kind(func.id)
             if kind == "invoke":
                 name = "_nsp_gen" + func.id
-                if name not in self.env:
-                    self.env[name] = self.program.lazy_gen_invoker(self.program._invoker_names[(id(self.env), func.id)],
-                                                                   self.env, name)
+                self.invokers.append(func.id)
+                self.bind((func.id,))
                 node.func = ast.copy_location(_name(name), func)
                 return ast.copy_location(ast.YieldFrom(node), node)
             if kind == "call_value":
@@ -372,10 +406,6 @@ class _Rewrite(ast.NodeTransformer):
 
     def _observe(self, function: ast.FunctionDef) -> None:
         """Tell the block's enter first, its exit at each return, its failure on an error."""
-        self.env[_BLOCK] = self.block_ref
-        observer = self.program.observer
-        self.env[_ENTER], self.env[_LEAVE], self.env[_FAIL] = observer.enter_block, observer.exit_block, \
-            observer.fail_block
         block = ast.Call(_name(_BLOCK), [], [])
 
         class Returns(ast.NodeTransformer):

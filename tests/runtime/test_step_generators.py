@@ -243,3 +243,23 @@ def test_a_statement_nested_past_pythons_limits_steps_the_same_through_its_part(
         assert torch.equal(new_out[0], model(x)) and torch.equal(old_out[0], model(x))
     finally:
         sys.modules.pop("nested_model", None)
+
+
+def test_layers_of_one_source_share_the_rewritten_code_and_step_as_themselves():
+    # the first step_run rewrites each block's code as a generator once per text, not once per block
+    # (a 32-layer model rewrote 200 blocks: 2 s); each layer still reports its own block
+    model, inputs = llama(layers=3)
+    schema = NNParser.parse_model(model=model, inputs_tensors_values=inputs)
+    old, _, _ = _steps(schema, inputs, False)
+    new, _, path = _steps(schema, inputs, True)  # second: `_steps` empties both pools first
+    assert path == ["idle_generators"]
+    _assert_same_steps(new, old)
+    program = _programs(schema)["idle_generators"][0]
+    blocks = {block.path: block for block in schema.iter_blocks()}
+    # the MLPs run as generators of their own; transformers' decorated layers run their bodies bare
+    for made, name in ((program.generators, "mlp"), (program.bare, "")):
+        functions = [made.get(id(blocks[f"model.layers.{i}" + (f".{name}" if name else "")])) for i in range(3)]
+        assert all(functions), name
+        assert len({id(fn.__code__) for fn in functions}) == 1, f"the three {name or 'layer'}s share one code object"
+        assert len({id(fn.__globals__) for fn in functions}) == 3, "each over its own block's names"
+    assert {f"model.layers.{i}.mlp" for i in range(3)} <= {step.block_path for step in new}
