@@ -8,6 +8,10 @@ will hold: a storage with more references than the writer's tensors on it (and t
 views) make, or a tensor object with more references than the writer's own, is someone else's too,
 and every held tensor on it is cloned. Reference counts only ever make it clone more.
 
+Not seen: a weak reference. Code that kept a value only through a `weakref` and wrote into it during
+a later input would change what the shard holds (no model known to us does; a strong reference, a
+module attribute or a cache entry, is seen).
+
 Depends on torch only.
 """
 
