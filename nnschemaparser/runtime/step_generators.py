@@ -113,15 +113,20 @@ def _work(fn: Callable, args: tuple, kwargs: dict) -> None:
         fn, args, kwargs = getcurrent().parent.switch(out)
 
 
+def _worker(what: str) -> _Worker:
+    """The worker greenlet running now; outside one, the run reached `what` from code it calls in place."""
+    current = getcurrent()
+    if type(current) is not _Worker:
+        raise SchemaRunError(f"a stepped run of generators reached {what} from code it runs in place (a C "
+                             "function calling it back); step this model with "
+                             "nnschemaparser.runtime.step_generators.GENERATOR_STEPS = False")
+    return current
+
+
 def pause_in_worker(info: Any) -> None:
     """The stepper's `switch` in a run of generators: a plain function's step, in a worker, goes to
     the chain, which yields it."""
-    current = getcurrent()
-    if type(current) is not _Worker:
-        raise SchemaRunError(f"step {getattr(info, 'step_index', '?')}: a stepped run of generators reached the "
-                             "schema from code it runs in place (a C function calling it back); step this model "
-                             "with nnschemaparser.runtime.step_generators.GENERATOR_STEPS = False")
-    current.parent.switch(info)
+    _worker(f"the schema (step {getattr(info, 'step_index', '?')})").parent.switch(info)
 
 
 def _now(value: Any) -> Iterator[Any]:
@@ -165,12 +170,8 @@ class GeneratorProgram(Program):
         block_ref = weakref.ref(block)
 
         def body(frame: dict) -> Any:
-            current = getcurrent()
-            if type(current) is not _Worker:
-                raise SchemaRunError(f"a stepped run of generators reached {block.path or block.name!r} from code it "
-                                     "runs in place (a C function calling it back); step this model with "
-                                     "nnschemaparser.runtime.step_generators.GENERATOR_STEPS = False")
-            return current.parent.switch(_Body(self.generator(block_ref(), bare=True), frame))
+            worker = _worker(repr(block.path or block.name))
+            return worker.parent.switch(_Body(self.generator(block_ref(), bare=True), frame))
 
         return body
 
@@ -363,7 +364,7 @@ class _Rewrite(ast.NodeTransformer):
                 return "after"
             if value.__self__ is self.program and value.__func__ is Program.call_value:
                 return "call_value"
-        if value is call_live or any(value is part for part in self.program._parts):
+        if value is call_live or (type(value) is types.FunctionType and value in self.program._parts):
             return "foreign"
         return ""
 
