@@ -138,23 +138,30 @@ def _dtypes(values: list) -> list:
     return [v.dtype if isinstance(v, torch.Tensor) else None for v in values]
 
 
+def _each_change_gets_a_new_plan(engine, reads, new_plan_expected):
+    """Each change of CHANGES (but a grad flag: outside what `dtypes=` promises), told through `reads(values)`,
+    gives a fresh plan's figures, and a new plan where `new_plan_expected(what)`; returns the base values."""
+    base = _values(0)
+    for what, change in CHANGES.items():
+        if what == "a tensor requires grad":
+            continue
+        values = _values(5)
+        change(values)
+        summariser = Summariser(engine)
+        summariser(base, dtypes=reads(base))
+        before = summariser.plan
+        assert _same(summariser(values, dtypes=reads(values)).rows(), summarise(values, engine)), what
+        if new_plan_expected(what):
+            assert summariser.plan is not before, what
+    return base
+
+
 @pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta state")
 @pytest.mark.parametrize("engine", ENGINES)
 def test_the_callers_dtypes_stand_in_for_the_plans_reads(engine):
     """`dtypes=` (a logged input's columns: none of its values requires grad) replaces the plan check's reads of
     the dtypes and grad flags: each change still makes a new plan, and the figures are a fresh plan's."""
-    base = _values(0)
-    for what, change in CHANGES.items():
-        if what == "a tensor requires grad":  # outside what `dtypes=` promises
-            continue
-        values = _values(5)
-        change(values)
-        summariser = Summariser(engine)
-        summariser(base, dtypes=_dtypes(base))
-        before = summariser.plan
-        assert _same(summariser(values, dtypes=_dtypes(values)).rows(), summarise(values, engine)), what
-        if engine == "torch" or what not in _SHAPE_ONLY:
-            assert summariser.plan is not before, what
+    base = _each_change_gets_a_new_plan(engine, _dtypes, lambda what: engine == "torch" or what not in _SHAPE_ONLY)
     summariser = Summariser(engine)
     summariser(base, dtypes=_dtypes(base))
     plan, again = summariser.plan, _values(1)
@@ -222,17 +229,7 @@ def test_the_callers_shapes_stand_in_for_the_element_counts(engine):
     instead of reading the element counts; each change still makes a new plan (a shape that changes with the
     same count too, the shapes being compared), with a fresh plan's figures, and the views are read with the
     caller's sizes."""
-    base = _values(0)
-    for what, change in CHANGES.items():
-        if what == "a tensor requires grad":  # outside what `dtypes=` promises
-            continue
-        values = _values(5)
-        change(values)
-        summariser = Summariser(engine)
-        summariser(base, dtypes=_reads(base))
-        before = summariser.plan
-        assert _same(summariser(values, dtypes=_reads(values)).rows(), summarise(values, engine)), what
-        assert summariser.plan is not before, what
+    base = _each_change_gets_a_new_plan(engine, _reads, lambda what: True)
     summariser = Summariser(engine)
     summariser(base, dtypes=_reads(base))
     plan = summariser.plan
