@@ -48,6 +48,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
+from bench_gpt2_small import measure  # noqa: E402
 from models import gpt2_small, tiny_llama  # noqa: E402
 
 from nnschemaparser import NNParser, capture_dataset, capture_run  # noqa: E402
@@ -99,19 +100,11 @@ def main() -> int:
             "capture_run": lambda s: capture_run(schema, dict(s)),
             "logged run, dropped": lambda s: run_dropped(dict(s)), "logged run": lambda s: run_logged(schema, dict(s)),
             "columns": lambda s: names.logged.capture(dict(s)), "columns + statistics": with_statistics}
-    samples: dict[str, list] = {k: [] for k in list(each) + ["capture_dataset"]}  # (CPU s, system s, faults)
+    samples: dict[str, list] = {k: [] for k in list(each) + ["capture_dataset"]}  # (CPU s, faults, system s)
     # a plain store's time beyond its inputs' median turn (in the paired store of the same round): the manifest,
     # commits, Parquet, the reader, and what its first input pays more than the others (a new summariser's plan)
     fixed: list = []
     wholes: list = []  # (a plain store of the inputs, capture_run(keep) of each of them), each timed whole
-
-    def measured(fn):
-        before = resource.getrusage(resource.RUSAGE_SELF)
-        start = time.process_time()
-        fn()
-        took = time.process_time() - start
-        after = resource.getrusage(resource.RUSAGE_SELF)
-        return took, after.ru_stime - before.ru_stime, after.ru_minflt - before.ru_minflt
 
     def paired():
         """The inputs, each one's other candidates timed just before the store's writer is handed it; the
@@ -119,13 +112,13 @@ def main() -> int:
         turns = []
         for scope in inputs:
             for key, fn in each.items():
-                samples[key].append(measured(lambda: fn(scope)))
+                samples[key].append(measure(lambda: fn(scope)))
             before = resource.getrusage(resource.RUSAGE_SELF)
             start = time.process_time()
             yield scope
             took = time.process_time() - start
             after = resource.getrusage(resource.RUSAGE_SELF)
-            turns.append((took, after.ru_stime - before.ru_stime, after.ru_minflt - before.ru_minflt))
+            turns.append((took, after.ru_minflt - before.ru_minflt, after.ru_stime - before.ru_stime))
         samples["capture_dataset"].extend(turns)
 
     try:
@@ -144,9 +137,9 @@ def main() -> int:
                 turns = [t for t, _, _ in samples["capture_dataset"][-count:]]
                 # then, back to back, a plain store of the inputs and their kept captures, each timed whole
                 path = scratch / f"s{next(stores)}"
-                whole = measured(lambda: capture_dataset(schema, inputs, path, keep=keep, progress=False))[0]
+                whole = measure(lambda: capture_dataset(schema, inputs, path, keep=keep, progress=False))[0]
                 shutil.rmtree(path)
-                kept = measured(lambda: [capture_run(schema, dict(s), keep=keep) for s in inputs])[0]
+                kept = measure(lambda: [capture_run(schema, dict(s), keep=keep) for s in inputs])[0]
                 wholes.append((whole, kept))
                 fixed.append(whole - count * statistics.median(turns))
     finally:
@@ -166,7 +159,7 @@ def main() -> int:
         over_eager = statistics.median(t / e for t, e in zip(took, eager))
         print(f"{key:22s} {statistics.median(took) * 1e3:9.2f}  {statistics.median(ratios):6.2f}x "
               f"({low:.2f}-{high:.2f}){'':5s}  {over_eager:8.2f}x  "
-              f"{statistics.median(s for _, s, _ in rows) * 1e3:9.2f}  {statistics.median(f for _, _, f in rows):7.0f}")
+              f"{statistics.median(s for _, _, s in rows) * 1e3:9.2f}  {statistics.median(f for _, f, _ in rows):7.0f}")
     share = statistics.median(fixed) / count
     turn = statistics.median(t / b for (t, _, _), b in zip(samples["capture_dataset"], base))
     whole = sorted(w / k for w, k in wholes)
