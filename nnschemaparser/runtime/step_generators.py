@@ -219,20 +219,13 @@ class GeneratorProgram(Program):
         else:
             unit = self.unit(block)
             function = self.generator(block)
-            params, simple, count = unit.params, unit.simple, len(unit.params)
-            defaults, general, self_name, self_value = unit.schema.defaults, unit.binder, unit.self_name, unit.self_value
+            bind = unit.bind  # the call's frame, as a plain run binds it (program.py)
 
             def invoke(args: Any, kwargs: dict) -> Any:
                 if (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
                         or module._backward_pre_hooks or global_hooks_active() or "forward" in module.__dict__):
                     return in_worker(regular, (args, kwargs), {})
-                if simple and not kwargs and len(args) == count:
-                    frame = dict(zip(params, args))
-                else:
-                    frame = general(args, kwargs, defaults)
-                if self_name is not None:
-                    frame[self_name] = self_value
-                return function(frame)
+                return function(bind(args, kwargs))
         self.gen_invokers[id(block)] = invoke
         return invoke
 
